@@ -1,0 +1,185 @@
+"""The compile driver: IREE in process, with the Torq target in the middle.
+
+input MLIR --(IREE: input ... dispatch-creation)--> flow module
+  --(TorqTarget: NPU dispatches become calls into the `torq` VM module)-->
+  --(IREE: dispatch-creation ... vm, host code + llvm-cpu fallbacks)--> .vmfb
+
+Phase control uses the C API's `ireeCompilerInvocationSetCompileToPhase` /
+`...SetCompileFromPhase`, which the Python wrapper does not expose.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+from iree.compiler import ir
+from iree.compiler.api import Output, Session, Source, ctypes_dl
+
+from torq.hw import HwSpecError, TorqHw, describe_presets, parse_hw_spec
+from .ir_utils import CompileError
+from .passes import PassOptions
+from .target import TargetReport, TorqTarget
+
+PHASES = ["input", "abi", "preprocessing", "global-optimization", "dispatch-creation", "flow",
+          "stream", "executable-sources", "executable-configurations", "executable-targets",
+          "hal", "vm", "end"]
+
+
+class UsageError(Exception):
+    """A bad command line: unknown flag, bad value, missing file."""
+
+
+@dataclass
+class CompileOptions:
+    hw: TorqHw = field(default_factory=TorqHw)
+    torq: bool = True  # False: behave exactly as stock iree-compile
+    iree_flags: list[str] = field(default_factory=list)
+    keep_f32: bool = False
+    strategy: str = "default"
+    compile_to: str = ""
+    print_ir_after_all: bool = False
+
+    def pass_options(self) -> PassOptions:
+        return PassOptions(hw=self.hw, keep_f32=self.keep_f32, super_tiling_strategy=self.strategy)
+
+
+TORQ_FLAGS = {"--torq-hw", "--torq-keep-f32", "--torq-super-tiling-strategy",
+              "--torq-print-ir-after-all", "--torq-quiet"}
+
+
+def parse_torq_flags(argv: list[str]) -> tuple[CompileOptions, list[str], bool]:
+    """Split argv into Torq options and the rest (IREE flags, inputs, -o)."""
+    opts = CompileOptions()
+    rest = []
+    quiet = False
+    for a in argv:
+        key, eq, value = a.partition("=")
+        if key.startswith("--torq-"):
+            if key not in TORQ_FLAGS:
+                raise UsageError(f"unknown flag '{key}' (Torq flags: {', '.join(sorted(TORQ_FLAGS))})")
+            if key == "--torq-hw":
+                if value == "list":
+                    raise _ListHw()
+                try:
+                    opts.hw = parse_hw_spec(value)
+                except HwSpecError as e:
+                    raise UsageError(str(e)) from None
+            elif key == "--torq-keep-f32":
+                opts.keep_f32 = value in ("", "true", "1")
+            elif key == "--torq-super-tiling-strategy":
+                if value not in ("default", "seed"):
+                    raise UsageError(f"unknown --torq-super-tiling-strategy '{value}' (default, seed)")
+                opts.strategy = value
+            elif key == "--torq-print-ir-after-all":
+                opts.print_ir_after_all = True
+            elif key == "--torq-quiet":
+                quiet = True
+        elif key == "--compile-to":
+            if value not in PHASES:
+                raise UsageError(f"unknown --compile-to phase '{value}' (one of {', '.join(PHASES)})")
+            opts.compile_to = value
+        else:
+            rest.append(a)
+    return opts, rest, quiet
+
+
+class _ListHw(Exception):
+    pass
+
+
+def hw_list_text() -> str:
+    return describe_presets()
+
+
+def _phase_fns():
+    ctypes_dl._init_dylib()
+    lib = ctypes_dl._dylib
+    for n in ("ireeCompilerInvocationSetCompileToPhase", "ireeCompilerInvocationSetCompileFromPhase"):
+        fn = getattr(lib, n)
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    return lib.ireeCompilerInvocationSetCompileToPhase, lib.ireeCompilerInvocationSetCompileFromPhase
+
+
+# Host code and host-fallback dispatches run on this machine's CPU.
+HOST_FLAGS = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+              "--iree-llvmcpu-target-cpu=host"]
+
+
+@dataclass
+class CompileResult:
+    vmfb: bytes | None
+    ir_text: str | None
+    report: TargetReport
+
+
+def compile_source(source: str | bytes, options: CompileOptions, source_name: str = "<input>",
+                   remarks=None) -> CompileResult:
+    """Compile MLIR text (or bytecode) to a .vmfb (or IR text with --compile-to)."""
+    to_phase, from_phase = _phase_fns()
+    session = Session()
+    try:
+        flags = list(options.iree_flags)
+        if options.torq:
+            flags = HOST_FLAGS + flags
+        try:
+            session.set_flags(*flags)
+        except ValueError as e:
+            raise UsageError(str(e).strip().splitlines()[-1]) from None
+        inv = session.invocation()
+        inv.enable_console_diagnostics()
+        data = source.encode() if isinstance(source, str) else source
+        src = Source.wrap_buffer(session, data)
+        if not inv.parse_source(src):
+            raise CompileError(f"{source_name}: error: failed to parse the input (see diagnostics above)")
+        report = TargetReport()
+        stop = options.compile_to
+        if options.torq and (not stop or PHASES.index(stop) > PHASES.index("dispatch-creation")):
+            to_phase(inv._inv_p, b"dispatch-creation")
+            if not inv.execute():
+                raise CompileError(f"{source_name}: error: IREE failed before dispatch creation")
+            module_op = inv.export_module()
+            ctx = module_op.context
+            ctx.allow_unregistered_dialects = True
+            with ctx, ir.Location.unknown():
+                printer = None
+                if options.print_ir_after_all:
+                    import sys
+
+                    def printer(name, m):
+                        print(f"// -----// IR Dump After {name} //----- //\n{m}", file=sys.stderr)
+                report = TorqTarget(options.pass_options(), remarks=remarks,
+                                    print_after_all=printer).run(module_op)
+            inv = session.invocation()
+            inv.enable_console_diagnostics()
+            inv.import_module(module_op)
+            from_phase(inv._inv_p, b"dispatch-creation")
+        if stop:
+            to_phase(inv._inv_p, stop.encode())
+        if not inv.execute():
+            raise CompileError(f"{source_name}: error: IREE compilation failed (see diagnostics above)")
+        out = Output.open_membuffer()
+        if stop and stop != "end":
+            inv.output_ir(out)
+            return CompileResult(None, bytes(out.map_memory()).decode(), report)
+        inv.output_vm_bytecode(out)
+        return CompileResult(bytes(out.map_memory()), None, report)
+    finally:
+        session.close()
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Write `data` to `path` via a temp file so no partial file is left."""
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".torq-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,179 @@
+"""Small helpers over the MLIR Python bindings shared by the Torq passes."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Iterable, Iterator
+
+import numpy as np
+from iree.compiler import ir
+
+from torq.runtime.program import DTYPE_BYTES
+
+
+class CompileError(Exception):
+    """A user-facing compile error: one line, naming the op and location."""
+
+
+def mlir_dtype(t: ir.Type) -> str:
+    """Element type as the Torq dtype string ("f32", "bf16", "i8", ...)."""
+    s = str(t)
+    if s in ("f32", "bf16", "f16", "f64"):
+        return s
+    if s.startswith("i"):
+        return s
+    raise CompileError(f"unsupported element type {s}")
+
+
+def element_type(v_or_t) -> ir.Type:
+    t = v_or_t.type if hasattr(v_or_t, "type") else v_or_t
+    return ir.RankedTensorType(t).element_type
+
+
+def static_shape(t: ir.Type) -> tuple[int, ...] | None:
+    if not isinstance(t, ir.RankedTensorType):
+        return None
+    rt = ir.RankedTensorType(t)
+    if not rt.has_static_shape:
+        return None
+    return tuple(rt.shape)
+
+
+def tensor_nbytes(t: ir.Type) -> int:
+    shape = static_shape(t)
+    assert shape is not None
+    n = DTYPE_BYTES[mlir_dtype(element_type(t))]
+    for d in shape:
+        n *= d
+    return n
+
+
+def walk_ops(op: ir.Operation) -> Iterator[ir.Operation]:
+    """Pre-order walk over `op` and all nested ops (materialised first)."""
+    out: list[ir.Operation] = []
+
+    def cb(o):
+        out.append(o.opview.operation if hasattr(o, "opview") else o)
+        return ir.WalkResult.ADVANCE
+
+    op.walk(cb, ir.WalkOrder.PRE_ORDER)
+    return iter(out)
+
+
+def block_ops(block: ir.Block) -> list[ir.Operation]:
+    return [o.operation for o in block.operations]
+
+
+def int_array(attr: ir.Attribute) -> list[int]:
+    if isinstance(attr, ir.DenseI64ArrayAttr):
+        return list(ir.DenseI64ArrayAttr(attr))
+    return [ir.IntegerAttr(a).value for a in ir.ArrayAttr(attr)]
+
+
+def set_int_array(op: ir.Operation, name: str, values: Iterable[int]) -> None:
+    i64 = ir.IntegerType.get_signless(64)
+    op.attributes[name] = ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in values])
+
+
+def location_str(op: ir.Operation) -> str:
+    s = str(op.location)
+    # loc("file.mlir":3:5) -> file.mlir:3:5
+    if s.startswith("loc(") and s.endswith(")"):
+        s = s[4:-1].replace('"', "")
+    return s
+
+
+# --- constants ---------------------------------------------------------------
+
+_NP = {"f32": np.float32, "f64": np.float64, "i8": np.int8, "i16": np.int16, "i32": np.int32,
+       "i64": np.int64, "i1": np.bool_}
+_RESOURCE_GETTERS = {"f32": ("mlirDenseFloatResourceElementsAttrGetValue", ctypes.c_float),
+                     "f64": ("mlirDenseDoubleResourceElementsAttrGetValue", ctypes.c_double),
+                     "i8": ("mlirDenseInt8ResourceElementsAttrGetValue", ctypes.c_int8),
+                     "i16": ("mlirDenseInt16ResourceElementsAttrGetValue", ctypes.c_int16),
+                     "i32": ("mlirDenseInt32ResourceElementsAttrGetValue", ctypes.c_int32),
+                     "i64": ("mlirDenseInt64ResourceElementsAttrGetValue", ctypes.c_int64)}
+
+
+def _capi_lib():
+    from iree.compiler.api import ctypes_dl
+
+    ctypes_dl._init_dylib()
+    return ctypes_dl._dylib
+
+
+class _MlirAttribute(ctypes.Structure):
+    _fields_ = [("ptr", ctypes.c_void_p)]
+
+
+def _attr_capi(attr: ir.Attribute) -> _MlirAttribute:
+    cap = attr._CAPIPtr
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype = ctypes.c_char_p
+    get_name.argtypes = [ctypes.py_object]
+    get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+    get_ptr.restype = ctypes.c_void_p
+    get_ptr.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    return _MlirAttribute(get_ptr(cap, get_name(cap)))
+
+
+def constant_value(attr: ir.Attribute) -> np.ndarray:
+    """Numpy value of a dense or dense_resource elements attribute (or scalar)."""
+    if isinstance(attr, ir.FloatAttr):
+        return np.array(ir.FloatAttr(attr).value, np.float32)
+    if isinstance(attr, ir.IntegerAttr):
+        return np.array(ir.IntegerAttr(attr).value)
+    shaped = ir.ShapedType(attr.type)
+    shape = tuple(shaped.shape)
+    dtype = mlir_dtype(shaped.element_type)
+    if isinstance(attr, ir.DenseElementsAttr):
+        d = ir.DenseElementsAttr(attr)
+        if d.is_splat:
+            v = constant_value(d.get_splat_value())
+            return np.full(shape, v, dtype=_NP.get(dtype, np.float32))
+        if dtype == "bf16":
+            return _raw_bf16(attr, shape)
+        return np.array(d).reshape(shape)
+    if dtype not in _RESOURCE_GETTERS:
+        raise CompileError(f"cannot read constant of type {shaped}")
+    name, ctype = _RESOURCE_GETTERS[dtype]
+    lib = _capi_lib()
+    fn = getattr(lib, name)
+    fn.restype = ctype
+    fn.argtypes = [_MlirAttribute, ctypes.c_ssize_t]
+    handle = _attr_capi(attr)
+    n = int(np.prod(shape)) if shape else 1
+    vals = np.fromiter((fn(handle, i) for i in range(n)), dtype=_NP[dtype], count=n)
+    return vals.reshape(shape)
+
+
+def constant_of(v: ir.Value) -> np.ndarray | None:
+    """The value of `v` if it is defined by arith.constant, else None."""
+    if isinstance(v.owner, ir.Block):
+        return None
+    op = v.owner
+    if op.name != "arith.constant":
+        return None
+    return constant_value(op.attributes["value"])
+
+
+def _raw_bf16(attr: ir.Attribute, shape: tuple[int, ...]) -> np.ndarray:
+    import ml_dtypes
+
+    lib = _capi_lib()
+    fn = lib.mlirDenseElementsAttrGetRawData
+    fn.restype = ctypes.c_void_p
+    fn.argtypes = [_MlirAttribute]
+    n = int(np.prod(shape)) if shape else 1
+    ptr = fn(_attr_capi(attr))
+    raw = np.ctypeslib.as_array((ctypes.c_uint16 * n).from_address(ptr)).copy()
+    return raw.view(ml_dtypes.bfloat16).reshape(shape)
+
+
+def bf16_dense_attr(values: np.ndarray, shape: tuple[int, ...]) -> ir.Attribute:
+    """A bf16 dense elements attribute, rounded to nearest even from `values`."""
+    import ml_dtypes
+
+    bits = np.asarray(values, np.float32).astype(ml_dtypes.bfloat16).view(np.uint16).reshape(shape)
+    return ir.DenseElementsAttr.get(np.ascontiguousarray(bits),
+                                    type=ir.RankedTensorType.get(list(shape), ir.BF16Type.get()))

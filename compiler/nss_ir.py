@@ -1,0 +1,93 @@
+"""The NSS program as IR: one `torq_nss.*` op per tensor, buffer and command.
+
+`torq-build-nss-program` writes a `Program` into a function with
+`program_to_function`; `torq-serialize-executable` reads it back with
+`function_to_program`. Each op carries its record as a JSON `spec` string
+(readable in lit tests); constant tensors also carry their bytes as a
+`value` i8 elements attribute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+from iree.compiler import ir
+
+from torq.runtime.program import (Compute, DmaIn, DmaOut, Epilogue, EpilogueStep, LramBuffer,
+                                  Operand, Program, Ref, TensorDesc)
+
+_KINDS = {"dma_in": DmaIn, "dma_out": DmaOut, "compute": Compute}
+_NAMES = {v: k for k, v in _KINDS.items()}
+
+
+def _spec(obj, drop=()) -> str:
+    d = dataclasses.asdict(obj)
+    for k in drop:
+        d.pop(k, None)
+    return json.dumps(d, separators=(",", ":"))
+
+
+def program_to_function(p: Program, func: ir.Operation) -> None:
+    block = func.regions[0].blocks[0]
+    for op in reversed([o.operation for o in block.operations]):
+        op.erase()
+    i64 = ir.IntegerType.get_signless(64)
+    with ir.InsertionPoint(block), func.location:
+        for t in p.tensors:
+            attrs = {"spec": ir.StringAttr.get(_spec(t, drop=("data",)))}
+            if t.kind == "constant":
+                attrs["value"] = ir.DenseElementsAttr.get(
+                    np.frombuffer(t.data, np.int8), type=ir.IntegerType.get_signless(8))
+            ir.Operation.create("torq_nss.tensor", attributes=attrs)
+        for b in p.buffers:
+            ir.Operation.create("torq_nss.buffer", attributes={"spec": ir.StringAttr.get(_spec(b))})
+        for c in p.commands:
+            ir.Operation.create(f"torq_nss.{_NAMES[type(c)]}", attributes={"spec": ir.StringAttr.get(_spec(c))})
+        ir.Operation.create("func.return", operands=[])
+    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    func.attributes["torq.original_type"] = ir.TypeAttr.get(ftype)
+    func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get([], []))
+    while len(block.arguments):
+        block.erase_argument(0)
+    func.attributes["torq.program"] = ir.StringAttr.get(json.dumps(
+        {"name": p.name, "tiles": p.tiles, "lram_peak": p.lram_peak, "hw": p.hw}))
+
+
+def _operand(d) -> Operand:
+    return Operand(d["buffer"], tuple(d["shape"]), d["dtype"])
+
+
+def _command(kind: str, d: dict):
+    if kind == "dma_in":
+        return DmaIn(d["tensor"], tuple(d["offsets"]), tuple(d["sizes"]), d["buffer"])
+    if kind == "dma_out":
+        return DmaOut(d["buffer"], d["tensor"], tuple(d["offsets"]), tuple(d["sizes"]))
+    e = d["epilogue"]
+    epi = Epilogue([EpilogueStep(s["op"], [Ref(a["kind"], a["index"], tuple(a["axes"]), a["const"])
+                                           for a in s["args"]], s["to"]) for s in e["steps"]], e["result"])
+    return Compute(d["op"], [_operand(o) for o in d["operands"]], _operand(d["result"]), d["attrs"], epi,
+                   d["slice"], d["macs"], d["tile"])
+
+
+def function_to_program(func: ir.Operation) -> Program:
+    meta = json.loads(ir.StringAttr(func.attributes["torq.program"]).value)
+    tensors, buffers, commands = [], [], []
+    for o in func.regions[0].blocks[0].operations:
+        op = o.operation
+        if not op.name.startswith("torq_nss."):
+            continue
+        kind = op.name.split(".", 1)[1]
+        d = json.loads(ir.StringAttr(op.attributes["spec"]).value)
+        if kind == "tensor":
+            data = b""
+            if "value" in op.attributes:
+                data = np.array(ir.DenseElementsAttr(op.attributes["value"]), dtype=np.int8).tobytes()
+            tensors.append(TensorDesc(d["index"], d["kind"], tuple(d["shape"]), d["dtype"], d["host_dtype"],
+                                      d["arg_index"], data))
+        elif kind == "buffer":
+            buffers.append(LramBuffer(**d))
+        else:
+            commands.append(_command(kind, d))
+    return Program(meta["name"], meta["hw"], tensors, buffers, commands, meta["tiles"], meta["lram_peak"])

@@ -1,0 +1,14 @@
+"""Torq compiler passes, one per file; each module has NAME and run(module, options)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torq.hw import TorqHw
+
+
+@dataclass
+class PassOptions:
+    hw: TorqHw = field(default_factory=TorqHw)
+    keep_f32: bool = False
+    super_tiling_strategy: str = "default"

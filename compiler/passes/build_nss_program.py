@@ -1,0 +1,282 @@
+"""torq-build-nss-program: unroll tile loops into DMA + slice commands.
+
+Contract: takes a function after torq-assign-lram-addresses. Executes its
+control structure at compile time (tile loops have static bounds; index
+arithmetic is evaluated), and emits, per tile, the commands of
+`tile_schedule.schedule`: DMA-in of each operand box from its DDR tensor
+(function argument, constant, or scratch), the compute on LRAM at the
+assigned offsets, DMA-out of results into their DDR tensor box. Tiles are
+distributed over slices cyclically. The function body is replaced by one
+`torq_nss.*` op per tensor, buffer and command (see `nss_ir`), with the
+program-level facts on the function (`torq.program`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from iree.compiler import ir
+
+from torq.runtime.program import (Compute, DmaIn, DmaOut, LramBuffer, Operand, Program,
+                                  TensorDesc)
+from ..ir_utils import (CompileError, constant_of, element_type, int_array, mlir_dtype,
+                        static_shape, tensor_nbytes)
+from ..nss_ir import program_to_function
+from ..patterns import epilogue_from_json
+from ..tile_schedule import is_torq_hl
+from . import PassOptions
+
+NAME = "torq-build-nss-program"
+
+
+def _np_dtype(dtype: str):
+    import ml_dtypes
+
+    return {"bf16": ml_dtypes.bfloat16, "f32": np.float32, "i8": np.int8, "i16": np.int16,
+            "i32": np.int32}[dtype]
+
+
+class _Builder:
+    def __init__(self, func: ir.Operation, options: PassOptions):
+        self.func = func
+        self.options = options
+        self.tensors: list[TensorDesc] = []
+        self.tensor_of: dict = {}
+        self.buffers: list[LramBuffer] = []
+        self.commands: list = []
+        self.env: dict = {}  # index values
+        self.views: dict = {}  # extract_slice results -> (tensor, offsets, sizes)
+        self.tiles = 0
+        ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+        host_args = self._host_types("torq.host_arg_types", list(ftype.inputs))
+        host_res = self._host_types("torq.host_result_types", list(ftype.results))
+        block = func.regions[0].blocks[0]
+        for i, arg in enumerate(block.arguments):
+            self.tensor_of[arg] = self._new_tensor("input", arg.type, host_args[i], i)
+        ret = [o.operation for o in block.operations][-1]
+        for i, v in enumerate(ret.operands):
+            if v in self.tensor_of or constant_of(v) is not None:
+                raise CompileError(f"{func.attributes['sym_name']}: result {i} is not computed on the NPU")
+            self.tensor_of[v] = self._new_tensor("output", v.type, host_res[i], i)
+
+    def _host_types(self, name, default):
+        if name in self.func.attributes:
+            return [ir.TypeAttr(a).value for a in ir.ArrayAttr(self.func.attributes[name])]
+        return default
+
+    def _new_tensor(self, kind, t, host_t, arg_index=-1, data=b"") -> int:
+        idx = len(self.tensors)
+        self.tensors.append(TensorDesc(idx, kind, static_shape(t), mlir_dtype(element_type(t)),
+                                       mlir_dtype(element_type(host_t)), arg_index, data))
+        return idx
+
+    def ddr(self, v: ir.Value) -> tuple[int, tuple, tuple]:
+        """DDR box (tensor, offsets, sizes) that value `v` reads."""
+        if v in self.views:
+            return self.views[v]
+        if v not in self.tensor_of:
+            c = constant_of(v)
+            if c is not None:
+                dtype = mlir_dtype(element_type(v.type))
+                data = np.asarray(c).astype(_np_dtype(dtype)).tobytes()
+                self.tensor_of[v] = self._new_tensor("constant", v.type, v.type, -1, data)
+            else:
+                self.tensor_of[v] = self._new_tensor("scratch", v.type, v.type)
+        shape = static_shape(v.type)
+        return self.tensor_of[v], (0,) * len(shape), shape
+
+    # -- index arithmetic -------------------------------------------------------
+    def index(self, v: ir.Value) -> int:
+        if v in self.env:
+            return self.env[v]
+        op = v.owner
+        if isinstance(op, ir.Block):
+            raise CompileError(f"unbound index value {v.get_name()}")
+        name = op.name
+        args = [self.index(x) for x in op.operands]
+        if name == "arith.constant":
+            r = ir.IntegerAttr(op.attributes["value"]).value
+        elif name in ("affine.apply", "affine.min", "affine.max"):
+            m = ir.AffineMapAttr(op.attributes["map"]).value
+            vals = [_eval_affine(e, args, m.n_dims) for e in m.results]
+            r = vals[0] if name == "affine.apply" else (min(vals) if name == "affine.min" else max(vals))
+        elif name == "arith.addi":
+            r = args[0] + args[1]
+        elif name == "arith.subi":
+            r = args[0] - args[1]
+        elif name == "arith.muli":
+            r = args[0] * args[1]
+        else:
+            raise CompileError(f"cannot evaluate index op {name} at compile time")
+        self.env[v] = r
+        return r
+
+    def _static_or_dynamic(self, op, static_name, first_dynamic):
+        vals = int_array(op.attributes[static_name])
+        dyn = iter(op.operands[first_dynamic:])
+        out = []
+        for x in vals:
+            out.append(self.index(next(dyn)) if x < -(1 << 62) else x)
+        return out, dyn
+
+    def _slice_params(self, op, first_dynamic):
+        offsets_attr = int_array(op.attributes["static_offsets"])
+        sizes_attr = int_array(op.attributes["static_sizes"])
+        dyn = list(op.operands[first_dynamic:])
+        k = 0
+        offsets = []
+        for x in offsets_attr:
+            if x < -(1 << 62):
+                offsets.append(self.index(dyn[k]))
+                k += 1
+            else:
+                offsets.append(x)
+        if any(s < 0 for s in sizes_attr):
+            raise CompileError("dynamic tile sizes are not supported")
+        return offsets, sizes_attr
+
+    # -- execution ------------------------------------------------------------------
+    def run_block(self, block: ir.Block, dest_of_yield: list | None = None):
+        local_buffers: dict = {}
+        tile_has_compute = False
+        for op in [o.operation for o in block.operations]:
+            name = op.name
+            if name in ("arith.constant", "tensor.empty", "affine.apply", "affine.min", "affine.max",
+                        "arith.addi", "arith.subi", "arith.muli", "func.return", "scf.yield"):
+                continue
+            if name == "tensor.extract_slice":
+                tensor, base, _ = self.ddr(op.operands[0])
+                offsets, sizes = self._slice_params(op, 1)
+                self.views[op.results[0]] = (tensor, tuple(b + o for b, o in zip(base, offsets)),
+                                             tuple(sizes))
+            elif name == "tensor.insert_slice":
+                continue  # its DMA-out is emitted right after the compute (see _dma_out)
+            elif name == "scf.for":
+                self.run_for(op)
+            elif is_torq_hl(op):
+                tile_has_compute = True
+                self.compute(op, local_buffers)
+            else:
+                raise CompileError(f"unexpected op {name} in a Torq tile")
+        if tile_has_compute:
+            self.tiles += 1
+
+    def run_for(self, op: ir.Operation):
+        lb, ub, step = (self.index(v) for v in op.operands[:3])
+        inits = op.operands[3:]
+        body = op.regions[0].blocks[0]
+        iv, iter_args = body.arguments[0], list(body.arguments)[1:]
+        for res, init, arg in zip(op.results, inits, iter_args):
+            # The loop result lives in the DDR tensor of whoever consumes it.
+            if res not in self.tensor_of:
+                if init in self.tensor_of:
+                    self.tensor_of[res] = self.tensor_of[init]
+                else:
+                    _ = self.ddr(res)
+            self.tensor_of[init] = self.tensor_of[res]
+            self.tensor_of[arg] = self.tensor_of[res]
+        for i in range(lb, ub, step):
+            self.env = {k: v for k, v in self.env.items() if k is not iv}
+            self.env[iv] = i
+            self._clear_body_env(body)
+            self.run_block(body)
+
+    def _clear_body_env(self, body: ir.Block):
+        for o in body.operations:
+            for r in o.operation.results:
+                self.env.pop(r, None)
+                self.views.pop(r, None)
+            for region in o.operation.regions:
+                for b in region.blocks:
+                    self._clear_body_env(b)
+
+    def _buffer(self, offset: int, size: int) -> int:
+        idx = len(self.buffers)
+        n = len(self.commands)
+        self.buffers.append(LramBuffer(idx, offset, size, n, n))
+        return idx
+
+    def _use(self, buf: int):
+        self.buffers[buf].live_end = len(self.commands)
+
+    def compute(self, op: ir.Operation, local: dict):
+        offsets = int_array(op.attributes["torq.lram_operands"])
+        operands = []
+        for v, off in zip(op.operands, offsets):
+            if v not in local:
+                tensor, box_off, box_sizes = self.ddr(v)
+                buf = self._buffer(off, tensor_nbytes(v.type))
+                self.commands.append(DmaIn(tensor, tuple(box_off), tuple(box_sizes), buf))
+                local[v] = buf
+            operands.append(Operand(local[v], static_shape(v.type), mlir_dtype(element_type(v.type))))
+        res = op.results[0]
+        rbuf = self._buffer(ir.IntegerAttr(op.attributes["torq.lram_result"]).value, tensor_nbytes(res.type))
+        for o in operands:
+            self._use(o.buffer)
+        attrs = {}
+        for name in [a if isinstance(a, str) else a.name for a in op.attributes]:
+            if name in ("epilogue", "macs") or name.startswith("torq."):
+                continue
+            a = op.attributes[name]
+            attrs[name] = a.value if isinstance(a, ir.StringAttr) else int_array(a)
+        self.commands.append(Compute(op.name.split(".", 1)[1], operands,
+                                     Operand(rbuf, static_shape(res.type), mlir_dtype(element_type(res.type))),
+                                     attrs, epilogue_from_json(ir.StringAttr(op.attributes["epilogue"]).value),
+                                     slice=self.tiles % self.options.hw.slices,
+                                     macs=ir.IntegerAttr(op.attributes["macs"]).value, tile=self.tiles))
+        local[res] = rbuf
+        self._dma_out(op, res, rbuf)
+
+    def _dma_out(self, op, res, rbuf):
+        for use in res.uses:
+            user = use.owner
+            if is_torq_hl(user) and user.parent == op.parent:
+                continue
+            if user.name == "tensor.insert_slice":
+                tensor, base, _ = self.ddr(user.operands[1])
+                offsets, sizes = self._slice_params(user, 2)
+                self._use(rbuf)
+                self.commands.append(DmaOut(rbuf, tensor, tuple(b + o for b, o in zip(base, offsets)),
+                                            tuple(sizes)))
+                self.views.setdefault(user.results[0], self.ddr(user.operands[1]))
+                self.tensor_of.setdefault(user.results[0], tensor)
+            else:
+                tensor, base, sizes = self.ddr(res)
+                self._use(rbuf)
+                self.commands.append(DmaOut(rbuf, tensor, base, sizes))
+                return
+
+
+def _eval_affine(e: ir.AffineExpr, args: list[int], n_dims: int) -> int:
+    if isinstance(e, ir.AffineDimExpr):
+        return args[e.position]
+    if isinstance(e, ir.AffineSymbolExpr):
+        return args[n_dims + e.position]
+    if isinstance(e, ir.AffineConstantExpr):
+        return e.value
+    a, b = _eval_affine(e.lhs, args, n_dims), _eval_affine(e.rhs, args, n_dims)
+    if isinstance(e, ir.AffineAddExpr):
+        return a + b
+    if isinstance(e, ir.AffineMulExpr):
+        return a * b
+    if isinstance(e, ir.AffineModExpr):
+        return a % b
+    if isinstance(e, ir.AffineFloorDivExpr):
+        return a // b
+    if isinstance(e, ir.AffineCeilDivExpr):
+        return -(-a // b)
+    raise CompileError(f"unsupported affine expression {e}")
+
+
+def build_program(func: ir.Operation, options: PassOptions) -> Program:
+    b = _Builder(func, options)
+    b.run_block(func.regions[0].blocks[0])
+    name = ir.StringAttr(func.attributes["sym_name"]).value
+    peak = ir.IntegerAttr(func.attributes["torq.lram_peak"]).value if "torq.lram_peak" in func.attributes else 0
+    return Program(name, options.hw.to_dict(), b.tensors, b.buffers, b.commands, b.tiles, peak)
+
+
+def run(module: ir.Module, options: PassOptions) -> None:
+    for op in list(module.body.operations):
+        if op.operation.name == "func.func" and "torq.program" not in op.operation.attributes:
+            func = op.operation
+            program_to_function(build_program(func, options), func)

@@ -1,0 +1,35 @@
+"""torq-serialize-executable: write each NSS program as a FlatBuffers blob.
+
+Contract: takes functions produced by torq-build-nss-program and attaches the
+serialized executable (runtime/schemas/torq_executable.fbs, identifier
+"TORQ") as `torq.executable`, an i8 elements attribute; the `torq_nss` ops
+are removed. The blob is what the `torq` VM module loads at run time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from iree.compiler import ir
+
+from torq.runtime.executable import serialize_program
+from ..nss_ir import function_to_program
+from . import PassOptions
+
+NAME = "torq-serialize-executable"
+
+
+def serialize_function(func: ir.Operation) -> bytes:
+    blob = serialize_program(function_to_program(func))
+    block = func.regions[0].blocks[0]
+    for op in [o.operation for o in block.operations]:
+        if op.name.startswith("torq_nss."):
+            op.erase()
+    func.attributes["torq.executable"] = ir.DenseElementsAttr.get(
+        np.frombuffer(blob, np.int8), type=ir.IntegerType.get_signless(8))
+    return blob
+
+
+def run(module: ir.Module, options: PassOptions) -> None:
+    for op in list(module.body.operations):
+        if op.operation.name == "func.func" and "torq.program" in op.operation.attributes:
+            serialize_function(op.operation)

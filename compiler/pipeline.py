@@ -1,0 +1,82 @@
+"""Torq pass registry and the dispatch pipeline, assembled in one place.
+
+`DISPATCH_PIPELINE` is what the Torq target runs on every accepted dispatch.
+`run_pipeline_text` runs a textual pipeline such as
+`builtin.module(torq-super-tiling,canonicalize)` for torq-opt, sending runs
+of non-Torq passes to MLIR's PassManager unchanged.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from iree.compiler import ir, passmanager
+
+from .ir_utils import CompileError
+from .passes import (PassOptions, assign_lram_addresses, build_nss_program, convert_dtypes,
+                     lower_to_torq_hl, mark_patterns_for_super_tiling, serialize_executable,
+                     super_tiling)
+
+PASSES: dict[str, ModuleType] = {m.NAME: m for m in (
+    convert_dtypes, mark_patterns_for_super_tiling, super_tiling, lower_to_torq_hl,
+    assign_lram_addresses, build_nss_program, serialize_executable)}
+
+# Normalisation first: named linalg ops become generics the matchers read.
+PRE_PASSES = "linalg-generalize-named-ops,canonicalize,cse"
+
+DISPATCH_PIPELINE = [PRE_PASSES, convert_dtypes.NAME, mark_patterns_for_super_tiling.NAME,
+                     super_tiling.NAME, lower_to_torq_hl.NAME, assign_lram_addresses.NAME,
+                     build_nss_program.NAME, serialize_executable.NAME]
+
+
+def _split_top_level(s: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in s:
+        if ch in "({[":
+            depth += 1
+        elif ch in ")}]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+def parse_pipeline(text: str) -> list[str]:
+    text = text.strip()
+    if text.startswith("builtin.module(") and text.endswith(")"):
+        text = text[len("builtin.module("):-1]
+    return _split_top_level(text)
+
+
+def run_passes(module: ir.Module, names: list[str], options: PassOptions,
+               print_after_all=None) -> None:
+    pending: list[str] = []
+
+    def flush():
+        if pending:
+            try:
+                passmanager.PassManager.parse(f"builtin.module({','.join(pending)})").run(module.operation)
+            except ir.MLIRError as e:
+                raise CompileError(f"error: pass pipeline '{','.join(pending)}' failed: {e}") from None
+            except ValueError as e:
+                raise CompileError(f"error: bad pass pipeline '{','.join(pending)}': {e}") from None
+            pending.clear()
+
+    for name in names:
+        if name in PASSES:
+            flush()
+            PASSES[name].run(module, options)
+            if print_after_all:
+                print_after_all(name, module)
+        else:
+            pending.append(name)
+    flush()
+
+
+def run_pipeline_text(module: ir.Module, text: str, options: PassOptions) -> None:
+    run_passes(module, parse_pipeline(text), options)

@@ -1,0 +1,150 @@
+"""The Torq target: choose dispatches for the NPU and replace them with calls.
+
+At IREE's dispatch-creation phase every dispatch is a
+`flow.dispatch.workgroups` op. For each one, `TorqTarget.run`:
+1. extracts its body into a tensor function (`dispatch_extraction`);
+2. checks every linalg op against the Torq patterns; a dispatch with an op no
+   pattern covers stays on the host with a remark naming the op and why;
+3. runs the dispatch pipeline (`pipeline.DISPATCH_PIPELINE`) to a serialized
+   executable;
+4. replaces the dispatch with `hal.tensor.export` of its operands, a call to
+   `torq.run_i<N>_o<M>(executable, ...)` (imported from the `torq` VM module)
+   and `hal.tensor.import` of its results.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+from iree.compiler import ir, passmanager
+
+from .dispatch_extraction import extract_dispatch_function
+from .ir_utils import CompileError, location_str, walk_ops
+from .passes import PassOptions
+from .patterns import Unsupported, is_zero_fill, match_group
+from .pipeline import DISPATCH_PIPELINE, PRE_PASSES, run_passes
+
+SUPPORTED_DTYPES = {"bf16", "i8", "i16", "i32", "f32", "i1", "index"}
+
+
+@dataclass
+class DispatchDecision:
+    name: str
+    executor: str  # "torq" | "host"
+    reason: str = ""
+    tiles: int = 0
+    lram_peak: int = 0
+
+
+@dataclass
+class TargetReport:
+    dispatches: list[DispatchDecision] = field(default_factory=list)
+
+
+def _check_supported(func: ir.Operation, options: PassOptions) -> str:
+    groups = 0
+    for op in walk_ops(func):
+        if op.name.startswith("linalg."):
+            if is_zero_fill(op):
+                continue
+            try:
+                m = match_group(op)
+            except Unsupported as e:
+                return f"{op.name}: {e}"
+            groups += m is not None
+        for r in op.results:
+            t = r.type
+            et = t.element_type if isinstance(t, ir.ShapedType) else t
+            s = str(et)
+            if s == "f32" and options.keep_f32:
+                return "f32 compute requested on host (--torq-keep-f32)"
+            if s not in SUPPORTED_DTYPES:
+                return f"{op.name} computes in {s}, which the slices do not support"
+        if op.name not in ("func.func", "func.return", "arith.constant", "tensor.empty") \
+                and not op.name.startswith("linalg.") and op.parent is not None \
+                and op.parent.name == "func.func":
+            return f"'{op.name}' has no Torq lowering"
+    if groups == 0:
+        return "no compute the NPU runs (data movement only)"
+    return ""
+
+
+def _declare(module_op: ir.Operation, n_in: int, n_out: int, declared: set) -> str:
+    name = f"torq.run_i{n_in}_o{n_out}"
+    if name not in declared:
+        bv = "!hal.buffer_view"
+        args = ", ".join(["!util.buffer"] + [bv] * n_in)
+        res = ", ".join([bv] * n_out)
+        decl = ir.Operation.parse(f"util.func private @{name}({args}) -> ({res})")
+        ir.InsertionPoint.at_block_begin(module_op.regions[0].blocks[0]).insert(decl)
+        declared.add(name)
+    return name
+
+
+def _replace_with_call(dispatch: ir.Operation, blob: bytes, callee: str) -> None:
+    bv = ir.Type.parse("!hal.buffer_view")
+    with ir.InsertionPoint(dispatch), dispatch.location:
+        exe = ir.Operation.create(
+            "util.buffer.constant", results=[ir.Type.parse("!util.buffer")],
+            attributes={"value": ir.DenseElementsAttr.get(
+                np.frombuffer(blob, np.int8), type=ir.IntegerType.get_signless(8)),
+                "alignment": ir.IntegerAttr.get(ir.IndexType.get(), 64)})
+        views = [ir.Operation.create("hal.tensor.export", results=[bv], operands=[v],
+                                     attributes={"source_encoding": ir.TypeAttr.get(v.type)}).result
+                 for v in dispatch.operands]
+        call = ir.Operation.create("util.call", results=[bv] * len(dispatch.results),
+                                   operands=[exe.result] + views,
+                                   attributes={"callee": ir.FlatSymbolRefAttr.get(callee)})
+        for r, v in zip(dispatch.results, call.results):
+            imp = ir.Operation.create(
+                "hal.tensor.import", results=[r.type], operands=[v],
+                attributes={"target_encoding": ir.TypeAttr.get(r.type),
+                            "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])})
+            r.replace_all_uses_with(imp.result)
+    dispatch.erase()
+
+
+class TorqTarget:
+    def __init__(self, options: PassOptions, remarks=sys.stderr, print_after_all=None):
+        self.options = options
+        self.remarks = remarks
+        self.print_after_all = print_after_all
+
+    def remark(self, dispatch: ir.Operation, text: str) -> None:
+        if self.remarks is not None:
+            print(f"{location_str(dispatch)}: remark: {text}", file=self.remarks)
+
+    def run(self, module_op: ir.Operation) -> TargetReport:
+        report = TargetReport()
+        declared: set = set()
+        dispatches = [op for op in walk_ops(module_op) if op.name == "flow.dispatch.workgroups"]
+        for i, dispatch in enumerate(dispatches):
+            parent = dispatch.parent
+            while parent.name != "util.func":
+                parent = parent.parent
+            fname = ir.StringAttr(parent.attributes["sym_name"]).value.replace("$async", "")
+            name = f"{fname}_dispatch_{i}"
+            scratch = ir.Module.create()
+            try:
+                func = extract_dispatch_function(dispatch, name, scratch)
+                passmanager.PassManager.parse(f"builtin.module({PRE_PASSES})").run(scratch.operation)
+                reason = _check_supported(scratch.body.operations[0].operation, self.options)
+                if reason:
+                    raise Unsupported(reason)
+                run_passes(scratch, DISPATCH_PIPELINE[1:], self.options, self.print_after_all)
+            except Unsupported as e:
+                self.remark(dispatch, f"dispatch {name} stays on host: {e}")
+                report.dispatches.append(DispatchDecision(name, "host", str(e)))
+                continue
+            except CompileError as e:
+                raise CompileError(f"{location_str(dispatch)}: dispatch {name}: {e}") from None
+            func = scratch.body.operations[0].operation
+            blob = np.array(ir.DenseElementsAttr(func.attributes["torq.executable"]), dtype=np.int8).tobytes()
+            import json
+            meta = json.loads(ir.StringAttr(func.attributes["torq.program"]).value)
+            callee = _declare(module_op, len(dispatch.operands), len(dispatch.results), declared)
+            _replace_with_call(dispatch, blob, callee)
+            report.dispatches.append(DispatchDecision(name, "torq", "", meta["tiles"], meta["lram_peak"]))
+        return report

@@ -1,0 +1,172 @@
+"""Console scripts: torq-compile, iree-compile (superset), torq-opt.
+
+Every user error prints one line `<tool>: error: ...` and exits non-zero;
+no output file is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .driver import (CompileOptions, UsageError, _ListHw, compile_source, hw_list_text,
+                     parse_torq_flags, write_atomically)
+from .ir_utils import CompileError
+
+_TORQ_TARGETS = ("--iree-hal-target-backends=torq", "--iree-hal-target-device=torq")
+
+
+def _fail(tool: str, msg: str, code: int = 1) -> int:
+    print(f"{tool}: error: {msg}", file=sys.stderr)
+    return code
+
+
+def _split_io(rest: list[str]) -> tuple[str | None, str | None, list[str]]:
+    """Pull the input file and -o out of the remaining args."""
+    inp = out = None
+    flags = []
+    it = iter(range(len(rest)))
+    i = 0
+    while i < len(rest):
+        a = rest[i]
+        if a == "-o":
+            if i + 1 >= len(rest):
+                raise UsageError("-o needs a file name")
+            out = rest[i + 1]
+            i += 2
+            continue
+        if a.startswith("-o") and not a.startswith("--"):
+            out = a[2:]
+        elif a.startswith("--output-file="):
+            out = a.split("=", 1)[1]
+        elif a.startswith("-") and a != "-":
+            flags.append(a)
+        else:
+            if inp is not None:
+                raise UsageError(f"more than one input file ('{inp}', '{a}')")
+            inp = a
+        i += 1
+    return inp, out, flags
+
+
+def _read_input(inp: str | None) -> tuple[bytes, str]:
+    if inp is None:
+        raise UsageError("no input file (usage: torq-compile model.mlir -o model.vmfb)")
+    if inp == "-":
+        return sys.stdin.buffer.read(), "<stdin>"
+    if not os.path.isfile(inp):
+        raise UsageError(f"cannot read input file '{inp}': no such file")
+    with open(inp, "rb") as f:
+        return f.read(), inp
+
+
+def _compile_main(tool: str, argv: list[str], torq_default: bool) -> int:
+    try:
+        opts, rest, quiet = parse_torq_flags(argv)
+        if not torq_default:
+            opts.torq = any(a in _TORQ_TARGETS for a in rest)
+        rest = [a for a in rest if a not in _TORQ_TARGETS]
+        inp, out, flags = _split_io(rest)
+        opts.iree_flags = flags
+        data, name = _read_input(inp)
+        if out is None and not opts.compile_to:
+            raise UsageError("no output file: pass -o model.vmfb")
+        result = compile_source(data, opts, name, remarks=None if quiet else sys.stderr)
+        payload = result.vmfb if result.vmfb is not None else result.ir_text.encode()
+        if out is None or out == "-":
+            sys.stdout.buffer.write(payload)
+        else:
+            write_atomically(out, payload)
+        return 0
+    except _ListHw:
+        print(hw_list_text())
+        return 0
+    except UsageError as e:
+        return _fail(tool, str(e), 2)
+    except CompileError as e:
+        return _fail(tool, str(e).removeprefix("error: "))
+    except KeyboardInterrupt:
+        return _fail(tool, "interrupted", 130)
+
+
+def torq_compile_main(argv: list[str] | None = None) -> int:
+    return _compile_main("torq-compile", sys.argv[1:] if argv is None else argv, True)
+
+
+def _stock_iree_compile(argv: list[str]) -> int:
+    from iree.compiler.tools.binaries import find_tool
+
+    exe = find_tool("iree-compile")
+    os.execv(exe, [exe] + argv)
+
+
+def iree_compile_main(argv: list[str] | None = None) -> int:
+    """`iree-compile` that adds the Torq target; without it, the stock binary."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not any(a in _TORQ_TARGETS or a.startswith("--torq-") for a in argv):
+        return _stock_iree_compile(argv)
+    return _compile_main("iree-compile", argv, False)
+
+
+def torq_opt_main(argv: list[str] | None = None) -> int:
+    """Run Torq and MLIR passes on an input file and print the IR (like iree-opt)."""
+    from iree.compiler import ir
+
+    from .pipeline import run_pipeline_text
+    from .passes import PassOptions
+
+    argv = sys.argv[1:] if argv is None else argv
+    tool = "torq-opt"
+    try:
+        opts, rest, _ = parse_torq_flags(argv)
+        pipeline = ""
+        files, out = [], None
+        i = 0
+        while i < len(rest):
+            a = rest[i]
+            if a.startswith("--pass-pipeline="):
+                pipeline = a.split("=", 1)[1]
+            elif a == "-o":
+                out = rest[i + 1]
+                i += 1
+            elif a.startswith("-") and a != "-":
+                raise UsageError(f"unknown flag '{a}'")
+            else:
+                files.append(a)
+            i += 1
+        if len(files) != 1:
+            raise UsageError("expected exactly one input file")
+        data, name = _read_input(files[0])
+        ctx = ir.Context()
+        ctx.allow_unregistered_dialects = True
+        from iree.compiler import _mlir_libs  # registers IREE dialects on the context
+
+        with ctx:
+            try:
+                module = ir.Module.parse(data.decode(), ctx)
+            except ir.MLIRError as e:
+                raise CompileError(f"{name}: failed to parse: {_first_diag(e)}") from None
+            with ir.Location.unknown():
+                if pipeline:
+                    run_pipeline_text(module, pipeline, opts.pass_options())
+            text = str(module)
+        if out:
+            write_atomically(out, text.encode())
+        else:
+            sys.stdout.write(text + "\n")
+        return 0
+    except _ListHw:
+        print(hw_list_text())
+        return 0
+    except UsageError as e:
+        return _fail(tool, str(e), 2)
+    except CompileError as e:
+        return _fail(tool, str(e).removeprefix("error: "))
+
+
+def _first_diag(e: Exception) -> str:
+    lines = [l.strip() for l in str(e).splitlines() if l.strip()]
+    for l in lines:
+        if "error:" in l:
+            return l.split("error:", 1)[1].strip()
+    return lines[-1] if lines else str(e)

@@ -1,0 +1,1 @@
+"""Torq NPU compiler and simulator on top of IREE."""

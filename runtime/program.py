@@ -1,0 +1,165 @@
+"""The NSS program: what one Torq executable asks the NPU to do.
+
+This is the in-memory form shared by the compiler (`torq-build-nss-program`
+produces it, `torq-serialize-executable` writes it as FlatBuffers) and the
+runtime (the loader parses it back, the simulator executes it).
+
+Model:
+- `tensors` are DDR (XRAM) tensors: the call's inputs and outputs, constants
+  stored in the executable, and scratch tensors for intermediates that leave
+  LRAM between tiles. All are dense row-major.
+- `buffers` are LRAM buffers with an offset and size assigned by
+  `torq-assign-lram-addresses`, and a live range `[live_start, live_end]` in
+  command indices. Two buffers whose live ranges intersect must not overlap.
+- `commands` run in order (the first timing model is sequential per engine):
+  `DmaIn` copies a box of a DDR tensor into a buffer (contiguous row-major of
+  the box's sizes), `Compute` runs one TorqHL op on a slice with LRAM operands,
+  `DmaOut` copies a buffer into a box of a DDR tensor.
+
+Compute ops (`Compute.op`) and their attributes:
+- "conv2d": operands [input, weight, *epilogue operands]. attrs:
+  input_dims (str over N,C,H,W), weight_dims (str over O,C,H,W),
+  output_dims (str over N,O,H,W; N only if input has N), stride [sh, sw],
+  dilation [dh, dw]. No padding: padding is materialised before the op.
+  out[n,o,y,x] = sum_{c,i,j} in[n,c,y*sh+i*dh,x*sw+j*dw] * w[o,c,i,j]
+- "matmul": operands [lhs, rhs, *epilogue operands]. attrs: lhs_dims,
+  rhs_dims, output_dims: strings over B,M,N,K (einsum letters, K reduced).
+- "elementwise": operands [*epilogue operands]; the result has the shape of
+  `result`; there is no principal value.
+All three end with the same `epilogue` attr (see `Epilogue`), applied
+elementwise on the f32 (or i32) principal result before the store.
+
+Dtypes are strings: "bf16", "f32", "i8", "i16", "i32". bf16 compute
+accumulates in f32 and rounds to nearest even on store; integer compute
+accumulates in i32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+DTYPE_BYTES = {"bf16": 2, "f32": 4, "i8": 1, "i16": 2, "i32": 4, "f16": 2}
+
+# Epilogue step ops. Each step reads refs and writes a new value.
+#   binary: add sub mul div max min ; unary: neg
+#   "select_gt" a b c d : (a > b) ? c : d     (relu/clamp written as cmp+select)
+#   "select_lt" a b c d : (a < b) ? c : d
+#   "cast" a (attr "to": dtype)  -- rounding to a narrower type mid-chain
+EPILOGUE_OPS = {"add", "sub", "mul", "div", "max", "min", "neg", "select_gt", "select_lt",
+                "select_ge", "select_le", "cast"}
+
+
+@dataclass
+class Ref:
+    """An epilogue operand: a previous value, an op operand, or a constant.
+
+    kind "value": index into the values computed so far (value 0 is the
+      principal result for conv2d/matmul; for "elementwise" there is none and
+      the first step's result is value 0).
+    kind "operand": index into Compute.operands; `axes[i]` is the output dim
+      that operand dim i runs along (broadcast over the others).
+    kind "const": the scalar `const`.
+    """
+
+    kind: str
+    index: int = 0
+    axes: tuple[int, ...] = ()
+    const: float = 0.0
+
+
+@dataclass
+class EpilogueStep:
+    op: str
+    args: list[Ref]
+    to: str = ""  # for "cast"
+
+
+@dataclass
+class Epilogue:
+    steps: list[EpilogueStep] = field(default_factory=list)
+    # The value stored to the result; -1 means the last step (or the principal
+    # result when there are no steps).
+    result: int = -1
+
+
+@dataclass
+class TensorDesc:
+    index: int
+    kind: str  # "input" | "output" | "constant" | "scratch"
+    shape: tuple[int, ...]
+    dtype: str  # dtype in DDR as the NPU sees it
+    host_dtype: str  # dtype on the IREE side of the call (f32 when demoted to bf16)
+    arg_index: int = -1  # position among call inputs (kind input) or results (kind output)
+    data: bytes = b""  # constants only, in `dtype`, row-major
+
+    @property
+    def nbytes(self) -> int:
+        n = DTYPE_BYTES[self.dtype]
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass
+class LramBuffer:
+    id: int
+    offset: int
+    size: int  # bytes
+    live_start: int  # first command index that uses it
+    live_end: int  # last command index that uses it
+
+
+@dataclass
+class Operand:
+    buffer: int
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass
+class DmaIn:
+    tensor: int
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    buffer: int
+
+
+@dataclass
+class DmaOut:
+    buffer: int
+    tensor: int
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+
+
+@dataclass
+class Compute:
+    op: str  # "conv2d" | "matmul" | "elementwise"
+    operands: list[Operand]
+    result: Operand
+    attrs: dict  # op-specific, see module docstring; str / int / list[int]
+    epilogue: Epilogue = field(default_factory=Epilogue)
+    slice: int = 0
+    macs: int = 0
+    tile: int = 0  # index of the tile iteration this command belongs to
+
+
+Command = Union[DmaIn, DmaOut, Compute]
+
+
+@dataclass
+class Program:
+    name: str
+    hw: dict  # TorqHw.to_dict() the program was compiled for
+    tensors: list[TensorDesc]
+    buffers: list[LramBuffer]
+    commands: list[Command]
+    tiles: int = 1
+    lram_peak: int = 0  # compiler's figure: highest sum of live buffer bytes
+
+    def inputs(self) -> list[TensorDesc]:
+        return sorted((t for t in self.tensors if t.kind == "input"), key=lambda t: t.arg_index)
+
+    def outputs(self) -> list[TensorDesc]:
+        return sorted((t for t in self.tensors if t.kind == "output"), key=lambda t: t.arg_index)
