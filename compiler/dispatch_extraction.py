@@ -2,12 +2,15 @@
 
 The Torq dispatch pipeline works on plain `func.func` ops over tensors: one
 argument per dispatch input (full `dispatch.tensor.load`), one result per
-dispatch output (full `dispatch.tensor.store`). Dispatches with partial loads
-or stores, tied (read-write) results or dynamic shapes are `Unsupported` and
-stay on the host.
+dispatch output (full `dispatch.tensor.store`). A dispatch that writes a
+box of a read-write operand (IREE fuses a consumer's padding this way) returns
+the box; the host inserts it with `flow.tensor.update`. Partial loads, reads
+of a read-write operand and dynamic shapes are `Unsupported`: host.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from iree.compiler import ir
 
@@ -33,23 +36,53 @@ def _is_full(op: ir.Operation, shape: tuple[int, ...]) -> bool:
             and all(s == 1 for s in strides) and len(op.operands) <= 2)
 
 
-def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Module) -> ir.Operation:
+@dataclass
+class ExtractedDispatch:
+    func: ir.Operation
+    input_operands: list[int]  # dispatch operand index of each function argument
+    # For each dispatch result: (tied operand index, store offsets) when the
+    # dispatch writes a box of a read-write operand, else (-1, None).
+    result_updates: list[tuple[int, list[int] | None]]
+
+
+def _tied_operands(dispatch: ir.Operation) -> list[int]:
+    if "tied_operands" not in dispatch.attributes:
+        return [-1] * len(dispatch.results)
+    return [ir.IntegerAttr(a).value for a in ir.ArrayAttr(dispatch.attributes["tied_operands"])]
+
+
+def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Module) -> ExtractedDispatch:
     """Build `func.func @name` in `module` from a clone of `dispatch`'s body."""
-    region = dispatch.regions[0]
-    block = region.blocks[0]
-    inputs, outputs = [], []
+    block = dispatch.regions[0].blocks[0]
+    n_operands = len(dispatch.operands)
+    tied = _tied_operands(dispatch)
+    # Block argument of each dispatch result.
+    result_args, k = [], n_operands
+    for t in tied:
+        if t >= 0:
+            result_args.append(t)
+        else:
+            result_args.append(k)
+            k += 1
+    kinds = []
     for arg in block.arguments:
         if not str(arg.type).startswith("!iree_tensor_ext.dispatch.tensor"):
             raise Unsupported(f"dispatch takes a non-tensor operand ({arg.type})")
         access, t = _tensor_of(arg.type)
         if static_shape(t) is None:
             raise Unsupported("dispatch has dynamic shapes")
-        if access == "readwrite":
-            raise Unsupported("dispatch updates a tensor in place (read-write binding)")
-        (inputs if access == "readonly" else outputs).append((arg, t))
-    if not outputs:
-        raise Unsupported("dispatch has no outputs")
-    func_type = ir.FunctionType.get([t for _, t in inputs], [t for _, t in outputs])
+        kinds.append((access, t))
+    input_args = [i for i in range(n_operands) if kinds[i][0] == "readonly"]
+    out_types = []
+    for r, a in zip(dispatch.results, result_args):
+        if kinds[a][0] == "readwrite":
+            uses = [u.owner for u in block.arguments[a].uses]
+            if len(uses) != 1 or uses[0].name != "iree_tensor_ext.dispatch.tensor.store":
+                raise Unsupported("dispatch reads a tensor it updates in place")
+            out_types.append(uses[0].operands[0].type)
+        else:
+            out_types.append(kinds[a][1])
+    func_type = ir.FunctionType.get([kinds[i][1] for i in input_args], out_types)
     with ir.InsertionPoint(module.body):
         func = ir.Operation.create(
             "func.func", regions=1,
@@ -57,16 +90,14 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
                         "function_type": ir.TypeAttr.get(func_type),
                         "torq.dispatch": ir.UnitAttr.get()},
             loc=dispatch.location)
-    fblock = func.regions[0].blocks.append(*[t for _, t in inputs])
+    fblock = func.regions[0].blocks.append(*[kinds[i][1] for i in input_args])
     clone = dispatch.clone()
     try:
         cblock = clone.regions[0].blocks[0]
-        in_index = {i: n for n, (_, _) in enumerate(inputs) for i in [None]}
-        in_pos = {block_arg_pos: n for n, block_arg_pos in
-                  enumerate(i for i, a in enumerate(block.arguments) if _tensor_of(a.type)[0] == "readonly")}
-        out_pos = {block_arg_pos: n for n, block_arg_pos in
-                   enumerate(i for i, a in enumerate(block.arguments) if _tensor_of(a.type)[0] == "writeonly")}
-        results: list[ir.Value | None] = [None] * len(outputs)
+        in_pos = {a: n for n, a in enumerate(input_args)}
+        out_pos = {a: n for n, a in enumerate(result_args)}
+        results: list[ir.Value | None] = [None] * len(result_args)
+        updates: list[tuple[int, list[int] | None]] = [(-1, None)] * len(result_args)
         for op in block_ops(cblock):
             if op.name == "iree_tensor_ext.dispatch.tensor.load":
                 src = op.operands[0]
@@ -78,16 +109,21 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
             elif op.name == "iree_tensor_ext.dispatch.tensor.store":
                 dst = op.operands[1]
                 pos = dst.arg_number if isinstance(dst.owner, ir.Block) else None
-                if pos not in out_pos or not _is_full(op, static_shape(op.operands[0].type)):
-                    raise Unsupported("dispatch stores part of an output")
-                if results[out_pos[pos]] is not None:
+                if pos not in out_pos or results[out_pos[pos]] is not None:
                     raise Unsupported("dispatch stores an output twice")
+                if kinds[pos][0] == "readwrite":
+                    offsets = _static_box_offsets(op)
+                    if offsets is None:
+                        raise Unsupported("dispatch updates a strided or dynamic box")
+                    updates[out_pos[pos]] = (pos, offsets)
+                elif not _is_full(op, static_shape(op.operands[0].type)):
+                    raise Unsupported("dispatch stores part of an output")
                 results[out_pos[pos]] = op.operands[0]
                 op.erase()
             elif op.name == "flow.return":
                 op.erase()
             else:
-                op.move_before_block_end(fblock) if hasattr(op, "move_before_block_end") else _append(op, fblock)
+                _append(op, fblock)
         if any(r is None for r in results):
             raise Unsupported("dispatch output never stored")
         with ir.InsertionPoint(fblock), dispatch.location:
@@ -97,7 +133,20 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
         raise
     finally:
         clone.erase()
-    return func
+    return ExtractedDispatch(func, input_args, updates)
+
+
+def _static_box_offsets(op: ir.Operation) -> list[int] | None:
+    try:
+        offsets = int_array(op.attributes["static_offsets"])
+        strides = int_array(op.attributes["static_strides"])
+        sizes = int_array(op.attributes["static_sizes"])
+    except KeyError:
+        return None
+    if any(o < 0 for o in offsets) or any(s != 1 for s in strides) or any(s < 0 for s in sizes) \
+            or len(op.operands) > 2:
+        return None
+    return offsets
 
 
 def _append(op: ir.Operation, block: ir.Block) -> None:

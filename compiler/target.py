@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from iree.compiler import ir, passmanager
 
-from .dispatch_extraction import extract_dispatch_function
+from .dispatch_extraction import ExtractedDispatch, extract_dispatch_function
 from .ir_utils import CompileError, location_str, walk_ops
 from .passes import PassOptions
 from .patterns import Unsupported, is_zero_fill, match_group
@@ -83,7 +83,7 @@ def _declare(module_op: ir.Operation, n_in: int, n_out: int, declared: set) -> s
     return name
 
 
-def _replace_with_call(dispatch: ir.Operation, blob: bytes, callee: str) -> None:
+def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, blob: bytes, callee: str) -> None:
     bv = ir.Type.parse("!hal.buffer_view")
     with ir.InsertionPoint(dispatch), dispatch.location:
         exe = ir.Operation.create(
@@ -93,17 +93,63 @@ def _replace_with_call(dispatch: ir.Operation, blob: bytes, callee: str) -> None
                 "alignment": ir.IntegerAttr.get(ir.IndexType.get(), 64)})
         views = [ir.Operation.create("hal.tensor.export", results=[bv], operands=[v],
                                      attributes={"source_encoding": ir.TypeAttr.get(v.type)}).result
-                 for v in dispatch.operands]
+                 for v in (dispatch.operands[i] for i in ex.input_operands)]
         call = ir.Operation.create("util.call", results=[bv] * len(dispatch.results),
                                    operands=[exe.result] + views,
                                    attributes={"callee": ir.FlatSymbolRefAttr.get(callee)})
-        for r, v in zip(dispatch.results, call.results):
+        out_types = ir.FunctionType(ir.TypeAttr(ex.func.attributes["torq.original_type"]).value).results
+        for r, v, t, (tied, offsets) in zip(dispatch.results, call.results, out_types, ex.result_updates):
+            t = _host_type(ex.func, t, len(out_types), list(dispatch.results).index(r))
             imp = ir.Operation.create(
-                "hal.tensor.import", results=[r.type], operands=[v],
-                attributes={"target_encoding": ir.TypeAttr.get(r.type),
+                "hal.tensor.import", results=[t], operands=[v],
+                attributes={"target_encoding": ir.TypeAttr.get(t),
                             "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])})
-            r.replace_all_uses_with(imp.result)
+            value = imp.result
+            if tied >= 0:  # write the box into the operand the dispatch updated in place
+                value = _insert_box(value, dispatch.operands[tied], offsets, r.type)
+            r.replace_all_uses_with(value)
     dispatch.erase()
+
+
+def _insert_box(box: ir.Value, dest: ir.Value, offsets: list[int], result_type: ir.Type) -> ir.Value:
+    """Host copy dispatch writing `box` into `dest` at `offsets` (tied to `dest`).
+
+    This is the shape IREE itself gives padding copies; a plain
+    `flow.tensor.update` would be wrong here because the box is not contiguous.
+    """
+    bt, dt = box.type, dest.type
+    shape = ", ".join(str(d) for d in bt.shape)
+    zeros = ", ".join("0" for _ in offsets)
+    ones = ", ".join("1" for _ in offsets)
+    offs = ", ".join(str(o) for o in offsets)
+    ro = f"!iree_tensor_ext.dispatch.tensor<readonly:{bt}>"
+    rw = f"!iree_tensor_ext.dispatch.tensor<readwrite:{dt}>"
+    text = f"""
+util.func private @torq_insert_box(%box: {bt}, %dest: {dt}) -> {dt} {{
+  %r = flow.dispatch.workgroups(%box, %dest) : ({bt}, {dt}) -> %dest =
+      (%a: {ro}, %b: {rw}) {{
+    %v = iree_tensor_ext.dispatch.tensor.load %a, offsets = [{zeros}], sizes = [{shape}], strides = [{ones}] : {ro} -> {bt}
+    iree_tensor_ext.dispatch.tensor.store %v, %b, offsets = [{offs}], sizes = [{shape}], strides = [{ones}] : {bt} -> {rw}
+    flow.return
+  }} count() -> (index, index, index) {{
+    %x, %y, %z = iree_tensor_ext.dispatch.workgroup_count_from_slice()
+    flow.return %x, %y, %z : index, index, index
+  }}
+  util.return %r : {dt}
+}}"""
+    helper = ir.Module.parse(text)
+    template = next(op for op in walk_ops(helper.operation) if op.name == "flow.dispatch.workgroups")
+    copy = template.clone()  # inserted at the current insertion point
+    copy.operands[0] = box
+    copy.operands[1] = dest
+    return copy.results[0]
+
+
+def _host_type(func: ir.Operation, npu_type: ir.Type, n: int, i: int) -> ir.Type:
+    """The type the host sees for result i (f32 when the NPU computes bf16)."""
+    if "torq.host_result_types" in func.attributes:
+        return ir.TypeAttr(ir.ArrayAttr(func.attributes["torq.host_result_types"])[i]).value
+    return npu_type
 
 
 class TorqTarget:
@@ -128,7 +174,7 @@ class TorqTarget:
             name = f"{fname}_dispatch_{i}"
             scratch = ir.Module.create()
             try:
-                func = extract_dispatch_function(dispatch, name, scratch)
+                ex = extract_dispatch_function(dispatch, name, scratch)
                 passmanager.PassManager.parse(f"builtin.module({PRE_PASSES})").run(scratch.operation)
                 reason = _check_supported(scratch.body.operations[0].operation, self.options)
                 if reason:
@@ -140,11 +186,11 @@ class TorqTarget:
                 continue
             except CompileError as e:
                 raise CompileError(f"{location_str(dispatch)}: dispatch {name}: {e}") from None
-            func = scratch.body.operations[0].operation
+            func = ex.func = scratch.body.operations[0].operation
             blob = np.array(ir.DenseElementsAttr(func.attributes["torq.executable"]), dtype=np.int8).tobytes()
             import json
             meta = json.loads(ir.StringAttr(func.attributes["torq.program"]).value)
-            callee = _declare(module_op, len(dispatch.operands), len(dispatch.results), declared)
-            _replace_with_call(dispatch, blob, callee)
+            callee = _declare(module_op, len(ex.input_operands), len(dispatch.results), declared)
+            _replace_with_call(dispatch, ex, blob, callee)
             report.dispatches.append(DispatchDecision(name, "torq", "", meta["tiles"], meta["lram_peak"]))
         return report

@@ -1,0 +1,96 @@
+"""`torq.compile`: a model (torch, turbine export, MLIR text or path) to a runnable module."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+from torq.compiler.driver import (CompileOptions, UsageError, _ListHw, compile_source,
+                                  parse_torq_flags, write_atomically)
+from torq.compiler.ir_utils import CompileError
+from torq.compiler.target import TargetReport
+from torq.hw import TorqHw, parse_hw_spec
+
+
+class TorqCompileError(Exception):
+    """Compilation failed; the message is the one-line compiler error."""
+
+
+def _to_mlir(model: Any, args: Sequence[Any]) -> tuple[str | bytes, str]:
+    if isinstance(model, (bytes, bytearray)):
+        return bytes(model), "<bytes>"
+    if isinstance(model, str):
+        if "\n" not in model and (model.endswith(".mlir") or model.endswith(".mlirbc") or os.path.exists(model)):
+            if not os.path.isfile(model):
+                raise TorqCompileError(f"cannot read '{model}': no such file")
+            with open(model, "rb") as f:
+                return f.read(), model
+        return model, "<string>"
+    if isinstance(model, os.PathLike):
+        return _to_mlir(os.fspath(model), args)
+    if hasattr(model, "mlir_module"):  # an iree.turbine.aot export
+        return str(model.mlir_module), type(model).__name__
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        torch = None
+    if torch is not None and isinstance(model, torch.nn.Module):
+        import iree.turbine.aot as aot
+
+        exported = aot.export(model, args=tuple(args))
+        return str(exported.mlir_module), type(model).__name__
+    raise TorqCompileError(f"cannot compile an object of type {type(model).__name__}: pass a "
+                           "torch.nn.Module, a turbine export, MLIR text or a file path")
+
+
+class CompiledModule:
+    """A compiled .vmfb, loaded on the Torq device (simulator) on first use."""
+
+    def __init__(self, vmfb: bytes, hw: TorqHw, report: TargetReport):
+        self.vmfb = vmfb
+        self.hw = hw
+        self.report = report
+        self._loaded = None
+
+    @property
+    def module(self):
+        if self._loaded is None:
+            from torq.runtime.api import load
+
+            self._loaded = load(self.vmfb, hw=self.hw)
+        return self._loaded
+
+    def __call__(self, *args):
+        return self.module.main(*args)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.module, name)
+
+    @property
+    def last_stats(self):
+        return self.module.last_stats
+
+    def save(self, path: str | os.PathLike) -> None:
+        write_atomically(os.fspath(path), self.vmfb)
+
+
+def compile(model: Any, *args: Any, hw: str | TorqHw = "SL2610", flags: Sequence[str] = (),
+            remarks=None) -> CompiledModule:
+    """Compile `model` for Torq. `args` are example inputs for a torch module."""
+    try:
+        opts, rest, _ = parse_torq_flags(list(flags))
+    except (UsageError, _ListHw) as e:
+        raise TorqCompileError(str(e)) from None
+    try:
+        opts.hw = hw if isinstance(hw, TorqHw) else parse_hw_spec(hw)
+    except ValueError as e:
+        raise TorqCompileError(str(e)) from None
+    opts.iree_flags = rest
+    source, name = _to_mlir(model, args)
+    try:
+        result = compile_source(source, opts, name, remarks=remarks)
+    except (CompileError, UsageError) as e:
+        raise TorqCompileError(str(e)) from None
+    return CompiledModule(result.vmfb, opts.hw, result.report)

@@ -1,0 +1,404 @@
+"""Python API to run a compiled .vmfb with its Torq dispatches on the simulator.
+
+Contract:
+- `load(path_or_bytes, hw=None) -> LoadedModule` reads a .vmfb (a path or its
+  bytes) and instantiates it on IREE's "local-task" CPU device for host code,
+  with the `torq` VM module (`TorqModule`) registered before it. `hw` (a
+  `TorqHw` or a `--torq-hw` spec string) fixes the simulated device; by
+  default each Torq executable runs on the hardware it was compiled for.
+- Each public function of the module is a callable attribute (`m.main(x, y)`;
+  also `m["name"]` for names that are not identifiers or clash with methods).
+  Inputs are numpy arrays, numpy/Python scalars or torch tensors; results are
+  numpy arrays: one result is returned bare, several as a tuple.
+- Inputs are checked against the function's reflection metadata when it has
+  any (`iree.abi` JSON or the `iree.abi.declaration` string): count, shape
+  (dynamic dims match anything) and dtype (exact: no silent casts; Python
+  scalars and lists are converted to the expected dtype).
+- `m.last_stats` is the list of per-dispatch stats dicts of the last call
+  (one per Torq dispatch, in execution order; see `TorqModule`).
+- `m.save(path)` writes the .vmfb, `m.function_names` lists the functions,
+  `m.signature(name)` gives the parsed signature, `m.close()` frees IREE
+  objects (also automatic on collection and at interpreter exit).
+- Errors are `TorqRuntimeError`s (see `errors`): `ModuleLoadError` for a bad
+  file, `InputError` for wrong inputs, `DispatchError` for a Torq dispatch
+  that failed, `InvocationError` for a host-side failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import iree.runtime as rt
+import ml_dtypes
+import numpy as np
+
+from torq.hw import TorqHw, parse_hw_spec
+
+from .errors import DispatchError, InputError, InvocationError, ModuleLoadError, TorqRuntimeError
+from .module import (
+    ELEMENT_TYPES,
+    MAX_INPUTS,
+    MAX_RESULTS,
+    ElementType,
+    TorqModule,
+    buffer_view_to_numpy,
+    element_type_of_dtype,
+    element_type_of_hal,
+    numpy_to_buffer_view,
+)
+
+__all__ = [
+    "load",
+    "LoadedModule",
+    "FunctionSignature",
+    "TensorSpec",
+    "TorqRuntimeError",
+    "ModuleLoadError",
+    "InputError",
+    "DispatchError",
+    "InvocationError",
+]
+
+HOST_DEVICE = "local-task"
+
+
+# --------------------------------------------------------------------------
+# Signatures from reflection metadata
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """An expected tensor: dims (None = dynamic) and element type (None = unknown)."""
+
+    shape: tuple[int | None, ...]
+    element: ElementType | None
+    text: str  # e.g. "2x3xf32"
+
+    def matches(self, array: np.ndarray) -> bool:
+        if self.element is not None and array.dtype != self.element.dtype:
+            return False
+        if len(self.shape) != array.ndim:
+            return False
+        return all(d is None or d == a for d, a in zip(self.shape, array.shape))
+
+
+@dataclass(frozen=True)
+class FunctionSignature:
+    """Inputs/results of a function; a None entry is a value of unknown type."""
+
+    name: str
+    inputs: tuple[TensorSpec | None, ...] | None  # None: no metadata at all
+    results: tuple[TensorSpec | None, ...] | None
+    declaration: str = ""
+
+
+def describe_array(array: np.ndarray) -> str:
+    """IREE-style `2x3xf32` text for an array (numpy dtype name if not an IREE type)."""
+    try:
+        name = element_type_of_dtype(array.dtype).name
+    except KeyError:
+        name = str(array.dtype)
+    return "x".join([*(str(d) for d in array.shape), name])
+
+
+def _tensor_spec(text: str) -> TensorSpec | None:
+    m = re.fullmatch(r"\s*tensor<([^,>]*)(?:,[^>]*)?>\s*", text)
+    if not m:
+        return None
+    parts = m.group(1).strip().split("x")
+    dims: list[int | None] = []
+    for p in parts[:-1]:
+        if p == "?":
+            dims.append(None)
+        elif p.isdigit():
+            dims.append(int(p))
+        else:
+            return None
+    return TensorSpec(tuple(dims), ELEMENT_TYPES.get(parts[-1]), m.group(1).strip())
+
+
+def _split_values(section: str) -> tuple[TensorSpec | None, ...]:
+    # `%input0: tensor<2x3xf32>, %input1: !hal.buffer_view` -> one spec per value
+    chunks = [c for c in re.split(r"(?:^|,\s*)%[\w$.-]+\s*:\s*", section.strip()) if c.strip()]
+    return tuple(_tensor_spec(c.strip().rstrip(",")) for c in chunks)
+
+
+def _parse_declaration(name: str, decl: str) -> FunctionSignature:
+    m = re.search(r"@[^(]*\((.*?)\)\s*->\s*(.*)$", decl, re.S)
+    if not m:
+        m2 = re.search(r"@[^(]*\((.*?)\)\s*$", decl, re.S)
+        if not m2:
+            return FunctionSignature(name, None, None, decl)
+        return FunctionSignature(name, _split_values(m2.group(1)), (), decl)
+    results = m.group(2).strip()
+    if results.startswith("(") and results.endswith(")"):
+        results = results[1:-1]
+    return FunctionSignature(name, _split_values(m.group(1)), _split_values(results), decl)
+
+
+def _abi_spec(desc: Any) -> TensorSpec | None:
+    # iree.abi JSON: ["ndarray", "f32", rank, d0, d1, ...] with null for dynamic dims.
+    if not isinstance(desc, list) or len(desc) < 3 or desc[0] != "ndarray":
+        return None
+    dims = tuple(d if isinstance(d, int) else None for d in desc[3:])
+    text = "x".join([*("?" if d is None else str(d) for d in dims), str(desc[1])])
+    return TensorSpec(dims, ELEMENT_TYPES.get(str(desc[1])), text)
+
+
+def function_signature(fn: rt.VmFunction) -> FunctionSignature:
+    """The signature of a VM function from its reflection metadata (best effort)."""
+    refl = dict(fn.reflection)
+    if "iree.abi" in refl:
+        try:
+            abi = json.loads(refl["iree.abi"])
+            return FunctionSignature(
+                fn.name, tuple(_abi_spec(a) for a in abi["a"]), tuple(_abi_spec(r) for r in abi["r"])
+            )
+        except (ValueError, KeyError, TypeError):
+            pass
+    decl = refl.get("iree.abi.declaration")
+    if decl:
+        return _parse_declaration(fn.name, decl)
+    return FunctionSignature(fn.name, None, None)
+
+
+# --------------------------------------------------------------------------
+# Input conversion
+
+
+def _to_numpy(value: Any, spec: TensorSpec | None) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        return value
+    if type(value).__module__.startswith("torch"):
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            t = value.detach().cpu()
+            if t.dtype == torch.bfloat16:
+                return t.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+            return t.numpy()
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    dtype = spec.element.dtype if spec is not None and spec.element is not None else None
+    return np.asarray(value, dtype=dtype)
+
+
+# --------------------------------------------------------------------------
+# The loaded module
+
+
+class _Resources:
+    """IREE objects of one loaded module; `close` drops them in a safe order."""
+
+    def __init__(self) -> None:
+        self.config: rt.Config | None = None
+        self.vm_module: rt.VmModule | None = None
+        self.torq: TorqModule | None = None
+        self.context: rt.SystemContext | None = None
+        self.functions: dict[str, rt.VmFunction] = {}
+
+    def close(self) -> None:
+        self.functions.clear()
+        self.context = None
+        self.vm_module = None
+        if self.torq is not None:
+            self.torq.close()
+            self.torq = None
+        self.config = None
+
+
+class LoadedModule:
+    """A .vmfb ready to run; see the module docstring."""
+
+    def __init__(self, vmfb: bytes, source: str, hw: TorqHw | None = None) -> None:
+        self._vmfb = vmfb
+        self.source = source
+        self.last_stats: list[dict] = []
+        res = self._res = _Resources()
+        self._finalizer = weakref.finalize(self, _Resources.close, res)
+        try:
+            res.config = rt.Config(HOST_DEVICE)
+            try:
+                res.vm_module = rt.VmModule.copy_buffer(res.config.vm_instance, vmfb)
+            except (ValueError, RuntimeError) as e:
+                raise ModuleLoadError(f"not a valid .vmfb: {source}: {_iree_message(e)}") from None
+            res.torq = TorqModule(res.config, hw)
+            try:
+                res.context = rt.SystemContext(vm_modules=[res.torq.vm_module, res.vm_module], config=res.config)
+            except (ValueError, RuntimeError) as e:
+                msg = _iree_message(e)
+                if "not exported" in msg and "run_i" in msg:
+                    msg += f" (the torq module exports run_i{{N}}_o{{M}} for N <= {MAX_INPUTS}, M <= {MAX_RESULTS})"
+                raise ModuleLoadError(f"cannot instantiate {source}: {msg}") from None
+            names = []
+            for name in res.vm_module.function_names:
+                fn = res.vm_module.lookup_function(name)
+                if fn is None or name.startswith("__"):
+                    continue
+                if name.endswith("$async") or dict(fn.reflection).get("iree.abi.model") == "coarse-fences":
+                    continue  # async variant (`name$async`): needs fences, not callable here
+                res.functions[name] = fn
+                names.append(name)
+            self.function_names: list[str] = names
+            self._signatures = {n: function_signature(res.functions[n]) for n in names}
+        except BaseException:
+            self.close()
+            raise
+
+    # -- public API ---------------------------------------------------------
+
+    @property
+    def hw(self) -> TorqHw | None:
+        return self._res.torq.hw if self._res.torq is not None else None
+
+    def signature(self, name: str) -> FunctionSignature:
+        self._check_function(name)
+        return self._signatures[name]
+
+    def save(self, path: str | os.PathLike) -> None:
+        with open(path, "wb") as f:
+            f.write(self._vmfb)
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> "LoadedModule":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("_") or name not in self.__dict__.get("_signatures", {}):
+            raise AttributeError(f"module has no function or attribute '{name}'")
+        return self[name]
+
+    def __getitem__(self, name: str) -> Callable[..., Any]:
+        self._check_function(name)
+
+        def call(*args: Any) -> Any:
+            results = self.call_raw(name, *args)
+            arrays = [a for a, _ in results]
+            if len(arrays) == 1:
+                return arrays[0]
+            return tuple(arrays) if arrays else None
+
+        call.__name__ = name
+        call.__doc__ = self._signatures[name].declaration or f"Calls @{name}."
+        return call
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self.__dict__.get("function_names", [])))
+
+    def call_raw(self, name: str, *args: Any) -> list[tuple[Any, ElementType | None]]:
+        """Calls `name`; returns each result with its IREE element type (None for scalars)."""
+        self._check_function(name)
+        sig = self._signatures[name]
+        arrays = self._check_inputs(sig, args)
+        # IREE objects live only inside _invoke, so no exception traceback pins them.
+        results, error = self._invoke(name, sig, arrays)
+        if error is not None:
+            raise error
+        return results
+
+    # -- internals ----------------------------------------------------------
+
+    def _check_function(self, name: str) -> None:
+        if self._res.context is None:
+            raise TorqRuntimeError(f"module {self.source} is closed")
+        if name not in self._signatures:
+            raise TorqRuntimeError(
+                f"module {self.source} has no function '{name}' (functions: {', '.join(self.function_names) or 'none'})"
+            )
+
+    def _check_inputs(self, sig: FunctionSignature, args: Sequence[Any]) -> list[tuple[np.ndarray, ElementType]]:
+        specs = sig.inputs
+        if specs is not None and len(specs) != len(args):
+            raise InputError(f"{sig.name}: expected {len(specs)} inputs, got {len(args)}")
+        out = []
+        for i, value in enumerate(args):
+            spec = specs[i] if specs is not None else None
+            try:
+                array = _to_numpy(value, spec)
+            except (TypeError, ValueError) as e:
+                raise InputError(f"{sig.name}: input {i}: cannot convert {type(value).__name__} to an array: {e}") from None
+            if spec is not None and not spec.matches(array):
+                raise InputError(f"{sig.name}: input {i}: expected {spec.text}, got {describe_array(array)}")
+            if spec is not None and spec.element is not None:
+                et = spec.element
+            else:
+                try:
+                    et = element_type_of_dtype(array.dtype)
+                except KeyError:
+                    raise InputError(f"{sig.name}: input {i}: unsupported dtype {array.dtype}") from None
+            out.append((array, et))
+        return out
+
+    def _invoke(
+        self, name: str, sig: FunctionSignature, arrays: list[tuple[np.ndarray, ElementType]]
+    ) -> tuple[list[tuple[Any, ElementType | None]], Exception | None]:
+        res = self._res
+        assert res.config is not None and res.context is not None and res.torq is not None
+        device = res.config.device
+        args = rt.VmVariantList(len(arrays))
+        for array, et in arrays:
+            args.push_ref(numpy_to_buffer_view(device, array, et))
+        n_results = len(sig.results) if sig.results else 1
+        rets = rt.VmVariantList(max(1, n_results))
+        res.torq.reset()
+        try:
+            res.context.vm_context.invoke(res.functions[name], args, rets)
+        except Exception as e:  # IREE reports Python errors of the torq module as RuntimeError
+            pending = res.torq.pending_error
+            if pending is not None:
+                pending.__traceback__ = None
+                error: Exception = pending  # type: ignore[assignment]
+            else:
+                error = InvocationError(f"{name}: {_iree_message(e)}")
+            return [], error
+        finally:
+            self.last_stats = list(res.torq.last_stats)
+        results: list[tuple[Any, ElementType | None]] = []
+        for i in range(rets.size):
+            value = rets.get_variant(i)
+            if isinstance(value, rt.VmRef):
+                bv = value.deref(rt.HalBufferView, True)
+                if bv is None:
+                    return [], InvocationError(f"{name}: result {i} is not a tensor (unsupported)")
+                try:
+                    et = element_type_of_hal(bv.element_type)
+                except KeyError:
+                    return [], InvocationError(f"{name}: result {i} has unsupported element type {int(bv.element_type)}")
+                results.append((buffer_view_to_numpy(bv), et))
+            else:
+                results.append((value, None))
+        return results, None
+
+
+def _iree_message(e: BaseException) -> str:
+    """IREE's error text on one line, without source locations and VM stack."""
+    text = " ".join(str(e).split())
+    text = re.sub(r"^Error invoking function:\s*", "", text)
+    text = re.sub(r"\bc/runtime/\S+?:\d+:\s*", "", text)
+    text = re.sub(r";?\s*\[\s*\d+\]\s*(bytecode|native)\b.*$", "", text)
+    return text.strip().rstrip(";")
+
+
+def load(source: str | os.PathLike | bytes | bytearray | memoryview, hw: TorqHw | str | None = None) -> LoadedModule:
+    """Loads a .vmfb (path or bytes) for running on the Torq simulator; see module docstring."""
+    if isinstance(hw, str):
+        hw = parse_hw_spec(hw)
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return LoadedModule(bytes(source), "<bytes>", hw)
+    path = os.fspath(source)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ModuleLoadError(f"cannot read module {path}: {e.strerror or e}") from None
+    return LoadedModule(data, path, hw)

@@ -1,0 +1,253 @@
+"""Numpy reference kernels of the Torq slice ops, as the simulator runs them.
+
+Contract (semantics from `program.py`):
+- Values are computed in a "compute domain": float32 for float dtypes (bf16,
+  f16, f32), int64 for integer dtypes. bf16 operands are widened exactly to
+  f32; integer operands to int64.
+- `conv2d` and `matmul` return their principal result: float32 accumulated in
+  f32 for float operands, or the i32 accumulator (wrapping like a 32-bit
+  register) held in int64 for integer operands; both operands must be float,
+  or both integer.
+- `eval_epilogue` runs the epilogue steps elementwise. Integer values stay
+  int64 (add/sub/mul/neg/max/min/select exact; `div` is floor division, as
+  an arithmetic shift right; division by zero is an error); as soon as a float
+  is involved the step is float32. A `const` with an integral value is an
+  integer. `cast` to bf16/f16/f32 rounds to nearest even; to i8/i16/i32 it
+  rounds half to even (floats) and saturates.
+- `store` converts a value to the result dtype: floats round to nearest even
+  (ml_dtypes), integers round half to even and saturate (defensive clip).
+Errors are `KernelError` (a ValueError); the simulator adds the command index.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from .program import Epilogue, Ref
+
+NP_DTYPES: dict[str, np.dtype] = {
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "f16": np.dtype("<f2"),
+    "f32": np.dtype("<f4"),
+    "i8": np.dtype("i1"),
+    "i16": np.dtype("<i2"),
+    "i32": np.dtype("<i4"),
+}
+INT_DTYPES = {"i8", "i16", "i32"}
+
+
+class KernelError(ValueError):
+    """An op the kernels cannot run as described (bad attrs, shapes, dtypes)."""
+
+
+def to_domain(a: np.ndarray) -> np.ndarray:
+    """Widens an NPU-typed array to its compute domain (float32 or int64)."""
+    if np.issubdtype(a.dtype, np.integer):
+        return a.astype(np.int64)
+    return a.astype(np.float32)
+
+
+def _int_limits(dtype: str) -> tuple[int, int]:
+    info = np.iinfo(NP_DTYPES[dtype])
+    return int(info.min), int(info.max)
+
+
+def store(value: np.ndarray, dtype: str) -> np.ndarray:
+    """Converts a compute-domain value to `dtype` the way the slice stores it."""
+    if dtype in INT_DTYPES:
+        if not np.issubdtype(value.dtype, np.integer):
+            value = np.rint(value.astype(np.float64))
+        lo, hi = _int_limits(dtype)
+        return np.clip(value, lo, hi).astype(NP_DTYPES[dtype])
+    return value.astype(np.float32).astype(NP_DTYPES[dtype])
+
+
+def _pair(attrs: dict, key: str) -> tuple[int, int]:
+    v = attrs.get(key, [1, 1])
+    if not isinstance(v, (list, tuple)) or len(v) != 2 or not all(isinstance(x, int) and x > 0 for x in v):
+        raise KernelError(f"conv2d attr {key} must be two positive ints, got {v!r}")
+    return int(v[0]), int(v[1])
+
+
+def _dims(attrs: dict, key: str, letters: str, rank: int, optional: str = "") -> str:
+    d = attrs.get(key)
+    ok = isinstance(d, str) and len(d) == rank and len(set(d)) == rank
+    ok = ok and set(d) <= set(letters) and set(letters) - set(optional) <= set(d)
+    if not ok:
+        raise KernelError(f"attr {key}={d!r} does not name the {rank} dims of the operand (letters {letters})")
+    return d
+
+
+def _accumulate_domain(a: np.ndarray, b: np.ndarray, op: str) -> tuple[np.ndarray, np.ndarray, bool]:
+    ia, ib = np.issubdtype(a.dtype, np.integer), np.issubdtype(b.dtype, np.integer)
+    if ia != ib:
+        raise KernelError(f"{op} mixes integer and float operands ({a.dtype}, {b.dtype})")
+    return to_domain(a), to_domain(b), ia
+
+
+def _finish_acc(acc: np.ndarray, integer: bool) -> np.ndarray:
+    # Integer accumulators are 32-bit registers: wrap, then widen for the epilogue.
+    return acc.astype(np.int32).astype(np.int64) if integer else acc.astype(np.float32)
+
+
+def conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:
+    """out[n,o,y,x] = sum_{c,i,j} in[n,c,y*sh+i*dh,x*sw+j*dw] * w[o,c,i,j]; returns (out, macs).
+
+    `out` is laid out per attr output_dims.
+    """
+    in_dims = _dims(attrs, "input_dims", "NCHW", x.ndim, optional="N")
+    w_dims = _dims(attrs, "weight_dims", "OCHW", w.ndim)
+    sh, sw = _pair(attrs, "stride")
+    dh, dw = _pair(attrs, "dilation")
+    xs, ws, integer = _accumulate_domain(x, w, "conv2d")
+    canon_in = "NCHW" if "N" in in_dims else "CHW"
+    xs = xs.transpose([in_dims.index(c) for c in canon_in])
+    if "N" not in in_dims:
+        xs = xs[None]
+    ws = ws.transpose([w_dims.index(c) for c in "OCHW"])
+    n, c, h, wd = xs.shape
+    o, wc, kh, kw = ws.shape
+    if wc != c:
+        raise KernelError(f"conv2d input has {c} channels, weight has {wc}")
+    if kh < 1 or kw < 1:
+        raise KernelError(f"conv2d kernel {kh}x{kw} is empty")
+    ekh, ekw = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    if ekh > h or ekw > wd:
+        raise KernelError(f"conv2d window {ekh}x{ekw} larger than input {h}x{wd}")
+    win = sliding_window_view(xs, (ekh, ekw), axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
+    acc = np.einsum("ncyxij,ocij->noyx", win, ws, optimize=True)
+    out_dims = _dims(attrs, "output_dims", "NOHW", acc.ndim - ("N" not in in_dims), optional="N")
+    if "N" not in out_dims:
+        if "N" in in_dims and n != 1:
+            raise KernelError(f"conv2d output_dims {out_dims} drops a batch of {n}")
+        acc = acc[0]
+        canon_out = "OHW"
+    else:
+        canon_out = "NOHW"
+    acc = acc.transpose([canon_out.index(d) for d in out_dims])
+    macs = int(np.prod(acc.shape, dtype=np.int64)) * c * kh * kw
+    return _finish_acc(acc, integer), macs
+
+
+def matmul(lhs: np.ndarray, rhs: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:
+    """einsum over B,M,N,K (K reduced) per lhs_dims/rhs_dims/output_dims; returns (out, macs)."""
+    dims = [attrs.get(k) for k in ("lhs_dims", "rhs_dims", "output_dims")]
+    shapes = [lhs.shape, rhs.shape, None]
+    for k, d, s in zip(("lhs_dims", "rhs_dims", "output_dims"), dims, shapes):
+        if not isinstance(d, str) or not set(d) <= set("BMNK") or len(set(d)) != len(d) or (s is not None and len(d) != len(s)):
+            raise KernelError(f"matmul attr {k}={d!r} does not name the dims of its operand (letters BMNK)")
+    l_dims, r_dims, o_dims = dims
+    if "K" in o_dims or "K" not in l_dims or "K" not in r_dims or not set(o_dims) <= set(l_dims) | set(r_dims):
+        raise KernelError(f"matmul dims {l_dims},{r_dims}->{o_dims} are not a contraction over K")
+    sizes: dict[str, int] = {}
+    for d, s in ((l_dims, lhs.shape), (r_dims, rhs.shape)):
+        for letter, size in zip(d, s):
+            if sizes.setdefault(letter, size) != size:
+                raise KernelError(f"matmul dim {letter} is {sizes[letter]} in one operand and {size} in the other")
+    a, b, integer = _accumulate_domain(lhs, rhs, "matmul")
+    acc = np.einsum(f"{l_dims.lower()},{r_dims.lower()}->{o_dims.lower()}", a, b, optimize=True)
+    macs = int(np.prod(acc.shape, dtype=np.int64)) * sizes["K"]
+    return _finish_acc(acc, integer), macs
+
+
+# --------------------------------------------------------------------------
+# Epilogue
+
+
+def _is_int(a: Any) -> bool:
+    return np.issubdtype(np.asarray(a).dtype, np.integer)
+
+
+def _common(*xs: np.ndarray) -> tuple[np.ndarray, ...]:
+    if all(_is_int(x) for x in xs):
+        return tuple(np.asarray(x, dtype=np.int64) for x in xs)
+    return tuple(np.asarray(x, dtype=np.float32) for x in xs)
+
+
+def broadcast_operand(a: np.ndarray, axes: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:
+    """Places operand dim i along output dim axes[i] and broadcasts over the others."""
+    if not axes:
+        if a.ndim not in (0, len(shape)):
+            raise KernelError(f"operand of shape {a.shape} needs axes to broadcast to {shape}")
+        axes = tuple(range(a.ndim))
+    order = sorted(range(a.ndim), key=lambda i: axes[i])
+    view_shape = [1] * len(shape)
+    for i in range(a.ndim):
+        view_shape[axes[i]] = a.shape[i]
+    b = a.transpose(order).reshape(view_shape)
+    try:
+        return np.broadcast_to(b, shape)
+    except ValueError:
+        raise KernelError(f"operand of shape {a.shape} with axes {axes} does not broadcast to {shape}") from None
+
+
+def _cast(v: np.ndarray, to: str) -> np.ndarray:
+    if to in INT_DTYPES:
+        lo, hi = _int_limits(to)
+        if not _is_int(v):
+            v = np.rint(v.astype(np.float64))
+        return np.clip(v, lo, hi).astype(np.int64)
+    return v.astype(np.float32).astype(NP_DTYPES[to]).astype(np.float32)
+
+
+def _step(op: str, args: list[np.ndarray], to: str) -> np.ndarray:
+    if op == "cast":
+        return _cast(args[0], to)
+    if op == "neg":
+        return -_common(args[0])[0]
+    if op.startswith("select_"):
+        a, b = _common(args[0], args[1])
+        c, d = _common(args[2], args[3])
+        cond = {"gt": a > b, "lt": a < b, "ge": a >= b, "le": a <= b}[op[len("select_"):]]
+        return np.where(cond, c, d)
+    a, b = _common(args[0], args[1])
+    if op == "add":
+        return a + b
+    if op == "sub":
+        return a - b
+    if op == "mul":
+        return a * b
+    if op == "max":
+        return np.maximum(a, b)
+    if op == "min":
+        return np.minimum(a, b)
+    if op == "div":
+        if _is_int(a):
+            if np.any(b == 0):
+                raise KernelError("integer division by zero in epilogue")
+            return np.floor_divide(a, b)
+        return a / b
+    raise KernelError(f"unknown epilogue op {op!r}")
+
+
+def eval_epilogue(
+    epilogue: Epilogue, principal: np.ndarray | None, operands: list[np.ndarray], shape: tuple[int, ...]
+) -> np.ndarray:
+    """Evaluates the epilogue over the result `shape`; returns the stored value (compute domain)."""
+    values: list[np.ndarray] = [] if principal is None else [principal]
+
+    def load(r: Ref) -> np.ndarray:
+        if r.kind == "value":
+            return values[r.index]
+        if r.kind == "operand":
+            return broadcast_operand(to_domain(operands[r.index]), tuple(r.axes), shape)
+        c = float(r.const)
+        return np.asarray(int(c), dtype=np.int64) if c.is_integer() else np.asarray(c, dtype=np.float32)
+
+    for k, s in enumerate(epilogue.steps):
+        try:
+            with np.errstate(all="ignore"):  # float inf/nan behave as IEEE f32
+                values.append(_step(s.op, [load(r) for r in s.args], s.to))
+        except (IndexError, KeyError, OverflowError) as e:
+            raise KernelError(f"epilogue step {k} ({s.op}): bad reference ({e})") from None
+    if not values:
+        raise KernelError("epilogue computes no value")
+    out = values[epilogue.result]
+    try:
+        return np.broadcast_to(out, shape)
+    except ValueError:
+        raise KernelError(f"epilogue value of shape {np.shape(out)} does not fit the result shape {shape}") from None

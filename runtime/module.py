@@ -1,0 +1,281 @@
+"""The `torq` VM module: runs Torq dispatches of a compiled .vmfb on the simulator.
+
+Contract:
+- A .vmfb compiled for Torq imports `torq.run_i{N}_o{M}` (N tensor inputs,
+  M results) with signature (`!util.buffer` serialized executable,
+  N x `!hal.buffer_view`) -> M x `!hal.buffer_view`, calling convention
+  "0" + "r" * (N + 1) + "_" + "r" * M. `TorqModule` exports one function per
+  arity, N in 1..MAX_INPUTS and M in 1..MAX_RESULTS (variadic conventions
+  are refused by the VM).
+- Each call parses the executable with `parse_executable` (once per constant
+  buffer: programs are cached by the buffer's address and length, which are
+  stable while the compiled module lives), reads the inputs as numpy arrays,
+  runs `Simulator(hw).run(program, inputs)` and returns the results as new
+  buffer views on the host device, in the program's host dtypes.
+- Per-call statistics (`DispatchStats.to_dict()` plus "name" and
+  "executor": "torq") are appended to `last_stats`; the caller clears them
+  with `reset()` before each top-level invocation.
+- A failure inside a call is stored in `pending_error` as a `DispatchError`
+  (message keeps the loader's / simulator's message) and re-raised into the
+  VM, which aborts the invocation. The caller re-raises `pending_error`
+  instead of IREE's generic error text.
+- The device hardware is `hw` when given; otherwise each program runs on the
+  hardware it was compiled for (`Program.hw`).
+- `close()` drops every IREE object (VM module, module interface, device);
+  it also runs automatically when the object is collected and at interpreter
+  exit, so nanobind reports no leaked functions.
+
+This file also holds the element type table shared by `api` and `tools`
+(IREE names such as "f32", "bf16", "i8", "ui8", "i1").
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import iree.runtime as rt
+import ml_dtypes
+import numpy as np
+
+from torq.hw import TorqHw
+
+from .errors import DispatchError
+
+MAX_INPUTS = 16
+MAX_RESULTS = 4
+
+
+# --------------------------------------------------------------------------
+# Element types (IREE spelling <-> HAL element type <-> numpy dtype)
+
+
+@dataclass(frozen=True)
+class ElementType:
+    name: str  # IREE spelling: f32, bf16, i8, ui8, i1, ...
+    hal: rt.HalElementType
+    dtype: np.dtype
+
+
+_ET = rt.HalElementType
+ELEMENT_TYPES: dict[str, ElementType] = {
+    e.name: e
+    for e in [
+        ElementType("f64", _ET.FLOAT_64, np.dtype(np.float64)),
+        ElementType("f32", _ET.FLOAT_32, np.dtype(np.float32)),
+        ElementType("f16", _ET.FLOAT_16, np.dtype(np.float16)),
+        ElementType("bf16", _ET.BFLOAT_16, np.dtype(ml_dtypes.bfloat16)),
+        ElementType("i64", _ET.INT_64, np.dtype(np.int64)),
+        ElementType("i32", _ET.INT_32, np.dtype(np.int32)),
+        ElementType("i16", _ET.INT_16, np.dtype(np.int16)),
+        ElementType("i8", _ET.INT_8, np.dtype(np.int8)),
+        ElementType("si64", _ET.SINT_64, np.dtype(np.int64)),
+        ElementType("si32", _ET.SINT_32, np.dtype(np.int32)),
+        ElementType("si16", _ET.SINT_16, np.dtype(np.int16)),
+        ElementType("si8", _ET.SINT_8, np.dtype(np.int8)),
+        ElementType("ui64", _ET.UINT_64, np.dtype(np.uint64)),
+        ElementType("ui32", _ET.UINT_32, np.dtype(np.uint32)),
+        ElementType("ui16", _ET.UINT_16, np.dtype(np.uint16)),
+        ElementType("ui8", _ET.UINT_8, np.dtype(np.uint8)),
+        ElementType("i1", _ET.BOOL_8, np.dtype(np.bool_)),
+    ]
+}
+_BY_HAL: dict[int, ElementType] = {}
+for _e in ELEMENT_TYPES.values():
+    _BY_HAL.setdefault(int(_e.hal), _e)
+# numpy dtype -> the signless IREE type a tensor of that dtype has.
+_BY_DTYPE: dict[np.dtype, ElementType] = {}
+for _n in ["f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "ui64", "ui32", "ui16", "ui8", "i1"]:
+    _BY_DTYPE[ELEMENT_TYPES[_n].dtype] = ELEMENT_TYPES[_n]
+
+
+def element_type_of_hal(hal: Any) -> ElementType:
+    """The table entry for a HAL element type (raises KeyError if unsupported)."""
+    return _BY_HAL[int(hal)]
+
+
+def element_type_of_dtype(dtype: Any) -> ElementType:
+    """The (signless) element type of a numpy dtype (KeyError if unsupported)."""
+    return _BY_DTYPE[np.dtype(dtype)]
+
+
+def buffer_view_to_numpy(bv: rt.HalBufferView) -> np.ndarray:
+    """Copies a host-mappable buffer view into a new numpy array."""
+    et = element_type_of_hal(bv.element_type)
+    return np.array(bv.map().asarray(list(bv.shape), et.dtype), copy=True)
+
+
+def numpy_to_buffer_view(device: rt.HalDevice, array: np.ndarray, et: ElementType | None = None) -> rt.HalBufferView:
+    """Copies `array` into a new device-local buffer view of element type `et`."""
+    et = et or element_type_of_dtype(array.dtype)
+    if not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)  # (never for 0-d arrays: it would make them 1-d)
+    return device.allocator.allocate_buffer_copy(
+        memory_type=rt.MemoryType.DEVICE_LOCAL,
+        allowed_usage=rt.BufferUsage.DEFAULT,
+        device=device,
+        buffer=array,
+        element_type=et.hal,
+    )
+
+
+# --------------------------------------------------------------------------
+# The module
+
+
+def export_name(n_inputs: int, n_results: int) -> str:
+    return f"run_i{n_inputs}_o{n_results}"
+
+
+def calling_convention(n_inputs: int, n_results: int) -> str:
+    return "0" + "r" * (n_inputs + 1) + "_" + "r" * n_results
+
+
+class _State:
+    """Everything a call needs; separate from TorqModule so finalizers can own it."""
+
+    def __init__(self, device: rt.HalDevice, hw: TorqHw | None) -> None:
+        self.device: rt.HalDevice | None = device
+        self.hw = hw
+        self.programs: dict[tuple[int, int], Any] = {}
+        self.simulators: dict[TorqHw, Any] = {}
+        self.last_stats: list[dict] = []
+        self.pending_error: BaseException | None = None
+        self.iface: rt.PyModuleInterface | None = None
+        self.vm_module: rt.VmModule | None = None
+
+    def close(self) -> None:
+        self.vm_module = None
+        self.iface = None
+        self.device = None
+        self.programs.clear()
+        self.simulators.clear()
+
+    def program(self, blob_ref: rt.VmRef) -> Any:
+        from .executable import parse_executable
+
+        view = memoryview(blob_ref.deref(rt.VmBuffer))
+        raw = np.frombuffer(view, dtype=np.uint8)
+        key = (int(raw.ctypes.data) if raw.size else 0, int(raw.size))
+        program = self.programs.get(key)
+        if program is None:
+            program = parse_executable(view, self.hw)
+            self.programs[key] = program
+        return program
+
+    def simulator(self, program: Any) -> Any:
+        from .simulator import Simulator
+
+        hw = self.hw if self.hw is not None else TorqHw.from_dict(program.hw)
+        sim = self.simulators.get(hw)
+        if sim is None:
+            sim = self.simulators[hw] = Simulator(hw)
+        return sim
+
+    def run(self, n_results: int, blob_ref: rt.VmRef, arg_refs: tuple[rt.VmRef, ...]) -> Any:
+        name = ""  # the program's name, once parsed
+        where = f"torq.{export_name(len(arg_refs), n_results)}"
+        try:
+            program = self.program(blob_ref)
+            name = program.name
+            inputs = [buffer_view_to_numpy(r.deref(rt.HalBufferView)) for r in arg_refs]
+            outs_desc = program.outputs()
+            if len(program.inputs()) != len(inputs) or len(outs_desc) != n_results:
+                raise DispatchError(
+                    f"dispatch '{name}': executable takes {len(program.inputs())} inputs and gives "
+                    f"{len(outs_desc)} results, but was called with {len(inputs)} inputs for {n_results} results",
+                    name,
+                )
+            outputs, stats = self.simulator(program).run(program, inputs)
+            results = []
+            for desc, out in zip(outs_desc, outputs):
+                et = ELEMENT_TYPES.get(desc.host_dtype) or element_type_of_dtype(out.dtype)
+                out = np.asarray(out)
+                if out.dtype != et.dtype:
+                    out = out.astype(et.dtype)
+                results.append(numpy_to_buffer_view(self.device, out, et).ref)
+        except DispatchError as e:
+            self.pending_error = e
+            raise
+        except Exception as e:  # loader, simulator, or a bug: report it typed, in one line
+            kind = type(e).__name__
+            from .executable import ExecutableError
+            from .simulator import SimulatorError
+
+            known = isinstance(e, (ExecutableError, SimulatorError))
+            if name:
+                where = f"dispatch '{name}'"
+            if not known:
+                msg = f"{where}: internal error: {kind}: {e}"
+            elif name and f"'{name}'" in str(e):
+                msg = str(e)  # already names the program
+            else:
+                msg = f"{where}: {e}"
+            err = DispatchError(msg, name)
+            self.pending_error = err
+            # Keep the cause without its traceback: frames would pin IREE objects.
+            raise err from e.with_traceback(None)
+        d = dict(stats.to_dict())
+        d.setdefault("name", name)
+        d["executor"] = "torq"
+        self.last_stats.append(d)
+        return results[0] if n_results == 1 else tuple(results)
+
+
+def _make_export(n_results: int) -> Callable[..., Any]:
+    def fn(instance: "_Instance", blob: rt.VmRef, *args: rt.VmRef) -> Any:
+        state = instance.state()
+        if state is None or state.device is None:
+            raise DispatchError("the torq module is closed")
+        return state.run(n_results, blob, args)
+
+    return fn
+
+
+class _Instance:
+    """The object the VM constructs per context; it only points at the state."""
+
+    def __init__(self, state: _State) -> None:
+        self.state = weakref.ref(state)
+
+
+class TorqModule:
+    """The `torq` VM module bound to a device and a simulator configuration."""
+
+    def __init__(self, config: rt.Config, hw: TorqHw | None = None) -> None:
+        self._state = _State(config.device, hw)
+        state = self._state
+        iface = rt.PyModuleInterface("torq", lambda _iface: _Instance(state))
+        for n_in in range(1, MAX_INPUTS + 1):
+            for n_out in range(1, MAX_RESULTS + 1):
+                iface.export(export_name(n_in, n_out), calling_convention(n_in, n_out), _make_export(n_out))
+        state.iface = iface
+        state.vm_module = iface.create()
+        self._finalizer = weakref.finalize(self, _State.close, state)
+
+    @property
+    def vm_module(self) -> rt.VmModule:
+        if self._state.vm_module is None:
+            raise DispatchError("the torq module is closed")
+        return self._state.vm_module
+
+    @property
+    def hw(self) -> TorqHw | None:
+        return self._state.hw
+
+    @property
+    def last_stats(self) -> list[dict]:
+        return self._state.last_stats
+
+    @property
+    def pending_error(self) -> BaseException | None:
+        return self._state.pending_error
+
+    def reset(self) -> None:
+        """Clears stats and pending error; call before each top-level invocation."""
+        self._state.last_stats.clear()
+        self._state.pending_error = None
+
+    def close(self) -> None:
+        self._finalizer()
