@@ -1,0 +1,102 @@
+"""Command-line behaviour: good paths and one-line errors for bad input."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+BIN = os.path.dirname(sys.executable)
+CONV = """
+func.func @main(%x: tensor<1x4x10x10xf32>) -> tensor<1x8x8x8xf32> {
+  %w = arith.constant dense<0.125> : tensor<8x4x3x3xf32>
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<1x8x8x8xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
+  %c = linalg.conv_2d_nchw_fchw ins(%x, %w : tensor<1x4x10x10xf32>, tensor<8x4x3x3xf32>)
+       outs(%acc : tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
+  return %c : tensor<1x8x8x8xf32>
+}
+"""
+
+
+def run(tool, *args, cwd=None):
+    return subprocess.run([os.path.join(BIN, tool), *args], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.fixture()
+def conv_mlir(tmp_path):
+    p = tmp_path / "conv.mlir"
+    p.write_text(CONV)
+    return p
+
+
+def test_compile_and_run_linalg_conv(tmp_path, conv_mlir):
+    out = tmp_path / "conv.vmfb"
+    r = run("torq-compile", str(conv_mlir), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    x = np.random.default_rng(0).standard_normal((1, 4, 10, 10)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    r = run("torq-run-module", f"--module={out}", "--function=main", f"--input=@{tmp_path / 'x.npy'}",
+            f"--output=@{tmp_path / 'y.npy'}")
+    assert r.returncode == 0, r.stderr
+    y = np.load(tmp_path / "y.npy")
+    # Independent reference: direct convolution in numpy (f64).
+    win = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), (3, 3), axis=(2, 3))
+    ref = np.einsum("nchwij,ocij->nohw", win, np.full((8, 4, 3, 3), 0.125))
+    rel = np.linalg.norm(y - ref) / np.linalg.norm(ref)
+    assert rel <= 1e-2
+
+
+def test_iree_compile_with_torq_target(tmp_path, conv_mlir):
+    out = tmp_path / "conv.vmfb"
+    r = run("iree-compile", str(conv_mlir), "--iree-hal-target-backends=torq", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert out.stat().st_size > 0
+
+
+def test_iree_compile_without_torq_is_stock(tmp_path, conv_mlir):
+    from iree.compiler.tools.binaries import find_tool
+
+    ours, stock = tmp_path / "ours.vmfb", tmp_path / "stock.vmfb"
+    args = [str(conv_mlir), "--iree-hal-target-backends=llvm-cpu", "--iree-llvmcpu-target-cpu=generic"]
+    assert run("iree-compile", *args, "-o", str(ours)).returncode == 0
+    assert subprocess.run([find_tool("iree-compile"), *args, "-o", str(stock)]).returncode == 0
+    assert ours.read_bytes() == stock.read_bytes()
+
+
+def test_hw_list():
+    r = run("torq-compile", "--torq-hw=list")
+    assert r.returncode == 0 and "SL2610" in r.stdout
+
+
+BAD = {
+    "malformed": (["{bad}"], "failed to parse"),
+    "unknown_flag": (["{good}", "--torq-frobnicate=1"], "unknown flag '--torq-frobnicate'"),
+    "unknown_hw": (["{good}", "--torq-hw=XYZ"], "unknown Torq hardware 'XYZ'"),
+    "bad_override": (["{good}", "--torq-hw=SL2610:lram=3"], "bad --torq-hw override"),
+    "missing_file": (["{missing}"], "no such file"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_compile_errors_are_one_line(tmp_path, conv_mlir, case):
+    bad = tmp_path / "bad.mlir"
+    bad.write_text("func.func @main( {\n")
+    args, needle = BAD[case]
+    args = [a.format(good=conv_mlir, bad=bad, missing=tmp_path / "nope.mlir") for a in args]
+    out = tmp_path / "out.vmfb"
+    r = run("torq-compile", *args, "-o", str(out))
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr
+    lines = [l for l in r.stderr.splitlines() if l.startswith("torq-compile: error:")]
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert not out.exists()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".torq-")]
+
+
+def test_torq_opt_unknown_pass(conv_mlir):
+    r = run("torq-opt", str(conv_mlir), "--pass-pipeline=builtin.module(no-such-pass)")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert r.stderr.strip().startswith("torq-opt: error:")
