@@ -109,6 +109,15 @@ def _camel(name: str) -> str:
 _HW_FIELDS = [(f.name, type(getattr(TorqHw(), f.name))) for f in dataclasses.fields(TorqHw)]
 
 
+def _check_hw_schema() -> None:
+    missing = [name for name, _ in _HW_FIELDS if not hasattr(fbHw, "Add" + _camel(name))]
+    if missing:
+        raise ExecutableError(
+            f"the executable schema lacks TorqHw fields {missing}: add them to table Hw in "
+            "runtime/schemas/torq_executable.fbs and run build_tools/regen_schema.sh"
+        )
+
+
 # --------------------------------------------------------------------------
 # Serialization
 
@@ -164,6 +173,7 @@ class _Writer:
         unknown = set(d) - {name for name, _ in _HW_FIELDS}
         if unknown:
             raise ValueError(f"hw has fields TorqHw does not know: {sorted(unknown)}")
+        _check_hw_schema()
         full = TorqHw.from_dict(d).to_dict()
         name = self.b.CreateString(str(full["name"]))
         fbHw.Start(self.b)
@@ -564,6 +574,7 @@ class _Reader:
     def hw(self, fb: fbHw.Hw | None) -> dict:
         if fb is None:
             raise ExecutableError("corrupted Torq executable: no hardware description")
+        _check_hw_schema()
         d: dict[str, Any] = {"name": self.text(fb.Name())}
         for field, typ in _HW_FIELDS:
             if field != "name":
@@ -715,7 +726,10 @@ class _Validator:
                 written[c.tensor] = written.get(c.tensor, 0) + _nbytes(tuple(c.sizes), self.tensors[c.tensor].dtype)
         for t in self.p.tensors:
             if t.kind == "output" and written.get(t.index, 0) < t.nbytes:
-                self.fail(f"output tensor {t.index} has {t.nbytes} bytes but DmaOut commands write at most {written.get(t.index, 0)}")
+                self.fail(
+                    f"output tensor {t.index} has {t.nbytes} bytes but DmaOut commands write "
+                    f"at most {written.get(t.index, 0)}"
+                )
 
     def check_dtype(self, dtype: object, what: str) -> None:
         if dtype not in DTYPE_BYTES:
@@ -740,7 +754,10 @@ class _Validator:
             self.check_dtype(t.host_dtype, what + " (host)")
             self.check_shape(t.shape, what)
             if t.kind == "constant" and len(t.data) != t.nbytes:
-                self.fail(f"constant {what} has {len(t.data)} bytes of data, its shape {tuple(t.shape)} {t.dtype} needs {t.nbytes}")
+                self.fail(
+                    f"constant {what} has {len(t.data)} bytes of data, its shape {tuple(t.shape)} "
+                    f"{t.dtype} needs {t.nbytes}"
+                )
             if t.kind != "constant" and t.data:
                 self.fail(f"{what} of kind {t.kind} carries data")
             if t.kind in args:
@@ -764,7 +781,10 @@ class _Validator:
                     f"of LRAM but the device ({self.hw.name}) has {lram} bytes"
                 )
             if not 0 <= b.live_start <= b.live_end < n:
-                self.fail(f"LRAM buffer {b.id} has live range [{b.live_start}, {b.live_end}] outside commands 0..{n - 1}")
+                self.fail(
+                    f"LRAM buffer {b.id} has live range [{b.live_start}, {b.live_end}] "
+                    f"outside commands 0..{n - 1}"
+                )
         # Sweep by live_start; `active` holds buffers still live.
         active: list[LramBuffer] = []
         for b in sorted(self.p.buffers, key=lambda x: (x.live_start, x.id)):
@@ -784,7 +804,10 @@ class _Validator:
             self.fail(f"command {i}: {what} uses unknown LRAM buffer {buffer}")
             return
         if not b.live_start <= i <= b.live_end:
-            self.fail(f"command {i}: {what} uses LRAM buffer {buffer} outside its live range [{b.live_start}, {b.live_end}]")
+            self.fail(
+                f"command {i}: {what} uses LRAM buffer {buffer} outside its live range "
+                f"[{b.live_start}, {b.live_end}]"
+            )
         if nbytes > b.size:
             self.fail(f"command {i}: {what} needs {nbytes} bytes but LRAM buffer {buffer} has {b.size}")
 
@@ -799,7 +822,10 @@ class _Validator:
             self.fail(f"command {i}: {kind} on tensor {t.index} of kind {t.kind}")
         rank = len(t.shape)
         if len(c.offsets) != rank or len(c.sizes) != rank:
-            self.fail(f"command {i}: {kind} box of rank {len(c.offsets)}/{len(c.sizes)} on tensor {t.index} of rank {rank}")
+            self.fail(
+                f"command {i}: {kind} box of rank {len(c.offsets)}/{len(c.sizes)} "
+                f"on tensor {t.index} of rank {rank}"
+            )
         for o, s, d in zip(c.offsets, c.sizes, t.shape):
             if o < 0 or s < 0 or o + s > d:
                 box = ", ".join(f"{o}:{o + s}" for o, s in zip(c.offsets, c.sizes))

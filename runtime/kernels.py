@@ -138,7 +138,8 @@ def matmul(lhs: np.ndarray, rhs: np.ndarray, attrs: dict) -> tuple[np.ndarray, i
     dims = [attrs.get(k) for k in ("lhs_dims", "rhs_dims", "output_dims")]
     shapes = [lhs.shape, rhs.shape, None]
     for k, d, s in zip(("lhs_dims", "rhs_dims", "output_dims"), dims, shapes):
-        if not isinstance(d, str) or not set(d) <= set("BMNK") or len(set(d)) != len(d) or (s is not None and len(d) != len(s)):
+        ok = isinstance(d, str) and set(d) <= set("BMNK") and len(set(d)) == len(d)
+        if not ok or (s is not None and len(d) != len(s)):
             raise KernelError(f"matmul attr {k}={d!r} does not name the dims of its operand (letters BMNK)")
     l_dims, r_dims, o_dims = dims
     if "K" in o_dims or "K" not in l_dims or "K" not in r_dims or not set(o_dims) <= set(l_dims) | set(r_dims):

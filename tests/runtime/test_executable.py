@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nss_builders import ProgramBuilder, conv_tiled_program, opnd, step, val
+from nss_builders import ProgramBuilder, conv_tiled_program, step, val
 from torq.hw import TorqHw
 from torq.runtime import executable
 from torq.runtime.executable import (

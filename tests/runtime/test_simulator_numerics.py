@@ -18,7 +18,6 @@ from nss_builders import (
     conv_tiled_program,
     conv_weights,
     opnd,
-    relu6_steps,
     step,
     val,
 )
