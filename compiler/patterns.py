@@ -282,7 +282,7 @@ def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: i
             push(EpilogueStep("neg", [ref(body_op.operands[0])]), body_op.results[0])
         elif name in ("arith.cmpf", "arith.cmpi"):
             pred = _cmp_predicate(body_op)
-            if pred not in _CMP:
+            if pred not in _CMP or (name == "arith.cmpi" and pred.startswith("u")):
                 raise Unsupported(f"comparison '{pred}' in {op.name} body")
             cmps[body_op.results[0].get_name()] = (_CMP[pred], ref(body_op.operands[0]),
                                                    ref(body_op.operands[1]))
