@@ -26,14 +26,9 @@ def _tensor_of(binding_type: ir.Type) -> ir.Type:
 
 
 def _is_full(op: ir.Operation, shape: tuple[int, ...]) -> bool:
-    try:
-        offsets = int_array(op.attributes["static_offsets"])
-        sizes = int_array(op.attributes["static_sizes"])
-        strides = int_array(op.attributes["static_strides"])
-    except KeyError:
-        return False
-    return (all(o == 0 for o in offsets) and tuple(sizes) == tuple(shape)
-            and all(s == 1 for s in strides) and len(op.operands) <= 2)
+    offsets = _static_box_offsets(op)
+    sizes = int_array(op.attributes["static_sizes"]) if offsets is not None else None
+    return offsets is not None and all(o == 0 for o in offsets) and tuple(sizes) == tuple(shape)
 
 
 @dataclass

@@ -14,6 +14,7 @@ At IREE's dispatch-creation phase every dispatch is a
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 
@@ -188,7 +189,6 @@ class TorqTarget:
                 raise CompileError(f"{location_str(dispatch)}: dispatch {name}: {e}") from None
             func = ex.func = scratch.body.operations[0].operation
             blob = np.array(ir.DenseElementsAttr(func.attributes["torq.executable"]), dtype=np.int8).tobytes()
-            import json
             meta = json.loads(ir.StringAttr(func.attributes["torq.program"]).value)
             callee = _declare(module_op, len(ex.input_operands), len(dispatch.results), declared)
             _replace_with_call(dispatch, ex, blob, callee)

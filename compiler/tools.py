@@ -25,7 +25,6 @@ def _split_io(rest: list[str]) -> tuple[str | None, str | None, list[str]]:
     """Pull the input file and -o out of the remaining args."""
     inp = out = None
     flags = []
-    it = iter(range(len(rest)))
     i = 0
     while i < len(rest):
         a = rest[i]

@@ -110,14 +110,6 @@ class _Builder:
         self.env[v] = r
         return r
 
-    def _static_or_dynamic(self, op, static_name, first_dynamic):
-        vals = int_array(op.attributes[static_name])
-        dyn = iter(op.operands[first_dynamic:])
-        out = []
-        for x in vals:
-            out.append(self.index(next(dyn)) if x < -(1 << 62) else x)
-        return out, dyn
-
     def _slice_params(self, op, first_dynamic):
         offsets_attr = int_array(op.attributes["static_offsets"])
         sizes_attr = int_array(op.attributes["static_sizes"])
