@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from iree.compiler import ir
 
-from torq.runtime.program import Epilogue, EpilogueStep, Ref
+from torq.runtime.program import EPILOGUE_INT_TYPES, Epilogue, EpilogueStep, Ref
 from .ir_utils import constant_of, mlir_dtype, static_shape
 
 FUSE_GROUP = "torq-fuse-group"
@@ -218,7 +218,16 @@ _BINARY = {"arith.addf": "add", "arith.addi": "add", "arith.subf": "sub", "arith
            "arith.minimumf": "min", "arith.minnumf": "min", "arith.minsi": "min"}
 _CMP = {"ogt": "gt", "ugt": "gt", "sgt": "gt", "olt": "lt", "ult": "lt", "slt": "lt",
         "oge": "ge", "uge": "ge", "sge": "ge", "ole": "le", "ule": "le", "sle": "le"}
-_CASTS = {"arith.truncf", "arith.extf", "arith.extsi", "arith.trunci"}
+_SHIFTS = {"arith.shli": "shl", "arith.shrsi": "shr_s", "arith.shrui": "shr_u"}
+_FLOAT_CASTS = {"arith.truncf", "arith.extf"}
+# Integer constants travel as f64 in the executable: exact up to 2**53.
+_MAX_EXACT_INT = 1 << 53
+
+
+def _int_width(t: ir.Type) -> str:
+    """The integer type name ("i32", "i64", ...) a step wraps to, or "" for floats."""
+    s = str(t)
+    return s if s in EPILOGUE_INT_TYPES else ""
 
 
 def _cmp_predicate(op: ir.Operation) -> str:
@@ -257,6 +266,8 @@ def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: i
             return values[name]
         c = constant_of(v)
         if c is not None and c.ndim == 0:
+            if c.dtype.kind in "iu" and abs(int(c)) > _MAX_EXACT_INT:
+                raise Unsupported(f"integer constant {int(c)} in {op.name} body is wider than 53 bits")
             return Ref("const", const=float(c))
         raise Unsupported(f"value {name} used in the body of {op.name} comes from outside the op")
 
@@ -276,7 +287,21 @@ def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: i
         if name == "arith.constant":
             continue
         if name in _BINARY:
-            push(EpilogueStep(_BINARY[name], [ref(body_op.operands[0]), ref(body_op.operands[1])]),
+            push(EpilogueStep(_BINARY[name], [ref(body_op.operands[0]), ref(body_op.operands[1])],
+                              to=_int_width(body_op.results[0].type)), body_op.results[0])
+        elif name in _SHIFTS:
+            push(EpilogueStep(_SHIFTS[name], [ref(body_op.operands[0]), ref(body_op.operands[1])],
+                              to=_int_width(body_op.results[0].type)), body_op.results[0])
+        elif name == "arith.extsi":
+            # Values are held sign-extended already: the wider value is the same number.
+            values[body_op.results[0].get_name()] = ref(body_op.operands[0])
+        elif name == "arith.extui":
+            if _int_width(body_op.operands[0].type) in ("", "i64"):
+                raise Unsupported(f"arith.extui from {body_op.operands[0].type} in {op.name} body")
+            push(EpilogueStep("zext", [ref(body_op.operands[0])], to=_int_width(body_op.operands[0].type)),
+                 body_op.results[0])
+        elif name == "arith.trunci":
+            push(EpilogueStep("trunc", [ref(body_op.operands[0])], to=_int_width(body_op.results[0].type)),
                  body_op.results[0])
         elif name in ("arith.negf",):
             push(EpilogueStep("neg", [ref(body_op.operands[0])]), body_op.results[0])
@@ -293,7 +318,7 @@ def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: i
             pred, a, b = cmps[cond]
             push(EpilogueStep("select_" + pred, [a, b, ref(body_op.operands[1]), ref(body_op.operands[2])]),
                  body_op.results[0])
-        elif name in _CASTS:
+        elif name in _FLOAT_CASTS:
             push(EpilogueStep("cast", [ref(body_op.operands[0])],
                               to=mlir_dtype(body_op.results[0].type)), body_op.results[0])
         else:

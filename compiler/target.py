@@ -56,9 +56,11 @@ def _check_supported(func: ir.Operation, options: PassOptions) -> str:
                 return f"{op.name}: {e}"
             groups += m is not None
         for r in op.results:
-            t = r.type
-            et = t.element_type if isinstance(t, ir.ShapedType) else t
-            s = str(et)
+            # Scalars (constants feeding linalg bodies) are checked by the body
+            # decoder; only tensors must have a slice dtype.
+            if not isinstance(r.type, ir.ShapedType):
+                continue
+            s = str(ir.ShapedType(r.type).element_type)
             if s == "f32" and options.keep_f32:
                 return "f32 compute requested on host (--torq-keep-f32)"
             if s not in SUPPORTED_DTYPES:

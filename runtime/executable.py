@@ -38,6 +38,7 @@ from torq.hw import TorqHw
 
 from .program import (
     DTYPE_BYTES,
+    EPILOGUE_INT_TYPES,
     EPILOGUE_OPS,
     Command,
     Compute,
@@ -672,7 +673,7 @@ class _Reader:
 # Semantic validation (shared with the simulator)
 
 _MAX_ELEMENTS = 2**60  # elements of any tensor or operand (numpy indexes with int64)
-_ARITY = {"neg": 1, "cast": 1, "select_gt": 4, "select_lt": 4, "select_ge": 4, "select_le": 4}
+_ARITY = {"neg": 1, "cast": 1, "trunc": 1, "zext": 1, "select_gt": 4, "select_lt": 4, "select_ge": 4, "select_le": 4}
 _TENSOR_KIND_NAMES = tuple(_TENSOR_KINDS)
 
 
@@ -862,6 +863,9 @@ class _Validator:
                 self.fail(f"{what}: {len(s.args)} arguments, expected {_ARITY.get(s.op, 2)}")
             if s.op == "cast":
                 self.check_dtype(s.to, what)
+            elif s.op in ("shl", "shr_s", "shr_u", "trunc", "zext") or s.to:
+                if s.to not in EPILOGUE_INT_TYPES:
+                    self.fail(f"{what} has integer width {s.to!r}, not one of {', '.join(EPILOGUE_INT_TYPES)}")
             for r in s.args:
                 if r.kind == "value" and not 0 <= r.index < values:
                     self.fail(f"{what}: value {r.index} is not computed yet ({values} available)")

@@ -14,6 +14,11 @@ Contract (semantics from `program.py`):
   is involved the step is float32. A `const` with an integral value is an
   integer. `cast` to bf16/f16/f32 rounds to nearest even; to i8/i16/i32 it
   rounds half to even (floats) and saturates.
+- Integer steps that name a width in `to` (add/sub/mul/max/min/neg, shl,
+  shr_s, shr_u, trunc, zext; see `program.py`) compute exactly in int64 and
+  wrap to that width, so requantization chains are bit-exact with the MLIR
+  arith ops they come from. A shift by a negative amount or by the width or
+  more is undefined in MLIR and an error here.
 - `store` converts a value to the result dtype: floats round to nearest even
   (ml_dtypes), integers round half to even and saturate (defensive clip).
 Errors are `KernelError` (a ValueError); the simulator adds the command index.
@@ -27,7 +32,7 @@ import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .program import Epilogue, Ref
+from .program import EPILOGUE_INT_TYPES, Epilogue, Ref
 
 NP_DTYPES: dict[str, np.dtype] = {
     "bf16": np.dtype(ml_dtypes.bfloat16),
@@ -195,9 +200,48 @@ def _cast(v: np.ndarray, to: str) -> np.ndarray:
     return v.astype(np.float32).astype(NP_DTYPES[to]).astype(np.float32)
 
 
+def _wrap(v: np.ndarray, bits: int) -> np.ndarray:
+    """Two's-complement wrap of int64 values to `bits` (int64 wraps by itself)."""
+    if bits >= 64:
+        return v
+    half = np.int64(1) << (bits - 1)
+    return ((v + half) & ((np.int64(1) << bits) - 1)) - half
+
+
+def _int_step(op: str, args: list[np.ndarray], bits: int) -> np.ndarray:
+    """An integer step of fixed width: exact in int64, then wrapped."""
+    xs = [np.asarray(a) for a in args]
+    if not all(_is_int(x) for x in xs):
+        raise KernelError(f"integer step {op} on a float value")
+    xs = [x.astype(np.int64) for x in xs]
+    if op == "trunc":
+        return _wrap(xs[0], bits)
+    if op == "zext":
+        if bits >= 64:  # the unsigned value would not fit the int64 domain
+            raise KernelError("zext from a 64-bit value")
+        return xs[0] & np.int64((1 << bits) - 1)
+    if op in ("shl", "shr_s", "shr_u"):
+        a, b = xs
+        if np.any((b < 0) | (b >= bits)):
+            raise KernelError(f"{op} by an amount outside [0, {bits})")
+        if op == "shl":
+            return _wrap(a << b, bits)
+        if op == "shr_s":
+            return _wrap(a, bits) >> b
+        unsigned = a.astype(np.uint64) & np.uint64((1 << bits) - 1 if bits < 64 else (1 << 64) - 1)
+        return _wrap((unsigned >> b.astype(np.uint64)).astype(np.int64), bits)
+    if op == "neg":
+        return _wrap(-xs[0], bits)
+    return _wrap(_step(op, xs, ""), bits)
+
+
 def _step(op: str, args: list[np.ndarray], to: str) -> np.ndarray:
     if op == "cast":
         return _cast(args[0], to)
+    if to:
+        if to not in EPILOGUE_INT_TYPES:
+            raise KernelError(f"integer step {op} with unknown width {to!r}")
+        return _int_step(op, args, EPILOGUE_INT_TYPES[to])
     if op == "neg":
         return -_common(args[0])[0]
     if op.startswith("select_"):

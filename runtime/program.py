@@ -46,8 +46,19 @@ DTYPE_BYTES = {"bf16": 2, "f32": 4, "i8": 1, "i16": 2, "i32": 4, "f16": 2}
 #   "select_gt" a b c d : (a > b) ? c : d     (relu/clamp written as cmp+select)
 #   "select_lt" a b c d : (a < b) ? c : d
 #   "cast" a (attr "to": dtype)  -- rounding to a narrower type mid-chain
+# Integer requantization (what TOSA rescale lowers to) needs exact
+# fixed-width integer arithmetic, so integer steps may name their width in
+# "to" (one of EPILOGUE_INT_TYPES); the result then wraps to that width in
+# two's complement, like the MLIR op it comes from:
+#   add sub mul max min neg with "to": the exact result, wrapped
+#   "shl" a b / "shr_s" a b / "shr_u" a b : shifts by b (0 <= b < width);
+#     shr_u reads a as unsigned of the width
+#   "trunc" a (to) : wrap a to the width (arith.trunci)
+#   "zext" a (to)  : a's low bits of the width `to` as an unsigned value
+#     (arith.extui from that width)
 EPILOGUE_OPS = {"add", "sub", "mul", "div", "max", "min", "neg", "select_gt", "select_lt",
-                "select_ge", "select_le", "cast"}
+                "select_ge", "select_le", "cast", "shl", "shr_s", "shr_u", "trunc", "zext"}
+EPILOGUE_INT_TYPES = {"i1": 1, "i8": 8, "i16": 16, "i32": 32, "i64": 64}
 
 
 @dataclass
@@ -72,7 +83,7 @@ class Ref:
 class EpilogueStep:
     op: str
     args: list[Ref]
-    to: str = ""  # for "cast"
+    to: str = ""  # "cast": the dtype; integer steps: the width they wrap to
 
 
 @dataclass
