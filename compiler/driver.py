@@ -21,6 +21,7 @@ from iree.compiler.api import Output, Session, Source, ctypes_dl
 from torq.hw import HwSpecError, TorqHw, describe_presets, parse_hw_spec
 from .ir_utils import CompileError
 from .passes import PassOptions
+from .pipeline import TORQ_PHASES
 from .target import TargetReport, TorqTarget
 
 PHASES = ["input", "abi", "preprocessing", "global-optimization", "dispatch-creation", "flow",
@@ -78,8 +79,9 @@ def parse_torq_flags(argv: list[str]) -> tuple[CompileOptions, list[str], bool]:
             elif key == "--torq-quiet":
                 quiet = True
         elif key == "--compile-to":
-            if value not in PHASES:
-                raise UsageError(f"unknown --compile-to phase '{value}' (one of {', '.join(PHASES)})")
+            if value not in PHASES and value not in TORQ_PHASES:
+                raise UsageError(f"unknown --compile-to phase '{value}' "
+                                 f"(one of {', '.join(PHASES + list(TORQ_PHASES))})")
             opts.compile_to = value
         else:
             rest.append(a)
@@ -132,12 +134,16 @@ def compile_source(source: str | bytes, options: CompileOptions, source_name: st
         inv = session.invocation()
         inv.enable_console_diagnostics()
         data = source.encode() if isinstance(source, str) else source
-        src = Source.wrap_buffer(session, data)
+        # The buffer name becomes the file name in locations and diagnostics.
+        src = Source.wrap_buffer(session, data, buffer_name=source_name)
         if not inv.parse_source(src):
             raise CompileError(f"{source_name}: error: failed to parse the input (see diagnostics above)")
         report = TargetReport()
         stop = options.compile_to
-        if options.torq and (not stop or PHASES.index(stop) > PHASES.index("dispatch-creation")):
+        torq_stop = stop if stop in TORQ_PHASES else ""
+        if torq_stop and not options.torq:
+            raise UsageError(f"--compile-to={stop} needs the Torq target")
+        if options.torq and (not stop or torq_stop or PHASES.index(stop) > PHASES.index("dispatch-creation")):
             to_phase(inv._inv_p, b"dispatch-creation")
             if not inv.execute():
                 raise CompileError(f"{source_name}: error: IREE failed before dispatch creation")
@@ -151,8 +157,10 @@ def compile_source(source: str | bytes, options: CompileOptions, source_name: st
 
                     def printer(name, m):
                         print(f"// -----// IR Dump After {name} //----- //\n{m}", file=sys.stderr)
-                report = TorqTarget(options.pass_options(), remarks=remarks,
-                                    print_after_all=printer).run(module_op)
+                report = TorqTarget(options.pass_options(), remarks=remarks, print_after_all=printer,
+                                    stop_after_phase=torq_stop).run(module_op)
+                if torq_stop:
+                    return CompileResult(None, report.stopped_ir, report)
             inv = session.invocation()
             inv.enable_console_diagnostics()
             inv.import_module(module_op)

@@ -28,6 +28,18 @@ DISPATCH_PIPELINE = [PRE_PASSES, convert_dtypes.NAME, mark_patterns_for_super_ti
                      super_tiling.NAME, lower_to_torq_hl.NAME, assign_lram_addresses.NAME,
                      build_nss_program.NAME, serialize_executable.NAME]
 
+# `--compile-to=<phase>` stops the dispatch pipeline after this pass and prints
+# the NPU dispatches: "torq-hl" is the TorqHL form with LRAM addresses, "nss"
+# the NSS program before serialization.
+TORQ_PHASES = {"torq-hl": assign_lram_addresses.NAME, "nss": build_nss_program.NAME}
+
+
+def dispatch_pipeline(stop_after_phase: str = "") -> list[str]:
+    """The dispatch pipeline, cut after the last pass of a Torq phase if given."""
+    if not stop_after_phase:
+        return list(DISPATCH_PIPELINE)
+    return DISPATCH_PIPELINE[:DISPATCH_PIPELINE.index(TORQ_PHASES[stop_after_phase]) + 1]
+
 
 def _split_top_level(s: str) -> list[str]:
     out, depth, cur = [], 0, ""

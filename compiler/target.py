@@ -25,7 +25,7 @@ from .dispatch_extraction import ExtractedDispatch, extract_dispatch_function
 from .ir_utils import CompileError, location_str, walk_ops
 from .passes import PassOptions
 from .patterns import Unsupported, is_zero_fill, match_group
-from .pipeline import DISPATCH_PIPELINE, PRE_PASSES, run_passes
+from .pipeline import PRE_PASSES, dispatch_pipeline, run_passes
 
 SUPPORTED_DTYPES = {"bf16", "i8", "i16", "i32", "f32", "i1", "index"}
 
@@ -42,6 +42,9 @@ class DispatchDecision:
 @dataclass
 class TargetReport:
     dispatches: list[DispatchDecision] = field(default_factory=list)
+    # With a Torq stop phase: the NPU dispatches at that phase, one func each
+    # (text: the IR objects die with the compiler session).
+    stopped_ir: str = ""
 
 
 def _check_supported(func: ir.Operation, options: PassOptions) -> str:
@@ -156,10 +159,19 @@ def _host_type(func: ir.Operation, npu_type: ir.Type, n: int, i: int) -> ir.Type
 
 
 class TorqTarget:
-    def __init__(self, options: PassOptions, remarks=sys.stderr, print_after_all=None):
+    """Runs on a flow-level module in place.
+
+    With `stop_after_phase` (a key of `pipeline.TORQ_PHASES`), NPU dispatches
+    are compiled only to that phase, printed into `report.stopped_ir`, and
+    the flow module is left unchanged.
+    """
+
+    def __init__(self, options: PassOptions, remarks=sys.stderr, print_after_all=None,
+                 stop_after_phase: str = ""):
         self.options = options
         self.remarks = remarks
         self.print_after_all = print_after_all
+        self.stop_after_phase = stop_after_phase
 
     def remark(self, dispatch: ir.Operation, text: str) -> None:
         if self.remarks is not None:
@@ -167,6 +179,8 @@ class TorqTarget:
 
     def run(self, module_op: ir.Operation) -> TargetReport:
         report = TargetReport()
+        stopped = ir.Module.create() if self.stop_after_phase else None
+        pipeline = dispatch_pipeline(self.stop_after_phase)[1:]  # PRE_PASSES ran already
         declared: set = set()
         dispatches = [op for op in walk_ops(module_op) if op.name == "flow.dispatch.workgroups"]
         for i, dispatch in enumerate(dispatches):
@@ -182,7 +196,7 @@ class TorqTarget:
                 reason = _check_supported(scratch.body.operations[0].operation, self.options)
                 if reason:
                     raise Unsupported(reason)
-                run_passes(scratch, DISPATCH_PIPELINE[1:], self.options, self.print_after_all)
+                run_passes(scratch, pipeline, self.options, self.print_after_all)
             except Unsupported as e:
                 self.remark(dispatch, f"dispatch {name} stays on host: {e}")
                 report.dispatches.append(DispatchDecision(name, "host", str(e)))
@@ -190,9 +204,16 @@ class TorqTarget:
             except CompileError as e:
                 raise CompileError(f"{location_str(dispatch)}: dispatch {name}: {e}") from None
             func = ex.func = scratch.body.operations[0].operation
+            if stopped is not None:
+                func.detach_from_parent()
+                stopped.body.append(func)
+                report.dispatches.append(DispatchDecision(name, "torq"))
+                continue
             blob = np.array(ir.DenseElementsAttr(func.attributes["torq.executable"]), dtype=np.int8).tobytes()
             meta = json.loads(ir.StringAttr(func.attributes["torq.program"]).value)
             callee = _declare(module_op, len(ex.input_operands), len(dispatch.results), declared)
             _replace_with_call(dispatch, ex, blob, callee)
             report.dispatches.append(DispatchDecision(name, "torq", "", meta["tiles"], meta["lram_peak"]))
+        if stopped is not None:
+            report.stopped_ir = str(stopped)
         return report

@@ -12,6 +12,7 @@ import sys
 from .driver import (CompileOptions, UsageError, _ListHw, compile_source, hw_list_text,
                      parse_torq_flags, write_atomically)
 from .ir_utils import CompileError
+from .pipeline import TORQ_PHASES
 
 _TORQ_TARGETS = ("--iree-hal-target-backends=torq", "--iree-hal-target-device=torq")
 
@@ -102,7 +103,8 @@ def _stock_iree_compile(argv: list[str]) -> int:
 def iree_compile_main(argv: list[str] | None = None) -> int:
     """`iree-compile` that adds the Torq target; without it, the stock binary."""
     argv = sys.argv[1:] if argv is None else argv
-    if not any(a in _TORQ_TARGETS or a.startswith("--torq-") for a in argv):
+    torq_phase = {f"--compile-to={p}" for p in TORQ_PHASES}
+    if not any(a in _TORQ_TARGETS or a in torq_phase or a.startswith("--torq-") for a in argv):
         return _stock_iree_compile(argv)
     return _compile_main("iree-compile", argv, False)
 
