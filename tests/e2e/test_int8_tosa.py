@@ -5,6 +5,8 @@ The reference is IREE's own llvm-cpu backend on the unchanged input module
 and at a small one that forces tiling.
 """
 
+import os
+
 import numpy as np
 import pytest
 from iree import compiler as ireec
@@ -17,25 +19,25 @@ BUDGETS = ["SL2610", "SL2610:lram_kb=64"]
 TOSA = ["--iree-input-type=tosa"]
 
 
-def llvm_cpu_reference(mlir: str, x: np.ndarray) -> np.ndarray:
+def llvm_cpu_reference(mlir: str, *xs: np.ndarray) -> np.ndarray:
     vmfb = ireec.compile_str(mlir, target_backends=["llvm-cpu"],
                              extra_args=TOSA + ["--iree-llvmcpu-target-cpu=host"])
     config = ireert.Config("local-task")
     ctx = ireert.SystemContext(config=config)
     ctx.add_vm_module(ireert.VmModule.copy_buffer(config.vm_instance, vmfb))
-    return np.asarray(ctx.modules.module.main(x))
+    return np.asarray(ctx.modules.module.main(*xs))
 
 
 def random_int8(shape, seed):
     return np.random.default_rng(seed).integers(-128, 128, shape).astype(np.int8)
 
 
-def check_bit_exact(mlir, x, hw, min_torq):
-    ref = llvm_cpu_reference(mlir, x)
+def check_bit_exact(mlir, x, hw, min_torq, *more_inputs):
+    ref = llvm_cpu_reference(mlir, x, *more_inputs)
     cm = torq.compile(mlir, hw=hw, flags=TOSA)
     on_torq = [d for d in cm.report.dispatches if d.executor == "torq"]
     assert len(on_torq) >= min_torq, [(d.name, d.executor, d.reason) for d in cm.report.dispatches]
-    y = cm(x)
+    y = cm(x, *more_inputs)
     assert y.dtype == np.int8 and y.shape == ref.shape
     mismatches = int((y != ref).sum())
     assert mismatches == 0, f"{mismatches} of {y.size} int8 outputs differ from llvm-cpu"
@@ -72,3 +74,11 @@ def test_strided_conv_odd_shape():
     mlir = conv_rescale_clamp(seed=7, x_shape=(1, 15, 13, 17), out_ch=9, k=3, stride=2, pad=1,
                               x_zp=11, out_zp=0)
     check_bit_exact(mlir, random_int8((1, 15, 13, 17), seed=8), "SL2610", min_torq=1)
+
+
+def test_residual_add_with_requantization():
+    """TOSA int8 add: both inputs rescaled to a common i32 scale, added, rescaled back."""
+    with open(os.path.join(os.path.dirname(__file__), "tosa_int8_add.mlir")) as f:
+        mlir = f.read()
+    a, b = random_int8((1, 8, 8, 16), seed=9), random_int8((1, 8, 8, 16), seed=10)
+    check_bit_exact(mlir, a, "SL2610", 1, b)
