@@ -138,6 +138,9 @@ def compile_source(source: str | bytes, options: CompileOptions, source_name: st
         src = Source.wrap_buffer(session, data, buffer_name=source_name)
         if not inv.parse_source(src):
             raise CompileError(f"{source_name}: error: failed to parse the input (see diagnostics above)")
+        if options.torq:  # input signatures into iree.reflection, for the runtime's input checks
+            from .signature import attach_to_invocation
+            inv = attach_to_invocation(inv)
         report = TargetReport()
         stop = options.compile_to
         torq_stop = stop if stop in TORQ_PHASES else ""

@@ -10,10 +10,15 @@ Contract:
   also `m["name"]` for names that are not identifiers or clash with methods).
   Inputs are numpy arrays, numpy/Python scalars or torch tensors; results are
   numpy arrays: one result is returned bare, several as a tuple.
-- Inputs are checked against the function's reflection metadata when it has
-  any (`iree.abi` JSON or the `iree.abi.declaration` string): count, shape
-  (dynamic dims match anything) and dtype (exact: no silent casts; Python
-  scalars and lists are converted to the expected dtype).
+- Inputs are checked before the VM is invoked, against the function's
+  reflection metadata when it has any (`torq.signature`, which torq-compile
+  records for every public function, else IREE's `iree.abi` JSON or
+  `iree.abi.declaration` string): count, shape (dynamic dims match anything)
+  and dtype (exact: no silent casts; Python scalars and lists are converted
+  to the expected dtype). An `InputError` names the function, the input
+  index, the expected and the given `SHAPExTYPE`. A module without metadata
+  (e.g. hand-written `!hal.buffer_view` functions) is called as is; IREE or
+  the simulator then reports a mismatch.
 - `m.last_stats` is the list of per-dispatch stats dicts of the last call
   (one per Torq dispatch, in execution order; see `TorqModule`).
 - `m.save(path)` writes the .vmfb, `m.function_names` lists the functions,
@@ -141,6 +146,10 @@ def _parse_declaration(name: str, decl: str) -> FunctionSignature:
     return FunctionSignature(name, _split_values(m.group(1)), _split_values(results), decl)
 
 
+def _spec_type(spec: TensorSpec | None) -> str:
+    return f"tensor<{spec.text}>" if spec is not None else "?"
+
+
 def _abi_spec(desc: Any) -> TensorSpec | None:
     # iree.abi JSON: ["ndarray", "f32", rank, d0, d1, ...] with null for dynamic dims.
     if not isinstance(desc, list) or len(desc) < 3 or desc[0] != "ndarray":
@@ -150,9 +159,39 @@ def _abi_spec(desc: Any) -> TensorSpec | None:
     return TensorSpec(dims, ELEMENT_TYPES.get(str(desc[1])), text)
 
 
+def _torq_signature(name: str, text: str) -> FunctionSignature | None:
+    # torq.signature JSON (compiler/signature.py): {"v":1,"inputs":["1x3x8x8xf32",null],"results":[...]}
+    try:
+        sig = json.loads(text)
+        values = [sig["inputs"], sig["results"]]
+        if not all(isinstance(v, list) and all(t is None or isinstance(t, str) for t in v) for v in values):
+            return None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+    def specs(texts: list) -> tuple[TensorSpec | None, ...]:
+        return tuple(None if t is None else _tensor_spec(f"tensor<{t}>") for t in texts)
+
+    return FunctionSignature(name, specs(values[0]), specs(values[1]))
+
+
 def function_signature(fn: rt.VmFunction) -> FunctionSignature:
-    """The signature of a VM function from its reflection metadata (best effort)."""
+    """The signature of a VM function from its reflection metadata (best effort).
+
+    Sources, first found wins: `torq.signature` (recorded by torq-compile for
+    every input kind, including torch-dialect modules, which IREE gives no
+    reflection), `iree.abi` JSON, then the `iree.abi.declaration` string.
+    """
     refl = dict(fn.reflection)
+    if "torq.signature" in refl:
+        sig = _torq_signature(fn.name, refl["torq.signature"])
+        if sig is not None:
+            decl = refl.get("iree.abi.declaration", "")
+            if not decl:
+                ins = ", ".join(f"%input{i}: {_spec_type(s)}" for i, s in enumerate(sig.inputs or ()))
+                outs = ", ".join(f"%output{i}: {_spec_type(s)}" for i, s in enumerate(sig.results or ()))
+                decl = f"func @{fn.name}({ins}) -> ({outs})"
+            return FunctionSignature(sig.name, sig.inputs, sig.results, decl)
     if "iree.abi" in refl:
         try:
             abi = json.loads(refl["iree.abi"])
@@ -319,23 +358,27 @@ class LoadedModule:
     def _check_inputs(self, sig: FunctionSignature, args: Sequence[Any]) -> list[tuple[np.ndarray, ElementType]]:
         specs = sig.inputs
         if specs is not None and len(specs) != len(args):
-            raise InputError(f"{sig.name}: expected {len(specs)} inputs, got {len(args)}")
+            n = len(specs)
+            msg = f"{sig.name}: expected {n} input{'' if n == 1 else 's'}, got {len(args)}"
+            if any(s is not None for s in specs):
+                msg += f" (signature: {sig.name}({', '.join(s.text if s else '?' for s in specs)}))"
+            raise InputError(msg)
         out = []
         for i, value in enumerate(args):
             spec = specs[i] if specs is not None else None
             try:
                 array = _to_numpy(value, spec)
             except (TypeError, ValueError) as e:
-                raise InputError(f"{sig.name}: input {i}: cannot convert {type(value).__name__} to an array: {e}") from None
+                raise InputError(f"{sig.name}: input {i}: cannot convert {type(value).__name__} to an array: {e}", i) from None
             if spec is not None and not spec.matches(array):
-                raise InputError(f"{sig.name}: input {i}: expected {spec.text}, got {describe_array(array)}")
+                raise InputError(f"{sig.name}: input {i}: expected {spec.text}, got {describe_array(array)}", i)
             if spec is not None and spec.element is not None:
                 et = spec.element
             else:
                 try:
                     et = element_type_of_dtype(array.dtype)
                 except KeyError:
-                    raise InputError(f"{sig.name}: input {i}: unsupported dtype {array.dtype}") from None
+                    raise InputError(f"{sig.name}: input {i}: unsupported dtype {array.dtype}", i) from None
             out.append((array, et))
         return out
 

@@ -7,7 +7,8 @@ Every failure a user can cause or meet while loading or running a module is a
   ("not a valid .vmfb: <path>: <reason>", or an import the runtime lacks).
 - `InputError` (also a `ValueError`): a call got the wrong number of inputs,
   or an input of the wrong shape or dtype; names the function, the input
-  index, what was expected and what was given.
+  index (also as `.index`), what was expected and what was given. Raised
+  before the VM is invoked.
 - `DispatchError`: a Torq dispatch failed in the executable loader or the
   simulator. Its message keeps the original `ExecutableError` /
   `SimulatorError` message (also available as `__cause__`), prefixed with
@@ -28,7 +29,14 @@ class ModuleLoadError(TorqRuntimeError):
 
 
 class InputError(TorqRuntimeError, ValueError):
-    """Wrong inputs for a function (count, shape or dtype)."""
+    """Wrong inputs for a function (count, shape or dtype).
+
+    `index` is the position of the offending input (None for a wrong count).
+    """
+
+    def __init__(self, message: str, index: int | None = None) -> None:
+        super().__init__(message)
+        self.index = index
 
 
 class DispatchError(TorqRuntimeError):

@@ -18,6 +18,9 @@ Contract:
 - Without `--output`, results are printed like iree-run-module: `EXEC @fn`,
   then per result `result[i]: hal.buffer_view` and `2x3xf32=[1 2 3][4 5 6]`
   (C `%G` for floats, elided with `...` after the element budget).
+- Inputs are checked against the function's signature before the call (see
+  `api`); a wrong shape or dtype names the `--input` (index and text, so the
+  file) and the expected and given `SHAPExTYPE`.
 - Errors: one line `torq-run-module: error: <message>` on stderr, never a
   traceback; exit code 1, or 2 for command-line usage errors (unknown flag,
   missing value or --module). No output file is written on any error.
@@ -36,7 +39,7 @@ import numpy as np
 
 from torq.hw import HwSpecError, describe_presets, parse_hw_spec
 
-from .errors import TorqRuntimeError
+from .errors import InputError, TorqRuntimeError
 from .module import ELEMENT_TYPES, ElementType, element_type_of_dtype
 
 PROG = "torq-run-module"
@@ -310,6 +313,11 @@ def _run(args: argparse.Namespace, parser: _Parser) -> int:
     try:
         results = module.call_raw(args.function, *inputs)
         stats = list(module.last_stats)
+    except InputError as e:
+        if e.index is None or not 0 <= e.index < len(args.input):
+            raise
+        # Name the flag (and so the file) the bad input came from.
+        raise ToolError(f"--input #{e.index} '{args.input[e.index]}': {e}") from None
     finally:
         module.close()
 

@@ -20,6 +20,7 @@ _LAZY = {
     "ModuleLoadError": ("torq.runtime.errors", "ModuleLoadError"),
     "InputError": ("torq.runtime.errors", "InputError"),
     "DispatchError": ("torq.runtime.errors", "DispatchError"),
+    "InvocationError": ("torq.runtime.errors", "InvocationError"),
 }
 
 
