@@ -28,6 +28,10 @@ def check(model, x, hw, min_torq=1):
     stats = cm.last_stats
     budget = torq.parse_hw_spec(hw).available_lram_bytes
     assert stats and all(s["lram_peak_bytes"] <= budget for s in stats)
+    # What the compiler planned is what the simulator measured, dispatch by dispatch.
+    planned = {d.name: (d.tiles, d.lram_peak) for d in cm.report.dispatches if d.executor == "torq"}
+    measured = {s["name"]: (s["tiles"], s["lram_peak_bytes"]) for s in stats}
+    assert planned == measured
     return cm, y
 
 
