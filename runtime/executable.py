@@ -779,7 +779,7 @@ class _Validator:
             if b.offset + b.size > lram:
                 self.fail(
                     f"LRAM buffer {b.id} [{b.offset}, {b.offset + b.size}) needs {b.offset + b.size} bytes "
-                    f"of LRAM but the device ({self.hw.name}) has {lram} bytes"
+                    f"of LRAM but the device ({self.hw.spec}) has {lram} bytes"
                 )
             if not 0 <= b.live_start <= b.live_end < n:
                 self.fail(

@@ -66,6 +66,16 @@ class TorqHw:
     def dma_effective_bytes_per_cycle(self) -> float:
         return self.dma_bytes_per_cycle * self.dma_efficiency
 
+    @property
+    def spec(self) -> str:
+        """The `--torq-hw` text for this model: the preset name plus any overrides."""
+        base = PRESETS.get(self.name)
+        if base is None:
+            return self.name
+        changed = [f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self)
+                   if getattr(self, f.name) != getattr(base, f.name)]
+        return self.name + (":" + ",".join(changed) if changed else "")
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
