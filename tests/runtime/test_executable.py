@@ -110,7 +110,7 @@ def test_lram_map_beyond_device():
     pb.dma_out(b, y)
     blob = serialize_program(pb.build())  # fits the 512 KiB it was built for
     assert parse_executable(blob).buffers[0].offset == 100000
-    msg = r"LRAM buffer 0 \[100000, 100016\) needs 100016 bytes of LRAM but the device \(SL2610\) has 65536 bytes"
+    msg = r"LRAM buffer 0 \[100000, 100016\) needs 100016 bytes of LRAM but the device \(SL2610:lram_kb=64\) has 65536 bytes"
     with pytest.raises(ExecutableError, match=msg):
         parse_executable(blob, hw=TorqHw(lram_kb=64))
     # Without `hw`, the program's own hardware is the limit.
