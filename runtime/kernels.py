@@ -26,7 +26,7 @@ Errors are `KernelError` (a ValueError); the simulator adds the command index.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import ml_dtypes
 import numpy as np
@@ -158,6 +158,42 @@ def matmul(lhs: np.ndarray, rhs: np.ndarray, attrs: dict) -> tuple[np.ndarray, i
     acc = np.einsum(f"{l_dims.lower()},{r_dims.lower()}->{o_dims.lower()}", a, b, optimize=True)
     macs = int(np.prod(acc.shape, dtype=np.int64)) * sizes["K"]
     return _finish_acc(acc, integer), macs
+
+
+# --------------------------------------------------------------------------
+# Registry: the principal computation of each Compute op.
+#
+# A kernel takes the op's LRAM operands (principal operands first, epilogue
+# operands after) and its attrs, and returns (principal result, macs). Ops
+# without a principal value ("elementwise") are not listed: their result is
+# the epilogue alone. The simulator and the validators read this table, so a
+# new op is one entry here plus its compiler pattern.
+
+PrincipalKernel = Callable[[list[np.ndarray], dict], tuple[np.ndarray, int]]
+
+
+def _binary(fn: Callable[[np.ndarray, np.ndarray, dict], tuple[np.ndarray, int]]) -> PrincipalKernel:
+    def kernel(ops: list[np.ndarray], attrs: dict) -> tuple[np.ndarray, int]:
+        if len(ops) < 2:
+            raise KernelError(f"needs 2 operands, has {len(ops)}")
+        return fn(ops[0], ops[1], attrs)
+    return kernel
+
+
+PRINCIPAL_KERNELS: dict[str, PrincipalKernel] = {
+    "conv2d": _binary(conv2d),
+    "matmul": _binary(matmul),
+}
+COMPUTE_OPS = frozenset(PRINCIPAL_KERNELS) | {"elementwise"}
+
+
+def run_principal(op: str, ops: list[np.ndarray], attrs: dict) -> tuple[np.ndarray | None, int]:
+    """The principal value and MACs of Compute `op` (None, 0 for elementwise)."""
+    if op == "elementwise":
+        return None, 0
+    if op not in PRINCIPAL_KERNELS:
+        raise KernelError(f"unknown compute op {op!r}")
+    return PRINCIPAL_KERNELS[op](ops, attrs)
 
 
 # --------------------------------------------------------------------------

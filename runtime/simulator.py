@@ -37,7 +37,7 @@ import numpy as np
 from torq.hw import TorqHw
 
 from .executable import ExecutableError, validate_program
-from .kernels import NP_DTYPES, KernelError, conv2d, eval_epilogue, matmul, store
+from .kernels import COMPUTE_OPS, NP_DTYPES, KernelError, eval_epilogue, run_principal, store
 from .program import DTYPE_BYTES, Compute, DmaIn, DmaOut, LramBuffer, Program, TensorDesc
 
 _FLOATS = {"bf16", "f16", "f32"}
@@ -155,7 +155,7 @@ class Simulator:
                         f"to {t.dtype}, only float to float conversions exist"
                     )
         for i, c in enumerate(p.commands):
-            if isinstance(c, Compute) and c.op not in ("conv2d", "matmul", "elementwise"):
+            if isinstance(c, Compute) and c.op not in COMPUTE_OPS:
                 raise SimulatorError(f"program '{p.name}': command {i}: unknown compute op {c.op!r}")
 
     def _load_ddr(self, p: Program, inputs: list[np.ndarray]) -> dict[int, np.ndarray]:
@@ -207,12 +207,8 @@ class Simulator:
         """Runs one Compute on LRAM; returns its cycles."""
         ops = [self._lram(lram, buffers[o.buffer], tuple(o.shape), o.dtype) for o in c.operands]
         shape = tuple(c.result.shape)
-        principal = None
-        macs = 0
-        if c.op in ("conv2d", "matmul"):
-            if len(ops) < 2:
-                raise KernelError(f"needs 2 operands, has {len(ops)}")
-            principal, macs = (conv2d if c.op == "conv2d" else matmul)(ops[0], ops[1], c.attrs)
+        principal, macs = run_principal(c.op, ops, c.attrs)
+        if principal is not None:
             if principal.shape != shape:
                 raise KernelError(f"computes shape {principal.shape}, result operand has shape {shape}")
         if macs != c.macs:
