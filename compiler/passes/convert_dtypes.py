@@ -18,6 +18,7 @@ from ..ir_utils import bf16_dense_attr, constant_value, walk_ops
 from . import PassOptions
 
 NAME = "torq-convert-dtypes"
+_FLOAT_CASTS = ("arith.extf", "arith.truncf")
 
 
 def _demote(t: ir.Type) -> ir.Type:
@@ -38,6 +39,7 @@ def convert_function(func: ir.Operation) -> None:
     func.attributes["torq.host_result_types"] = ir.ArrayAttr.get([ir.TypeAttr.get(t) for t in outs])
     func.attributes["function_type"] = ir.TypeAttr.get(
         ir.FunctionType.get([_demote(t) for t in ins], [_demote(t) for t in outs]))
+    casts = []
     for op in walk_ops(func):
         if op is func:
             for region in op.regions:
@@ -59,6 +61,14 @@ def convert_function(func: ir.Operation) -> None:
                     arg.set_type(_demote(arg.type))
         for r in op.results:
             r.set_type(_demote(r.type))
+        if op.name in _FLOAT_CASTS:
+            casts.append(op)
+    # A bf16 <-> f32 cast (e.g. bf16 operands extended to an f32 accumulator)
+    # is now bf16 -> bf16, which arith.extf/truncf do not allow: drop it.
+    for op in casts:
+        if op.operands[0].type == op.results[0].type:
+            op.results[0].replace_all_uses_with(op.operands[0])
+            op.erase()
 
 
 def run(module: ir.Module, options: PassOptions) -> None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 from iree.compiler import ir
 
-from torq.runtime.executable import serialize_program
+from torq.runtime.executable import ExecutableError, serialize_program
+from ..ir_utils import CompileError, location_str
 from ..nss_ir import function_to_program
 from . import PassOptions
 
@@ -19,7 +20,10 @@ NAME = "torq-serialize-executable"
 
 
 def serialize_function(func: ir.Operation) -> bytes:
-    blob = serialize_program(function_to_program(func))
+    try:
+        blob = serialize_program(function_to_program(func))
+    except ExecutableError as e:  # an inconsistent program: a compile error, not a traceback
+        raise CompileError(f"{location_str(func)}: error: {e}") from None
     block = func.regions[0].blocks[0]
     for op in [o.operation for o in block.operations]:
         if op.name.startswith("torq_nss."):

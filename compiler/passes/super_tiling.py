@@ -127,11 +127,25 @@ def choose_tile_sizes(func: ir.Operation, root: ir.Operation, options: PassOptio
         f"footprint {smallest} bytes, budget {budget} bytes")
 
 
+def _next_root(func: ir.Operation, visited: set) -> ir.Operation | None:
+    """First bottom op (consumers first) outside any tile loop not yet visited.
+
+    Recomputed after every tiling: tiling a consumer fuses its producers into
+    the loop and erases the originals, so handles collected before would
+    dangle (use after free in the bindings).
+    """
+    for op in bottom_ops(func):
+        key = frozenset(_groups(op))
+        if key not in visited and not _inside_loop(op):
+            visited.add(key)
+            return op
+    return None
+
+
 def tile_function(func: ir.Operation, options: PassOptions) -> None:
     unit = ir.UnitAttr.get()
-    for root in bottom_ops(func):
-        if _inside_loop(root):
-            continue
+    visited: set = set()
+    while (root := _next_root(func, visited)) is not None:
         root.attributes[TILE_ROOT] = unit
         try:
             sizes = choose_tile_sizes(func, root, options)

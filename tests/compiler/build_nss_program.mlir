@@ -1,0 +1,84 @@
+// torq-build-nss-program: the function (after LRAM assignment) is executed at
+// compile time and replaced by one torq_nss op per DDR tensor, LRAM buffer
+// and command. Per tile, in order: a DMA-in for each operand not produced in
+// the tile (just before the compute that first needs it), the compute at the
+// assigned offsets, a DMA-out of each result used outside the tile. Tiles go
+// to slices cyclically (tile i on slice i % slices).
+// RUN: torq-opt %s --pass-pipeline='builtin.module(torq-build-nss-program)' | FileCheck %s
+// RUN: torq-opt %s --torq-hw=SL2610:slices=1 --pass-pipeline='builtin.module(torq-build-nss-program)' | FileCheck %s --check-prefix=ONE
+
+// One tile, two ops, a constant operand (offsets as the allocator assigns
+// them for commands 0 dma a, 1 dma b, 2 compute %0, 3 dma %k, 4 compute %1,
+// 5 dma_out %1).
+// Tensors: the two inputs, the output, then the constant (its bytes inline:
+// bf16 2.0 = 0x4000, little-endian [0, 64] x 50). Host dtypes come from
+// torq.host_arg_types / torq.host_result_types (f32 demoted to bf16).
+// Buffers: one per DMA-in and per compute result, live from the command
+// that fills it to the last command that reads it (%0 = buffer 2 is read by
+// the second compute, command 4). The chained value %0 stays in LRAM: no
+// DMA-out for it, and %1 is written once to the output tensor.
+// CHECK-LABEL: func.func @one_tile()
+// CHECK-SAME: torq.original_type = (tensor<50xbf16>, tensor<50xbf16>) -> tensor<50xbf16>
+// CHECK-SAME: torq.program = "{\22name\22: \22one_tile\22, \22tiles\22: 1, \22lram_peak\22: 300, \22hw\22: {\22name\22: \22SL2610\22,
+// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:0,\22kind\22:\22input\22,\22shape\22:[50],\22dtype\22:\22bf16\22,\22host_dtype\22:\22f32\22,\22arg_index\22:0}"}
+// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:1,\22kind\22:\22input\22,\22shape\22:[50],\22dtype\22:\22bf16\22,\22host_dtype\22:\22f32\22,\22arg_index\22:1}"}
+// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:2,\22kind\22:\22output\22,\22shape\22:[50],\22dtype\22:\22bf16\22,\22host_dtype\22:\22f32\22,\22arg_index\22:0}"}
+// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:3,\22kind\22:\22constant\22,\22shape\22:[50],\22dtype\22:\22bf16\22,\22host_dtype\22:\22bf16\22,\22arg_index\22:-1}", value = dense<[0, 64, 0, 64, {{.*}}, 0, 64]> : tensor<100xi8>}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:0,\22offset\22:0,\22size\22:100,\22live_start\22:0,\22live_end\22:2}"}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:1,\22offset\22:128,\22size\22:100,\22live_start\22:1,\22live_end\22:2}"}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:2,\22offset\22:256,\22size\22:100,\22live_start\22:2,\22live_end\22:4}"}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:3,\22offset\22:0,\22size\22:100,\22live_start\22:3,\22live_end\22:4}"}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:4,\22offset\22:128,\22size\22:100,\22live_start\22:4,\22live_end\22:5}"}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0],\22sizes\22:[50],\22buffer\22:0}"}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:1,\22offsets\22:[0],\22sizes\22:[50],\22buffer\22:1}"}
+// CHECK-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[{\22buffer\22:0,{{.*}}},{\22buffer\22:1,{{.*}}}],\22result\22:{\22buffer\22:2,{{.*}}\22op\22:\22add\22{{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0}"}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:3,\22offsets\22:[0],\22sizes\22:[50],\22buffer\22:3}"}
+// CHECK-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[{\22buffer\22:2,{{.*}}},{\22buffer\22:3,{{.*}}}],\22result\22:{\22buffer\22:4,{{.*}}\22op\22:\22mul\22{{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0}"}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:4,\22tensor\22:2,\22offsets\22:[0],\22sizes\22:[50]}"}
+// CHECK-NEXT: return
+// CHECK-NEXT: }
+func.func @one_tile(%a: tensor<50xbf16>, %b: tensor<50xbf16>) -> tensor<50xbf16> attributes {torq.host_arg_types = [tensor<50xf32>, tensor<50xf32>], torq.host_result_types = [tensor<50xf32>], torq.lram_end = 356 : i64, torq.lram_peak = 300 : i64} {
+  %k = arith.constant dense<2.0> : tensor<50xbf16>
+  %0 = "torq_hl.elementwise"(%a, %b) {epilogue = "{\22steps\22: [{\22op\22: \22add\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0], \22const\22: 0.0}, {\22kind\22: \22operand\22, \22index\22: 1, \22axes\22: [0], \22const\22: 0.0}]}], \22result\22: 0}", macs = 0 : i64, torq.lram_operands = [0, 128], torq.lram_result = 256 : i64} : (tensor<50xbf16>, tensor<50xbf16>) -> tensor<50xbf16>
+  %1 = "torq_hl.elementwise"(%0, %k) {epilogue = "{\22steps\22: [{\22op\22: \22mul\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0], \22const\22: 0.0}, {\22kind\22: \22operand\22, \22index\22: 1, \22axes\22: [0], \22const\22: 0.0}]}], \22result\22: 0}", macs = 0 : i64, torq.lram_operands = [256, 0], torq.lram_result = 128 : i64} : (tensor<50xbf16>, tensor<50xbf16>) -> tensor<50xbf16>
+  return %1 : tensor<50xbf16>
+}
+
+// Two tiles of 2 rows (scf.for 0 to 4 step 2): the loop is unrolled, each
+// tile is dma_in (its 2x16 box of the input, at row 0 then row 2), compute,
+// dma_out (the same box of the output), with fresh buffers at the same
+// offsets. Tile 0 runs on slice 0, tile 1 on slice 1; with one slice both
+// run on slice 0. No host type records: host dtypes are the bf16 types.
+// CHECK-LABEL: func.func @two_tiles()
+// CHECK-SAME: torq.original_type = (tensor<4x16xbf16>) -> tensor<4x16xbf16>
+// CHECK-SAME: torq.program = "{\22name\22: \22two_tiles\22, \22tiles\22: 2, \22lram_peak\22: 128,
+// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:0,\22kind\22:\22input\22,\22shape\22:[4,16],\22dtype\22:\22bf16\22,\22host_dtype\22:\22bf16\22,\22arg_index\22:0}"}
+// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:1,\22kind\22:\22output\22,\22shape\22:[4,16],\22dtype\22:\22bf16\22,\22host_dtype\22:\22bf16\22,\22arg_index\22:0}"}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:0,\22offset\22:0,\22size\22:64,\22live_start\22:0,\22live_end\22:1}"}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:1,\22offset\22:64,\22size\22:64,\22live_start\22:1,\22live_end\22:2}"}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:2,\22offset\22:0,\22size\22:64,\22live_start\22:3,\22live_end\22:4}"}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:3,\22offset\22:64,\22size\22:64,\22live_start\22:4,\22live_end\22:5}"}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0],\22sizes\22:[2,16],\22buffer\22:0}"}
+// CHECK-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[{\22buffer\22:0,\22shape\22:[2,16],\22dtype\22:\22bf16\22}],\22result\22:{\22buffer\22:1,\22shape\22:[2,16],\22dtype\22:\22bf16\22},{{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0}"}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:1,\22tensor\22:1,\22offsets\22:[0,0],\22sizes\22:[2,16]}"}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[2,0],\22sizes\22:[2,16],\22buffer\22:2}"}
+// CHECK-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[{\22buffer\22:2,\22shape\22:[2,16],\22dtype\22:\22bf16\22}],\22result\22:{\22buffer\22:3,\22shape\22:[2,16],\22dtype\22:\22bf16\22},{{.*}}\22slice\22:1,\22macs\22:0,\22tile\22:1}"}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:3,\22tensor\22:1,\22offsets\22:[2,0],\22sizes\22:[2,16]}"}
+// CHECK-NEXT: return
+// CHECK-NEXT: }
+// ONE-LABEL: func.func @two_tiles()
+// ONE: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0}"}
+// ONE: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:1}"}
+func.func @two_tiles(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> attributes {torq.lram_end = 128 : i64, torq.lram_peak = 128 : i64} {
+  %c0 = arith.constant 0 : index
+  %c2 = arith.constant 2 : index
+  %c4 = arith.constant 4 : index
+  %e = tensor.empty() : tensor<4x16xbf16>
+  %r = scf.for %i = %c0 to %c4 step %c2 iter_args(%acc = %e) -> (tensor<4x16xbf16>) {
+    %s = tensor.extract_slice %x[%i, 0] [2, 16] [1, 1] : tensor<4x16xbf16> to tensor<2x16xbf16>
+    %t = "torq_hl.elementwise"(%s) {epilogue = "{\22steps\22: [{\22op\22: \22add\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0, 1], \22const\22: 0.0}, {\22kind\22: \22const\22, \22index\22: 0, \22axes\22: [], \22const\22: 1.0}]}], \22result\22: 0}", macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 64 : i64} : (tensor<2x16xbf16>) -> tensor<2x16xbf16>
+    %u = tensor.insert_slice %t into %acc[%i, 0] [2, 16] [1, 1] : tensor<2x16xbf16> into tensor<4x16xbf16>
+    scf.yield %u : tensor<4x16xbf16>
+  }
+  return %r : tensor<4x16xbf16>
+}

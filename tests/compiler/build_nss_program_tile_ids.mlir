@@ -1,0 +1,41 @@
+// torq-build-nss-program numbering of tiles when the function body has a
+// compute of its own before a tile loop (an untiled group feeding a tiled
+// one through a DDR scratch tensor). The program has 3 tiles (the function
+// body once, the loop body twice), so the computes must carry 3 distinct
+// tile ids in execution order, 0, 1, 2, and run on slices 0, 1, 0
+// (cyclic distribution).
+//
+// XFAIL: *
+// Known bug (compiler/passes/build_nss_program.py, _Builder.run_block): the
+// tile counter is bumped only when a block finishes, so the function-body
+// compute and the first loop tile both get tile 0 (and slice 0), the second
+// loop tile gets tile 1, and torq.program still says 3 tiles.
+// RUN: torq-opt %s --pass-pipeline='builtin.module(torq-build-nss-program)' | FileCheck %s
+
+// CHECK-LABEL: func.func @body_then_loop()
+// CHECK-SAME: \22tiles\22: 3,
+// CHECK: "torq_nss.tensor"() {spec = "{\22index\22:2,\22kind\22:\22scratch\22,\22shape\22:[4,16],
+// CHECK: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0],\22sizes\22:[4,16],
+// CHECK-NEXT: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0}"}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:1,\22tensor\22:2,\22offsets\22:[0,0],\22sizes\22:[4,16]}"}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:2,\22offsets\22:[0,0],\22sizes\22:[2,16],
+// CHECK-NEXT: "torq_nss.compute"() {{.*}}\22slice\22:1,\22macs\22:0,\22tile\22:1}"}
+// CHECK-NEXT: "torq_nss.dma_out"()
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:2,\22offsets\22:[2,0],\22sizes\22:[2,16],
+// CHECK-NEXT: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:2}"}
+// CHECK-NEXT: "torq_nss.dma_out"()
+// CHECK-NEXT: return
+func.func @body_then_loop(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> attributes {torq.lram_end = 256 : i64, torq.lram_peak = 256 : i64} {
+  %c0 = arith.constant 0 : index
+  %c2 = arith.constant 2 : index
+  %c4 = arith.constant 4 : index
+  %y = "torq_hl.elementwise"(%x) {epilogue = "{\22steps\22: [{\22op\22: \22add\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0, 1], \22const\22: 0.0}, {\22kind\22: \22const\22, \22index\22: 0, \22axes\22: [], \22const\22: 1.0}]}], \22result\22: 0}", macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 128 : i64} : (tensor<4x16xbf16>) -> tensor<4x16xbf16>
+  %e = tensor.empty() : tensor<4x16xbf16>
+  %r = scf.for %i = %c0 to %c4 step %c2 iter_args(%acc = %e) -> (tensor<4x16xbf16>) {
+    %s = tensor.extract_slice %y[%i, 0] [2, 16] [1, 1] : tensor<4x16xbf16> to tensor<2x16xbf16>
+    %t = "torq_hl.elementwise"(%s) {epilogue = "{\22steps\22: [{\22op\22: \22add\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0, 1], \22const\22: 0.0}, {\22kind\22: \22const\22, \22index\22: 0, \22axes\22: [], \22const\22: 1.0}]}], \22result\22: 0}", macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 64 : i64} : (tensor<2x16xbf16>) -> tensor<2x16xbf16>
+    %u = tensor.insert_slice %t into %acc[%i, 0] [2, 16] [1, 1] : tensor<2x16xbf16> into tensor<4x16xbf16>
+    scf.yield %u : tensor<4x16xbf16>
+  }
+  return %r : tensor<4x16xbf16>
+}
