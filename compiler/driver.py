@@ -11,7 +11,9 @@ Phase control uses the C API's `ireeCompilerInvocationSetCompileToPhase` /
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
+import traceback
 import tempfile
 from dataclasses import dataclass, field
 
@@ -120,66 +122,94 @@ class CompileResult:
 
 def compile_source(source: str | bytes, options: CompileOptions, source_name: str = "<input>",
                    remarks=None) -> CompileResult:
-    """Compile MLIR text (or bytecode) to a .vmfb (or IR text with --compile-to)."""
-    to_phase, from_phase = _phase_fns()
+    """Compile MLIR text (or bytecode) to a .vmfb (or IR text with --compile-to).
+
+    Errors are re-raised only after the compiler session is closed, as fresh
+    exceptions without the failing frames: those frames hold IR objects that
+    must be destroyed before the session's MLIR context is, or the process
+    crashes later when they are collected.
+    """
     session = Session()
+    error: Exception | None = None
     try:
-        flags = list(options.iree_flags)
-        if options.torq:
-            flags = HOST_FLAGS + flags
-        try:
-            session.set_flags(*flags)
-        except ValueError as e:
-            raise UsageError(str(e).strip().splitlines()[-1]) from None
+        return _compile_in_session(session, source, options, source_name, remarks)
+    except (CompileError, UsageError) as e:
+        error = type(e)(str(e))
+    except Exception as e:  # a bug in the compiler: one line, details on request
+        error = InternalCompilerError(f"internal compiler error: {type(e).__name__}: {e}",
+                                      traceback.format_exc())
+    finally:
+        if error is not None:
+            gc.collect()  # the failing frames and their IR, while the context lives
+        session.close()
+    raise error
+
+
+class InternalCompilerError(CompileError):
+    """An unexpected exception inside the compiler; `details` is its traceback."""
+
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.details = details
+
+
+def _compile_in_session(session: Session, source: str | bytes, options: CompileOptions,
+                        source_name: str, remarks) -> CompileResult:
+    to_phase, from_phase = _phase_fns()
+    flags = list(options.iree_flags)
+    if options.torq:
+        flags = HOST_FLAGS + flags
+    try:
+        session.set_flags(*flags)
+    except ValueError as e:
+        raise UsageError(str(e).strip().splitlines()[-1]) from None
+    inv = session.invocation()
+    inv.enable_console_diagnostics()
+    data = source.encode() if isinstance(source, str) else source
+    # The buffer name becomes the file name in locations and diagnostics.
+    src = Source.wrap_buffer(session, data, buffer_name=source_name)
+    if not inv.parse_source(src):
+        raise CompileError(f"{source_name}: error: failed to parse the input (see diagnostics above)")
+    if options.torq:  # input signatures into iree.reflection, for the runtime's input checks
+        from .signature import attach_to_invocation
+        inv = attach_to_invocation(inv)
+    report = TargetReport()
+    stop = options.compile_to
+    torq_stop = stop if stop in TORQ_PHASES else ""
+    if torq_stop and not options.torq:
+        raise UsageError(f"--compile-to={stop} needs the Torq target")
+    if options.torq and (not stop or torq_stop or PHASES.index(stop) > PHASES.index("dispatch-creation")):
+        to_phase(inv._inv_p, b"dispatch-creation")
+        if not inv.execute():
+            raise CompileError(f"{source_name}: error: IREE failed before dispatch creation")
+        module_op = inv.export_module()
+        ctx = module_op.context
+        ctx.allow_unregistered_dialects = True
+        with ctx, ir.Location.unknown():
+            printer = None
+            if options.print_ir_after_all:
+                import sys
+
+                def printer(name, m):
+                    print(f"// -----// IR Dump After {name} //----- //\n{m}", file=sys.stderr)
+            report = TorqTarget(options.pass_options(), remarks=remarks, print_after_all=printer,
+                                stop_after_phase=torq_stop).run(module_op)
+            if torq_stop:
+                return CompileResult(None, report.stopped_ir, report)
         inv = session.invocation()
         inv.enable_console_diagnostics()
-        data = source.encode() if isinstance(source, str) else source
-        # The buffer name becomes the file name in locations and diagnostics.
-        src = Source.wrap_buffer(session, data, buffer_name=source_name)
-        if not inv.parse_source(src):
-            raise CompileError(f"{source_name}: error: failed to parse the input (see diagnostics above)")
-        if options.torq:  # input signatures into iree.reflection, for the runtime's input checks
-            from .signature import attach_to_invocation
-            inv = attach_to_invocation(inv)
-        report = TargetReport()
-        stop = options.compile_to
-        torq_stop = stop if stop in TORQ_PHASES else ""
-        if torq_stop and not options.torq:
-            raise UsageError(f"--compile-to={stop} needs the Torq target")
-        if options.torq and (not stop or torq_stop or PHASES.index(stop) > PHASES.index("dispatch-creation")):
-            to_phase(inv._inv_p, b"dispatch-creation")
-            if not inv.execute():
-                raise CompileError(f"{source_name}: error: IREE failed before dispatch creation")
-            module_op = inv.export_module()
-            ctx = module_op.context
-            ctx.allow_unregistered_dialects = True
-            with ctx, ir.Location.unknown():
-                printer = None
-                if options.print_ir_after_all:
-                    import sys
-
-                    def printer(name, m):
-                        print(f"// -----// IR Dump After {name} //----- //\n{m}", file=sys.stderr)
-                report = TorqTarget(options.pass_options(), remarks=remarks, print_after_all=printer,
-                                    stop_after_phase=torq_stop).run(module_op)
-                if torq_stop:
-                    return CompileResult(None, report.stopped_ir, report)
-            inv = session.invocation()
-            inv.enable_console_diagnostics()
-            inv.import_module(module_op)
-            from_phase(inv._inv_p, b"dispatch-creation")
-        if stop:
-            to_phase(inv._inv_p, stop.encode())
-        if not inv.execute():
-            raise CompileError(f"{source_name}: error: IREE compilation failed (see diagnostics above)")
-        out = Output.open_membuffer()
-        if stop and stop != "end":
-            inv.output_ir(out)
-            return CompileResult(None, bytes(out.map_memory()).decode(), report)
-        inv.output_vm_bytecode(out)
-        return CompileResult(bytes(out.map_memory()), None, report)
-    finally:
-        session.close()
+        inv.import_module(module_op)
+        from_phase(inv._inv_p, b"dispatch-creation")
+    if stop:
+        to_phase(inv._inv_p, stop.encode())
+    if not inv.execute():
+        raise CompileError(f"{source_name}: error: IREE compilation failed (see diagnostics above)")
+    out = Output.open_membuffer()
+    if stop and stop != "end":
+        inv.output_ir(out)
+        return CompileResult(None, bytes(out.map_memory()).decode(), report)
+    inv.output_vm_bytecode(out)
+    return CompileResult(bytes(out.map_memory()), None, report)
 
 
 def write_atomically(path: str, data: bytes) -> None:

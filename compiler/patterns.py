@@ -393,6 +393,27 @@ def _epilogue_of(ep: ir.Operation, principal_result: ir.Value | None, inputs: li
     return decode_elementwise(ep, refs, value_base=0 if principal_result is None else 1)
 
 
+def _is_epilogue_of_producer(op: ir.Operation) -> bool:
+    """Whether `op` was fused as the epilogue of the contraction producing one of its inputs.
+
+    A consumer the contraction could not take (several users, an op with no
+    epilogue step) is a group of its own, so it is matched or refused itself.
+    """
+    for v in op.operands[: _n_ins(op)]:
+        producer = v.owner
+        if isinstance(producer, ir.Block) or producer.name != "linalg.generic":
+            continue
+        if _single_user(v) is None or classify_contraction(producer) is None:
+            continue
+        try:
+            group = match_group(producer)
+        except Unsupported:
+            continue
+        if group is not None and group.bottom == op:
+            return True
+    return False
+
+
 def match_group(op: ir.Operation) -> Match | None:
     """The Torq group whose principal op is `op`, or None if `op` is no principal.
 
@@ -423,12 +444,8 @@ def match_group(op: ir.Operation) -> Match | None:
     if is_zero_fill(op):
         return None  # part of the contraction group that accumulates into it
     if _is_elementwise(op):
-        producer_is_contraction = any(
-            not isinstance(v.owner, ir.Block) and v.owner.name == "linalg.generic"
-            and classify_contraction(v.owner) is not None and _single_user(v) == op
-            for v in op.operands[: _n_ins(op)])
-        if producer_is_contraction:
-            return None  # this op is the epilogue of that contraction's group
+        if _is_epilogue_of_producer(op):
+            return None  # matched as part of that contraction's group
         inputs: list[ir.Value] = []
         epi = _epilogue_of(op, None, inputs)
         return Match("elementwise", op, [op], op, inputs, {}, epi, 0)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import sys
 
-from .driver import (CompileOptions, UsageError, _ListHw, compile_source, hw_list_text,
-                     parse_torq_flags, write_atomically)
+from .driver import (CompileOptions, InternalCompilerError, UsageError, _ListHw, compile_source,
+                     hw_list_text, parse_torq_flags, write_atomically)
 from .ir_utils import CompileError
 from .pipeline import TORQ_PHASES
 
@@ -84,6 +84,8 @@ def _compile_main(tool: str, argv: list[str], torq_default: bool) -> int:
     except UsageError as e:
         return _fail(tool, str(e), 2)
     except CompileError as e:
+        if isinstance(e, InternalCompilerError) and os.environ.get("TORQ_DEBUG"):
+            print(e.details, file=sys.stderr, end="")
         return _fail(tool, str(e).removeprefix("error: "))
     except KeyboardInterrupt:
         return _fail(tool, "interrupted", 130)

@@ -3,7 +3,7 @@
 // the contraction group is the fill + the matmul, and an elementwise consumer
 // is a group of its own.
 //
-// XFAIL: *
+
 // Known bug (compiler/patterns.py, match_group): for an elementwise op whose
 // operand comes from a contraction, `_single_user(v) == op` is evaluated with
 // `_single_user(v)` = None (the value has 2 uses), and

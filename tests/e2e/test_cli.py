@@ -100,3 +100,47 @@ def test_torq_opt_unknown_pass(conv_mlir):
     r = run("torq-opt", str(conv_mlir), "--pass-pipeline=builtin.module(no-such-pass)")
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert r.stderr.strip().startswith("torq-opt: error:")
+
+
+def test_unlowerable_epilogue_falls_back_to_host(tmp_path):
+    src = os.path.join(os.path.dirname(__file__), "matmul_exp.mlir")
+    out = tmp_path / "m.vmfb"
+    r = run("torq-compile", src, "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "remark: dispatch main_dispatch_0 stays on host" in r.stderr and "math.exp" in r.stderr
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((16, 32)).astype(np.float32) * 0.2
+    b = rng.standard_normal((32, 8)).astype(np.float32) * 0.2
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    r = run("torq-run-module", f"--module={out}", f"--input=@{tmp_path / 'a.npy'}",
+            f"--input=@{tmp_path / 'b.npy'}", f"--output=@{tmp_path / 'y.npy'}")
+    assert r.returncode == 0, r.stderr
+    ref = np.exp(a.astype(np.float64) @ b.astype(np.float64))
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), ref, rtol=1e-5)
+
+
+WIDE_MATMUL = """
+func.func @main(%a: tensor<4x2048xf32>, %b: tensor<2048x4xf32>) -> tensor<4x4xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x4xf32>
+  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<4x4xf32>) -> tensor<4x4xf32>
+  %m = linalg.matmul ins(%a, %b : tensor<4x2048xf32>, tensor<2048x4xf32>) outs(%acc : tensor<4x4xf32>) -> tensor<4x4xf32>
+  return %m : tensor<4x4xf32>
+}
+"""
+
+
+def test_compile_error_inside_a_dispatch_exits_cleanly(tmp_path):
+    # 1 KiB usable LRAM cannot hold one 4 KiB row of lhs: the error is raised deep
+    # in super tiling with IR objects alive in its frames. One line, exit 1, no
+    # crash when those objects are collected, no output file.
+    src = tmp_path / "wide.mlir"
+    src.write_text(WIDE_MATMUL)
+    out = tmp_path / "m.vmfb"
+    r = run("torq-compile", str(src), "--torq-hw=SL2610:lram_kb=15", "-o", str(out))
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot fit LRAM even with size-1 tiles" in lines[0], r.stderr
+    assert "wide.mlir:6:" in lines[0] and "budget 1024 bytes" in lines[0]
+    assert not out.exists() and not list(tmp_path.glob(".torq-*"))
