@@ -10,10 +10,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 
 import numpy as np
 import torch
 import torch.nn as nn
+
+# torch.export internals warn about their own deprecations on every export.
+warnings.filterwarnings("ignore", category=FutureWarning, module="copyreg")
 
 
 class ConvBnRelu(nn.Sequential):

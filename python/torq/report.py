@@ -12,7 +12,10 @@ def print_dispatch_table(report, stats: list[dict], console: Console | None = No
     `report` is the compiler's TargetReport (every dispatch, torq or host);
     `stats` the runtime's per-call counters of NPU dispatches, in call order.
     """
-    console = console or Console()
+    if console is None:
+        # Piped output (CI logs, files) would wrap at 80 columns and truncate names.
+        probe = Console()
+        console = probe if probe.is_terminal else Console(width=160)
     by_name: dict[str, dict] = {}
     for s in stats:
         by_name.setdefault(s.get("name", ""), s)
