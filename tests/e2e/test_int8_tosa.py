@@ -82,3 +82,13 @@ def test_residual_add_with_requantization():
         mlir = f.read()
     a, b = random_int8((1, 8, 8, 16), seed=9), random_int8((1, 8, 8, 16), seed=10)
     check_bit_exact(mlir, a, "SL2610", 1, b)
+
+
+def test_batch_matmul_with_requantization():
+    """Both operands are inputs; IREE's zero-point correction (column sums of rhs)
+    is a reduction that stays on host, the batch matmul + rescale runs on torq."""
+    with open(os.path.join(os.path.dirname(__file__), "tosa_int8_matmul.mlir")) as f:
+        mlir = f.read()
+    a, b = random_int8((2, 16, 24), seed=11), random_int8((2, 24, 12), seed=12)
+    cm = check_bit_exact(mlir, a, "SL2610", 1, b)
+    assert max(s["macs"] for s in cm.last_stats) == 2 * 16 * 12 * 24
