@@ -77,6 +77,12 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
             out_types.append(uses[0].operands[0].type)
         else:
             out_types.append(kinds[a][1])
+    in_pos = {a: n for n, a in enumerate(input_args)}
+    out_pos = {a: n for n, a in enumerate(result_args)}
+    updates = _check_loads_and_stores(block, kinds, in_pos, out_pos)
+    # Everything that can refuse the dispatch has run on the original body.
+    # Only now is a clone taken apart: erasing IR whose nested ops still have
+    # Python handles (a half-moved clone on an error path) corrupts the heap.
     func_type = ir.FunctionType.get([kinds[i][1] for i in input_args], out_types)
     with ir.InsertionPoint(module.body):
         func = ir.Operation.create(
@@ -87,48 +93,53 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
             loc=dispatch.location)
     fblock = func.regions[0].blocks.append(*[kinds[i][1] for i in input_args])
     clone = dispatch.clone()
-    try:
-        cblock = clone.regions[0].blocks[0]
-        in_pos = {a: n for n, a in enumerate(input_args)}
-        out_pos = {a: n for n, a in enumerate(result_args)}
-        results: list[ir.Value | None] = [None] * len(result_args)
-        updates: list[tuple[int, list[int] | None]] = [(-1, None)] * len(result_args)
-        for op in block_ops(cblock):
-            if op.name == "iree_tensor_ext.dispatch.tensor.load":
-                src = op.operands[0]
-                pos = src.arg_number if isinstance(src.owner, ir.Block) else None
-                if pos not in in_pos or not _is_full(op, static_shape(op.results[0].type)):
-                    raise Unsupported("dispatch loads part of an input")
-                op.results[0].replace_all_uses_with(fblock.arguments[in_pos[pos]])
-                op.erase()
-            elif op.name == "iree_tensor_ext.dispatch.tensor.store":
-                dst = op.operands[1]
-                pos = dst.arg_number if isinstance(dst.owner, ir.Block) else None
-                if pos not in out_pos or results[out_pos[pos]] is not None:
-                    raise Unsupported("dispatch stores an output twice")
-                if kinds[pos][0] == "readwrite":
-                    offsets = _static_box_offsets(op)
-                    if offsets is None:
-                        raise Unsupported("dispatch updates a strided or dynamic box")
-                    updates[out_pos[pos]] = (pos, offsets)
-                elif not _is_full(op, static_shape(op.operands[0].type)):
-                    raise Unsupported("dispatch stores part of an output")
-                results[out_pos[pos]] = op.operands[0]
-                op.erase()
-            elif op.name == "flow.return":
-                op.erase()
-            else:
-                _append(op, fblock)
-        if any(r is None for r in results):
-            raise Unsupported("dispatch output never stored")
-        with ir.InsertionPoint(fblock), dispatch.location:
-            ir.Operation.create("func.return", operands=results)
-    except Exception:
-        func.erase()
-        raise
-    finally:
-        clone.erase()
+    results: list[ir.Value | None] = [None] * len(result_args)
+    for op in block_ops(clone.regions[0].blocks[0]):
+        if op.name == "iree_tensor_ext.dispatch.tensor.load":
+            op.results[0].replace_all_uses_with(fblock.arguments[in_pos[op.operands[0].arg_number]])
+            op.erase()
+        elif op.name == "iree_tensor_ext.dispatch.tensor.store":
+            results[out_pos[op.operands[1].arg_number]] = op.operands[0]
+            op.erase()
+        elif op.name == "flow.return":
+            op.erase()
+        else:
+            _append(op, fblock)
+    with ir.InsertionPoint(fblock), dispatch.location:
+        ir.Operation.create("func.return", operands=results)
+    clone.erase()
     return ExtractedDispatch(func, input_args, updates)
+
+
+def _check_loads_and_stores(block: ir.Block, kinds, in_pos: dict, out_pos: dict) -> list:
+    """Refuses (Unsupported) bodies the extraction cannot turn into a tensor function.
+
+    Returns, per result, (tied operand, box offsets) for read-write stores, else (-1, None).
+    """
+    updates: list[tuple[int, list[int] | None]] = [(-1, None)] * len(out_pos)
+    stored = set()
+    for op in block_ops(block):
+        if op.name == "iree_tensor_ext.dispatch.tensor.load":
+            src = op.operands[0]
+            pos = src.arg_number if isinstance(src.owner, ir.Block) else None
+            if pos not in in_pos or not _is_full(op, static_shape(op.results[0].type)):
+                raise Unsupported("dispatch loads part of an input")
+        elif op.name == "iree_tensor_ext.dispatch.tensor.store":
+            dst = op.operands[1]
+            pos = dst.arg_number if isinstance(dst.owner, ir.Block) else None
+            if pos not in out_pos or pos in stored:
+                raise Unsupported("dispatch stores an output twice")
+            stored.add(pos)
+            if kinds[pos][0] == "readwrite":
+                offsets = _static_box_offsets(op)
+                if offsets is None:
+                    raise Unsupported("dispatch updates a strided or dynamic box")
+                updates[out_pos[pos]] = (pos, offsets)
+            elif not _is_full(op, static_shape(op.operands[0].type)):
+                raise Unsupported("dispatch stores part of an output")
+    if len(stored) != len(out_pos):
+        raise Unsupported("dispatch output never stored")
+    return updates
 
 
 def _static_box_offsets(op: ir.Operation) -> list[int] | None:
