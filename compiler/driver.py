@@ -42,15 +42,19 @@ class CompileOptions:
     iree_flags: list[str] = field(default_factory=list)
     keep_f32: bool = False
     strategy: str = "default"
+    slice_distribution: str = "cyclic"
     compile_to: str = ""
     print_ir_after_all: bool = False
+    dump_tiling: str = ""  # path of the JSON written by --torq-dump-tiling
 
     def pass_options(self) -> PassOptions:
-        return PassOptions(hw=self.hw, keep_f32=self.keep_f32, super_tiling_strategy=self.strategy)
+        return PassOptions(hw=self.hw, keep_f32=self.keep_f32, super_tiling_strategy=self.strategy,
+                           slice_distribution=self.slice_distribution,
+                           tiling_log=[] if self.dump_tiling else None)
 
 
-TORQ_FLAGS = {"--torq-hw", "--torq-keep-f32", "--torq-super-tiling-strategy",
-              "--torq-print-ir-after-all", "--torq-quiet"}
+TORQ_FLAGS = {"--torq-hw", "--torq-keep-f32", "--torq-super-tiling-strategy", "--torq-slice-distribution",
+              "--torq-print-ir-after-all", "--torq-quiet", "--torq-dump-tiling"}
 
 
 def parse_torq_flags(argv: list[str]) -> tuple[CompileOptions, list[str], bool]:
@@ -76,6 +80,17 @@ def parse_torq_flags(argv: list[str]) -> tuple[CompileOptions, list[str], bool]:
                 if value not in ("default", "seed"):
                     raise UsageError(f"unknown --torq-super-tiling-strategy '{value}' (default, seed)")
                 opts.strategy = value
+            elif key == "--torq-slice-distribution":
+                from .slice_distribution import DistributionError, parse_distribution
+
+                try:
+                    opts.slice_distribution = parse_distribution(value).spec
+                except DistributionError as e:
+                    raise UsageError(str(e)) from None
+            elif key == "--torq-dump-tiling":
+                if not value:
+                    raise UsageError("--torq-dump-tiling needs a path: --torq-dump-tiling=tiling.json")
+                opts.dump_tiling = value
             elif key == "--torq-print-ir-after-all":
                 opts.print_ir_after_all = True
             elif key == "--torq-quiet":
@@ -132,7 +147,10 @@ def compile_source(source: str | bytes, options: CompileOptions, source_name: st
     session = Session()
     error: Exception | None = None
     try:
-        return _compile_in_session(session, source, options, source_name, remarks)
+        result = _compile_in_session(session, source, options, source_name, remarks)
+        if options.dump_tiling:
+            _write_tiling_dump(options.dump_tiling, result.report)
+        return result
     except (CompileError, UsageError) as e:
         error = type(e)(str(e))
     except Exception as e:  # a bug in the compiler: one line, details on request
@@ -143,6 +161,15 @@ def compile_source(source: str | bytes, options: CompileOptions, source_name: st
             gc.collect()  # the failing frames and their IR, while the context lives
         session.close()
     raise error
+
+
+def _write_tiling_dump(path: str, report: TargetReport) -> None:
+    import json
+
+    try:
+        write_atomically(path, (json.dumps({"dispatches": report.tiling}, indent=1) + "\n").encode())
+    except OSError as e:
+        raise UsageError(f"cannot write --torq-dump-tiling file '{path}': {e.strerror}") from None
 
 
 class InternalCompilerError(CompileError):

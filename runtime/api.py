@@ -20,7 +20,13 @@ Contract:
   (e.g. hand-written `!hal.buffer_view` functions) is called as is; IREE or
   the simulator then reports a mismatch.
 - `m.last_stats` is the list of per-dispatch stats dicts of the last call
-  (one per Torq dispatch, in execution order; see `TorqModule`).
+  (one per Torq dispatch, in execution order; see `TorqModule` and
+  `simulator.DispatchStats`: name, executor, tiles, cycles, latency_us,
+  dma_bytes_in/out, compulsory_bytes, lram_peak_bytes, macs,
+  roofline_cycles, efficiency, ddr_traffic_ratio, engine_busy_cycles, ...).
+  `m.last_wall_us` is the host wall time of the last call (VM invocation
+  only, inputs already converted). `m.record_timeline = True` makes the
+  stats carry each command's simulated start/end ("timeline").
 - `m.save(path)` writes the .vmfb, `m.function_names` lists the functions,
   `m.signature(name)` gives the parsed signature, `m.close()` frees IREE
   objects (also automatic on collection and at interpreter exit).
@@ -34,6 +40,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -258,6 +265,7 @@ class LoadedModule:
         self._vmfb = vmfb
         self.source = source
         self.last_stats: list[dict] = []
+        self.last_wall_us: float = 0.0
         res = self._res = _Resources()
         self._finalizer = weakref.finalize(self, _Resources.close, res)
         try:
@@ -294,6 +302,15 @@ class LoadedModule:
     @property
     def hw(self) -> TorqHw | None:
         return self._res.torq.hw if self._res.torq is not None else None
+
+    @property
+    def record_timeline(self) -> bool:
+        return self._res.torq is not None and self._res.torq.record_timeline
+
+    @record_timeline.setter
+    def record_timeline(self, value: bool) -> None:
+        if self._res.torq is not None:
+            self._res.torq.record_timeline = value
 
     def signature(self, name: str) -> FunctionSignature:
         self._check_function(name)
@@ -394,6 +411,7 @@ class LoadedModule:
         n_results = len(sig.results) if sig.results else 1
         rets = rt.VmVariantList(max(1, n_results))
         res.torq.reset()
+        t0 = time.perf_counter()
         try:
             res.context.vm_context.invoke(res.functions[name], args, rets)
         except Exception as e:  # IREE reports Python errors of the torq module as RuntimeError
@@ -405,6 +423,7 @@ class LoadedModule:
                 error = InvocationError(f"{name}: {_iree_message(e)}")
             return [], error
         finally:
+            self.last_wall_us = (time.perf_counter() - t0) * 1e6
             self.last_stats = list(res.torq.last_stats)
         results: list[tuple[Any, ElementType | None]] = []
         for i in range(rets.size):

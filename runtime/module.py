@@ -12,9 +12,14 @@ Contract:
   stable while the compiled module lives), reads the inputs as numpy arrays,
   runs `Simulator(hw).run(program, inputs)` and returns the results as new
   buffer views on the host device, in the program's host dtypes.
-- Per-call statistics (`DispatchStats.to_dict()` plus "name" and
-  "executor": "torq") are appended to `last_stats`; the caller clears them
-  with `reset()` before each top-level invocation.
+- Per-call statistics (`DispatchStats.to_dict()` plus "name",
+  "executor": "torq", "hw_spec" (the `--torq-hw` text of the device it ran
+  on), "wall_start_us" (host wall time from `reset()` to the call) and
+  "sim_wall_us" (host wall time of the call: parsing, simulation, buffer
+  copies)) are appended to `last_stats`; the caller clears them with
+  `reset()` right before each top-level invocation. With
+  `record_timeline = True` each dict also has the simulator's "timeline"
+  (per-command start/end cycles and LRAM occupancy).
 - A failure inside a call is stored in `pending_error` as a `DispatchError`
   (message keeps the loader's / simulator's message) and re-raised into the
   VM, which aborts the invocation. The caller re-raises `pending_error`
@@ -31,6 +36,7 @@ This file also holds the element type table shared by `api` and `tools`
 
 from __future__ import annotations
 
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -141,6 +147,8 @@ class _State:
         self.programs: dict[tuple[int, int], Any] = {}
         self.simulators: dict[TorqHw, Any] = {}
         self.last_stats: list[dict] = []
+        self.record_timeline = False
+        self.t0 = time.perf_counter()
         self.pending_error: BaseException | None = None
         self.iface: rt.PyModuleInterface | None = None
         self.vm_module: rt.VmModule | None = None
@@ -176,6 +184,7 @@ class _State:
     def run(self, n_results: int, blob_ref: rt.VmRef, arg_refs: tuple[rt.VmRef, ...]) -> Any:
         name = ""  # the program's name, once parsed
         where = f"torq.{export_name(len(arg_refs), n_results)}"
+        t_start = time.perf_counter()
         try:
             program = self.program(blob_ref)
             name = program.name
@@ -187,7 +196,8 @@ class _State:
                     f"{len(outs_desc)} results, but was called with {len(inputs)} inputs for {n_results} results",
                     name,
                 )
-            outputs, stats = self.simulator(program).run(program, inputs)
+            sim = self.simulator(program)
+            outputs, stats = sim.run(program, inputs, record_timeline=self.record_timeline)
             results = []
             for desc, out in zip(outs_desc, outputs):
                 et = ELEMENT_TYPES.get(desc.host_dtype) or element_type_of_dtype(out.dtype)
@@ -216,9 +226,13 @@ class _State:
             self.pending_error = err
             # Keep the cause without its traceback: frames would pin IREE objects.
             raise err from e.with_traceback(None)
+        t_end = time.perf_counter()
         d = dict(stats.to_dict())
         d.setdefault("name", name)
         d["executor"] = "torq"
+        d["hw_spec"] = sim.hw.spec
+        d["wall_start_us"] = (t_start - self.t0) * 1e6
+        d["sim_wall_us"] = (t_end - t_start) * 1e6
         self.last_stats.append(d)
         return results[0] if n_results == 1 else tuple(results)
 
@@ -272,10 +286,19 @@ class TorqModule:
     def pending_error(self) -> BaseException | None:
         return self._state.pending_error
 
+    @property
+    def record_timeline(self) -> bool:
+        return self._state.record_timeline
+
+    @record_timeline.setter
+    def record_timeline(self, value: bool) -> None:
+        self._state.record_timeline = bool(value)
+
     def reset(self) -> None:
-        """Clears stats and pending error; call before each top-level invocation."""
+        """Clears stats and pending error and restarts the wall clock; call right before each invocation."""
         self._state.last_stats.clear()
         self._state.pending_error = None
+        self._state.t0 = time.perf_counter()
 
     def close(self) -> None:
         self._finalizer()

@@ -11,10 +11,15 @@ Model:
 - `buffers` are LRAM buffers with an offset and size assigned by
   `torq-assign-lram-addresses`, and a live range `[live_start, live_end]` in
   command indices. Two buffers whose live ranges intersect must not overlap.
-- `commands` run in order (the first timing model is sequential per engine):
-  `DmaIn` copies a box of a DDR tensor into a buffer (contiguous row-major of
-  the box's sizes), `Compute` runs one TorqHL op on a slice with LRAM operands,
-  `DmaOut` copies a buffer into a box of a DDR tensor.
+- `commands` have program order (the functional meaning): `DmaIn` copies a
+  box of a DDR tensor into a buffer (contiguous row-major of the box's
+  sizes), `Compute` runs one TorqHL op on slice `Compute.slice` with LRAM
+  operands, `DmaOut` copies a buffer into a box of a DDR tensor. In time
+  (`runtime/timing.py`) the DMA-in engine, the DMA-out engine and each slice
+  run their own commands in program order and overlap wherever no LRAM byte
+  range or DDR box dependency orders them; `Compute.tile` is the tile
+  iteration a command belongs to and `Compute.slice` the slice
+  `torq-build-nss-program` distributed that iteration to.
 
 Compute ops (`Compute.op`) and their attributes:
 - "conv2d": operands [input, weight, *epilogue operands]. attrs:

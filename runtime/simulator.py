@@ -17,12 +17,14 @@ Contract:
   into its buffer (contiguous row-major), Compute reads its operands from LRAM
   at their buffer offsets, runs `kernels` and writes its result into LRAM,
   DmaOut copies a buffer into a DDR box.
-- Timing (first model, sequential, every number from `TorqHw`):
-  DMA = dma_setup_cycles + ceil(bytes / dma_effective_bytes_per_cycle);
-  conv2d/matmul = compute_overhead_cycles + ceil(macs / macs_per_cycle(dtype));
-  elementwise = compute_overhead_cycles + ceil(elements * steps / lanes(dtype)),
-  with the slowest dtype among the op's operands (and result, for lanes);
-  total = sum over commands.
+- Timing: `timing.schedule` (DMA-in, DMA-out and each slice are separate
+  in-order engines over one XRAM link; commands wait for their LRAM byte-range
+  and DDR box dependencies; every number from `TorqHw`). `DispatchStats.cycles`
+  is the makespan; `engine_busy_cycles` the busy cycles per engine. Before
+  any command runs, a compute on a slice the device lacks, or a buffer that
+  two slices write while live (`timing.check_slice_sharing`), is a
+  SimulatorError. With `record_timeline=True` the stats also carry each
+  command's start/end cycle and the LRAM occupancy over time (`timeline`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 
@@ -39,6 +40,8 @@ from torq.hw import TorqHw
 from .executable import ExecutableError, validate_program
 from .kernels import COMPUTE_OPS, NP_DTYPES, KernelError, eval_epilogue, run_principal, store
 from .program import DTYPE_BYTES, Compute, DmaIn, DmaOut, LramBuffer, Program, TensorDesc
+from .timing import (TimingError, Timeline, check_slice_sharing, dma_bytes, lram_occupancy, roofline_cycles,
+                     schedule)
 
 _FLOATS = {"bf16", "f16", "f32"}
 
@@ -56,18 +59,38 @@ class DispatchStats:
     dma_bytes_in: int = 0
     dma_bytes_out: int = 0
     compulsory_bytes: int = 0  # each input, constant and output tensor once (scratch excluded)
-    lram_peak_bytes: int = 0  # highest sum of sizes of simultaneously live buffers
+    lram_peak_bytes: int = 0  # highest sum of sizes of buffers live at one command (program order)
+    # Highest sum of sizes of buffers live at one simulated cycle (a buffer is live from the
+    # start of its first command to the end of its last): >= lram_peak_bytes when engines overlap.
+    lram_occupancy_peak_bytes: int = 0
     macs: int = 0
     commands: int = 0
-    cycles: int = 0
+    cycles: int = 0  # makespan of the timing model
+    latency_us: float = 0.0  # cycles at the device clock
+    roofline_cycles: int = 0  # DESIGN section 7
+    slices_used: int = 0  # distinct slices that run a compute
+    engine_busy_cycles: dict = dataclasses.field(default_factory=dict)  # engine -> busy cycles
+    # Only with record_timeline: {"events": [...], "lram_occupancy": [[cycle, bytes], ...]}.
+    timeline: dict | None = None
 
     @property
     def ddr_traffic_ratio(self) -> float:
         total = self.dma_bytes_in + self.dma_bytes_out
         return total / self.compulsory_bytes if self.compulsory_bytes else 0.0
 
+    @property
+    def efficiency(self) -> float:
+        """Roofline cycles / simulated cycles (DESIGN section 7)."""
+        return self.roofline_cycles / self.cycles if self.cycles else 0.0
+
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields (without `timeline` unless recorded) plus ddr_traffic_ratio and efficiency."""
+        d = dataclasses.asdict(self)
+        if d["timeline"] is None:
+            del d["timeline"]
+        d["ddr_traffic_ratio"] = self.ddr_traffic_ratio
+        d["efficiency"] = self.efficiency
+        return d
 
 
 def measure_lram_peak(buffers: list[LramBuffer], n_commands: int) -> int:
@@ -83,11 +106,6 @@ def measure_lram_peak(buffers: list[LramBuffer], n_commands: int) -> int:
     return peak
 
 
-def _ceil_div(n: int, rate: float) -> int:
-    """ceil(n / rate) computed exactly on the decimal value of `rate` (5.2, not 5.2000000000000002)."""
-    return math.ceil(Fraction(n) / Fraction(rate).limit_denominator(1 << 20))
-
-
 def _nbytes(shape: tuple[int, ...], dtype: str) -> int:
     return math.prod(shape) * DTYPE_BYTES[dtype]
 
@@ -100,12 +118,18 @@ class Simulator:
 
     # ---- public
 
-    def run(self, program: Program, inputs: list[np.ndarray]) -> tuple[list[np.ndarray], DispatchStats]:
+    def run(self, program: Program, inputs: list[np.ndarray],
+            record_timeline: bool = False) -> tuple[list[np.ndarray], DispatchStats]:
         try:
             validate_program(program, self.hw)
         except ExecutableError as e:
             raise SimulatorError(str(e)) from None
         self._check_dtypes(program)
+        try:
+            timeline = schedule(program, self.hw)
+            check_slice_sharing(program, timeline)
+        except TimingError as e:
+            raise SimulatorError(f"program '{program.name}': {e}") from None
         ddr = self._load_ddr(program, inputs)
         lram = np.zeros(self.hw.lram_bytes, dtype=np.uint8)
         tensors = {t.index: t for t in program.tensors}
@@ -124,20 +148,19 @@ class Simulator:
                 data = np.ascontiguousarray(box).reshape(-1).view(np.uint8)
                 lram[buf.offset : buf.offset + data.size] = data
                 stats.dma_bytes_in += data.size
-                stats.cycles += self._dma_cycles(data.size)
             elif isinstance(c, DmaOut):
                 t, buf = tensors[c.tensor], buffers[c.buffer]
                 src = self._lram(lram, buf, tuple(c.sizes), t.dtype)
                 self._tensor(ddr, t)[self._box(c.offsets, c.sizes)] = src
                 stats.dma_bytes_out += src.nbytes
-                stats.cycles += self._dma_cycles(src.nbytes)
             else:
                 try:
                     with np.errstate(all="ignore"):  # inf/nan propagate as in IEEE f32
-                        stats.cycles += self._compute(i, c, lram, buffers)
+                        self._compute(i, c, lram, buffers)
                 except KernelError as e:
                     raise SimulatorError(f"program '{program.name}': command {i} ({c.op}): {e}") from None
                 stats.macs += c.macs
+        self._add_timing(program, timeline, stats, record_timeline)
         outputs = []
         for t in program.outputs():
             value = self._tensor(ddr, t)
@@ -200,11 +223,32 @@ class Simulator:
 
     # ---- commands
 
-    def _dma_cycles(self, nbytes: int) -> int:
-        return self.hw.dma_setup_cycles + _ceil_div(nbytes, self.hw.dma_effective_bytes_per_cycle)
+    def _add_timing(self, program: Program, timeline: Timeline, stats: DispatchStats, record: bool) -> None:
+        hw = self.hw
+        stats.cycles = timeline.makespan
+        stats.latency_us = timeline.makespan / hw.clock_mhz
+        stats.roofline_cycles = roofline_cycles(program, hw, stats.compulsory_bytes)
+        stats.slices_used = len({c.slice for c in program.commands if isinstance(c, Compute)})
+        stats.engine_busy_cycles = dict(timeline.engine_busy)
+        occupancy = lram_occupancy(program, timeline)
+        stats.lram_occupancy_peak_bytes = max(b for _, b in occupancy)
+        if not record:
+            return
+        events = []
+        for t in timeline.commands:
+            c = program.commands[t.index]
+            e = {"cmd": t.index, "engine": t.engine, "start": t.start, "end": t.end, "waited_for": t.waited_for}
+            if isinstance(c, (DmaIn, DmaOut)):
+                e.update(kind="dma_in" if isinstance(c, DmaIn) else "dma_out", tensor=c.tensor, buffer=c.buffer,
+                         bytes=dma_bytes(c, program), transfer_start=t.transfer_start,
+                         box=[[o, o + s] for o, s in zip(c.offsets, c.sizes)])
+            else:
+                e.update(kind=c.op, tile=c.tile, slice=c.slice, macs=c.macs, buffer=c.result.buffer)
+            events.append(e)
+        stats.timeline = {"events": events, "lram_occupancy": [list(x) for x in occupancy]}
 
-    def _compute(self, i: int, c: Compute, lram: np.ndarray, buffers: dict[int, LramBuffer]) -> int:
-        """Runs one Compute on LRAM; returns its cycles."""
+    def _compute(self, i: int, c: Compute, lram: np.ndarray, buffers: dict[int, LramBuffer]) -> None:
+        """Runs one Compute on LRAM."""
         ops = [self._lram(lram, buffers[o.buffer], tuple(o.shape), o.dtype) for o in c.operands]
         shape = tuple(c.result.shape)
         principal, macs = run_principal(c.op, ops, c.attrs)
@@ -216,9 +260,3 @@ class Simulator:
         out = store(eval_epilogue(c.epilogue, principal, ops, shape), c.result.dtype)
         res = buffers[c.result.buffer]
         lram[res.offset : res.offset + out.nbytes] = np.ascontiguousarray(out).reshape(-1).view(np.uint8)
-        hw = self.hw
-        if principal is not None:
-            rate = min(hw.macs_per_cycle(o.dtype) for o in c.operands[:2])
-            return hw.compute_overhead_cycles + _ceil_div(macs, rate)
-        lanes = min(hw.lanes(o.dtype) for o in [*c.operands, c.result])
-        return hw.compute_overhead_cycles + _ceil_div(math.prod(shape) * len(c.epilogue.steps), lanes)

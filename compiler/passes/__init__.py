@@ -12,3 +12,6 @@ class PassOptions:
     hw: TorqHw = field(default_factory=TorqHw)
     keep_f32: bool = False
     super_tiling_strategy: str = "default"
+    # When a list, torq-super-tiling appends one record per tiled root (--torq-dump-tiling).
+    tiling_log: list | None = None
+    slice_distribution: str = "cyclic"  # see slice_distribution.py: cyclic | block | block-cyclic[:B]

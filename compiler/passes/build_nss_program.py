@@ -5,10 +5,21 @@ control structure at compile time (tile loops have static bounds; index
 arithmetic is evaluated), and emits, per tile, the commands of
 `tile_schedule.schedule`: DMA-in of each operand box from its DDR tensor
 (function argument, constant, or scratch), the compute on LRAM at the
-assigned offsets, DMA-out of results into their DDR tensor box. Tiles are
-distributed over slices cyclically. The function body is replaced by one
-`torq_nss.*` op per tensor, buffer and command (see `nss_ir`), with the
-program-level facts on the function (`torq.program`).
+assigned offsets, DMA-out of results into their DDR tensor box. The
+function body is replaced by one `torq_nss.*` op per tensor, buffer and
+command (see `nss_ir`), with the program-level facts on the function
+(`torq.program`).
+
+Slices: the iterations of each tile body are distributed over
+`TorqHw.slices` with `PassOptions.slice_distribution` (see
+`slice_distribution`: cyclic by default, block, block-cyclic:B; when a body
+has at most as many tiles as slices, tile k runs on slice k whatever the
+strategy). Every compute of an iteration runs on that iteration's slice.
+The function gets `torq.distribution`: {"strategy", "slices", "bodies":
+[{"tiles", "form", "slices_used"}]} with form "exact", "oversubscribed" or
+"general". Buffers keep the offsets `torq-assign-lram-addresses` gave them,
+so tiles on different slices that reuse the same bytes are ordered by the
+simulator's dependency rules (see runtime/timing.py).
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ from ..ir_utils import (CompileError, constant_of, element_type, int_array, mlir
                         static_shape, tensor_nbytes)
 from ..nss_ir import program_to_function
 from ..patterns import epilogue_from_json
+from ..slice_distribution import Distribution, form, parse_distribution, slice_of
 from ..tile_schedule import is_torq_hl
 from . import PassOptions
 
@@ -46,6 +58,7 @@ class _Builder:
         self.env: dict = {}  # index values
         self.views: dict = {}  # extract_slice results -> (tensor, offsets, sizes)
         self.tiles = 0
+        self.tile_bodies: list[ir.Block] = []  # tile index -> the tile body it is an iteration of
         ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
         host_args = self._host_types("torq.host_arg_types", list(ftype.inputs))
         host_res = self._host_types("torq.host_result_types", list(ftype.results))
@@ -150,6 +163,7 @@ class _Builder:
             else:
                 raise CompileError(f"unexpected op {name} in a Torq tile")
         if tile_has_compute:
+            self.tile_bodies.append(block)
             self.tiles += 1
 
     def run_for(self, op: ir.Operation):
@@ -213,10 +227,31 @@ class _Builder:
         self.commands.append(Compute(op.name.split(".", 1)[1], operands,
                                      Operand(rbuf, static_shape(res.type), mlir_dtype(element_type(res.type))),
                                      attrs, epilogue_from_json(ir.StringAttr(op.attributes["epilogue"]).value),
-                                     slice=self.tiles % self.options.hw.slices,
+                                     slice=0,  # set by distribute()
                                      macs=ir.IntegerAttr(op.attributes["macs"]).value, tile=self.tiles))
         local[res] = rbuf
         self._dma_out(op, res, rbuf)
+
+    def distribute(self, dist: Distribution) -> dict:
+        """Sets the slice of every compute from its tile's iteration index in its body."""
+        slices = self.options.hw.slices
+        bodies: list[ir.Block] = []
+        for b in self.tile_bodies:
+            if b not in bodies:
+                bodies.append(b)
+        slice_of_tile: dict[int, int] = {}
+        summary = []
+        for body in bodies:
+            tiles = [t for t, b in enumerate(self.tile_bodies) if b == body]
+            n = len(tiles)
+            for k, t in enumerate(tiles):
+                slice_of_tile[t] = slice_of(k, n, slices, dist)
+            summary.append({"tiles": n, "form": form(n, slices),
+                            "slices_used": len({slice_of_tile[t] for t in tiles})})
+        for c in self.commands:
+            if isinstance(c, Compute):
+                c.slice = slice_of_tile.get(c.tile, 0)
+        return {"strategy": dist.spec, "slices": slices, "bodies": summary}
 
     def _dma_out(self, op, res, rbuf):
         for use in res.uses:
@@ -259,16 +294,26 @@ def _eval_affine(e: ir.AffineExpr, args: list[int], n_dims: int) -> int:
     raise CompileError(f"unsupported affine expression {e}")
 
 
-def build_program(func: ir.Operation, options: PassOptions) -> Program:
+def build_program(func: ir.Operation, options: PassOptions) -> tuple[Program, dict]:
+    """The NSS program of `func` and its slice distribution summary (see module docstring)."""
     b = _Builder(func, options)
     b.run_block(func.regions[0].blocks[0])
+    try:
+        dist = parse_distribution(options.slice_distribution)
+    except ValueError as e:
+        raise CompileError(str(e)) from None
+    summary = b.distribute(dist)
     name = ir.StringAttr(func.attributes["sym_name"]).value
     peak = ir.IntegerAttr(func.attributes["torq.lram_peak"]).value if "torq.lram_peak" in func.attributes else 0
-    return Program(name, options.hw.to_dict(), b.tensors, b.buffers, b.commands, b.tiles, peak)
+    return Program(name, options.hw.to_dict(), b.tensors, b.buffers, b.commands, b.tiles, peak), summary
 
 
 def run(module: ir.Module, options: PassOptions) -> None:
+    import json
+
     for op in list(module.body.operations):
         if op.operation.name == "func.func" and "torq.program" not in op.operation.attributes:
             func = op.operation
-            program_to_function(build_program(func, options), func)
+            program, summary = build_program(func, options)
+            program_to_function(program, func)
+            func.attributes["torq.distribution"] = ir.StringAttr.get(json.dumps(summary))

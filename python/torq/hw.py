@@ -31,10 +31,12 @@ class TorqHw:
     lanes_i8: int = 64
     lanes_i16: int = 32
     lanes_bf16: int = 32
-    # XRAM <-> LRAM DMA.
+    # XRAM <-> LRAM DMA: one link of this bandwidth, shared by the DMA-in and DMA-out
+    # engines (runtime/timing.py); effective rate = bytes/cycle x efficiency.
     dma_bytes_per_cycle: int = 8
     dma_efficiency: float = 0.65
-    # Fixed costs (model parameters of this project, not vendor figures).
+    # Fixed costs (model parameters of this project, not vendor figures): a DMA's setup
+    # on its engine before its transfer, a compute's overhead before its MACs/lanes work.
     dma_setup_cycles: int = 32
     compute_overhead_cycles: int = 16
     clock_mhz: int = 800

@@ -133,6 +133,7 @@ class ProgramBuilder:
         macs: int = 0,
         tile: int = 0,
         result_buffer: int | None = None,
+        slice: int = 0,
     ) -> int:
         if result_buffer is None:
             result_buffer = self.buffer(math.prod(result_shape) * DTYPE_BYTES[result_dtype])
@@ -142,7 +143,7 @@ class ProgramBuilder:
         self._use(result_buffer)
         self.commands.append(
             Compute(op, ops, Operand(result_buffer, tuple(result_shape), result_dtype), dict(attrs or {}),
-                    Epilogue(list(steps or [])), macs=macs, tile=tile)
+                    Epilogue(list(steps or [])), slice=slice, macs=macs, tile=tile)
         )  # fmt: skip
         return result_buffer
 

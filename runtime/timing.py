@@ -1,0 +1,402 @@
+"""Timing model of one Torq dispatch: when each NSS command runs, and why.
+
+Contract (every number comes from `TorqHw`; nothing here is a literal):
+
+- Engines. A `DmaIn` runs on the "dma_in" engine, a `DmaOut` on "dma_out",
+  a `Compute` on "slice{Compute.slice}". Each engine runs its own commands in
+  program order, one at a time (an in-order command queue). A program whose
+  compute names a slice the device does not have is refused (`TimingError`).
+- Per-command cycles (`command_cycles`):
+    DMA      = dma_setup_cycles (on its engine)
+               + ceil(bytes / dma_effective_bytes_per_cycle) (on the XRAM link)
+    conv2d / matmul / any op with macs > 0
+             = compute_overhead_cycles + ceil(macs / min(macs_per_cycle(dtype)
+               of the two principal operands))
+    elementwise and ops without MACs
+             = compute_overhead_cycles + ceil(elements(result) * max(1, steps)
+               / min(lanes(dtype) over operands and result))
+  `OP_CYCLES` lets an op replace the part after the overhead with its own
+  formula (a function of the command and the hardware).
+- The XRAM link. DMA-in and DMA-out are separate engines but move their bytes
+  over one XRAM <-> LRAM link of dma_effective_bytes_per_cycle (the DESIGN §5
+  DMA figure). A transfer takes link cycles at or after the end of its setup;
+  it fills the link's free gaps in order and may be split across them (burst
+  arbitration, earlier commands in program order first). Hence the simulated
+  cycles are never below bytes moved / effective bandwidth, which keeps the
+  roofline of DESIGN §7 a true lower bound.
+- Dependencies (a command starts when its engine is free and all hold):
+  LRAM, by byte ranges (a buffer's whole range [offset, offset + size)):
+    RAW: a command reading bytes waits for the end of the last command that
+         wrote any of them;
+    WAR: a command writing bytes waits for the end of every command that read
+         them since their last write;
+    WAW: a command writing bytes waits for the end of their last writer.
+  DmaIn writes its buffer; DmaOut reads its buffer; Compute reads its operand
+  buffers and writes its result buffer. DDR, by boxes: a DmaIn reading a box of
+  a tensor that some DmaOut writes waits for earlier DmaOuts to overlapping
+  boxes (RAW); a DmaOut waits for earlier DmaIns of overlapping boxes (WAR;
+  WAW between DmaOuts holds by the in-order DMA-out engine). A DMA's setup
+  starts once its dependencies are met.
+  So a program that reuses the same LRAM bytes for every tile serializes,
+  and one that gives the next tile other bytes (double buffering, or a
+  second slice with its own buffers) overlaps DMA and compute.
+- Results (`Timeline`): start/end cycle of every command, the makespan (the
+  dispatch's cycles), busy cycles per engine (sum of end - start), each LRAM
+  buffer's time span [first use start, last use end), and `waited_for`: the
+  command whose end gated each start (-1 when the engine order or nothing did).
+- Slices and LRAM (`check_slice_sharing`): an LRAM buffer written by computes
+  of two different slices, or two buffers sharing bytes, live at overlapping
+  times and written by computes of different slices, is a `TimingError`.
+- Measures (DESIGN §7): `roofline_cycles` = max(sum over computes of
+  macs / macs_per_cycle(dtype) / slices, compulsory bytes /
+  dma_effective_bytes_per_cycle), rounded up; `lram_occupancy` is the sum of
+  sizes of buffers within their time span, as steps over time.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Callable
+
+import numpy as np
+
+from torq.hw import TorqHw
+
+from .program import DTYPE_BYTES, Compute, DmaIn, DmaOut, Program
+
+DMA_IN = "dma_in"
+DMA_OUT = "dma_out"
+
+
+class TimingError(ValueError):
+    """A program the timing model cannot schedule as written (one line)."""
+
+
+def slice_engine(index: int) -> str:
+    return f"slice{index}"
+
+
+def engine_of(c) -> str:
+    if isinstance(c, DmaIn):
+        return DMA_IN
+    if isinstance(c, DmaOut):
+        return DMA_OUT
+    return slice_engine(c.slice)
+
+
+def ceil_div(n: int, rate: float) -> int:
+    """ceil(n / rate) exactly on the decimal value of `rate` (5.2, not 5.2000000000000002)."""
+    return math.ceil(Fraction(n) / Fraction(rate).limit_denominator(1 << 20))
+
+
+# --------------------------------------------------------------------------
+# Per-command cycles
+
+# op name -> cycles after the fixed overhead, for ops whose cost is not
+# "MACs / MAC rate" or "elements x steps / lanes".
+OP_CYCLES: dict[str, Callable[[Compute, TorqHw], int]] = {}
+
+
+def dma_bytes(c: DmaIn | DmaOut, program: Program) -> int:
+    """Bytes a DMA moves: its box in the dtype of its DDR tensor."""
+    ts = program.tensors
+    t = ts[c.tensor] if c.tensor < len(ts) and ts[c.tensor].index == c.tensor else \
+        next(x for x in ts if x.index == c.tensor)
+    return math.prod(c.sizes) * DTYPE_BYTES[t.dtype]
+
+
+def compute_work_cycles(c: Compute, hw: TorqHw) -> int:
+    """Cycles of a compute after its fixed overhead (see module docstring)."""
+    custom = OP_CYCLES.get(c.op)
+    if custom is not None:
+        return int(custom(c, hw))
+    if c.op != "elementwise" and c.macs > 0:
+        rate = min(hw.macs_per_cycle(o.dtype) for o in c.operands[:2])
+        return ceil_div(c.macs, rate)
+    lanes = min(hw.lanes(o.dtype) for o in [*c.operands, c.result])
+    return ceil_div(math.prod(c.result.shape) * max(1, len(c.epilogue.steps)), lanes)
+
+
+def command_cycles(c, program: Program, hw: TorqHw) -> tuple[int, int]:
+    """(fixed cycles, work cycles): DMA setup and link transfer, or compute overhead and work."""
+    if isinstance(c, (DmaIn, DmaOut)):
+        return hw.dma_setup_cycles, ceil_div(dma_bytes(c, program), hw.dma_effective_bytes_per_cycle)
+    return hw.compute_overhead_cycles, compute_work_cycles(c, hw)
+
+
+# --------------------------------------------------------------------------
+# Results
+
+
+@dataclass
+class CommandTime:
+    index: int
+    engine: str
+    start: int
+    end: int
+    transfer_start: int = -1  # DMA: first cycle on the XRAM link
+    waited_for: int = -1  # command whose end gated the start (-1: none or the engine)
+
+
+@dataclass
+class Timeline:
+    commands: list[CommandTime]
+    makespan: int
+    engine_busy: dict[str, int]
+    buffer_spans: dict[int, tuple[int, int]] = field(default_factory=dict)  # buffer id -> [start, end)
+
+
+# --------------------------------------------------------------------------
+# The XRAM link
+
+
+class _Link:
+    """Busy intervals [s, e) of the XRAM link, sorted and disjoint."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    def reserve(self, t: int, work: int) -> tuple[int, int]:
+        """Takes `work` free cycles at or after `t` (possibly in pieces); returns (first, end)."""
+        if work <= 0:
+            return t, t
+        pieces: list[tuple[int, int]] = []
+        # First interval that ends after t.
+        k = bisect.bisect_right(self.ends, t)
+        cur = t
+        left = work
+        while left > 0:
+            if k < len(self.starts) and self.starts[k] <= cur:
+                cur = max(cur, self.ends[k])
+                k += 1
+                continue
+            limit = self.starts[k] if k < len(self.starts) else cur + left
+            take = min(left, limit - cur)
+            pieces.append((cur, cur + take))
+            left -= take
+            cur += take
+        for s, e in pieces:
+            self._insert(s, e)
+        return pieces[0][0], pieces[-1][1]
+
+    def _insert(self, s: int, e: int) -> None:
+        k = bisect.bisect_left(self.starts, s)
+        # Merge with the neighbours it touches.
+        if k > 0 and self.ends[k - 1] == s:
+            k -= 1
+            s = self.starts[k]
+            del self.starts[k], self.ends[k]
+        if k < len(self.starts) and self.starts[k] == e:
+            e = self.ends[k]
+            del self.starts[k], self.ends[k]
+        self.starts.insert(k, s)
+        self.ends.insert(k, e)
+
+
+# --------------------------------------------------------------------------
+# LRAM byte-range and DDR box dependency tracking
+
+
+class _LramState:
+    """Per LRAM segment (coordinate-compressed over buffer boundaries): last write and reads since."""
+
+    def __init__(self, program: Program) -> None:
+        cuts = sorted({b.offset for b in program.buffers} | {b.offset + b.size for b in program.buffers})
+        self.cuts = cuts
+        n = max(0, len(cuts) - 1)
+        self.w_end = np.zeros(n, np.int64)
+        self.w_cmd = np.full(n, -1, np.int64)
+        self.r_end = np.zeros(n, np.int64)
+        self.r_cmd = np.full(n, -1, np.int64)
+        self.range = {b.id: (bisect.bisect_left(cuts, b.offset), bisect.bisect_left(cuts, b.offset + b.size))
+                      for b in program.buffers}
+
+    def ready(self, buffer: int, write: bool) -> tuple[int, int]:
+        lo, hi = self.range[buffer]
+        if lo >= hi:
+            return 0, -1
+        k = int(np.argmax(self.w_end[lo:hi]))
+        t, who = int(self.w_end[lo + k]), int(self.w_cmd[lo + k])
+        if write:
+            j = int(np.argmax(self.r_end[lo:hi]))
+            if int(self.r_end[lo + j]) > t:
+                t, who = int(self.r_end[lo + j]), int(self.r_cmd[lo + j])
+        return t, who
+
+    def read(self, buffer: int, end: int, cmd: int) -> None:
+        lo, hi = self.range[buffer]
+        seg = slice(lo, hi)
+        later = self.r_end[seg] < end
+        self.r_cmd[seg][later] = cmd
+        self.r_end[seg] = np.maximum(self.r_end[seg], end)
+
+    def write(self, buffer: int, end: int, cmd: int) -> None:
+        lo, hi = self.range[buffer]
+        self.w_end[lo:hi] = end
+        self.w_cmd[lo:hi] = cmd
+        self.r_end[lo:hi] = end
+        self.r_cmd[lo:hi] = cmd
+
+
+def _boxes_overlap(o1, s1, o2, s2) -> bool:
+    return all(a < b + m and b < a + n for a, n, b, m in zip(o1, s1, o2, s2))
+
+
+class _DdrState:
+    """Accesses to DDR tensors that some DmaOut writes (others are read-only: no hazards)."""
+
+    def __init__(self, program: Program) -> None:
+        self.written = {c.tensor for c in program.commands if isinstance(c, DmaOut)}
+        self.reads: dict[int, list] = {}
+        self.writes: dict[int, list] = {}
+
+    def ready(self, c: DmaIn | DmaOut) -> tuple[int, int]:
+        if c.tensor not in self.written:
+            return 0, -1
+        # WAW between DmaOuts needs no check: they all run in order on the one DMA-out engine.
+        lists = [self.writes] if isinstance(c, DmaIn) else [self.reads]
+        t, who = 0, -1
+        for acc in lists:
+            for o, s, end, cmd in acc.get(c.tensor, ()):
+                if end > t and _boxes_overlap(c.offsets, c.sizes, o, s):
+                    t, who = end, cmd
+        return t, who
+
+    def record(self, c: DmaIn | DmaOut, end: int, cmd: int) -> None:
+        if c.tensor in self.written:
+            acc = self.reads if isinstance(c, DmaIn) else self.writes
+            acc.setdefault(c.tensor, []).append((tuple(c.offsets), tuple(c.sizes), end, cmd))
+
+
+# --------------------------------------------------------------------------
+# Scheduling
+
+
+def _accesses(c) -> tuple[list[int], list[int]]:
+    """(LRAM buffers read, LRAM buffers written) by a command."""
+    if isinstance(c, DmaIn):
+        return [], [c.buffer]
+    if isinstance(c, DmaOut):
+        return [c.buffer], []
+    return [o.buffer for o in c.operands], [c.result.buffer]
+
+
+def schedule(program: Program, hw: TorqHw) -> Timeline:
+    """Start and end cycle of every command of `program` on `hw` (see module docstring)."""
+    for i, c in enumerate(program.commands):
+        if isinstance(c, Compute) and not 0 <= c.slice < hw.slices:
+            raise TimingError(
+                f"command {i} ({c.op}) runs on slice {c.slice} but the device ({hw.spec}) has "
+                f"{hw.slices} slice{'' if hw.slices == 1 else 's'}; recompile for this device"
+            )
+    lram = _LramState(program)
+    ddr = _DdrState(program)
+    link = _Link()
+    engine_free: dict[str, int] = {}
+    busy: dict[str, int] = {DMA_IN: 0, DMA_OUT: 0, **{slice_engine(s): 0 for s in range(hw.slices)}}
+    times: list[CommandTime] = []
+    spans: dict[int, tuple[int, int]] = {}
+    for i, c in enumerate(program.commands):
+        engine = engine_of(c)
+        reads, writes = _accesses(c)
+        ready, who = engine_free.get(engine, 0), -1
+        deps = [lram.ready(b, False) for b in reads] + [lram.ready(b, True) for b in writes]
+        if isinstance(c, (DmaIn, DmaOut)):
+            deps.append(ddr.ready(c))
+        for t, cmd in deps:
+            if t > ready:
+                ready, who = t, cmd
+        fixed, work = command_cycles(c, program, hw)
+        start = ready
+        if isinstance(c, (DmaIn, DmaOut)):
+            first, end = link.reserve(start + fixed, work)
+            if work <= 0:
+                first, end = start + fixed, start + fixed
+        else:
+            first, end = -1, start + fixed + work
+        for b in reads:
+            lram.read(b, end, i)
+        for b in writes:
+            lram.write(b, end, i)
+        if isinstance(c, (DmaIn, DmaOut)):
+            ddr.record(c, end, i)
+        engine_free[engine] = end
+        busy[engine] = busy.get(engine, 0) + end - start
+        times.append(CommandTime(i, engine, start, end, first, who))
+        for b in {*reads, *writes}:
+            s0, e0 = spans.get(b, (start, end))
+            spans[b] = (min(s0, start), max(e0, end))
+    makespan = max((t.end for t in times), default=0)
+    return Timeline(times, makespan, busy, spans)
+
+
+# --------------------------------------------------------------------------
+# Checks and measures
+
+
+def check_slice_sharing(program: Program, timeline: Timeline) -> None:
+    """Raises TimingError if two slices write one live buffer, or byte-sharing buffers at overlapping times."""
+    writers: dict[int, set[int]] = {}
+    first: dict[tuple[int, int], int] = {}
+    for i, c in enumerate(program.commands):
+        if isinstance(c, Compute):
+            writers.setdefault(c.result.buffer, set()).add(c.slice)
+            first.setdefault((c.result.buffer, c.slice), i)
+    for b, slices in writers.items():
+        if len(slices) > 1:
+            s = sorted(slices)
+            cmds = ", ".join(str(first[(b, x)]) for x in s)
+            raise TimingError(
+                f"LRAM buffer {b} is written by slices {' and '.join(map(str, s))} while live "
+                f"(commands {cmds}); each slice needs its own buffers"
+            )
+    bufs = {b.id: b for b in program.buffers}
+    written = sorted((timeline.buffer_spans[b] + (b,) for b in writers if b in timeline.buffer_spans))
+    active: list[tuple[int, int, int]] = []
+    for start, end, b in written:
+        active = [a for a in active if a[1] > start]
+        for _, a_end, a in active:
+            x, y = bufs[a], bufs[b]
+            (sa,), (sb,) = writers[a], writers[b]
+            if sa != sb and x.offset < y.offset + y.size and y.offset < x.offset + x.size:
+                raise TimingError(
+                    f"LRAM buffers {a} (slice {sa}) and {b} (slice {sb}) share bytes "
+                    f"[{max(x.offset, y.offset)}, {min(x.offset + x.size, y.offset + y.size)}) and are both "
+                    f"live during cycles [{start}, {min(a_end, end)})"
+                )
+        active.append((start, end, b))
+
+
+def roofline_cycles(program: Program, hw: TorqHw, compulsory_bytes: int) -> int:
+    """DESIGN §7: max(MACs / (MAC rate x slices), compulsory bytes / effective DMA rate), rounded up."""
+    compute = Fraction(0)
+    for c in program.commands:
+        if isinstance(c, Compute) and c.macs > 0 and c.op not in OP_CYCLES:
+            rate = min(hw.macs_per_cycle(o.dtype) for o in c.operands[:2])
+            compute += Fraction(c.macs, rate)
+    compute /= hw.slices
+    dma = Fraction(compulsory_bytes) / Fraction(hw.dma_effective_bytes_per_cycle).limit_denominator(1 << 20)
+    return math.ceil(max(compute, dma))
+
+
+def lram_occupancy(program: Program, timeline: Timeline) -> list[tuple[int, int]]:
+    """[(cycle, live bytes from that cycle on)], buffers live over their time span; starts at (0, 0)."""
+    sizes = {b.id: b.size for b in program.buffers}
+    delta: dict[int, int] = {}
+    for b, (s, e) in timeline.buffer_spans.items():
+        if e > s:
+            delta[s] = delta.get(s, 0) + sizes[b]
+            delta[e] = delta.get(e, 0) - sizes[b]
+    steps = [(0, 0)]
+    live = 0
+    for t in sorted(delta):
+        live += delta[t]
+        if steps[-1][0] == t:
+            steps[-1] = (t, live)
+        else:
+            steps.append((t, live))
+    return steps
