@@ -26,6 +26,8 @@ from .ir_utils import CompileError, location_str, walk_ops
 from .passes import PassOptions
 from .patterns import Unsupported, is_zero_fill, match_group
 from .pipeline import PRE_PASSES, dispatch_pipeline, run_passes
+from .traffic import program_traffic
+from torq.runtime.executable import parse_executable
 
 SUPPORTED_DTYPES = {"bf16", "i8", "i16", "i32", "f32", "i1", "index"}
 
@@ -42,6 +44,9 @@ class DispatchDecision:
 @dataclass
 class TargetReport:
     dispatches: list[DispatchDecision] = field(default_factory=list)
+    # Per NPU dispatch, with --torq-dump-tiling: the super tiling decisions and
+    # the predicted traffic of the final program.
+    tiling: list[dict] = field(default_factory=list)
     # With a Torq stop phase: the NPU dispatches at that phase, one func each
     # (text: the IR objects die with the compiler session).
     stopped_ir: str = ""
@@ -49,6 +54,7 @@ class TargetReport:
 
 def _check_supported(func: ir.Operation, options: PassOptions) -> str:
     groups = 0
+    gathers = []
     for op in walk_ops(func):
         if op.name.startswith("linalg."):
             if is_zero_fill(op):
@@ -58,6 +64,8 @@ def _check_supported(func: ir.Operation, options: PassOptions) -> str:
             except Unsupported as e:
                 return f"{op.name}: {e}"
             groups += m is not None
+            if m is not None and m.gather is not None:
+                gathers.append(m)
         for r in op.results:
             # Scalars (constants feeding linalg bodies) are checked by the body
             # decoder; only tensors must have a slice dtype.
@@ -74,6 +82,23 @@ def _check_supported(func: ir.Operation, options: PassOptions) -> str:
             return f"'{op.name}' has no Torq lowering"
     if groups == 0:
         return "no compute the NPU runs (data movement only)"
+    if gathers:
+        # A reduction that gathers its input (torch-mlir's adaptive average
+        # pooling) reads the whole box from one op body: tiling cannot slice
+        # it, so the dispatch must fit LRAM untiled (the allocator decides,
+        # on the bf16 function the pipeline will see).
+        from .passes import convert_dtypes
+        from .passes.super_tiling import footprint
+
+        scratch = ir.Module.create()
+        func.clone(ip=ir.InsertionPoint(scratch.body))
+        clone = scratch.body.operations[0].operation
+        if not options.keep_f32:
+            convert_dtypes.convert_function(clone)
+        need, budget = footprint(clone, None, options), options.hw.available_lram_bytes
+        if need > budget:
+            return (f"{gathers[0].principal.name}: a gathering reduction (adaptive average pooling) needs "
+                    f"{need} bytes of LRAM untiled, the budget is {budget}, and its gather form cannot be tiled")
     return ""
 
 
@@ -158,6 +183,16 @@ def _host_type(func: ir.Operation, npu_type: ir.Type, n: int, i: int) -> ir.Type
     return npu_type
 
 
+def _tiling_record(name: str, blob: bytes, options: PassOptions, roots: list[dict]) -> dict:
+    program = parse_executable(blob, options.hw)
+    t = program_traffic(program)
+    return {"dispatch": name, "strategy": options.super_tiling_strategy, "roots": roots,
+            "tiles": program.tiles, "lram_peak_bytes": program.lram_peak,
+            "budget_bytes": options.hw.available_lram_bytes,
+            "predicted_dma_bytes_in": t.dma_bytes_in, "predicted_dma_bytes_out": t.dma_bytes_out,
+            "compulsory_bytes": t.compulsory_bytes, "traffic_ratio": round(t.ratio, 4)}
+
+
 class TorqTarget:
     """Runs on a flow-level module in place.
 
@@ -196,6 +231,8 @@ class TorqTarget:
                 reason = _check_supported(scratch.body.operations[0].operation, self.options)
                 if reason:
                     raise Unsupported(reason)
+                log = self.options.tiling_log
+                first_record = len(log) if log is not None else 0
                 run_passes(scratch, pipeline, self.options, self.print_after_all)
             except Unsupported as e:
                 self.remark(dispatch, f"dispatch {name} stays on host: {e}")
@@ -211,6 +248,8 @@ class TorqTarget:
                 continue
             blob = np.array(ir.DenseElementsAttr(func.attributes["torq.executable"]), dtype=np.int8).tobytes()
             meta = json.loads(ir.StringAttr(func.attributes["torq.program"]).value)
+            if log is not None:
+                report.tiling.append(_tiling_record(name, blob, self.options, log[first_record:]))
             callee = _declare(module_op, len(ex.input_operands), len(dispatch.results), declared)
             _replace_with_call(dispatch, ex, blob, callee)
             report.dispatches.append(DispatchDecision(name, "torq", "", meta["tiles"], meta["lram_peak"]))

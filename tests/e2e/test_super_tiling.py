@@ -1,0 +1,84 @@
+"""Super tiling strategies and --torq-dump-tiling, checked against the simulator.
+
+The dump's predictions (tiles, LRAM peak, DMA bytes) must equal what the
+simulator measures when the program runs, and the default strategy must
+never move more bytes than the seed order (its candidates include the seed's
+choice) while producing the same numbers.
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import torq
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
+from cnn import error_figures, make_model  # noqa: E402
+
+HW = "SL2610:lram_kb=64"
+
+
+@pytest.fixture(scope="module")
+def sample():
+    x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(7))
+    model = make_model().eval()
+    with torch.no_grad():
+        ref = model(x).numpy()
+    return model, x, ref
+
+
+def compile_with(strategy, sample, tmp_path):
+    model, x, ref = sample
+    dump = tmp_path / f"tiling_{strategy}.json"
+    cm = torq.compile(model, x, hw=HW, flags=[f"--torq-super-tiling-strategy={strategy}",
+                                              f"--torq-dump-tiling={dump}"])
+    y = cm(x.numpy())
+    return cm, y, json.loads(dump.read_text())
+
+
+@pytest.mark.parametrize("strategy", ["seed", "default"])
+def test_dump_matches_simulator(strategy, sample, tmp_path):
+    cm, y, dump = compile_with(strategy, sample, tmp_path)
+    rel_l2, cosine = error_figures(y, sample[2])
+    assert rel_l2 <= 1e-2 and cosine >= 0.9999
+    measured = {s["name"]: s for s in cm.last_stats}
+    budget = torq.parse_hw_spec(HW).available_lram_bytes
+    assert {d["dispatch"] for d in dump["dispatches"]} == set(measured)
+    for d in dump["dispatches"]:
+        s = measured[d["dispatch"]]
+        assert d["strategy"] == strategy and d["budget_bytes"] == budget
+        assert d["tiles"] == s["tiles"] and d["lram_peak_bytes"] == s["lram_peak_bytes"] <= budget
+        assert d["predicted_dma_bytes_in"] == s["dma_bytes_in"]
+        assert d["predicted_dma_bytes_out"] == s["dma_bytes_out"]
+        assert d["compulsory_bytes"] == s["compulsory_bytes"]
+        for root in d["roots"]:
+            tiled = [i for i, t in enumerate(root["tile_sizes"]) if t]
+            assert root["tiled_dims"] == tiled
+            assert root["lram_bytes"] <= budget
+            expect_tiles = int(np.prod([-(-n // t) if t else 1 for n, t in zip(root["shape"], root["tile_sizes"])]))
+            assert root["tiles"] == expect_tiles
+    # At 50 KiB usable, the three larger convs of the sample cannot run in one tile.
+    assert sum(d["tiles"] > 1 for d in dump["dispatches"]) >= 3
+
+
+def test_default_moves_no_more_than_seed(sample, tmp_path):
+    _, y_seed, seed = compile_with("seed", sample, tmp_path)
+    _, y_default, default = compile_with("default", sample, tmp_path)
+
+    def moved(dump):
+        return {d["dispatch"]: d["predicted_dma_bytes_in"] + d["predicted_dma_bytes_out"]
+                for d in dump["dispatches"]}
+
+    seed_bytes, default_bytes = moved(seed), moved(default)
+    assert all(default_bytes[k] <= seed_bytes[k] for k in seed_bytes), (seed_bytes, default_bytes)
+    # Tiling changes only where sums are split, so results agree closely.
+    assert error_figures(y_default, y_seed)[1] >= 0.99999
+
+
+def test_dump_tiling_needs_a_path():
+    with pytest.raises(torq.TorqCompileError, match="--torq-dump-tiling needs a path"):
+        torq.compile("func.func @f() { return }", flags=["--torq-dump-tiling"])
