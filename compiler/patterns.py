@@ -9,17 +9,37 @@ lowering cannot disagree.
 Groups (principal op first):
 - conv2d: a convolution-shaped `linalg.generic` (+ the `linalg.fill` of its
   accumulator, + an optional elementwise epilogue generic that is its only user:
-  bias, batch-norm scale/shift, ReLU/ReLU6/clamp, residual add, ...);
+  bias, batch-norm scale/shift, ReLU/ReLU6/clamp, residual add, ...); also
+  grouped convolutions (a channel dim shared by input, weight and output next
+  to per-group input and/or output channels), whose bias IREE may put in the
+  accumulator (a broadcast init becomes an epilogue add), and 1x1
+  convolutions that are no matmul (two or three spatial/batch dims);
+- depthwise_conv2d: a conv whose only channel dim is shared by input, weight
+  and output (torch Conv2d(groups=C), TOSA depthwise_conv2d with multiplier 1),
+  same fill and epilogue;
 - matmul: a matmul-shaped generic (B?, M, N, K), same fill and epilogue;
+- maxpool2d / avg_pool2d: a pooling generic (input read at `out * stride + k
+  * dilation`, a shape-only window operand, body `max(out, in)` or
+  `out + in`) with a -inf / integer-min or zero fill; average pooling must
+  divide by the window size in its epilogue (folded into the op);
+- reduce: a reduction over plain dims (sum / max; mean when the epilogue
+  divides by the reduced count), whose body may first compute the value it
+  accumulates (an elementwise prologue: IREE fuses a residual add + ReLU into
+  a global mean), or torch-mlir's adaptive average pooling form that gathers
+  a box of a tensor with `tensor.extract`;
 - elementwise: a standalone elementwise generic (add/sub/mul/max/min/clamp...).
 Anything else is `Unsupported` with a reason, and the dispatch stays on host.
+MACs (the `macs` of a group): multiply-accumulates for convolutions and
+matmuls; window elements read for pooling; input elements read for reduce.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
+import numpy as np
 from iree.compiler import ir
 
 from torq.runtime.program import EPILOGUE_INT_TYPES, Epilogue, EpilogueStep, Ref
@@ -35,14 +55,42 @@ class Unsupported(Exception):
 
 @dataclass
 class Contraction:
-    kind: str  # "conv2d" | "matmul"
+    """The principal op of a group: its TorqHL kind, attrs and MAC count.
+
+    `n_inputs` principal operands come first among the generic's ins (the
+    pooling window operand, a shape-only tensor, is not one); `identity`
+    is the accumulator init the op needs ("zero" or "lowest"); `mean_count`
+    is the divisor an epilogue division may be folded into (average pooling,
+    mean), 0 if none; `prologue` marks a reduction whose body first computes,
+    elementwise from its ins, the value it accumulates.
+    """
+    kind: str  # "conv2d" | "matmul" | "depthwise_conv2d" | "maxpool2d" | "avg_pool2d" | "reduce"
     attrs: dict
     macs: int
+    n_inputs: int = 2
+    identity: str = "zero"
+    mean_count: int = 0
+    prologue: bool = False  # reduce: the body computes what it accumulates from its ins
+    gather: "Gather | None" = None  # reduce: the body reads its input with tensor.extract
+
+
+@dataclass
+class Gather:
+    """A reduction whose body reads a box of `source` with tensor.extract.
+
+    The reduced input is `source[offsets : offsets + sizes]`; `consts` are the
+    other results of the op, each a scalar constant it yields (result index ->
+    value), like the pool size torch-mlir's adaptive average pooling returns.
+    """
+    source: ir.Value
+    offsets: list[int]
+    sizes: list[int]
+    consts: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass
 class Match:
-    kind: str  # "conv2d" | "matmul" | "elementwise"
+    kind: str  # a Contraction kind or "elementwise"
     principal: ir.Operation
     ops: list[ir.Operation]  # all ops of the group, principal first
     bottom: ir.Operation  # the op whose result leaves the group
@@ -50,6 +98,12 @@ class Match:
     attrs: dict
     epilogue: Epilogue
     macs: int = 0
+    # A TorqHL elementwise op computed before the principal, whose result is
+    # the principal's first operand (inputs[0] is None then): its operands,
+    # steps and result type.
+    prologue: tuple[list[ir.Value], Epilogue, ir.Type] | None = None
+    # The box the principal reads (inputs[0] is None then): see Gather.
+    gather: Gather | None = None
 
 
 # --- affine map analysis -------------------------------------------------------
@@ -120,7 +174,9 @@ def classify_contraction(op: ir.Operation) -> Contraction | None:
     spatial = [t for t in in_terms if len(t) > 1]
     if spatial:
         return _classify_conv(its, in_terms, w_dims, out_dims, ranges)
-    return _classify_matmul(its, [t[0][0] for t in in_terms], w_dims, out_dims, ranges)
+    in_dims = [t[0][0] for t in in_terms]
+    return (_classify_matmul(its, in_dims, w_dims, out_dims, ranges)
+            or _classify_pointwise_conv(its, in_dims, w_dims, out_dims, ranges))
 
 
 def _loop_ranges(op: ir.Operation) -> list[int]:
@@ -138,49 +194,125 @@ def _loop_ranges(op: ir.Operation) -> list[int]:
 
 
 def _classify_conv(its, in_terms, w_dims, out_dims, ranges) -> Contraction | None:
-    letters_in, spatial_pairs = [], []
+    """Roles of the loop dims of a conv-shaped mul-add generic.
+
+    Input dims read by a single loop dim are N (parallel, in the output, not
+    in the weight), C (reduction, in the weight, not in the output) or G
+    (parallel, in weight and output: the channel of a depthwise conv, the
+    group of a grouped one); input dims read by `out * stride + k * dilation`
+    are the spatial H and W. Weight dims are C, G, H, W (the kernel dims) or
+    O (parallel, in the output only). Without G this is conv2d (C and O
+    required); with G only it is depthwise_conv2d (G named C in its dims); G
+    with C and/or O is a grouped conv2d (dims with a G letter).
+    """
+    letters_in, spatial_pairs, roles = [], [], {}
     for t in in_terms:
         if len(t) == 1:
             d, c = t[0]
             if c != 1:
                 return None
-            if d in w_dims and its[d] == "reduction":
-                letters_in.append("C")
-            elif d in out_dims and d not in w_dims:
-                letters_in.append("N")
+            in_w, in_o = d in w_dims, d in out_dims
+            if its[d] == "reduction" and in_w and not in_o:
+                letter = "C"
+            elif its[d] == "parallel" and in_o and not in_w:
+                letter = "N"
+            elif its[d] == "parallel" and in_o and in_w:
+                letter = "G"
             else:
-                return None  # depthwise / grouped: not in this pattern
+                return None
+            if letter in roles.values():
+                return None
+            roles[d] = letter
+            letters_in.append(letter)
         elif len(t) == 2:
             (a, ca), (b, cb) = t
             if its[a] == "reduction" and its[b] == "parallel":
                 (a, ca), (b, cb) = (b, cb), (a, ca)
-            if not (its[a] == "parallel" and its[b] == "reduction"):
+            if not (its[a] == "parallel" and its[b] == "reduction") or a in roles or b in roles:
                 return None
             spatial_pairs.append((a, ca, b, cb))
-            letters_in.append("HW"[len(spatial_pairs) - 1] if len(spatial_pairs) <= 2 else "?")
+            if len(spatial_pairs) > 2:
+                return None
+            letter = "HW"[len(spatial_pairs) - 1]
+            roles[a], roles[b] = letter, "k" + letter
+            letters_in.append(letter)
         else:
             return None
-    if len(spatial_pairs) != 2 or "?" in letters_in or letters_in.count("C") != 1:
+    if len(spatial_pairs) != 2:
         return None
     (oh, sh, kh, dh), (ow, sw, kw, dw) = spatial_pairs
-    c_dim = next(t[0][0] for t, l in zip(in_terms, letters_in) if l == "C")
     w_letters = []
     for d in w_dims:
-        w_letters.append({c_dim: "C", kh: "H", kw: "W"}.get(d, "O" if d in out_dims else "?"))
-    o_dim = next((d for d, l in zip(w_dims, w_letters) if l == "O"), None)
-    if "?" in w_letters or o_dim is None:
+        r = roles.get(d)
+        if r in ("C", "G"):
+            w_letters.append(r)
+        elif r in ("kH", "kW"):
+            w_letters.append(r[1])
+        elif r is None and its[d] == "parallel" and d in out_dims and "O" not in w_letters:
+            roles[d] = "O"
+            w_letters.append("O")
+        else:
+            return None
+    out_letters = [roles.get(d) for d in out_dims]
+    if any(l not in ("N", "G", "O", "H", "W") for l in out_letters) or len(set(out_letters)) != len(out_letters):
         return None
-    n_dim = next((t[0][0] for t, l in zip(in_terms, letters_in) if l == "N"), None)
-    out_letters = [{o_dim: "O", oh: "H", ow: "W", n_dim: "N"}.get(d, "?") for d in out_dims]
-    if "?" in out_letters:
+    if set(roles) != set(range(len(its))):
+        return None  # a loop dim with no role
+    grouped = "G" in roles.values()
+    has_c, has_o = "C" in roles.values(), "O" in roles.values()
+    if not grouped and not (has_c and has_o):
         return None
     out_elems = 1
     for d in out_dims:
         out_elems *= ranges[d]
-    macs = out_elems * ranges[c_dim] * ranges[kh] * ranges[kw]
+    c_size = next((ranges[d] for d, r in roles.items() if r == "C"), 1)
+    macs = out_elems * c_size * ranges[kh] * ranges[kw]
+    kind = "depthwise_conv2d" if grouped and not has_c and not has_o else "conv2d"
+    if kind == "depthwise_conv2d":  # the group dim is the channel: name it C
+        letters_in, w_letters, out_letters = ([("C" if l == "G" else l) for l in ls]
+                                              for ls in (letters_in, w_letters, out_letters))
     attrs = {"input_dims": "".join(letters_in), "weight_dims": "".join(w_letters),
              "output_dims": "".join(out_letters), "stride": [sh, sw], "dilation": [dh, dw]}
-    return Contraction("conv2d", attrs, macs)
+    return Contraction(kind, attrs, macs)
+
+
+def _classify_pointwise_conv(its, in_dims, w_dims, out_dims, ranges) -> Contraction | None:
+    """A 1x1 convolution that is no matmul: the input keeps two (H, W) or three
+    (N, H, W) dims the weight does not have, e.g. C x H x W * O x C -> O x H x W.
+    Lowered as conv2d whose weight has no kernel dims (stride and dilation 1)."""
+    if len(set(in_dims)) != len(in_dims) or len(set(w_dims)) != len(w_dims):
+        return None
+    roles, free = {}, []
+    for d in in_dims:
+        in_w, in_o = d in w_dims, d in out_dims
+        if its[d] == "reduction" and in_w and not in_o:
+            roles[d] = "C"
+        elif its[d] == "parallel" and in_w and in_o:
+            roles[d] = "G"
+        elif its[d] == "parallel" and in_o and not in_w:
+            free.append(d)
+        else:
+            return None
+    if len(free) not in (2, 3) or list(roles.values()).count("C") != 1:
+        return None
+    roles.update(zip(free, "NHW" if len(free) == 3 else "HW"))
+    for d in w_dims:
+        if d not in roles:
+            if its[d] != "parallel" or d not in out_dims or "O" in roles.values():
+                return None
+            roles[d] = "O"
+    if "O" not in roles.values() or set(roles) != set(range(len(its))):
+        return None
+    out_letters = "".join(roles[d] for d in out_dims)
+    if set(out_letters) != {r for r in roles.values() if r != "C"}:
+        return None
+    out_elems = 1
+    for d in out_dims:
+        out_elems *= ranges[d]
+    c = next(ranges[d] for d, r in roles.items() if r == "C")
+    attrs = {"input_dims": "".join(roles[d] for d in in_dims), "weight_dims": "".join(roles[d] for d in w_dims),
+             "output_dims": out_letters, "stride": [1, 1], "dilation": [1, 1]}
+    return Contraction("conv2d", attrs, out_elems * c)
 
 
 def _classify_matmul(its, in_dims, w_dims, out_dims, ranges) -> Contraction | None:
@@ -208,6 +340,289 @@ def _classify_matmul(its, in_dims, w_dims, out_dims, ranges) -> Contraction | No
         out_elems *= ranges[d]
     return Contraction("matmul", {"lhs_dims": la, "rhs_dims": lb, "output_dims": lo},
                        out_elems * ranges[k])
+
+
+# --- pooling and reductions --------------------------------------------------------
+
+_REDUCE_BODIES = {"arith.addf": "sum", "arith.maximumf": "max", "arith.maxnumf": "max",
+                  "arith.maxsi": "max"}
+
+
+def classify_reduction(op: ir.Operation) -> Contraction | None:
+    """Pooling / reduction structure of a linalg.generic, or None if not one.
+
+    The body is `out = max(out, in)` or `out = out + in` (no casts). With
+    two ins, the second is the pooling window: a shape-only operand whose map
+    reads exactly the reduction dims and whose value the body ignores; the
+    input map reads two dims as `out * stride + k * dilation` (H, W) and the
+    others (at most two: N, C) by one parallel dim each: maxpool2d (max) or
+    avg_pool2d (sum, which needs its division by kh*kw folded: see
+    match_group). With one in, plain dims only: reduce over the input dims
+    read by reduction loop dims (mode sum or max; mean when the division by
+    the reduced count is folded); the output keeps the other dims in order.
+    """
+    if op.name != "linalg.generic" or len(op.results) != 1 or "reduction" not in _iterators(op):
+        return None
+    n = _n_ins(op)
+    body = _body_ops(op)
+    if len(body) < 2 or body[-2].name not in _REDUCE_BODIES or body[-1].name != "linalg.yield":
+        return None
+    args = list(op.regions[0].blocks[0].arguments)
+    r = body[-2]
+    if body[-1].operands[0] != r.results[0] or len(args) != n + 1:
+        return None
+    others = [v for v in r.operands if v != args[n]]
+    if len(others) != 1:
+        return None  # the combiner must read the accumulator once
+    x = others[0]
+    prologue = len(body) > 2
+    if prologue:
+        if isinstance(x.owner, ir.Block):
+            return None
+    elif n not in (1, 2) or x != args[0]:
+        return None
+    mode = _REDUCE_BODIES[r.name]
+    its, maps = _iterators(op), _maps(op)
+    if any(static_shape(v.type) is None for v in op.operands):
+        return None
+    out_dims = [_dim(e) for e in maps[-1].results]
+    red = [d for d, it in enumerate(its) if it == "reduction"]
+    if None in out_dims or len(set(out_dims)) != len(out_dims) or any(its[d] != "parallel" for d in out_dims):
+        return None
+    in_terms = [_linear_terms(e) for e in maps[0].results]
+    if any(t is None for t in in_terms):
+        return None
+    ranges = _loop_ranges(op)
+    identity = "zero" if mode == "sum" else "lowest"
+    if prologue:
+        # The accumulated value is computed over all loops (laid out in loop
+        # order); every in is read by plain dims.
+        if any(_dim(e) is None for m in maps[:n] for e in m.results) or 0 in ranges:
+            return None
+        # An in read along a reduced dim must be read along every loop: else
+        # the body is a contraction (a product broadcast over a parallel dim),
+        # whose prologue would materialise every product.
+        for m in maps[:n]:
+            dims = {_dim(e) for e in m.results}
+            if dims & set(red) and dims != set(range(len(its))):
+                return None
+        if [d for d in range(len(its)) if its[d] == "parallel"] != out_dims:
+            return None
+        count = math.prod(ranges[d] for d in red)
+        return Contraction("reduce", {"mode": mode, "axes": red}, math.prod(ranges), n_inputs=1,
+                           identity=identity, mean_count=count if mode == "sum" else 0, prologue=True)
+    if n == 2:
+        w_dims = [_dim(e) for e in maps[1].results]
+        if sorted(d for d in w_dims if d is not None) != red or None in w_dims:
+            return None
+        return _classify_pool(its, in_terms, out_dims, ranges, mode)
+    if any(len(t) != 1 or t[0][1] != 1 for t in in_terms):
+        return None
+    in_dims = [t[0][0] for t in in_terms]
+    if sorted(in_dims) != list(range(len(its))):
+        return None
+    if [d for d in in_dims if its[d] == "parallel"] != out_dims:
+        return None  # the result is the input without the reduced dims, in order
+    axes = [i for i, d in enumerate(in_dims) if its[d] == "reduction"]
+    count = math.prod(ranges[d] for d in red)
+    return Contraction("reduce", {"mode": mode, "axes": axes}, math.prod(ranges), n_inputs=1,
+                       identity=identity, mean_count=count if mode == "sum" else 0)
+
+
+def _classify_pool(its, in_terms, out_dims, ranges, mode) -> Contraction | None:
+    singles, pairs, roles = [], [], {}
+    for t in in_terms:
+        if len(t) == 1:
+            d, c = t[0]
+            if c != 1 or its[d] != "parallel" or d in roles:
+                return None
+            roles[d] = None  # N or C, named below
+            singles.append(d)
+        elif len(t) == 2:
+            (a, ca), (b, cb) = t
+            if its[a] == "reduction" and its[b] == "parallel":
+                (a, ca), (b, cb) = (b, cb), (a, ca)
+            if not (its[a] == "parallel" and its[b] == "reduction") or a in roles or b in roles:
+                return None
+            pairs.append((a, ca, b, cb))
+            if len(pairs) > 2:
+                return None
+            roles[a], roles[b] = "HW"[len(pairs) - 1], "k"
+        else:
+            return None
+    if len(pairs) != 2 or len(singles) > 2 or set(roles) != set(range(len(its))):
+        return None
+    for d, letter in zip(singles, "NC" if len(singles) == 2 else "C"):
+        roles[d] = letter
+    letters_in, k = [], 0
+    for t in in_terms:
+        if len(t) == 1:
+            letters_in.append(roles[t[0][0]])
+        else:
+            letters_in.append("HW"[k])
+            k += 1
+    out_letters = [roles[d] for d in out_dims]
+    if "k" in out_letters or None in out_letters:
+        return None
+    (_, sh, kh, dh), (_, sw, kw, dw) = pairs
+    out_elems = 1
+    for d in out_dims:
+        out_elems *= ranges[d]
+    window = ranges[kh] * ranges[kw]
+    attrs = {"input_dims": "".join(letters_in), "output_dims": "".join(out_letters),
+             "kernel": [ranges[kh], ranges[kw]], "stride": [sh, sw], "dilation": [dh, dw]}
+    if mode == "max":
+        return Contraction("maxpool2d", attrs, out_elems * window, n_inputs=1, identity="lowest")
+    return Contraction("avg_pool2d", attrs, out_elems * window, n_inputs=1, identity="zero",
+                       mean_count=window)
+
+
+def classify_principal(op: ir.Operation) -> Contraction | None:
+    """The principal structure of a linalg op (contraction, pooling, reduction), or None."""
+    if op.name != "linalg.generic":
+        return None
+    return classify_contraction(op) or classify_reduction(op) or classify_gather_reduction(op)
+
+
+# --- reductions that gather their input (torch-mlir's adaptive average pooling) ---------
+
+_INDEX_BINARY = {"arith.addi": np.add, "arith.subi": np.subtract, "arith.muli": np.multiply,
+                 "arith.minsi": np.minimum, "arith.maxsi": np.maximum, "arith.minui": np.minimum,
+                 "arith.maxui": np.maximum}
+_INDEX_DIVS = {"arith.divsi", "arith.divui", "arith.remsi", "arith.remui", "arith.floordivsi"}
+_ICMP = {"eq": np.equal, "ne": np.not_equal, "slt": np.less, "sle": np.less_equal, "sgt": np.greater,
+         "sge": np.greater_equal, "ult": np.less, "ule": np.less_equal, "ugt": np.greater,
+         "uge": np.greater_equal}
+_GATHER_MAX_POINTS = 1 << 22  # iteration points evaluated at compile time
+
+
+def classify_gather_reduction(op: ir.Operation) -> Contraction | None:
+    """A sum over a box of a tensor the body reads with `tensor.extract`.
+
+    This is how torch-mlir lowers adaptive average pooling: the generic runs
+    over (output, window) loops, its only in is a shape-only tensor, the body
+    computes the extract indices from `linalg.index` with integer arithmetic,
+    masks the value with `select(cmpi, value, 0)`, and accumulates with
+    `addf`; further results yield scalar constants (the window size). The
+    index arithmetic is evaluated at compile time over every iteration point;
+    the op is a reduce (mode sum) when the masks are always true and the
+    extract reads a box of the tensor in row-major order: the output loops
+    enumerate the box dims they index and the window loops the others (the
+    reduced axes). The result must have the shape of the kept box dims.
+    """
+    if op.name != "linalg.generic" or "reduction" not in _iterators(op) or _n_ins(op) > 1:
+        return None
+    body = _body_ops(op)
+    extracts = [b for b in body if b.name == "tensor.extract"]
+    if len(extracts) != 1 or body[-1].name != "linalg.yield" or len(op.results) < 1:
+        return None
+    src = extracts[0].operands[0]
+    if not isinstance(src.owner, ir.Block) and src.owner.parent == op:
+        return None
+    if any(static_shape(v.type) is None for v in list(op.operands) + [src]):
+        return None
+    its, maps = _iterators(op), _maps(op)
+    ranges = _loop_ranges(op)
+    if 0 in ranges or math.prod(ranges) > _GATHER_MAX_POINTS:
+        return None
+    par = [d for d, it in enumerate(its) if it == "parallel"]
+    red = [d for d, it in enumerate(its) if it == "reduction"]
+    if [_dim(e) for e in maps[_n_ins(op)].results] != par:
+        return None  # result 0 is laid out over the output loops in order
+    args = list(op.regions[0].blocks[0].arguments)
+    acc_arg = args[_n_ins(op)]
+    grid = np.meshgrid(*[np.arange(r, dtype=np.int64) for r in ranges], indexing="ij")
+    env: dict = {}
+    data: dict = {}  # float values: the gathered value under a mask (True: read, False: 0)
+    index: list[np.ndarray] | None = None
+    acc = None
+
+    def ival(v):
+        if v in env:
+            return env[v]
+        c = constant_of(v)
+        if c is None or c.ndim != 0 or c.dtype.kind not in "iu":
+            raise KeyError
+        return np.int64(c)
+
+    try:
+        for b in body[:-1]:
+            name = b.name
+            if name == "linalg.index":
+                env[b.results[0]] = grid[ir.IntegerAttr(b.attributes["dim"]).value]
+            elif name == "arith.constant":
+                continue
+            elif name in ("arith.index_cast", "arith.index_castui"):
+                env[b.results[0]] = ival(b.operands[0])
+            elif name in _INDEX_BINARY:
+                env[b.results[0]] = _INDEX_BINARY[name](ival(b.operands[0]), ival(b.operands[1]))
+            elif name in _INDEX_DIVS:
+                a, c = ival(b.operands[0]), ival(b.operands[1])
+                if np.any(a < 0) or np.any(c <= 0):
+                    return None  # only the non-negative case, where every division agrees
+                env[b.results[0]] = a // c if "div" in name else a % c
+            elif name == "arith.cmpi":
+                pred = _cmp_predicate(b)
+                a, c = ival(b.operands[0]), ival(b.operands[1])
+                if pred.startswith("u") and (np.any(a < 0) or np.any(c < 0)):
+                    return None
+                env[b.results[0]] = _ICMP[pred](a, c)
+            elif name == "tensor.extract":
+                index = [np.broadcast_to(ival(i), ranges) for i in b.operands[1:]]
+                data[b.results[0]] = np.ones(ranges, dtype=bool)
+            elif name == "arith.select":
+                cond, t, f = b.operands
+                zt, zf = (constant_of(v) for v in (t, f))
+                if t in data and zf is not None and float(zf) == 0.0:
+                    data[b.results[0]] = data[t] & env[cond]
+                elif f in data and zt is not None and float(zt) == 0.0:
+                    data[b.results[0]] = data[f] & ~env[cond]
+                else:
+                    return None
+            elif name == "arith.addf" and acc is None and acc_arg in list(b.operands):
+                x = next(v for v in b.operands if v != acc_arg)
+                if x not in data:
+                    return None
+                acc = (b.results[0], data[x])
+            else:
+                return None
+    except KeyError:
+        return None
+    ys = list(body[-1].operands)
+    if acc is None or index is None or ys[0] != acc[0] or not acc[1].all():
+        return None  # a mask that is sometimes false would read zeros: not a plain box
+    consts = {}
+    for i, y in enumerate(ys[1:], start=1):
+        c = constant_of(y)
+        if c is None or c.ndim != 0:
+            return None
+        consts[i] = float(c)
+    src_shape = static_shape(src.type)
+    offsets = [int(ix.min()) for ix in index]
+    sizes = [int(ix.max()) - o + 1 for ix, o in zip(index, offsets)]
+    deps = [{d for d in range(len(ranges)) if ranges[d] > 1 and np.any(np.diff(ix, axis=d))} for ix in index]
+    kept = [k for k, dp in enumerate(deps) if dp and dp <= set(par)]
+    reduced = [k for k in range(len(index)) if k not in kept]
+    if any(dp and not (dp <= set(par) or dp <= set(red)) for dp in deps):
+        return None
+    if any(o + s > d for o, s, d in zip(offsets, sizes, src_shape)):
+        return None
+
+    def linear(dims, arrays, extents):
+        return np.ravel_multi_index([arrays[k] for k in dims], [extents[k] for k in dims]) if dims else 0
+
+    rel = [ix - o for ix, o in zip(index, offsets)]
+    if not np.array_equal(linear(kept, rel, sizes), linear(par, grid, ranges)):
+        return None
+    red_box = [k for k in reduced if sizes[k] > 1]
+    if math.prod(sizes[k] for k in red_box) != math.prod(ranges[d] for d in red) \
+            or not np.array_equal(linear(red_box, rel, sizes), linear(red, grid, ranges)):
+        return None
+    if tuple(sizes[k] for k in kept) != static_shape(op.results[0].type):
+        return None  # the result is a reshape of the kept box dims (e.g. batch x channels): no
+    count = math.prod(ranges[d] for d in red)
+    return Contraction("reduce", {"mode": "sum", "axes": reduced}, math.prod(sizes), n_inputs=1,
+                       identity="zero", mean_count=count, gather=Gather(src, offsets, sizes, consts))
 
 
 # --- elementwise bodies -----------------------------------------------------------
@@ -244,13 +659,16 @@ def _is_identity_like(m: ir.AffineMap) -> bool:
     return None not in dims and len(set(dims)) == len(dims) and len(dims) == m.n_dims
 
 
-def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: int = 0) -> Epilogue:
+def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: int = 0,
+                       stop: ir.Operation | None = None, stop_value: ir.Value | None = None) -> Epilogue:
     """Translate an elementwise generic body into epilogue steps.
 
     `arg_refs` gives the Ref of each `ins` block argument; the `outs` argument
     must be unused (no accumulation). Step results are values
     `value_base`, `value_base + 1`, ... (value 0 is the principal result of a
-    contraction, so its epilogue uses base 1).
+    contraction, so its epilogue uses base 1). With `stop`, decoding ends at
+    that body op and the result is `stop_value` (the prologue of a reduction
+    body: what its combiner accumulates).
     """
     block = op.regions[0].blocks[0]
     values: dict[str, Ref] = {}
@@ -277,8 +695,9 @@ def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: i
 
     for body_op in _body_ops(op):
         name = body_op.name
-        if name == "linalg.yield":
-            out = ref(body_op.operands[0])
+        at_stop = stop is not None and body_op == stop
+        if name == "linalg.yield" or at_stop:
+            out = ref(stop_value if at_stop else body_op.operands[0])
             result = out.index if out.kind == "value" else None
             if result is None:
                 steps.append(EpilogueStep("add", [out, Ref("const", const=0.0)]))
@@ -333,23 +752,58 @@ def _single_user(v: ir.Value) -> ir.Operation | None:
     return users[0] if len(users) == 1 else None
 
 
-def is_zero_fill(op: ir.Operation) -> bool:
-    """`linalg.fill` of 0, or its generalized form (no ins, body yields 0)."""
+def fill_value(op: ir.Operation):
+    """The scalar a `linalg.fill` (or its generalized form: no tensor ins, body
+    yields a constant or its scalar input) writes, or None if `op` is no fill."""
     if op.name == "linalg.fill":
         c = constant_of(op.operands[0])
     elif op.name == "linalg.generic" and _n_ins(op) <= 1:
         body = _body_ops(op)
         if len(body) != 1 or body[0].name != "linalg.yield":
-            return False
+            return None
         v = body[0].operands[0]
         if isinstance(v.owner, ir.Block):  # yields its scalar input
             if _n_ins(op) != 1 or v.arg_number != 0 or static_shape(op.operands[0].type):
-                return False
+                return None
             v = op.operands[0]
         c = constant_of(v)
     else:
-        return False
-    return c is not None and c.ndim == 0 and float(c) == 0.0
+        return None
+    return c if c is not None and c.ndim == 0 else None
+
+
+def is_zero_fill(op: ir.Operation) -> bool:
+    """`linalg.fill` of 0, or its generalized form (no ins, body yields 0)."""
+    c = fill_value(op)
+    return c is not None and float(c) == 0.0
+
+
+def _broadcast_source(op: ir.Operation) -> tuple[ir.Value, ir.AffineMap, ir.AffineMap] | None:
+    """(input, its map, result map) if `op` is a generic that only broadcasts one tensor."""
+    if op.name != "linalg.generic" or _n_ins(op) != 1 or len(op.results) != 1:
+        return None
+    if any(it != "parallel" for it in _iterators(op)) or static_shape(op.operands[0].type) is None:
+        return None
+    body = _body_ops(op)
+    if len(body) != 1 or body[0].name != "linalg.yield":
+        return None
+    v = body[0].operands[0]
+    if not isinstance(v.owner, ir.Block) or v.arg_number != 0:
+        return None
+    maps = _maps(op)
+    if not _is_identity_like(maps[1]) or any(_dim(e) is None for e in maps[0].results):
+        return None
+    return op.operands[0], maps[0], maps[1]
+
+
+def _is_lowest(c, elt: ir.Type) -> bool:
+    """Whether scalar `c` is the identity of max for element type `elt`."""
+    s = str(elt)
+    if s in ("f32", "bf16", "f16", "f64"):
+        return float(c) == float("-inf")
+    if s in EPILOGUE_INT_TYPES:
+        return int(c) == -(1 << (EPILOGUE_INT_TYPES[s] - 1))
+    return False
 
 
 def _is_elementwise(op: ir.Operation) -> bool:
@@ -368,8 +822,13 @@ def _axes(in_map: ir.AffineMap, out_map: ir.AffineMap) -> tuple[int, ...]:
     return tuple(axes)
 
 
-def _epilogue_of(ep: ir.Operation, principal_result: ir.Value | None, inputs: list[ir.Value]) -> Epilogue:
-    """Decode `ep` with its ins as refs; appends non-principal ins to `inputs`."""
+def _epilogue_of(ep: ir.Operation, principal_result: ir.Value | None, inputs: list[ir.Value],
+                 principal_value: int = 0) -> Epilogue:
+    """Decode `ep` with its ins as refs; appends non-principal ins to `inputs`.
+
+    The principal result is value `principal_value` (values before it are
+    steps the group already has); the decoded steps follow it.
+    """
     maps = _maps(ep)
     out_map = maps[-1]
     if not _is_identity_like(out_map):
@@ -381,7 +840,7 @@ def _epilogue_of(ep: ir.Operation, principal_result: ir.Value | None, inputs: li
         if principal_result is not None and v == principal_result:
             if _axes(maps[i], out_map) != tuple(range(len(out_map.results))):
                 raise Unsupported("epilogue reads the contraction result transposed")
-            refs[i] = Ref("value", index=0)
+            refs[i] = Ref("value", index=principal_value)
             continue
         c = constant_of(v)
         shape = static_shape(v.type)
@@ -390,20 +849,20 @@ def _epilogue_of(ep: ir.Operation, principal_result: ir.Value | None, inputs: li
             continue
         refs[i] = Ref("operand", index=len(inputs), axes=_axes(maps[i], out_map))
         inputs.append(v)
-    return decode_elementwise(ep, refs, value_base=0 if principal_result is None else 1)
+    return decode_elementwise(ep, refs, value_base=0 if principal_result is None else principal_value + 1)
 
 
 def _is_epilogue_of_producer(op: ir.Operation) -> bool:
-    """Whether `op` was fused as the epilogue of the contraction producing one of its inputs.
+    """Whether `op` was fused as the epilogue of the principal op producing one of its inputs.
 
-    A consumer the contraction could not take (several users, an op with no
+    A consumer the principal could not take (several users, an op with no
     epilogue step) is a group of its own, so it is matched or refused itself.
     """
     for v in op.operands[: _n_ins(op)]:
         producer = v.owner
         if isinstance(producer, ir.Block) or producer.name != "linalg.generic":
             continue
-        if _single_user(v) is None or classify_contraction(producer) is None:
+        if _single_user(v) is None or classify_principal(producer) is None:
             continue
         try:
             group = match_group(producer)
@@ -414,6 +873,104 @@ def _is_epilogue_of_producer(op: ir.Operation) -> bool:
     return False
 
 
+def _is_init_of_principal(op: ir.Operation) -> bool:
+    """Whether `op` (a fill or a broadcast) only initialises the accumulator of a principal op."""
+    if len(op.results) != 1 or (fill_value(op) is None and _broadcast_source(op) is None):
+        return False
+    user = _single_user(op.results[0])
+    if user is None or isinstance(user, ir.Block) or classify_principal(user) is None:
+        return False
+    outs = list(user.operands)[_n_ins(user):]
+    return bool(outs) and outs[0] == op.results[0]
+
+
+def _bf16_round(x: float) -> float:
+    import ml_dtypes
+    import numpy as np
+
+    return float(np.float32(x).astype(ml_dtypes.bfloat16))
+
+
+def _fold_division(epi: Epilogue, count: int) -> Epilogue | None:
+    """`epi` without its first step if that step divides the principal value 0 by
+    `count` (or by `count` rounded to bf16, as f32 -> bf16 demotion leaves it)
+    and nothing else reads value 0; None otherwise. Later values shift down by one."""
+    if not epi.steps:
+        return None
+    first = epi.steps[0]
+    if first.op != "div" or first.to or len(first.args) != 2:
+        return None
+    a, b = first.args
+    if a.kind != "value" or a.index != 0 or b.kind != "const" or b.const not in (count, _bf16_round(count)):
+        return None
+    rest = epi.steps[1:]
+    if any(r.kind == "value" and r.index == 0 for st in rest for r in st.args) or epi.result == 0:
+        return None
+
+    def shift(r: Ref) -> Ref:
+        return Ref("value", r.index - 1) if r.kind == "value" else r
+
+    return Epilogue([EpilogueStep(st.op, [shift(r) for r in st.args], st.to) for st in rest],
+                    epi.result - 1 if epi.result > 0 else epi.result)
+
+
+def _init_steps(op: ir.Operation, p: Contraction, inputs: list[ir.Value]) -> tuple[ir.Operation, list[EpilogueStep]]:
+    """The accumulator init of principal `op` and the epilogue steps it implies.
+
+    A fill with the identity of the op adds nothing. A contraction may also
+    start from a broadcast tensor (IREE puts a grouped conv's bias there): that
+    is an epilogue add of the broadcast's input, appended to `inputs`.
+    """
+    init = op.operands[_n_ins(op)]
+    init_op = None if isinstance(init.owner, ir.Block) else init.owner
+    what = "a zero fill" if p.identity == "zero" else "a fill with the lowest value"
+    if init_op is None:
+        raise Unsupported(f"{p.kind} whose accumulator is not {what}")
+    c = fill_value(init_op)
+    elt = ir.RankedTensorType(op.results[0].type).element_type
+    if c is not None and (float(c) == 0.0 if p.identity == "zero" else _is_lowest(c, elt)):
+        return init_op, []
+    b = _broadcast_source(init_op) if p.kind in ("conv2d", "depthwise_conv2d", "matmul") else None
+    if b is None or _single_user(init) is None:
+        raise Unsupported(f"{p.kind} whose accumulator is not {what}")
+    src, in_map, out_map = b
+    cst = constant_of(src)
+    if cst is not None and cst.size == 1:
+        bias = Ref("const", const=float(cst.reshape(-1)[0]))
+    else:
+        bias = Ref("operand", index=len(inputs), axes=_axes(in_map, out_map))
+        inputs.append(src)
+    return init_op, [EpilogueStep("add", [Ref("value", 0), bias], to=_int_width(elt))]
+
+
+def _prologue_of(op: ir.Operation) -> tuple[list[ir.Value], Epilogue, ir.Type]:
+    """The elementwise prologue of a reduction whose body computes what it accumulates.
+
+    Its result is laid out in loop order over all loops; each in is an
+    operand broadcast along the loop dims its map reads (size-1 constants are
+    scalars).
+    """
+    n = _n_ins(op)
+    maps = _maps(op)
+    refs: dict[int, Ref] = {}
+    inputs: list[ir.Value] = []
+    for i in range(n):
+        v = op.operands[i]
+        c = constant_of(v)
+        if c is not None and c.size == 1:
+            refs[i] = Ref("const", const=float(c.reshape(-1)[0]))
+            continue
+        refs[i] = Ref("operand", index=len(inputs), axes=tuple(_dim(e) for e in maps[i].results))
+        inputs.append(v)
+    body = _body_ops(op)
+    combiner = body[-2]
+    acc = op.regions[0].blocks[0].arguments[n]
+    x = next(v for v in combiner.operands if v != acc)
+    steps = decode_elementwise(op, refs, 0, stop=combiner, stop_value=x)
+    ranges = _loop_ranges(op)
+    return inputs, steps, ir.RankedTensorType.get(ranges, x.type)
+
+
 def match_group(op: ir.Operation) -> Match | None:
     """The Torq group whose principal op is `op`, or None if `op` is no principal.
 
@@ -421,31 +978,50 @@ def match_group(op: ir.Operation) -> Match | None:
     """
     if op.name != "linalg.generic":
         return None
-    con = classify_contraction(op)
+    con = classify_principal(op)
     if con is not None:
-        init = op.operands[2]
-        fill = init.owner if not isinstance(init.owner, ir.Block) else None
-        if fill is None or not is_zero_fill(fill):
-            raise Unsupported(f"{con.kind} whose accumulator is not a zero fill")
-        ops = [op, fill]
-        inputs = [op.operands[0], op.operands[1]]
+        elt = str(ir.RankedTensorType(op.results[0].type).element_type)
+        if con.kind in ("avg_pool2d", "reduce") and con.attrs.get("mode", "sum") == "sum" \
+                and elt in EPILOGUE_INT_TYPES:
+            raise Unsupported(f"integer sum {'pooling' if con.kind == 'avg_pool2d' else 'reduction'} "
+                              f"({elt}) has no Torq lowering")
+        prologue = _prologue_of(op) if con.prologue else None
+        if prologue is not None or con.gather is not None:
+            inputs = [None]  # the prologue's result / the gathered box, made by the rewrite
+        else:
+            inputs = list(op.operands[: con.n_inputs])
+        init_op, pre = _init_steps(op, con, inputs)
+        ops = [op, init_op]
         bottom = op
-        epi = Epilogue([], 0)
+        epi = Epilogue(pre, len(pre) if pre else 0)
         user = _single_user(op.results[0])
         if user is not None and _is_elementwise(user) and _is_identity_like(_maps(user)[-1]):
             try:
-                epi = _epilogue_of(user, op.results[0], inputs_probe := list(inputs))
+                tail = _epilogue_of(user, op.results[0], inputs_probe := list(inputs), principal_value=len(pre))
+                epi = Epilogue(pre + tail.steps, tail.result)
                 inputs = inputs_probe
                 ops.append(user)
                 bottom = user
             except Unsupported:
                 pass
-        return Match(con.kind, op, ops, bottom, inputs, con.attrs, epi, con.macs)
-    if is_zero_fill(op):
-        return None  # part of the contraction group that accumulates into it
+        attrs = dict(con.attrs)
+        if con.mean_count:
+            folded = _fold_division(epi, con.mean_count)
+            if folded is not None:
+                epi = folded
+                if con.kind == "reduce":
+                    attrs["mode"] = "mean"
+            elif con.kind == "avg_pool2d":
+                kh, kw = con.attrs["kernel"]
+                raise Unsupported(
+                    f"a {kh}x{kw} window sum not divided by the window size {kh * kw} has no Torq lowering "
+                    f"(average pooling with count_include_pad=False divides by a position-dependent count)")
+        return Match(con.kind, op, ops, bottom, inputs, attrs, epi, con.macs, prologue, con.gather)
+    if is_zero_fill(op) or _is_init_of_principal(op):
+        return None  # part of the group that accumulates into it
     if _is_elementwise(op):
         if _is_epilogue_of_producer(op):
-            return None  # matched as part of that contraction's group
+            return None  # matched as part of that principal's group
         inputs: list[ir.Value] = []
         epi = _epilogue_of(op, None, inputs)
         return Match("elementwise", op, [op], op, inputs, {}, epi, 0)

@@ -4,10 +4,14 @@ Contract (semantics from `program.py`):
 - Values are computed in a "compute domain": float32 for float dtypes (bf16,
   f16, f32), int64 for integer dtypes. bf16 operands are widened exactly to
   f32; integer operands to int64.
-- `conv2d` and `matmul` return their principal result: float32 accumulated in
-  f32 for float operands, or the i32 accumulator (wrapping like a 32-bit
-  register) held in int64 for integer operands; both operands must be float,
-  or both integer.
+- `conv2d`, `matmul` and `depthwise_conv2d` return their principal result:
+  float32 accumulated in f32 for float operands, or the i32 accumulator
+  (wrapping like a 32-bit register) held in int64 for integer operands; both
+  operands must be float, or both integer. `maxpool2d` (exact max),
+  `avg_pool2d` (f32 window sum / window size, float only) and `reduce`
+  (sum / mean / max) take one principal operand; each kernel also returns
+  the count the `macs` field must hold (MACs, or elements read for pooling
+  and reductions).
 - `eval_epilogue` runs the epilogue steps elementwise. Integer values stay
   int64 (add/sub/mul/neg/max/min/select exact; `div` is floor division, as
   an arithmetic shift right; division by zero is an error); as soon as a float
@@ -26,6 +30,7 @@ Errors are `KernelError` (a ValueError); the simulator adds the command index.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import ml_dtypes
@@ -71,10 +76,10 @@ def store(value: np.ndarray, dtype: str) -> np.ndarray:
     return value.astype(np.float32).astype(NP_DTYPES[dtype])
 
 
-def _pair(attrs: dict, key: str) -> tuple[int, int]:
-    v = attrs.get(key, [1, 1])
+def _pair(attrs: dict, key: str, op: str = "conv2d", default=(1, 1)) -> tuple[int, int]:
+    v = attrs.get(key, default)
     if not isinstance(v, (list, tuple)) or len(v) != 2 or not all(isinstance(x, int) and x > 0 for x in v):
-        raise KernelError(f"conv2d attr {key} must be two positive ints, got {v!r}")
+        raise KernelError(f"{op} attr {key} must be two positive ints, got {v!r}")
     return int(v[0]), int(v[1])
 
 
@@ -102,8 +107,13 @@ def _finish_acc(acc: np.ndarray, integer: bool) -> np.ndarray:
 def conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:
     """out[n,o,y,x] = sum_{c,i,j} in[n,c,y*sh+i*dh,x*sw+j*dw] * w[o,c,i,j]; returns (out, macs).
 
-    `out` is laid out per attr output_dims.
+    `out` is laid out per attr output_dims. With a G (group) letter in
+    input_dims the convolution is grouped, and a weight without H and W is a
+    1x1 kernel (both handled by `grouped_conv2d`).
     """
+    in_d, w_d = attrs.get("input_dims"), attrs.get("weight_dims")
+    if isinstance(in_d, str) and isinstance(w_d, str) and ("G" in in_d or not {"H", "W"} & set(w_d)):
+        return grouped_conv2d(x, w, attrs)
     in_dims = _dims(attrs, "input_dims", "NCHW", x.ndim, optional="N")
     w_dims = _dims(attrs, "weight_dims", "OCHW", w.ndim)
     sh, sw = _pair(attrs, "stride")
@@ -161,6 +171,183 @@ def matmul(lhs: np.ndarray, rhs: np.ndarray, attrs: dict) -> tuple[np.ndarray, i
 
 
 # --------------------------------------------------------------------------
+# Depthwise / grouped convolution, pooling and reductions
+
+
+def _letters(attrs: dict, key: str, letters: str, optional: str, op: str, rank: int | None = None) -> str:
+    """A dims string: distinct letters of `letters`, all but `optional` present."""
+    d = attrs.get(key)
+    ok = isinstance(d, str) and len(set(d)) == len(d) and set(d) <= set(letters)
+    ok = ok and set(letters) - set(optional) <= set(d) and (rank is None or len(d) == rank)
+    if not ok:
+        what = f"the {rank} dims of the operand" if rank is not None else "its dims"
+        raise KernelError(f"{op} attr {key}={d!r} does not name {what} (letters {letters}, "
+                          f"optional {optional or 'none'})")
+    return d
+
+
+def _canon(a: np.ndarray, dims: str, canon: str) -> np.ndarray:
+    """`a` (laid out per `dims`) in the order of `canon`; absent letters become unit dims."""
+    present = [c for c in canon if c in dims]
+    a = a.transpose([dims.index(c) for c in present])
+    return a.reshape([a.shape[present.index(c)] if c in dims else 1 for c in canon])
+
+
+def _uncanon(acc: np.ndarray, canon: str, out_dims: str, op: str) -> np.ndarray:
+    """`acc` (laid out per `canon`) in the layout `out_dims`; dropped letters must be unit dims."""
+    for i, c in enumerate(canon):
+        if c not in out_dims and acc.shape[i] != 1:
+            raise KernelError(f"{op} output_dims {out_dims} drops dim {c} of size {acc.shape[i]}")
+    present = [c for c in canon if c in out_dims]
+    acc = acc.reshape([acc.shape[canon.index(c)] for c in present])
+    return acc.transpose([present.index(c) for c in out_dims])
+
+
+def _windows(xs: np.ndarray, kh: int, kw: int, stride: tuple[int, int], dilation: tuple[int, int],
+             op: str) -> np.ndarray:
+    """Sliding windows over the last two dims: shape (..., OH, OW, kh, kw)."""
+    (sh, sw), (dh, dw) = stride, dilation
+    h, w = xs.shape[-2:]
+    if kh < 1 or kw < 1:
+        raise KernelError(f"{op} kernel {kh}x{kw} is empty")
+    ekh, ekw = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    if ekh > h or ekw > w:
+        raise KernelError(f"{op} window {ekh}x{ekw} larger than input {h}x{w}")
+    return sliding_window_view(xs, (ekh, ekw), axis=(-2, -1))[..., ::sh, ::sw, ::dh, ::dw]
+
+
+def depthwise_conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:
+    """out[n,c,y,x] = sum_{i,j} in[n,c,y*sh+i*dh,x*sw+j*dw] * w[c,i,j]; returns (out, macs).
+
+    input_dims over N,C,H,W (N optional), weight_dims over C,H,W, output_dims
+    over N,C,H,W (N only if the batch is 1 or the input has N). MACs =
+    output elements * kh * kw.
+    """
+    op = "depthwise_conv2d"
+    in_dims = _letters(attrs, "input_dims", "NCHW", "N", op, x.ndim)
+    w_dims = _letters(attrs, "weight_dims", "CHW", "", op, w.ndim)
+    out_dims = _letters(attrs, "output_dims", "NCHW", "N", op)
+    stride, dilation = _pair(attrs, "stride", op), _pair(attrs, "dilation", op)
+    xs, ws, integer = _accumulate_domain(x, w, op)
+    xs, ws = _canon(xs, in_dims, "NCHW"), _canon(ws, w_dims, "CHW")
+    c, (wc, kh, kw) = xs.shape[1], ws.shape
+    if wc != c:
+        raise KernelError(f"{op} input has {c} channels, weight has {wc}")
+    win = _windows(xs, kh, kw, stride, dilation, op)
+    acc = np.einsum("ncyxij,cij->ncyx", win, ws, optimize=True)
+    macs = int(np.prod(acc.shape, dtype=np.int64)) * kh * kw
+    return _finish_acc(_uncanon(acc, "NCHW", out_dims, op), integer), macs
+
+
+def grouped_conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:
+    """conv2d with groups: out[n,g,o,y,x] = sum_{c,i,j} in[n,g,c,y*sh+i*dh,x*sw+j*dw] * w[g,o,c,i,j].
+
+    input_dims over N,G,C,H,W; weight_dims over G,O,C,H,W; output_dims over
+    N,G,O,H,W. N is optional. G is in all three or in none; without G, C and
+    O are required (a plain conv2d). With G, C (channels per group) may be
+    absent from both input and weight (one channel per group: a depthwise
+    conv with a channel multiplier O), and O (outputs per group) from both
+    weight and output. The weight may lack both H and W: a 1x1 kernel.
+    MACs = output elements * C * kh * kw.
+    """
+    op = "conv2d"
+    in_dims = _letters(attrs, "input_dims", "NGCHW", "NGC", op, x.ndim)
+    w_dims = _letters(attrs, "weight_dims", "GOCHW", "GOCHW", op, w.ndim)
+    out_dims = _letters(attrs, "output_dims", "NGOHW", "NGO", op)
+    grouped = "G" in in_dims
+    consistent = (("G" in w_dims) == grouped == ("G" in out_dims) and ("C" in in_dims) == ("C" in w_dims)
+                  and ("O" in w_dims) == ("O" in out_dims) and ("H" in w_dims) == ("W" in w_dims)
+                  and (grouped or ("C" in in_dims and "O" in w_dims)))
+    if not consistent:
+        raise KernelError(f"{op} dims {in_dims},{w_dims}->{out_dims}: G must be in all three or none; C in "
+                          "input and weight or in neither, O in weight and output or in neither (both "
+                          "required without G); H and W in the weight together or not at all")
+    stride, dilation = _pair(attrs, "stride", op), _pair(attrs, "dilation", op)
+    xs, ws, integer = _accumulate_domain(x, w, op)
+    xs, ws = _canon(xs, in_dims, "NGCHW"), _canon(ws, w_dims, "GOCHW")
+    (g, c), (wg, _, wc, kh, kw) = xs.shape[1:3], ws.shape
+    if (wg, wc) != (g, c):
+        raise KernelError(f"{op} input has {g} groups of {c} channels, weight has {wg} groups of {wc}")
+    win = _windows(xs, kh, kw, stride, dilation, op)
+    acc = np.einsum("ngcyxij,gocij->ngoyx", win, ws, optimize=True)
+    macs = int(np.prod(acc.shape, dtype=np.int64)) * c * kh * kw
+    return _finish_acc(_uncanon(acc, "NGOHW", out_dims, op), integer), macs
+
+
+def _pool_windows(x: np.ndarray, attrs: dict, op: str) -> tuple[np.ndarray, str, bool]:
+    in_dims = _letters(attrs, "input_dims", "NCHW", "NC", op, x.ndim)
+    out_dims = _letters(attrs, "output_dims", "NCHW", "NC", op)
+    kh, kw = _pair(attrs, "kernel", op, default=None)
+    stride, dilation = _pair(attrs, "stride", op), _pair(attrs, "dilation", op)
+    xs = _canon(to_domain(x), in_dims, "NCHW")
+    return _windows(xs, kh, kw, stride, dilation, op), out_dims, np.issubdtype(x.dtype, np.integer)
+
+
+def maxpool2d(x: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:
+    """out[n,c,y,x] = max_{i,j} in[n,c,y*sh+i*dh,x*sw+j*dw]; returns (out, window elements).
+
+    input_dims/output_dims over N,C,H,W (N, C optional); kernel [kh, kw],
+    stride, dilation. No padding: padding (with -inf or the integer minimum)
+    is materialised before the op. The count is output elements * kh * kw.
+    """
+    op = "maxpool2d"
+    win, out_dims, integer = _pool_windows(x, attrs, op)
+    acc = win.max(axis=(-2, -1))
+    n = int(np.prod(acc.shape, dtype=np.int64)) * win.shape[-2] * win.shape[-1]
+    return _finish_acc(_uncanon(acc, "NCHW", out_dims, op), integer), n
+
+
+def avg_pool2d(x: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:
+    """out[n,c,y,x] = (sum_{i,j} in[n,c,y*sh+i*dh,x*sw+j*dw]) / (kh*kw), in f32.
+
+    Attrs as `maxpool2d`. The divisor is always the window size: padding is
+    materialised (zeros) before the op, so this is average pooling with
+    count_include_pad=True. Float operands only. Count as `maxpool2d`.
+    """
+    op = "avg_pool2d"
+    win, out_dims, integer = _pool_windows(x, attrs, op)
+    if integer:
+        raise KernelError(f"{op} of integer operands is not defined (float only)")
+    kh, kw = win.shape[-2:]
+    acc = win.sum(axis=(-2, -1), dtype=np.float32) / np.float32(kh * kw)
+    n = int(np.prod(acc.shape, dtype=np.int64)) * kh * kw
+    return _uncanon(acc.astype(np.float32), "NCHW", out_dims, op), n
+
+
+REDUCE_MODES = ("sum", "mean", "max")
+
+
+def reduce(x: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:
+    """Reduces operand dims `axes` (attr, distinct) with `mode` (sum | mean | max).
+
+    The result keeps the other dims in order. sum/mean accumulate in f32 (mean
+    divides the sum by the number of reduced elements once), or in the i32
+    accumulator for integers (mean is float only); max is exact. The count is
+    the operand's element count.
+    """
+    op = "reduce"
+    mode, axes = attrs.get("mode"), attrs.get("axes")
+    if mode not in REDUCE_MODES:
+        raise KernelError(f"{op} attr mode={mode!r} is not one of {', '.join(REDUCE_MODES)}")
+    if (not isinstance(axes, (list, tuple)) or not axes or len(set(axes)) != len(axes)
+            or not all(isinstance(a, int) and 0 <= a < x.ndim for a in axes)):
+        raise KernelError(f"{op} attr axes={axes!r} must be distinct dims of the rank-{x.ndim} operand")
+    integer = np.issubdtype(x.dtype, np.integer)
+    xs, axes = to_domain(x), tuple(int(a) for a in axes)
+    if mode == "max":
+        acc = xs.max(axis=axes)
+    elif integer:
+        if mode == "mean":
+            raise KernelError(f"{op} mode mean of integer operands is not defined (float only)")
+        acc = xs.sum(axis=axes)
+    else:
+        acc = xs.sum(axis=axes, dtype=np.float32)
+        if mode == "mean":
+            acc = acc / np.float32(math.prod(x.shape[a] for a in axes))
+    return _finish_acc(np.asarray(acc), integer), int(x.size)
+
+
+# --------------------------------------------------------------------------
 # Registry: the principal computation of each Compute op.
 #
 # A kernel takes the op's LRAM operands (principal operands first, epilogue
@@ -180,9 +367,21 @@ def _binary(fn: Callable[[np.ndarray, np.ndarray, dict], tuple[np.ndarray, int]]
     return kernel
 
 
+def _unary(fn: Callable[[np.ndarray, dict], tuple[np.ndarray, int]]) -> PrincipalKernel:
+    def kernel(ops: list[np.ndarray], attrs: dict) -> tuple[np.ndarray, int]:
+        if len(ops) < 1:
+            raise KernelError("needs 1 operand, has 0")
+        return fn(ops[0], attrs)
+    return kernel
+
+
 PRINCIPAL_KERNELS: dict[str, PrincipalKernel] = {
     "conv2d": _binary(conv2d),
     "matmul": _binary(matmul),
+    "depthwise_conv2d": _binary(depthwise_conv2d),
+    "maxpool2d": _unary(maxpool2d),
+    "avg_pool2d": _unary(avg_pool2d),
+    "reduce": _unary(reduce),
 }
 COMPUTE_OPS = frozenset(PRINCIPAL_KERNELS) | {"elementwise"}
 

@@ -27,11 +27,39 @@ Compute ops (`Compute.op`) and their attributes:
   output_dims (str over N,O,H,W; N only if input has N), stride [sh, sw],
   dilation [dh, dw]. No padding: padding is materialised before the op.
   out[n,o,y,x] = sum_{c,i,j} in[n,c,y*sh+i*dh,x*sw+j*dw] * w[o,c,i,j]
-- "matmul": operands [lhs, rhs, *epilogue operands]. attrs: lhs_dims,
-  rhs_dims, output_dims: strings over B,M,N,K (einsum letters, K reduced).
+  MACs = output elements * C * kh * kw.
+  Grouped: with a G letter in all three dims strings (input over
+  N,G,C,H,W, weight over G,O,C,H,W, output over N,G,O,H,W)
+  out[n,g,o,y,x] = sum_{c,i,j} in[n,g,c,y*sh+i*dh,x*sw+j*dw] * w[g,o,c,i,j];
+  C may then be absent from input and weight (one channel per group: a
+  depthwise conv with channel multiplier O) and O from weight and output.
+  A weight without H and W is a 1x1 kernel.
+- "depthwise_conv2d": operands [input, weight, *epilogue operands]. attrs:
+  input_dims (str over N,C,H,W; N optional), weight_dims (str over C,H,W),
+  output_dims (str over N,C,H,W), stride, dilation; no padding.
+  out[n,c,y,x] = sum_{i,j} in[n,c,y*sh+i*dh,x*sw+j*dw] * w[c,i,j]
+  MACs = output elements * kh * kw.
+- "maxpool2d": operands [input, *epilogue operands]. attrs: input_dims and
+  output_dims (str over N,C,H,W; N and C optional), kernel [kh, kw], stride,
+  dilation; no padding (torch pads with -inf, TOSA int8 with -128, before
+  the op). out[n,c,y,x] = max_{i<kh,j<kw} in[n,c,y*sh+i*dh,x*sw+j*dw].
+  Counted (the `macs` field, timed like MACs) as window elements read:
+  output elements * kh * kw.
+- "avg_pool2d": as maxpool2d, float only:
+  out[n,c,y,x] = (sum_{i<kh,j<kw} in[n,c,y*sh+i*dh,x*sw+j*dw]) / (kh*kw),
+  summed in f32, one f32 division. The padding (zeros) is materialised, so
+  the divisor is the full window: torch's count_include_pad=True. Counted as
+  maxpool2d.
+- "reduce": operands [input, *epilogue operands]. attrs: mode ("sum",
+  "mean" or "max"), axes (list of distinct input dims to reduce). The result
+  is the input without those dims, the others in order. sum/mean accumulate
+  in f32 (mean divides once by the number of reduced elements; float only)
+  or in the i32 accumulator; max is exact. Global average pooling
+  (`x.mean((2, 3))`, `AdaptiveAvgPool2d(1)`) is a reduce. Counted as input
+  elements read.
 - "elementwise": operands [*epilogue operands]; the result has the shape of
   `result`; there is no principal value.
-All three end with the same `epilogue` attr (see `Epilogue`), applied
+All end with the same `epilogue` attr (see `Epilogue`), applied
 elementwise on the f32 (or i32) principal result before the store.
 
 Dtypes are strings: "bf16", "f32", "i8", "i16", "i32". bf16 compute
@@ -151,7 +179,7 @@ class DmaOut:
 
 @dataclass
 class Compute:
-    op: str  # "conv2d" | "matmul" | "elementwise"
+    op: str  # a kernels.COMPUTE_OPS name: "conv2d", "matmul", "depthwise_conv2d", ... "elementwise"
     operands: list[Operand]
     result: Operand
     attrs: dict  # op-specific, see module docstring; str / int / list[int]

@@ -3,19 +3,25 @@
 Contract: runs the same matchers as marking (`patterns.match_group`), in
 rewrite mode, on every linalg op of the function, inside tile loops or not.
 Each group becomes one unregistered `torq_hl.<kind>` op (`conv2d`, `matmul`,
-`elementwise`) whose operands are the group's inputs (principal inputs first,
-then epilogue operands), whose result replaces the group's bottom op, and
-whose attributes carry the layout attributes, the folded epilogue (JSON in
-`epilogue`) and `macs`. Afterwards no linalg op remains; a linalg op no
-pattern covers is a compile error naming it.
+`depthwise_conv2d`, `maxpool2d`, `avg_pool2d`, `reduce`, `elementwise`)
+whose operands are the group's inputs (principal inputs first, then epilogue
+operands), whose result replaces the group's bottom op, and whose attributes
+carry the layout attributes, the folded epilogue (JSON in `epilogue`) and
+`macs`. A reduction with an elementwise prologue is preceded by a
+`torq_hl.elementwise` computing its input; a gathering reduction (adaptive
+average pooling) reads a `tensor.extract_slice` of the gathered box, and its
+constant extra results become operand-less `torq_hl.elementwise` ops.
+Afterwards no linalg op remains; a linalg op no pattern covers is a compile
+error naming it.
 """
 
 from __future__ import annotations
 
 from iree.compiler import ir
 
-from ..ir_utils import CompileError, location_str, walk_ops
-from ..patterns import Match, Unsupported, epilogue_to_json, is_zero_fill, match_group
+from torq.runtime.program import Epilogue, EpilogueStep, Ref
+from ..ir_utils import CompileError, location_str, static_shape, walk_ops
+from ..patterns import Gather, Match, Unsupported, epilogue_to_json, is_zero_fill, match_group
 from . import PassOptions
 
 NAME = "torq-lower-to-torq-hl"
@@ -35,15 +41,47 @@ def rewrite_group(match: Match) -> ir.Operation:
     attrs = {k: _attr(v) for k, v in match.attrs.items()}
     attrs["epilogue"] = ir.StringAttr.get(epilogue_to_json(match.epilogue))
     attrs["macs"] = _attr(int(match.macs))
+    operands = list(match.inputs)
     with ir.InsertionPoint(match.bottom), match.bottom.location:
+        if match.prologue is not None:  # an elementwise op first; its result is operand 0
+            p_inputs, p_epilogue, p_type = match.prologue
+            pro = ir.Operation.create("torq_hl.elementwise", results=[p_type], operands=list(p_inputs),
+                                      attributes={"epilogue": ir.StringAttr.get(epilogue_to_json(p_epilogue)),
+                                                  "macs": _attr(0)})
+            operands[0] = pro.results[0]
+        if match.gather is not None:  # the box the principal reads, as a slice (a DMA box)
+            operands[0] = _box(match.gather)
         new = ir.Operation.create(f"torq_hl.{match.kind}", results=[match.bottom.results[0].type],
-                                  operands=list(match.inputs), attributes=attrs)
+                                  operands=operands, attributes=attrs)
+        if match.gather is not None:
+            for i, c in match.gather.consts.items():  # further results: scalar constants
+                r = match.principal.results[i]
+                const = ir.Operation.create(
+                    "torq_hl.elementwise", results=[r.type], operands=[],
+                    attributes={"epilogue": ir.StringAttr.get(epilogue_to_json(Epilogue(
+                        [EpilogueStep("add", [Ref("const", const=c), Ref("const", const=0.0)])], 0))),
+                        "macs": _attr(0)})
+                r.replace_all_uses_with(const.results[0])
     match.bottom.results[0].replace_all_uses_with(new.results[0])
     # Erase users before producers.
     for op in [match.bottom] + [o for o in match.ops if o is not match.bottom and not is_zero_fill(o)] \
             + [o for o in match.ops if is_zero_fill(o)]:
         op.erase()
     return new
+
+
+def _box(g: Gather) -> ir.Value:
+    """`g.source` itself, or the slice of it the gathered box covers."""
+    shape = static_shape(g.source.type)
+    if all(o == 0 for o in g.offsets) and list(g.sizes) == list(shape):
+        return g.source
+    elt = ir.RankedTensorType(g.source.type).element_type
+    dense = ir.DenseI64ArrayAttr.get
+    return ir.Operation.create(
+        "tensor.extract_slice", results=[ir.RankedTensorType.get(list(g.sizes), elt)], operands=[g.source],
+        attributes={"static_offsets": dense(list(g.offsets)), "static_sizes": dense(list(g.sizes)),
+                    "static_strides": dense([1] * len(shape)),
+                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])}).results[0]
 
 
 def lower_function(func: ir.Operation) -> None:

@@ -126,3 +126,43 @@ def two_layer_net(seed: int, x_shape=(1, 33, 33, 8)) -> str:
     h, shape = b.conv_block("%x", x_shape, -5, 24, 3, 2, 1, out_zp=-128, relu=True)
     y, shape = b.conv_block(h, shape, -128, 16, 1, 1, 0, out_zp=7, relu=False, rounding="SINGLE_ROUND")
     return b.function(x_shape, y, shape)
+
+
+def depthwise_block(b: TosaBuilder, x: str, x_shape, x_zp: int, mult: int, k: int, stride: int, pad: int,
+                    out_zp: int, relu: bool, rounding: str = "DOUBLE_ROUND") -> tuple[str, tuple]:
+    """depthwise_conv2d (NHWC, int8, weights KH x KW x C x mult) + bias + per-channel rescale
+    + clamp; returns (value, shape)."""
+    n, h, w_, c = x_shape
+    oh = (h + 2 * pad - k) // stride + 1
+    ow = (w_ + 2 * pad - k) // stride + 1
+    out_ch = c * mult
+    w = b.rng.integers(-127, 128, (k, k, c, mult))
+    bias = b.rng.integers(-2000, 2000, (out_ch,))
+    # One channel per output: the accumulator spans about 40 * 70 * k.
+    scales = b.rng.uniform(0.5, 3.0, out_ch) * 64.0 / (40.0 * 70.0 * k)
+    mults, shifts = zip(*(quantize_scale(s) for s in scales))
+    wv = b.const(w, "i8")
+    bv = b.const(bias, "i32")
+    izp = b.const(np.array([x_zp]), "i8")
+    wzp = b.const(np.array([0]), "i8")
+    acc = b._val()
+    acc_shape = (n, oh, ow, out_ch)
+    b.lines.append(
+        f'{acc} = "tosa.depthwise_conv2d"({x}, {wv}, {bv}, {izp}, {wzp}) <{{acc_type = i32, '
+        f'dilation = array<i64: 1, 1>, pad = array<i64: {pad}, {pad}, {pad}, {pad}>, '
+        f'stride = array<i64: {stride}, {stride}>}}> : ({ttype(x_shape, "i8")}, '
+        f'{ttype(w.shape, "i8")}, {ttype(bias.shape, "i32")}, tensor<1xi8>, tensor<1xi8>) -> '
+        f'{ttype(acc_shape, "i32")}')
+    out = b.rescale(acc, acc_shape, list(mults), list(shifts), out_zp, rounding)
+    if relu:
+        out = b.clamp(out, acc_shape, out_zp, 127)
+    return out, acc_shape
+
+
+def depthwise_rescale_clamp(seed: int, x_shape=(1, 24, 24, 16), mult=1, k=3, stride=1, pad=1,
+                            x_zp=-3, out_zp=-10, rounding="DOUBLE_ROUND") -> str:
+    """One int8 depthwise conv block; TOSA needs (H + 2 pad - k) divisible by the stride."""
+    b = TosaBuilder(np.random.default_rng(seed))
+    y, shape = depthwise_block(b, "%x", x_shape, x_zp, mult, k, stride, pad, out_zp, relu=True,
+                               rounding=rounding)
+    return b.function(x_shape, y, shape)
