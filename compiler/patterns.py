@@ -193,6 +193,17 @@ def _loop_ranges(op: ir.Operation) -> list[int]:
     return ranges
 
 
+def _window_pair(terms, its, roles) -> tuple[int, int, int, int] | None:
+    """A sliding-window input index `out*stride + k*dilation` as (out dim, stride,
+    window dim, dilation): one parallel and one reduction dim, neither seen yet."""
+    (a, ca), (b, cb) = terms
+    if its[a] == "reduction" and its[b] == "parallel":
+        (a, ca), (b, cb) = (b, cb), (a, ca)
+    if not (its[a] == "parallel" and its[b] == "reduction") or a in roles or b in roles:
+        return None
+    return a, ca, b, cb
+
+
 def _classify_conv(its, in_terms, w_dims, out_dims, ranges) -> Contraction | None:
     """Roles of the loop dims of a conv-shaped mul-add generic.
 
@@ -225,12 +236,11 @@ def _classify_conv(its, in_terms, w_dims, out_dims, ranges) -> Contraction | Non
             roles[d] = letter
             letters_in.append(letter)
         elif len(t) == 2:
-            (a, ca), (b, cb) = t
-            if its[a] == "reduction" and its[b] == "parallel":
-                (a, ca), (b, cb) = (b, cb), (a, ca)
-            if not (its[a] == "parallel" and its[b] == "reduction") or a in roles or b in roles:
+            pair = _window_pair(t, its, roles)
+            if pair is None:
                 return None
-            spatial_pairs.append((a, ca, b, cb))
+            a, _, b, _ = pair
+            spatial_pairs.append(pair)
             if len(spatial_pairs) > 2:
                 return None
             letter = "HW"[len(spatial_pairs) - 1]
@@ -439,12 +449,11 @@ def _classify_pool(its, in_terms, out_dims, ranges, mode) -> Contraction | None:
             roles[d] = None  # N or C, named below
             singles.append(d)
         elif len(t) == 2:
-            (a, ca), (b, cb) = t
-            if its[a] == "reduction" and its[b] == "parallel":
-                (a, ca), (b, cb) = (b, cb), (a, ca)
-            if not (its[a] == "parallel" and its[b] == "reduction") or a in roles or b in roles:
+            pair = _window_pair(t, its, roles)
+            if pair is None:
                 return None
-            pairs.append((a, ca, b, cb))
+            a, _, b, _ = pair
+            pairs.append(pair)
             if len(pairs) > 2:
                 return None
             roles[a], roles[b] = "HW"[len(pairs) - 1], "k"

@@ -1,0 +1,142 @@
+"""Reference models with random weights (no downloads), as torch modules.
+
+- `mobilenet_v2(width=1.0)`: MobileNetV2 (inverted residual blocks, depthwise
+  3x3 convs, ReLU6), 1000 classes.
+- `resnet18()`: ResNet-18 (basic blocks, max pool, global average pool, fc).
+- `bert_encoder_layer(hidden=768, heads=12, ffn=3072)`: one BERT-base encoder
+  layer (self-attention + GELU feed-forward, post-layer-norm).
+
+Each `make_*` returns `(model in eval mode, example input)`; sizes are
+parameters so tests can use small variants and benchmarks the full ones.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+
+def _conv_bn(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1, act: type | None = nn.ReLU6):
+    layers = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+    if act is not None:
+        layers.append(act())
+    return nn.Sequential(*layers)
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int, expand: int):
+        super().__init__()
+        hidden = cin * expand
+        layers = [] if expand == 1 else [_conv_bn(cin, hidden, 1)]
+        layers += [_conv_bn(hidden, hidden, 3, stride, groups=hidden), _conv_bn(hidden, cout, 1, act=None)]
+        self.block = nn.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        y = self.block(x)
+        return x + y if self.residual else y
+
+
+def _divisible(v: float, d: int = 8) -> int:
+    return max(d, int(v + d / 2) // d * d)
+
+
+class MobileNetV2(nn.Module):
+    # (expansion, channels, repeats, first stride), from the paper
+    SETTINGS = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                (6, 160, 3, 2), (6, 320, 1, 1)]
+
+    def __init__(self, width: float = 1.0, classes: int = 1000):
+        super().__init__()
+        cin = _divisible(32 * width)
+        last = _divisible(1280 * max(1.0, width))
+        layers = [_conv_bn(3, cin, 3, 2)]
+        for t, c, n, s in self.SETTINGS:
+            cout = _divisible(c * width)
+            for i in range(n):
+                layers.append(InvertedResidual(cin, cout, s if i == 0 else 1, t))
+                cin = cout
+        layers.append(_conv_bn(cin, last, 1))
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(last, classes)
+
+    def forward(self, x):
+        return self.classifier(self.features(x).mean((2, 3)))
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.body = nn.Sequential(_conv_bn(cin, cout, 3, stride, act=nn.ReLU), _conv_bn(cout, cout, 3, act=None))
+        self.down = None if stride == 1 and cin == cout else _conv_bn(cin, cout, 1, stride, act=None)
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + (x if self.down is None else self.down(x)))
+
+
+class ResNet18(nn.Module):
+    def __init__(self, classes: int = 1000):
+        super().__init__()
+        layers = [_conv_bn(3, 64, 7, 2, act=nn.ReLU), nn.MaxPool2d(3, 2, 1)]
+        cin = 64
+        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+            cin = cout
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        return self.fc(self.features(x).mean((2, 3)))
+
+
+class BertEncoderLayer(nn.Module):
+    def __init__(self, hidden: int = 768, heads: int = 12, ffn: int = 3072):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.out = nn.Linear(hidden, hidden)
+        self.norm1 = nn.LayerNorm(hidden)
+        self.ff = nn.Sequential(nn.Linear(hidden, ffn), nn.GELU(), nn.Linear(ffn, hidden))
+        self.norm2 = nn.LayerNorm(hidden)
+
+    def forward(self, x):
+        b, s, h = x.shape
+        q, k, v = self.qkv(x).reshape(b, s, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
+        attn = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(h // self.heads), dim=-1)
+        ctx = (attn @ v).transpose(1, 2).reshape(b, s, h)
+        x = self.norm1(x + self.out(ctx))
+        return self.norm2(x + self.ff(x))
+
+
+def _init(model: nn.Module, seed: int) -> nn.Module:
+    """Random but well-scaled weights and non-trivial batch-norm statistics."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.1, 0.1, generator=g)
+                m.running_var.uniform_(0.5, 1.5, generator=g)
+                m.weight.uniform_(0.5, 1.5, generator=g)
+                m.bias.uniform_(-0.1, 0.1, generator=g)
+    return model.eval()
+
+
+def make_mobilenet_v2(size: int = 224, width: float = 1.0, seed: int = 0):
+    torch.manual_seed(seed)
+    return _init(MobileNetV2(width), seed), torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(seed))
+
+
+def make_resnet18(size: int = 224, seed: int = 0):
+    torch.manual_seed(seed)
+    return _init(ResNet18(), seed), torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(seed))
+
+
+def make_bert_encoder_layer(seq: int = 128, hidden: int = 768, heads: int = 12, ffn: int = 3072, seed: int = 0):
+    torch.manual_seed(seed)
+    model = _init(BertEncoderLayer(hidden, heads, ffn), seed)
+    return model, torch.randn(1, seq, hidden, generator=torch.Generator().manual_seed(seed))
+
+
+MODELS = {"mobilenet_v2": make_mobilenet_v2, "resnet18": make_resnet18, "bert_encoder": make_bert_encoder_layer}
