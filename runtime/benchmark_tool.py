@@ -55,8 +55,8 @@ from typing import Any, NoReturn, Sequence
 
 from torq.hw import DEFAULT_HW, HwSpecError, TorqHw, describe_presets, parse_hw_spec
 
-from .errors import InputError, TorqRuntimeError
-from .tools import DEVICES, ToolError, _one_line, _write_outputs, parse_input
+from .errors import InputError
+from .tools import DEVICES, ToolError, _one_line, _write_outputs, parse_input, tool_main
 
 PROG = "torq-benchmark-module"
 HOST_NOTE = ("host: measured wall time of the call minus the wall time of the Torq dispatch calls "
@@ -455,21 +455,7 @@ def _run(args: argparse.Namespace, parser: _Parser) -> int:
 
 def benchmark_module_main(argv: Sequence[str] | None = None) -> int:
     """The `torq-benchmark-module` console script; returns the exit code."""
-    parser = _parser()
-    try:
-        args = parser.parse_args(argv)
-        return _run(args, parser)
-    except SystemExit as e:  # argparse: --help (0) or a usage error (2, already printed)
-        return e.code if isinstance(e.code, int) else 1
-    except (ToolError, TorqRuntimeError, HwSpecError) as e:
-        print(f"{PROG}: error: {_one_line(e)}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{PROG}: error: interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:  # a bug: still one line, never a traceback
-        print(f"{PROG}: error: internal error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
-        return 1
+    return tool_main(PROG, _parser(), _run, argv)
 
 
 if __name__ == "__main__":

@@ -336,23 +336,27 @@ def _run(args: argparse.Namespace, parser: _Parser) -> int:
     return 0
 
 
-def run_module_main(argv: Sequence[str] | None = None) -> int:
-    """The `torq-run-module` console script; returns the exit code."""
-    parser = _parser()
+def tool_main(prog: str, parser: argparse.ArgumentParser, run, argv: Sequence[str] | None) -> int:
+    """Runs a runtime tool's `run(args, parser)`: every failure is one `prog: error:` line."""
     try:
         args = parser.parse_args(argv)
-        return _run(args, parser)
+        return run(args, parser)
     except SystemExit as e:  # argparse: --help (0) or a usage error (2, already printed)
         return e.code if isinstance(e.code, int) else 1
     except (ToolError, TorqRuntimeError, HwSpecError) as e:
-        print(f"{PROG}: error: {_one_line(e)}", file=sys.stderr)
+        print(f"{prog}: error: {_one_line(e)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"{PROG}: error: interrupted", file=sys.stderr)
+        print(f"{prog}: error: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # a bug: still one line, never a traceback
-        print(f"{PROG}: error: internal error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
+        print(f"{prog}: error: internal error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
         return 1
+
+
+def run_module_main(argv: Sequence[str] | None = None) -> int:
+    """The `torq-run-module` console script; returns the exit code."""
+    return tool_main(PROG, _parser(), _run, argv)
 
 
 if __name__ == "__main__":
