@@ -56,7 +56,7 @@ from typing import Any, NoReturn, Sequence
 from torq.hw import DEFAULT_HW, HwSpecError, TorqHw, describe_presets, parse_hw_spec
 
 from .errors import InputError
-from .tools import DEVICES, ToolError, _one_line, _write_outputs, parse_input, tool_main
+from .tools import ToolError, _one_line, _write_outputs, check_common_args, parse_input, tool_main
 
 PROG = "torq-benchmark-module"
 HOST_NOTE = ("host: measured wall time of the call minus the wall time of the Torq dispatch calls "
@@ -396,13 +396,9 @@ def _run(args: argparse.Namespace, parser: _Parser) -> int:
     if args.torq_hw == "list":
         print(describe_presets())
         return 0
-    if not args.module:
-        parser.error("the following argument is required: --module")
-    if args.device not in DEVICES:
-        raise ToolError(f"unsupported --device={args.device} (allowed: {', '.join(DEVICES)})")
+    hw = check_common_args(args, parser)
     if args.repetitions < 1:
         raise ToolError(f"--benchmark_repetitions must be at least 1, got {args.repetitions}")
-    hw = parse_hw_spec(args.torq_hw) if args.torq_hw else None
     inputs = [parse_input(text, i) for i, text in enumerate(args.input)]
 
     from .api import load

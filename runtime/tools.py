@@ -37,7 +37,7 @@ from typing import Any, NoReturn, Sequence
 
 import numpy as np
 
-from torq.hw import HwSpecError, describe_presets, parse_hw_spec
+from torq.hw import HwSpecError, TorqHw, describe_presets, parse_hw_spec
 
 from .errors import InputError, TorqRuntimeError
 from .module import ELEMENT_TYPES, ElementType, element_type_of_dtype
@@ -296,15 +296,21 @@ def _plan_outputs(specs: list[str], results: list[tuple[Any, ElementType | None]
 # Entry point
 
 
-def _run(args: argparse.Namespace, parser: _Parser) -> int:
-    if args.torq_hw == "list":
-        print(describe_presets())
-        return 0
+def check_common_args(args: argparse.Namespace, parser) -> TorqHw | None:
+    """The flags torq-run-module and torq-benchmark-module share: --module, --device,
+    --torq-hw (None = the executable's own hardware). Call after handling --torq-hw=list."""
     if not args.module:
         parser.error("the following argument is required: --module")
     if args.device not in DEVICES:
         raise ToolError(f"unsupported --device={args.device} (allowed: {', '.join(DEVICES)})")
-    hw = parse_hw_spec(args.torq_hw) if args.torq_hw else None
+    return parse_hw_spec(args.torq_hw) if args.torq_hw else None
+
+
+def _run(args: argparse.Namespace, parser: _Parser) -> int:
+    if args.torq_hw == "list":
+        print(describe_presets())
+        return 0
+    hw = check_common_args(args, parser)
     inputs = [parse_input(text, i) for i, text in enumerate(args.input)]
 
     from .api import load

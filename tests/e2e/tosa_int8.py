@@ -56,27 +56,35 @@ class TosaBuilder:
     def conv_block(self, x: str, x_shape, x_zp: int, out_ch: int, k: int, stride: int, pad: int,
                    out_zp: int, relu: bool, rounding: str = "DOUBLE_ROUND") -> tuple[str, tuple]:
         """conv2d (NHWC, int8, per-channel weights) + bias + rescale + clamp; returns (value, shape)."""
-        n, h, w_, c = x_shape
-        oh = (h + 2 * pad - k) // stride + 1
-        ow = (w_ + 2 * pad - k) // stride + 1
+        c = x_shape[3]
         w = self.rng.integers(-127, 128, (out_ch, k, k, c))
         b = self.rng.integers(-2000, 2000, (out_ch,))
-        # Output scale chosen so the int32 accumulator spans about the int8 range,
-        # per channel, with some channels saturating.
-        acc_std = 40.0 * 70.0 * math.sqrt(k * k * c)
-        scales = self.rng.uniform(0.5, 3.0, out_ch) * 64.0 / acc_std
+        return self.quantized_conv("tosa.conv2d", x, x_shape, x_zp, w, b, k * k * c, k, stride, pad,
+                                   out_zp, relu, rounding)
+
+    def quantized_conv(self, op: str, x: str, x_shape, x_zp: int, w: np.ndarray, bias: np.ndarray,
+                       fan_in: int, k: int, stride: int, pad: int, out_zp: int, relu: bool,
+                       rounding: str) -> tuple[str, tuple]:
+        """`op` (tosa.conv2d / tosa.depthwise_conv2d, int8, i32 accumulator) + rescale + clamp."""
+        n, h, w_, _ = x_shape
+        oh = (h + 2 * pad - k) // stride + 1
+        ow = (w_ + 2 * pad - k) // stride + 1
+        # Output scale chosen so the int32 accumulator (fan_in products) spans about
+        # the int8 range, per channel, with some channels saturating.
+        acc_std = 40.0 * 70.0 * math.sqrt(fan_in)
+        scales = self.rng.uniform(0.5, 3.0, len(bias)) * 64.0 / acc_std
         mults, shifts = zip(*(quantize_scale(s) for s in scales))
         wv = self.const(w, "i8")
-        bv = self.const(b, "i32")
+        bv = self.const(bias, "i32")
         izp = self.const(np.array([x_zp]), "i8")
         wzp = self.const(np.array([0]), "i8")
         acc = self._val()
-        acc_shape = (n, oh, ow, out_ch)
+        acc_shape = (n, oh, ow, len(bias))
         self.lines.append(
-            f'{acc} = "tosa.conv2d"({x}, {wv}, {bv}, {izp}, {wzp}) <{{acc_type = i32, '
+            f'{acc} = "{op}"({x}, {wv}, {bv}, {izp}, {wzp}) <{{acc_type = i32, '
             f'dilation = array<i64: 1, 1>, pad = array<i64: {pad}, {pad}, {pad}, {pad}>, '
             f'stride = array<i64: {stride}, {stride}>}}> : ({ttype(x_shape, "i8")}, '
-            f'{ttype(w.shape, "i8")}, {ttype(b.shape, "i32")}, tensor<1xi8>, tensor<1xi8>) -> '
+            f'{ttype(w.shape, "i8")}, {ttype(bias.shape, "i32")}, tensor<1xi8>, tensor<1xi8>) -> '
             f'{ttype(acc_shape, "i32")}')
         out = self.rescale(acc, acc_shape, list(mults), list(shifts), out_zp, rounding)
         if relu:
@@ -132,31 +140,12 @@ def depthwise_block(b: TosaBuilder, x: str, x_shape, x_zp: int, mult: int, k: in
                     out_zp: int, relu: bool, rounding: str = "DOUBLE_ROUND") -> tuple[str, tuple]:
     """depthwise_conv2d (NHWC, int8, weights KH x KW x C x mult) + bias + per-channel rescale
     + clamp; returns (value, shape)."""
-    n, h, w_, c = x_shape
-    oh = (h + 2 * pad - k) // stride + 1
-    ow = (w_ + 2 * pad - k) // stride + 1
-    out_ch = c * mult
+    c = x_shape[3]
     w = b.rng.integers(-127, 128, (k, k, c, mult))
-    bias = b.rng.integers(-2000, 2000, (out_ch,))
-    # One channel per output: the accumulator spans about 40 * 70 * k.
-    scales = b.rng.uniform(0.5, 3.0, out_ch) * 64.0 / (40.0 * 70.0 * k)
-    mults, shifts = zip(*(quantize_scale(s) for s in scales))
-    wv = b.const(w, "i8")
-    bv = b.const(bias, "i32")
-    izp = b.const(np.array([x_zp]), "i8")
-    wzp = b.const(np.array([0]), "i8")
-    acc = b._val()
-    acc_shape = (n, oh, ow, out_ch)
-    b.lines.append(
-        f'{acc} = "tosa.depthwise_conv2d"({x}, {wv}, {bv}, {izp}, {wzp}) <{{acc_type = i32, '
-        f'dilation = array<i64: 1, 1>, pad = array<i64: {pad}, {pad}, {pad}, {pad}>, '
-        f'stride = array<i64: {stride}, {stride}>}}> : ({ttype(x_shape, "i8")}, '
-        f'{ttype(w.shape, "i8")}, {ttype(bias.shape, "i32")}, tensor<1xi8>, tensor<1xi8>) -> '
-        f'{ttype(acc_shape, "i32")}')
-    out = b.rescale(acc, acc_shape, list(mults), list(shifts), out_zp, rounding)
-    if relu:
-        out = b.clamp(out, acc_shape, out_zp, 127)
-    return out, acc_shape
+    bias = b.rng.integers(-2000, 2000, (c * mult,))
+    # One input channel per output: k * k products per accumulator.
+    return b.quantized_conv("tosa.depthwise_conv2d", x, x_shape, x_zp, w, bias, k * k, k, stride, pad,
+                            out_zp, relu, rounding)
 
 
 def depthwise_rescale_clamp(seed: int, x_shape=(1, 24, 24, 16), mult=1, k=3, stride=1, pad=1,
