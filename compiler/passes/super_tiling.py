@@ -88,16 +88,26 @@ module attributes {{transform.with_named_sequence}} {{
     passmanager.PassManager.parse("builtin.module(canonicalize,cse)").run(module_op)
 
 
-def footprint(func: ir.Operation, sizes: list[int] | None, options: PassOptions) -> int:
-    """LRAM bytes the function needs if the TILE_ROOT op is tiled with `sizes`."""
+def _lowered_tiling(func: ir.Operation, sizes: list[int] | None) -> tuple[ir.Module, ir.Operation | None]:
+    """A scratch copy of `func` with the TILE_ROOT op tiled by `sizes` and lowered to
+    TorqHL; the function is None when some tile has no static shape. Keep the
+    module alive while using the function."""
     scratch = ir.Module.create()
     func.clone(ip=ir.InsertionPoint(scratch.body))
     if sizes and any(sizes):
         tile_and_fuse(scratch.operation, sizes)
     clone = scratch.body.operations[0].operation
     if _has_dynamic_tensors(clone):
-        return UNREPRESENTABLE  # e.g. a fused reshape whose slice sizes depend on the loop
+        return scratch, None  # e.g. a fused reshape whose slice sizes depend on the loop
     lower_function(clone)
+    return scratch, clone
+
+
+def footprint(func: ir.Operation, sizes: list[int] | None, options: PassOptions) -> int:
+    """LRAM bytes the function needs if the TILE_ROOT op is tiled with `sizes`."""
+    scratch, clone = _lowered_tiling(func, sizes)
+    if clone is None:
+        return UNREPRESENTABLE
     end, _ = plan_function(clone, options, annotate=False)
     return end
 
@@ -120,13 +130,9 @@ def _tile_count(shape: tuple[int, ...], sizes: list[int] | None) -> int:
 
 
 def predicted_traffic(func: ir.Operation, sizes: list[int] | None, options: PassOptions) -> Traffic:
-    """DDR traffic of the program the function becomes with the TILE_ROOT op tiled by `sizes`."""
-    scratch = ir.Module.create()
-    func.clone(ip=ir.InsertionPoint(scratch.body))
-    if sizes and any(sizes):
-        tile_and_fuse(scratch.operation, sizes)
-    clone = scratch.body.operations[0].operation
-    lower_function(clone)
+    """DDR traffic of the program the function becomes with the TILE_ROOT op tiled by
+    `sizes` (a tiling `footprint` accepted, so its tiles have static shapes)."""
+    scratch, clone = _lowered_tiling(func, sizes)
     plan_function(clone, options, annotate=True)
     program, _ = build_program(clone, options)
     return program_traffic(program)
