@@ -25,7 +25,7 @@ class Allocation:
     peak: int  # highest sum of live buffer bytes
 
 
-def _align(x: int, a: int) -> int:
+def align(x: int, a: int) -> int:
     return (x + a - 1) // a * a
 
 
@@ -39,7 +39,7 @@ def allocate(requests: list[BufferRequest], alignment: int) -> Allocation:
         for o, s in live:
             if offset + req.size <= o:
                 break
-            offset = max(offset, _align(o + s, alignment))
+            offset = max(offset, align(o + s, alignment))
         placed.append((offset, req.size, req))
         offsets[req.key] = offset
         end = max(end, offset + req.size)

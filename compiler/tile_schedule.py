@@ -1,21 +1,40 @@
-"""The command order of one tile body, shared by LRAM assignment and NSS build.
+"""The command order and LRAM plan of one tile body, shared by LRAM assignment and NSS build.
 
 A *tile body* is a block holding `torq_hl` ops: the function body (ops run
-once) or the innermost body of a tile loop (ops run once per tile). Its
+once) or the innermost body of a tile loop nest (ops run once per tile). Its
 commands are, for each `torq_hl` op in order: a DMA-in for each operand not
 produced in the same body (once per value), the compute, and a DMA-out when
 the result is used outside the body's `torq_hl` ops. Every operand and result
 value gets one LRAM buffer live from its first to its last command.
+
+Buffers of a tile-loop body come in two kinds (`plan_body`):
+- *resident*: an operand defined outside the whole loop nest (a weight, or an
+  input every tile reads whole). It is loaded by the first tile and kept in
+  LRAM for all tiles, so spatial tiles do not re-read their weights and
+  channel tiles do not re-read their input. Resident buffers sit at the bottom
+  of LRAM, live for the whole body.
+- *per-tile*: everything else (slices of the tiled tensors, results). They are
+  placed once for one tile, above the resident ones; that placement is a
+  *buffer set*. When LRAM has room, a body gets several sets at a fixed stride
+  and tile k uses set k mod sets, so the next tile's DMA-in need not wait for
+  the previous tile's compute and DMA-out (double buffering), and tiles on
+  different slices do not share bytes. The number of sets is the largest of
+  2 x slices, slices, 2, 1 that fits the budget and does not exceed the trip
+  count.
+
+The fit of a tiling (super tiling, the address pass's error) is the footprint
+with one set: resident bytes + one set's extent. Extra sets only use room
+that is left.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from iree.compiler import ir
 
 from .ir_utils import tensor_nbytes
-from .lram_allocator import BufferRequest
+from .lram_allocator import BufferRequest, allocate, align
 
 
 @dataclass
@@ -45,10 +64,6 @@ def tile_bodies(func: ir.Operation) -> list[ir.Block]:
     return bodies
 
 
-def _key(v: ir.Value):
-    return v  # ir.Value is hashable by identity of the underlying value
-
-
 def schedule(block: ir.Block) -> list[Event]:
     ops = [o.operation for o in block.operations if is_torq_hl(o.operation)]
     local = {op.results[0] for op in ops}
@@ -75,3 +90,93 @@ def buffer_requests(events: list[Event]) -> list[BufferRequest]:
             for v in e.op.operands:
                 last[v] = i
     return [BufferRequest(v, tensor_nbytes(v.type), first[v], last[v]) for v in first]
+
+
+# -- loops around a body ---------------------------------------------------------
+
+def enclosing_loops(block: ir.Block) -> list[ir.Operation]:
+    """The scf.for ops around `block`, innermost first."""
+    loops = []
+    p = block.owner.operation if block.owner is not None else None
+    while p is not None and p.name != "func.func":
+        if p.name == "scf.for":
+            loops.append(p)
+        p = p.parent.operation if p.parent is not None else None
+    return loops
+
+
+def _defined_inside(v: ir.Value, op: ir.Operation) -> bool:
+    owner = v.owner
+    p = owner.owner.operation if isinstance(owner, ir.Block) else owner.operation
+    while p is not None and p.name != "func.func":
+        if p == op:
+            return True
+        p = p.parent.operation if p.parent is not None else None
+    return False
+
+
+def is_resident(v: ir.Value, block: ir.Block) -> bool:
+    """True for an operand of a tile-loop body defined outside its whole loop nest."""
+    loops = enclosing_loops(block)
+    return bool(loops) and not _defined_inside(v, loops[-1])
+
+
+def _constant_index(v: ir.Value) -> int | None:
+    owner = v.owner
+    if isinstance(owner, ir.Block) or owner.name != "arith.constant":
+        return None
+    return ir.IntegerAttr(owner.attributes["value"]).value
+
+
+def trip_count(block: ir.Block) -> int | None:
+    """Iterations of `block` (product over its loop nest), None when not static."""
+    n = 1
+    for loop in enclosing_loops(block):
+        lb, ub, step = (_constant_index(x) for x in loop.operands[:3])
+        if None in (lb, ub, step) or step <= 0:
+            return None
+        n *= max(0, -(-(ub - lb) // step))
+    return n
+
+
+# -- the LRAM plan of a body -----------------------------------------------------
+
+@dataclass
+class BodyPlan:
+    offsets: dict  # value -> LRAM offset in set 0
+    resident: set = field(default_factory=set)  # values loaded once for all tiles
+    sets: int = 1
+    set_stride: int = 0  # bytes between buffer sets
+    footprint: int = 0  # highest byte with one set: what must fit
+    end: int = 0  # highest byte with all sets
+    peak: int = 0  # highest sum of live bytes (resident + one tile's live buffers)
+    events: list = field(default_factory=list)
+
+
+def set_choices(slices: int) -> list[int]:
+    """Buffer-set counts tried, most first: each slice double-buffered, one set per
+    slice, double buffering, single."""
+    return sorted({2 * slices, slices, 2, 1}, reverse=True)
+
+
+def plan_body(block: ir.Block, alignment: int, budget: int, slices: int) -> BodyPlan:
+    events = schedule(block)
+    requests = buffer_requests(events)
+    resident = {r.key for r in requests if is_resident(r.key, block)}
+    last = len(events) - 1
+    res_alloc = allocate([BufferRequest(r.key, r.size, 0, last) for r in requests if r.key in resident],
+                         alignment)
+    base = align(res_alloc.end, alignment)
+    tile_alloc = allocate([r for r in requests if r.key not in resident], alignment)
+    offsets = {k: o for k, o in res_alloc.offsets.items()}
+    offsets.update({k: base + o for k, o in tile_alloc.offsets.items()})
+    footprint = base + tile_alloc.end if tile_alloc.offsets else res_alloc.end
+    stride = align(tile_alloc.end, alignment)
+    trips = trip_count(block) if enclosing_loops(block) else 1
+    sets = 1
+    for k in set_choices(slices):
+        if k <= (trips or 1) and footprint + (k - 1) * stride <= budget:
+            sets = k
+            break
+    return BodyPlan(offsets, resident, sets, stride, footprint, footprint + (sets - 1) * stride,
+                    res_alloc.peak + tile_alloc.peak, events)

@@ -1,12 +1,20 @@
 """torq-assign-lram-addresses: place every LRAM buffer of every tile body.
 
 Contract: takes a function whose compute is `torq_hl` ops (after
-torq-lower-to-torq-hl). For each tile body (see `tile_schedule`) it allocates
-one buffer per operand/result value with the shared first-fit allocator and
-records the offsets on each `torq_hl` op: `torq.lram_operands` (one offset per
-operand) and `torq.lram_result`. The function gets `torq.lram_peak` (highest
-sum of live bytes) and `torq.lram_end` (highest byte used). A body that does
-not fit `TorqHw.available_lram_bytes` is a compile error naming its first op.
+torq-lower-to-torq-hl). For each tile body it plans LRAM with
+`tile_schedule.plan_body` (the shared first-fit allocator; resident
+buffers of loop-invariant operands at the bottom, then one set of per-tile
+buffers, repeated as many times as fits for double buffering) and records
+on each `torq_hl` op:
+- `torq.lram_operands` (one offset per operand) and `torq.lram_result`:
+  offsets in buffer set 0;
+- in a tile loop: `torq.lram_resident` (1 per operand loaded once for all
+  tiles, else 0), `torq.lram_sets` and `torq.lram_set_stride` (tile k adds
+  (k mod sets) x stride to its per-tile offsets).
+The function gets `torq.lram_peak` (highest sum of live bytes, program
+order) and `torq.lram_end` (highest byte used, all sets). A body whose
+footprint with one set does not fit `TorqHw.available_lram_bytes` is a
+compile error naming its first op.
 """
 
 from __future__ import annotations
@@ -14,39 +22,61 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from ..ir_utils import CompileError, location_str, set_int_array
-from ..lram_allocator import allocate
-from ..tile_schedule import buffer_requests, schedule, tile_bodies
+from ..tile_schedule import BodyPlan, enclosing_loops, plan_body, tile_bodies
 from . import PassOptions
 
 NAME = "torq-assign-lram-addresses"
 
 
-def plan_function(func: ir.Operation, options: PassOptions, annotate: bool = True) -> tuple[int, int]:
-    """Allocate every body; returns (highest end, highest peak) over bodies."""
-    end = peak = 0
+def plan_bodies(func: ir.Operation, options: PassOptions) -> list[tuple[ir.Block, BodyPlan]]:
+    hw = options.hw
+    return [(b, plan_body(b, hw.lram_alignment, hw.available_lram_bytes, hw.slices)) for b in tile_bodies(func)]
+
+
+def lram_footprint(func: ir.Operation, options: PassOptions) -> int:
+    """Bytes of LRAM the function needs with one buffer set per body (the fit)."""
+    return max((p.footprint for _, p in plan_bodies(func, options)), default=0)
+
+
+def _annotate(block: ir.Block, plan: BodyPlan) -> None:
     i64 = ir.IntegerType.get_signless(64)
-    for block in tile_bodies(func):
-        events = schedule(block)
-        alloc = allocate(buffer_requests(events), options.hw.lram_alignment)
-        end, peak = max(end, alloc.end), max(peak, alloc.peak)
-        if not annotate:
+    in_loop = bool(enclosing_loops(block))
+    for e in plan.events:
+        if e.kind != "compute":
             continue
-        first_op = next(e.op for e in events if e.kind == "compute")
-        if alloc.end > options.hw.available_lram_bytes:
+        set_int_array(e.op, "torq.lram_operands", [plan.offsets[v] for v in e.op.operands])
+        e.op.attributes["torq.lram_result"] = ir.IntegerAttr.get(i64, plan.offsets[e.value])
+        if in_loop:
+            set_int_array(e.op, "torq.lram_resident", [int(v in plan.resident) for v in e.op.operands])
+            e.op.attributes["torq.lram_sets"] = ir.IntegerAttr.get(i64, plan.sets)
+            e.op.attributes["torq.lram_set_stride"] = ir.IntegerAttr.get(i64, plan.set_stride)
+
+
+def assign_function(func: ir.Operation, options: PassOptions) -> None:
+    budget = options.hw.available_lram_bytes
+    plans = plan_bodies(func, options)
+    for block, plan in plans:
+        if plan.footprint > budget:
+            first_op = next(e.op for e in plan.events if e.kind == "compute")
             raise CompileError(
-                f"{location_str(first_op)}: error: {first_op.name}: tile needs {alloc.end} bytes of LRAM, "
-                f"budget is {options.hw.available_lram_bytes}")
-        for e in events:
-            if e.kind == "compute":
-                set_int_array(e.op, "torq.lram_operands", [alloc.offsets[v] for v in e.op.operands])
-                e.op.attributes["torq.lram_result"] = ir.IntegerAttr.get(i64, alloc.offsets[e.value])
+                f"{location_str(first_op)}: error: {first_op.name}: tile needs {plan.footprint} bytes of LRAM, "
+                f"budget is {budget}")
+    i64 = ir.IntegerType.get_signless(64)
+    for block, plan in plans:
+        _annotate(block, plan)
+    func.attributes["torq.lram_peak"] = ir.IntegerAttr.get(i64, max((p.peak for _, p in plans), default=0))
+    func.attributes["torq.lram_end"] = ir.IntegerAttr.get(i64, max((p.end for _, p in plans), default=0))
+
+
+def plan_function(func: ir.Operation, options: PassOptions, annotate: bool = True) -> tuple[int, int]:
+    """(footprint with one buffer set, peak) over the bodies; annotates when asked."""
     if annotate:
-        func.attributes["torq.lram_peak"] = ir.IntegerAttr.get(i64, peak)
-        func.attributes["torq.lram_end"] = ir.IntegerAttr.get(i64, end)
-    return end, peak
+        assign_function(func, options)
+    plans = plan_bodies(func, options)
+    return max((p.footprint for _, p in plans), default=0), max((p.peak for _, p in plans), default=0)
 
 
 def run(module: ir.Module, options: PassOptions) -> None:
     for op in module.body.operations:
         if op.operation.name == "func.func":
-            plan_function(op.operation, options)
+            assign_function(op.operation, options)

@@ -58,7 +58,11 @@ class _Builder:
         self.env: dict = {}  # index values
         self.views: dict = {}  # extract_slice results -> (tensor, offsets, sizes)
         self.tiles = 0
-        self.tile_bodies: list[ir.Block] = []  # tile index -> the tile body it is an iteration of
+        self.bodies: list[ir.Block] = []  # distinct tile bodies, in order of first execution
+        self.tile_bodies: list[int] = []  # tile index -> index in `bodies` of the body it iterates
+        self.iterations: dict[int, int] = {}  # body index -> iterations emitted so far
+        self.tile_iteration: list[int] = []  # tile index -> its iteration index within its body
+        self.resident: dict[tuple[int, ir.Value], int] = {}  # (body, value) -> buffer loaded once
         ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
         host_args = self._host_types("torq.host_arg_types", list(ftype.inputs))
         host_res = self._host_types("torq.host_result_types", list(ftype.results))
@@ -140,9 +144,12 @@ class _Builder:
         return offsets, sizes_attr
 
     # -- execution ------------------------------------------------------------------
-    def run_block(self, block: ir.Block, dest_of_yield: list | None = None):
+    def run_block(self, block: ir.Block) -> None:
+        """Executes one iteration of `block`; its computes form one tile, numbered
+        when the first of them is emitted (so a compute before a tile loop and
+        the loop's first tile get different ids)."""
         local_buffers: dict = {}
-        tile_has_compute = False
+        tile: int | None = None
         for op in [o.operation for o in block.operations]:
             name = op.name
             if name in ("arith.constant", "tensor.empty", "affine.apply", "affine.min", "affine.max",
@@ -158,13 +165,26 @@ class _Builder:
             elif name == "scf.for":
                 self.run_for(op)
             elif is_torq_hl(op):
-                tile_has_compute = True
-                self.compute(op, local_buffers)
+                if tile is None:
+                    tile = self._start_tile(block)
+                self.compute(op, local_buffers, tile)
             else:
                 raise CompileError(f"unexpected op {name} in a Torq tile")
-        if tile_has_compute:
-            self.tile_bodies.append(block)
-            self.tiles += 1
+
+    def _start_tile(self, block: ir.Block) -> int:
+        body = self._body_index(block)
+        self.tile_iteration.append(self.iterations.get(body, 0))
+        self.iterations[body] = self.tile_iteration[-1] + 1
+        self.tile_bodies.append(body)
+        self.tiles += 1
+        return self.tiles - 1
+
+    def _body_index(self, block: ir.Block) -> int:
+        for i, b in enumerate(self.bodies):
+            if b == block:
+                return i
+        self.bodies.append(block)
+        return len(self.bodies) - 1
 
     def run_for(self, op: ir.Operation):
         lb, ub, step = (self.index(v) for v in op.operands[:3])
@@ -204,18 +224,33 @@ class _Builder:
     def _use(self, buf: int):
         self.buffers[buf].live_end = len(self.commands)
 
-    def compute(self, op: ir.Operation, local: dict):
+    def compute(self, op: ir.Operation, local: dict, tile: int):
+        """Emits the DMA-ins, the compute and the DMA-outs of one `torq_hl` op of the
+        current tile. Per-tile buffers go to the tile's buffer set (iteration mod
+        `torq.lram_sets`); resident operands are loaded by the body's first tile only."""
         offsets = int_array(op.attributes["torq.lram_operands"])
+        resident = (int_array(op.attributes["torq.lram_resident"]) if "torq.lram_resident" in op.attributes
+                    else [0] * len(offsets))
+        sets = ir.IntegerAttr(op.attributes["torq.lram_sets"]).value if "torq.lram_sets" in op.attributes else 1
+        body = self.tile_bodies[tile]
+        shift = (self.tile_iteration[tile] % sets) * (ir.IntegerAttr(op.attributes["torq.lram_set_stride"]).value
+                                           if sets > 1 else 0)
         operands = []
-        for v, off in zip(op.operands, offsets):
+        for v, off, keep in zip(op.operands, offsets, resident):
             if v not in local:
-                tensor, box_off, box_sizes = self.ddr(v)
-                buf = self._buffer(off, tensor_nbytes(v.type))
-                self.commands.append(DmaIn(tensor, tuple(box_off), tuple(box_sizes), buf))
-                local[v] = buf
+                if keep and (body, v) in self.resident:
+                    local[v] = self.resident[(body, v)]
+                else:
+                    tensor, box_off, box_sizes = self.ddr(v)
+                    buf = self._buffer(off if keep else off + shift, tensor_nbytes(v.type))
+                    self.commands.append(DmaIn(tensor, tuple(box_off), tuple(box_sizes), buf))
+                    local[v] = buf
+                    if keep:
+                        self.resident[(body, v)] = buf
             operands.append(Operand(local[v], static_shape(v.type), mlir_dtype(element_type(v.type))))
         res = op.results[0]
-        rbuf = self._buffer(ir.IntegerAttr(op.attributes["torq.lram_result"]).value, tensor_nbytes(res.type))
+        rbuf = self._buffer(ir.IntegerAttr(op.attributes["torq.lram_result"]).value + shift,
+                            tensor_nbytes(res.type))
         for o in operands:
             self._use(o.buffer)
         attrs = {}
@@ -228,20 +263,16 @@ class _Builder:
                                      Operand(rbuf, static_shape(res.type), mlir_dtype(element_type(res.type))),
                                      attrs, epilogue_from_json(ir.StringAttr(op.attributes["epilogue"]).value),
                                      slice=0,  # set by distribute()
-                                     macs=ir.IntegerAttr(op.attributes["macs"]).value, tile=self.tiles))
+                                     macs=ir.IntegerAttr(op.attributes["macs"]).value, tile=tile))
         local[res] = rbuf
         self._dma_out(op, res, rbuf)
 
     def distribute(self, dist: Distribution) -> dict:
         """Sets the slice of every compute from its tile's iteration index in its body."""
         slices = self.options.hw.slices
-        bodies: list[ir.Block] = []
-        for b in self.tile_bodies:
-            if b not in bodies:
-                bodies.append(b)
         slice_of_tile: dict[int, int] = {}
         summary = []
-        for body in bodies:
+        for body in range(len(self.bodies)):
             tiles = [t for t, b in enumerate(self.tile_bodies) if b == body]
             n = len(tiles)
             for k, t in enumerate(tiles):

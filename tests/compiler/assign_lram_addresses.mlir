@@ -7,6 +7,7 @@
 // (highest sum of live bytes) and torq.lram_end (highest byte used).
 // RUN: torq-opt %s --pass-pipeline='builtin.module(torq-assign-lram-addresses)' | FileCheck %s
 // RUN: torq-opt %s --torq-hw=SL2610:lram_alignment=256 --pass-pipeline='builtin.module(torq-assign-lram-addresses)' | FileCheck %s --check-prefix=ALIGN
+// RUN: torq-opt %s --torq-hw=SL2610:slices=1 --pass-pipeline='builtin.module(torq-assign-lram-addresses)' | FileCheck %s --check-prefix=SETS2
 // RUN: not torq-opt %s --torq-hw=SL2610:lram_kb=1,reserved_kb=0 --pass-pipeline='builtin.module(torq-assign-lram-addresses)' 2>&1 | FileCheck %s --check-prefix=ERR
 
 // Two ops on 50 x bf16 = 100-byte buffers. Commands: 0 dma_in a, 1 dma_in b,
@@ -33,16 +34,19 @@ func.func @chain(%a: tensor<50xbf16>, %b: tensor<50xbf16>) -> tensor<50xbf16> {
 }
 
 // A tile loop: the body is allocated once for one tile (2 x 16 x bf16 =
-// 64 bytes per buffer): slice [0,1] at 0, result [1,2] after it at 64;
-// end = peak = 128.
-// With alignment 256 the result goes to 256: end 320, peak 128.
+// 64 bytes per buffer): slice [0,1] at 0, result [1,2] after it at 64; one
+// set ends at 128 (the footprint), peak 128. The loop runs 2 tiles and there
+// is room, so the body gets 2 buffer sets (2 x slices = 4 is more than the
+// trip count) at a stride of align(128) = 128: end = 128 + 128 = 256.
+// With alignment 256 the result goes to 256: one set ends at 320, stride
+// align(320, 256) = 512, end 320 + 512 = 832, peak still 128.
 // CHECK-LABEL: func.func @tiled(
-// CHECK-SAME: attributes {torq.lram_end = 128 : i64, torq.lram_peak = 128 : i64}
+// CHECK-SAME: attributes {torq.lram_end = 256 : i64, torq.lram_peak = 128 : i64}
 // CHECK: scf.for
-// CHECK: "torq_hl.elementwise"(%{{.*}}) {torq.lram_operands = [0], torq.lram_result = 64 : i64}
+// CHECK: "torq_hl.elementwise"(%{{.*}}) {torq.lram_operands = [0], torq.lram_resident = [0], torq.lram_result = 64 : i64, torq.lram_set_stride = 128 : i64, torq.lram_sets = 2 : i64}
 // ALIGN-LABEL: func.func @tiled(
-// ALIGN-SAME: attributes {torq.lram_end = 320 : i64, torq.lram_peak = 128 : i64}
-// ALIGN: "torq_hl.elementwise"(%{{.*}}) {torq.lram_operands = [0], torq.lram_result = 256 : i64}
+// ALIGN-SAME: attributes {torq.lram_end = 832 : i64, torq.lram_peak = 128 : i64}
+// ALIGN: "torq_hl.elementwise"(%{{.*}}) {torq.lram_operands = [0], torq.lram_resident = [0], torq.lram_result = 256 : i64, torq.lram_set_stride = 512 : i64, torq.lram_sets = 2 : i64}
 func.func @tiled(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> {
   %c0 = arith.constant 0 : index
   %c2 = arith.constant 2 : index
@@ -55,6 +59,34 @@ func.func @tiled(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> {
     scf.yield %u : tensor<4x16xbf16>
   }
   return %r : tensor<4x16xbf16>
+}
+
+// A loop-invariant operand: %w (16 x bf16 = 32 bytes) is defined outside
+// the loop, so it is resident: loaded by the first tile and kept, at the
+// bottom of LRAM (offset 0, live for the whole body). The per-tile buffers
+// (the 2x16 slice, 64 bytes, and the result, 64 bytes) go above it from
+// align(32) = 64: slice at 64, result at 128; one set ends at 192. 8 tiles
+// (0 to 16 step 2), 2 slices: 4 sets at stride align(128) = 128 fit, so
+// end = 192 + 3 x 128 = 576. Peak = resident 32 + one tile's 128 = 160.
+// CHECK-LABEL: func.func @resident(
+// CHECK-SAME: attributes {torq.lram_end = 576 : i64, torq.lram_peak = 160 : i64}
+// CHECK: "torq_hl.elementwise"(%{{.*}}, %{{.*}}) {torq.lram_operands = [64, 0], torq.lram_resident = [0, 1], torq.lram_result = 128 : i64, torq.lram_set_stride = 128 : i64, torq.lram_sets = 4 : i64}
+// With one slice the choices are 2 x 1 = 2 sets or 1: end 192 + 128 = 320.
+// SETS2-LABEL: func.func @resident(
+// SETS2-SAME: attributes {torq.lram_end = 320 : i64, torq.lram_peak = 160 : i64}
+// SETS2: torq.lram_set_stride = 128 : i64, torq.lram_sets = 2 : i64}
+func.func @resident(%x: tensor<16x16xbf16>, %w: tensor<16xbf16>) -> tensor<16x16xbf16> {
+  %c0 = arith.constant 0 : index
+  %c2 = arith.constant 2 : index
+  %c16 = arith.constant 16 : index
+  %e = tensor.empty() : tensor<16x16xbf16>
+  %r = scf.for %i = %c0 to %c16 step %c2 iter_args(%acc = %e) -> (tensor<16x16xbf16>) {
+    %s = tensor.extract_slice %x[%i, 0] [2, 16] [1, 1] : tensor<16x16xbf16> to tensor<2x16xbf16>
+    %t = "torq_hl.elementwise"(%s, %w) : (tensor<2x16xbf16>, tensor<16xbf16>) -> tensor<2x16xbf16>
+    %u = tensor.insert_slice %t into %acc[%i, 0] [2, 16] [1, 1] : tensor<2x16xbf16> into tensor<16x16xbf16>
+    scf.yield %u : tensor<16x16xbf16>
+  }
+  return %r : tensor<16x16xbf16>
 }
 
 // 300 x bf16 = 600-byte buffers, all live at the compute: a at 0, b at

