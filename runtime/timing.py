@@ -16,7 +16,10 @@ Contract (every number comes from `TorqHw`; nothing here is a literal):
              = compute_overhead_cycles + ceil(elements(result) * max(1, steps)
                / min(lanes(dtype) over operands and result))
   `OP_CYCLES` lets an op replace the part after the overhead with its own
-  formula (a function of the command and the hardware).
+  formula (a function of the command and the hardware): depthwise conv,
+  pooling and reduce run their window reads on the elementwise lanes,
+  ceil(macs / lanes(input dtype)) (`window_on_lanes_cycles`); their MACs do
+  not count in the roofline's MAC-array work.
 - The XRAM link. DMA-in and DMA-out are separate engines but move their bytes
   over one XRAM <-> LRAM link of dma_effective_bytes_per_cycle (the DESIGN §5
   DMA figure). A transfer takes link cycles at or after the end of its setup;
@@ -98,6 +101,17 @@ def ceil_div(n: int, rate: float) -> int:
 # op name -> cycles after the fixed overhead, for ops whose cost is not
 # "MACs / MAC rate" or "elements x steps / lanes".
 OP_CYCLES: dict[str, Callable[[Compute, TorqHw], int]] = {}
+
+
+def window_on_lanes_cycles(c: Compute, hw: TorqHw) -> int:
+    """Depthwise convolution, pooling and reduce: no channel reduction fills the MAC
+    array's rows, so each window element read (the op's `macs`) takes one vector
+    lane for one cycle: ceil(macs / lanes(input dtype))."""
+    return ceil_div(c.macs, hw.lanes(c.operands[0].dtype))
+
+
+OP_CYCLES.update({op: window_on_lanes_cycles
+                  for op in ("depthwise_conv2d", "maxpool2d", "avg_pool2d", "reduce")})
 
 
 def dma_bytes(c: DmaIn | DmaOut, program: Program) -> int:

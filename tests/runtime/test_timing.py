@@ -94,6 +94,26 @@ def test_single_conv():
     assert waits[2] == 1 and waits[3] == 2
 
 
+def test_maxpool_runs_on_lanes_not_mac_array():
+    pb = ProgramBuilder("pool", HW)
+    x = pb.input((1, 4, 10, 10))
+    y = pb.output((1, 4, 4, 4))
+    bx = pb.dma_in(x)
+    attrs = {"input_dims": "NCHW", "output_dims": "NCHW", "kernel": [3, 3], "stride": [2, 2], "dilation": [1, 1]}
+    by = pb.compute("maxpool2d", [(bx, (1, 4, 10, 10), "bf16")], (1, 4, 4, 4), "bf16", attrs, macs=4 * 16 * 9)
+    pb.dma_out(by, y)
+    (out,), s = run(pb.build(tiles=1))
+    # cmd 0 DmaIn x: 10 + 800/4 = 210                       -> [0, 210)
+    # cmd 1 pool: 576 window reads on 32 bf16 lanes: 5 + 18 -> [210, 233)  (on the MAC array it would be 5 + 9)
+    # cmd 2 DmaOut: 10 + 128/4 = 42                          -> [233, 275)
+    assert spans(s) == {0: ("dma_in", 0, 210), 1: ("slice0", 210, 233), 2: ("dma_out", 233, 275)}
+    # Roofline: no MAC-array work, so the compulsory bytes decide: (800 + 128) / 4 = 232.
+    assert s.roofline_cycles == 232
+    xb = bf16_round(np.random.default_rng(0).standard_normal((1, 4, 10, 10)).astype(np.float32))
+    ref = np.lib.stride_tricks.sliding_window_view(xb, (3, 3), axis=(2, 3))[:, :, ::2, ::2].max(axis=(-2, -1))
+    np.testing.assert_array_equal(out, ref)
+
+
 # ---------------------------------------------------------------- two tiles
 
 
