@@ -1,5 +1,8 @@
 """Console scripts: torq-compile, iree-compile (superset), torq-opt.
 
+torq-compile and iree-compile with the Torq target take MLIR (text or
+bytecode) or an ONNX model, which is imported first (onnx_import.py).
+
 Every user error prints one line `<tool>: error: ...` and exits non-zero;
 no output file is left behind.
 """
@@ -12,6 +15,7 @@ import sys
 from .driver import (CompileOptions, InternalCompilerError, UsageError, _ListHw, compile_source,
                      hw_list_text, parse_torq_flags, write_atomically)
 from .ir_utils import CompileError
+from .onnx_import import read_onnx_source
 from .pipeline import TORQ_PHASES
 
 _TORQ_TARGETS = ("--iree-hal-target-backends=torq", "--iree-hal-target-device=torq")
@@ -71,6 +75,8 @@ def _compile_main(tool: str, argv: list[str], torq_default: bool) -> int:
         data, name = _read_input(inp)
         if out is None and not opts.compile_to:
             raise UsageError("no output file: pass -o model.vmfb")
+        # An ONNX model is imported to torch-dialect MLIR first (onnx_import.is_onnx decides).
+        data, name = read_onnx_source(data, name, path=None if inp == "-" else inp)
         result = compile_source(data, opts, name, remarks=None if quiet else sys.stderr)
         payload = result.vmfb if result.vmfb is not None else result.ir_text.encode()
         if out is None or out == "-":

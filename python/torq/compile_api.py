@@ -1,4 +1,4 @@
-"""`torq.compile`: a model (torch, turbine export, MLIR text or path) to a runnable module."""
+"""`torq.compile`: a model (torch, turbine export, MLIR text or path, ONNX file) to a runnable module."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any, Sequence
 from torq.compiler.driver import (CompileOptions, UsageError, _ListHw, compile_source,
                                   parse_torq_flags, write_atomically)
 from torq.compiler.ir_utils import CompileError
+from torq.compiler.onnx_import import read_onnx_source
 from torq.compiler.target import TargetReport
 from torq.hw import TorqHw, parse_hw_spec
 
@@ -16,18 +17,28 @@ class TorqCompileError(Exception):
     """Compilation failed; the message is the one-line compiler error."""
 
 
+_FILE_SUFFIXES = (".mlir", ".mlirbc", ".onnx")
+
+
 def _to_mlir(model: Any, args: Sequence[Any]) -> tuple[str | bytes, str]:
+    """The model as MLIR text or bytecode, and the name diagnostics use for it.
+
+    Files and bytes holding an ONNX model (`.onnx`, or ModelProto content; see
+    `torq.compiler.onnx_import.is_onnx`) are imported with IREE's ONNX importer.
+    """
     if isinstance(model, (bytes, bytearray)):
-        return bytes(model), "<bytes>"
+        return _import_if_onnx(bytes(model), "<bytes>", None)
     if isinstance(model, str):
-        if "\n" not in model and (model.endswith(".mlir") or model.endswith(".mlirbc") or os.path.exists(model)):
+        if "\n" not in model and (model.endswith(_FILE_SUFFIXES) or os.path.exists(model)):
             if not os.path.isfile(model):
                 raise TorqCompileError(f"cannot read '{model}': no such file")
             with open(model, "rb") as f:
-                return f.read(), model
+                return _import_if_onnx(f.read(), model, model)
         return model, "<string>"
     if isinstance(model, os.PathLike):
         return _to_mlir(os.fspath(model), args)
+    if type(model).__name__ == "ModelProto" and hasattr(model, "SerializeToString"):  # onnx.ModelProto
+        return _import_if_onnx(model.SerializeToString(), f"<onnx {model.graph.name or 'model'}>", None)
     if hasattr(model, "mlir_module"):  # an iree.turbine.aot export
         return str(model.mlir_module), type(model).__name__
     try:
@@ -40,7 +51,14 @@ def _to_mlir(model: Any, args: Sequence[Any]) -> tuple[str | bytes, str]:
         exported = aot.export(model, args=tuple(args))
         return str(exported.mlir_module), type(model).__name__
     raise TorqCompileError(f"cannot compile an object of type {type(model).__name__}: pass a "
-                           "torch.nn.Module, a turbine export, MLIR text or a file path")
+                           "torch.nn.Module, a turbine export, MLIR text or a file path (.mlir, .onnx)")
+
+
+def _import_if_onnx(data: bytes, name: str, path: str | None) -> tuple[bytes, str]:
+    try:
+        return read_onnx_source(data, name, path)
+    except CompileError as e:
+        raise TorqCompileError(str(e)) from None
 
 
 class CompiledModule:
@@ -61,7 +79,10 @@ class CompiledModule:
         return self._loaded
 
     def __call__(self, *args):
-        return self.module.main(*args)
+        """Calls `main`, or the module's only function (an ONNX model's is named after its graph)."""
+        names = self.module.function_names
+        entry = "main" if "main" in names or len(names) != 1 else names[0]
+        return self.module[entry](*args)
 
     def __getattr__(self, name):
         if name.startswith("_"):
