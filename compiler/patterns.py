@@ -18,6 +18,9 @@ Groups (principal op first):
   and output (torch Conv2d(groups=C), TOSA depthwise_conv2d with multiplier 1),
   same fill and epilogue;
 - matmul: a matmul-shaped generic (B?, M, N, K), same fill and epilogue;
+  an epilogue that reads the result transposed (attention's P V followed by
+  a head transpose) is folded by writing the result in that order (the
+  matmul's output_dims);
 - maxpool2d / avg_pool2d: a pooling generic (input read at `out * stride + k
   * dilation`, a shape-only window operand, body `max(out, in)` or
   `out + in`) with a -inf / integer-min or zero fill; average pooling must
@@ -28,7 +31,15 @@ Groups (principal op first):
   a global mean), or torch-mlir's adaptive average pooling form that gathers
   a box of a tensor with `tensor.extract`;
 - elementwise: a standalone elementwise generic (add/sub/mul/max/min/clamp...).
-Anything else is `Unsupported` with a reason, and the dispatch stays on host.
+Elementwise bodies (epilogues, prologues, standalone ops) may use the
+transcendental functions exp, log, tanh, erf, rsqrt and sqrt (table lookup
+steps, see runtime/program.py) and x ** n for a small constant n (math.fpowi,
+as multiplications): GELU (both torch forms), sigmoid, SiLU and the layer
+norm scale lower this way; softmax arrives decomposed (see pipeline.py) into
+max and sum reductions and elementwise ops. A box read (`box_read`: a copy of
+part of an input, made by dispatch extraction) computes nothing and belongs to
+the group that reads it. Anything else is `Unsupported` with a reason, and the
+dispatch stays on host.
 MACs (the `macs` of a group): multiply-accumulates for convolutions and
 matmuls; window elements read for pooling; input elements read for reduce.
 """
@@ -644,6 +655,12 @@ _CMP = {"ogt": "gt", "ugt": "gt", "sgt": "gt", "olt": "lt", "ult": "lt", "slt": 
         "oge": "ge", "uge": "ge", "sge": "ge", "ole": "le", "ule": "le", "sle": "le"}
 _SHIFTS = {"arith.shli": "shl", "arith.shrsi": "shr_s", "arith.shrui": "shr_u"}
 _FLOAT_CASTS = {"arith.truncf", "arith.extf"}
+# Transcendental functions: table lookup steps (program.TABLE_OPS), float only.
+_TABLE_FNS = {"math.exp": "exp", "math.log": "log", "math.tanh": "tanh", "math.erf": "erf",
+              "math.rsqrt": "rsqrt", "math.sqrt": "sqrt"}
+# x ** n with a constant integer n (math.fpowi, torch's x ** 3 in the tanh
+# form of GELU) is n - 1 multiplications; larger |n| stays on host.
+_MAX_POWI = 8
 # Integer constants travel as f64 in the executable: exact up to 2**53.
 _MAX_EXACT_INT = 1 << 53
 
@@ -702,6 +719,22 @@ def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: i
         steps.append(step)
         values[result.get_name()] = Ref("value", index=len(steps) - 1 + value_base)
 
+    def push_powi(body_op: ir.Operation):
+        """x ** n as repeated f32 multiplication (a division for n < 0)."""
+        c = constant_of(body_op.operands[1])
+        if c is None or c.ndim != 0 or not 0 < abs(int(c)) <= _MAX_POWI:
+            raise Unsupported(f"math.fpowi in {op.name} body needs a constant nonzero exponent of "
+                              f"magnitude at most {_MAX_POWI}")
+        n, x = int(c), ref(body_op.operands[0])
+        acc = x
+        for _ in range(abs(n) - 1):
+            steps.append(EpilogueStep("mul", [acc, x]))
+            acc = Ref("value", index=len(steps) - 1 + value_base)
+        if n < 0:
+            steps.append(EpilogueStep("div", [Ref("const", const=1.0), acc]))
+            acc = Ref("value", index=len(steps) - 1 + value_base)
+        values[body_op.results[0].get_name()] = acc
+
     for body_op in _body_ops(op):
         name = body_op.name
         at_stop = stop is not None and body_op == stop
@@ -733,6 +766,12 @@ def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: i
                  body_op.results[0])
         elif name in ("arith.negf",):
             push(EpilogueStep("neg", [ref(body_op.operands[0])]), body_op.results[0])
+        elif name in _TABLE_FNS:
+            if mlir_dtype(body_op.results[0].type) not in ("bf16", "f32", "f16"):
+                raise Unsupported(f"'{name}' on {body_op.results[0].type} has no Torq lowering")
+            push(EpilogueStep(_TABLE_FNS[name], [ref(body_op.operands[0])]), body_op.results[0])
+        elif name == "math.fpowi":
+            push_powi(body_op)
         elif name in ("arith.cmpf", "arith.cmpi"):
             pred = _cmp_predicate(body_op)
             if pred not in _CMP or (name == "arith.cmpi" and pred.startswith("u")):
@@ -832,11 +871,14 @@ def _axes(in_map: ir.AffineMap, out_map: ir.AffineMap) -> tuple[int, ...]:
 
 
 def _epilogue_of(ep: ir.Operation, principal_result: ir.Value | None, inputs: list[ir.Value],
-                 principal_value: int = 0) -> Epilogue:
+                 principal_value: int = 0, principal_axes: tuple[int, ...] | None = None) -> Epilogue:
     """Decode `ep` with its ins as refs; appends non-principal ins to `inputs`.
 
     The principal result is value `principal_value` (values before it are
-    steps the group already has); the decoded steps follow it.
+    steps the group already has); the decoded steps follow it. `ep` must
+    read it along its own result dims in order, or along `principal_axes`
+    (principal dim i is result dim principal_axes[i]) when the principal op
+    writes its result in that order.
     """
     maps = _maps(ep)
     out_map = maps[-1]
@@ -847,7 +889,8 @@ def _epilogue_of(ep: ir.Operation, principal_result: ir.Value | None, inputs: li
     for i in range(n):
         v = ep.operands[i]
         if principal_result is not None and v == principal_result:
-            if _axes(maps[i], out_map) != tuple(range(len(out_map.results))):
+            want = principal_axes if principal_axes is not None else tuple(range(len(out_map.results)))
+            if _axes(maps[i], out_map) != want:
                 raise Unsupported("epilogue reads the contraction result transposed")
             refs[i] = Ref("value", index=principal_value)
             continue
@@ -859,6 +902,21 @@ def _epilogue_of(ep: ir.Operation, principal_result: ir.Value | None, inputs: li
         refs[i] = Ref("operand", index=len(inputs), axes=_axes(maps[i], out_map))
         inputs.append(v)
     return decode_elementwise(ep, refs, value_base=0 if principal_result is None else principal_value + 1)
+
+
+def _transposed_read(ep: ir.Operation, v: ir.Value) -> tuple[int, ...] | None:
+    """The result dims along which elementwise `ep` first reads `v`, if a permutation
+    other than the identity (a transpose folded into the op producing `v`), else None."""
+    maps = _maps(ep)
+    for i in range(_n_ins(ep)):
+        if ep.operands[i] == v:
+            try:
+                axes = _axes(maps[i], maps[-1])
+            except Unsupported:
+                return None
+            n = len(maps[-1].results)
+            return axes if sorted(axes) == list(range(n)) and axes != tuple(range(n)) else None
+    return None
 
 
 def _is_epilogue_of_producer(op: ir.Operation) -> bool:
@@ -939,6 +997,9 @@ def _init_steps(op: ir.Operation, p: Contraction, inputs: list[ir.Value]) -> tup
     elt = ir.RankedTensorType(op.results[0].type).element_type
     if c is not None and (float(c) == 0.0 if p.identity == "zero" else _is_lowest(c, elt)):
         return init_op, []
+    if c is not None and p.identity == "lowest" and _body_ops(op)[-2].name == "arith.maxnumf" \
+            and math.isnan(float(c)):
+        return init_op, []  # maxnumf ignores NaN: IREE's softmax decomposition starts max from NaN
     b = _broadcast_source(init_op) if p.kind in ("conv2d", "depthwise_conv2d", "matmul") else None
     if b is None or _single_user(init) is None:
         raise Unsupported(f"{p.kind} whose accumulator is not {what}")
@@ -980,6 +1041,77 @@ def _prologue_of(op: ir.Operation) -> tuple[list[ir.Value], Epilogue, ir.Type]:
     return inputs, steps, ir.RankedTensorType.get(ranges, x.type)
 
 
+@dataclass
+class BoxRead:
+    """A copy generic that reads a box of its input: `sizes` at `offsets`
+    (per input dim), keeping the input dims in `kept` in order (the others
+    have size 1 and are dropped)."""
+    offsets: list[int]
+    sizes: list[int]
+    kept: list[int]
+
+
+def box_read(op: ir.Operation) -> BoxRead | None:
+    """The box a `linalg.generic` copies, or None if it is no box read.
+
+    A box read (made by dispatch extraction for a load of part of an input)
+    has one in, all loops parallel, a body that yields the in, an identity
+    result map, and an input map whose results are `d`, `d + c` or a
+    constant `c` (c >= 0), the dims in loop order, each once, that is not
+    the whole input (a whole copy is an elementwise group). It computes
+    nothing: lowering makes it a `tensor.extract_slice`, which the NSS
+    program reads as a DMA box.
+    """
+    if op.name != "linalg.generic" or _n_ins(op) != 1 or len(op.results) != 1:
+        return None
+    if any(it != "parallel" for it in _iterators(op)):
+        return None
+    body = _body_ops(op)
+    if len(body) != 1 or body[0].name != "linalg.yield" or body[0].operands[0] != \
+            op.regions[0].blocks[0].arguments[0]:
+        return None
+    in_map, out_map = _maps(op)
+    if [_dim(e) for e in out_map.results] != list(range(out_map.n_dims)):
+        return None
+    src, res = static_shape(op.operands[0].type), static_shape(op.results[0].type)
+    if src is None or res is None:
+        return None
+    offsets, sizes, kept = [], [], []
+    for i, e in enumerate(in_map.results):
+        if isinstance(e, ir.AffineConstantExpr):
+            d, c = None, ir.AffineConstantExpr(e).value
+        elif isinstance(e, ir.AffineDimExpr):
+            d, c = _dim(e), 0
+        elif isinstance(e, ir.AffineAddExpr) and isinstance(ir.AffineAddExpr(e).lhs, ir.AffineDimExpr) \
+                and isinstance(ir.AffineAddExpr(e).rhs, ir.AffineConstantExpr):
+            d, c = _dim(ir.AffineAddExpr(e).lhs), ir.AffineConstantExpr(ir.AffineAddExpr(e).rhs).value
+        else:
+            return None
+        if d is not None:
+            if d != len(kept):
+                return None  # dims in loop order, each once: no transpose
+            kept.append(i)
+        size = 1 if d is None else res[d]
+        if c < 0 or c + size > src[i]:
+            return None
+        offsets.append(c)
+        sizes.append(size)
+    if len(kept) != len(res) or (not any(offsets) and tuple(sizes) == src):
+        return None  # a whole-tensor copy is an elementwise op
+    return BoxRead(offsets, sizes, kept)
+
+
+def _box_reads_of(values: list, ops: list[ir.Operation]) -> list[ir.Operation]:
+    """The box reads (not in `ops`) defining `values`: they join the group that
+    reads them, so tiling fuses them into its loop and never tiles them alone."""
+    out: list[ir.Operation] = []
+    for v in values:
+        owner = None if v is None or isinstance(v.owner, ir.Block) else v.owner.operation
+        if owner is not None and box_read(owner) is not None and owner not in ops and owner not in out:
+            out.append(owner)
+    return out
+
+
 def match_group(op: ir.Operation) -> Match | None:
     """The Torq group whose principal op is `op`, or None if `op` is no principal.
 
@@ -1004,16 +1136,24 @@ def match_group(op: ir.Operation) -> Match | None:
         bottom = op
         epi = Epilogue(pre, len(pre) if pre else 0)
         user = _single_user(op.results[0])
+        perm = None  # a matmul writes its result in the order its epilogue reads it
         if user is not None and _is_elementwise(user) and _is_identity_like(_maps(user)[-1]):
+            perm = _transposed_read(user, op.results[0]) if con.kind == "matmul" and not pre else None
             try:
-                tail = _epilogue_of(user, op.results[0], inputs_probe := list(inputs), principal_value=len(pre))
+                tail = _epilogue_of(user, op.results[0], inputs_probe := list(inputs), principal_value=len(pre),
+                                    principal_axes=perm)
                 epi = Epilogue(pre + tail.steps, tail.result)
                 inputs = inputs_probe
                 ops.append(user)
                 bottom = user
             except Unsupported:
-                pass
+                perm = None
         attrs = dict(con.attrs)
+        if perm is not None:
+            out = [""] * len(perm)
+            for letter, axis in zip(attrs["output_dims"], perm):
+                out[axis] = letter
+            attrs["output_dims"] = "".join(out)
         if con.mean_count:
             folded = _fold_division(epi, con.mean_count)
             if folded is not None:
@@ -1025,7 +1165,12 @@ def match_group(op: ir.Operation) -> Match | None:
                 raise Unsupported(
                     f"a {kh}x{kw} window sum not divided by the window size {kh * kw} has no Torq lowering "
                     f"(average pooling with count_include_pad=False divides by a position-dependent count)")
+        ops += _box_reads_of(inputs + (prologue[0] if prologue is not None else []), ops)
         return Match(con.kind, op, ops, bottom, inputs, attrs, epi, con.macs, prologue, con.gather)
+    if box_read(op) is not None:
+        if any(not isinstance(u.owner, ir.Block) and u.owner.name == "func.return" for u in op.results[0].uses):
+            raise Unsupported("dispatch returns part of an input unchanged (data movement only)")
+        return None  # a DMA box its consumers read (see box_read)
     if is_zero_fill(op) or _is_init_of_principal(op):
         return None  # part of the group that accumulates into it
     if _is_elementwise(op):
@@ -1033,7 +1178,7 @@ def match_group(op: ir.Operation) -> Match | None:
             return None  # matched as part of that principal's group
         inputs: list[ir.Value] = []
         epi = _epilogue_of(op, None, inputs)
-        return Match("elementwise", op, [op], op, inputs, {}, epi, 0)
+        return Match("elementwise", op, [op] + _box_reads_of(inputs, [op]), op, inputs, {}, epi, 0)
     raise Unsupported(f"'{op.name}' with this structure has no Torq pattern")
 
 

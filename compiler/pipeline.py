@@ -21,8 +21,11 @@ PASSES: dict[str, ModuleType] = {m.NAME: m for m in (
     convert_dtypes, mark_patterns_for_super_tiling, super_tiling, lower_to_torq_hl,
     assign_lram_addresses, build_nss_program, serialize_executable)}
 
-# Normalisation first: named linalg ops become generics the matchers read.
-PRE_PASSES = "linalg-generalize-named-ops,canonicalize,cse"
+# Normalisation first: named linalg ops become generics the matchers read;
+# linalg.softmax becomes its reduce / elementwise chain (max, exp(x - max),
+# sum, divide), whose loops tiling can cut anywhere without cutting a row.
+PRE_PASSES = ("func.func(iree-codegen-decompose-softmax{use-fusion=false}),"
+              "linalg-generalize-named-ops,canonicalize,cse")
 
 DISPATCH_PIPELINE = [PRE_PASSES, convert_dtypes.NAME, mark_patterns_for_super_tiling.NAME,
                      super_tiling.NAME, lower_to_torq_hl.NAME, assign_lram_addresses.NAME,

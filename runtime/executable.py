@@ -49,6 +49,7 @@ from .program import (
     LramBuffer,
     Operand,
     Program,
+    TABLE_OPS,
     Ref,
     TensorDesc,
 )
@@ -673,7 +674,8 @@ class _Reader:
 # Semantic validation (shared with the simulator)
 
 _MAX_ELEMENTS = 2**60  # elements of any tensor or operand (numpy indexes with int64)
-_ARITY = {"neg": 1, "cast": 1, "trunc": 1, "zext": 1, "select_gt": 4, "select_lt": 4, "select_ge": 4, "select_le": 4}
+_ARITY = {"neg": 1, "cast": 1, "trunc": 1, "zext": 1, "select_gt": 4, "select_lt": 4, "select_ge": 4, "select_le": 4,
+          **{op: 1 for op in TABLE_OPS}}
 _TENSOR_KIND_NAMES = tuple(_TENSOR_KINDS)
 
 
@@ -938,6 +940,9 @@ class _Validator:
                 self.fail(f"{what}: {len(s.args)} arguments, expected {_ARITY.get(s.op, 2)}")
             if s.op == "cast":
                 self.check_dtype(s.to, what)
+            elif s.op in TABLE_OPS:
+                if s.to:
+                    self.fail(f"{what}: a table lookup is float only, has integer width {s.to!r}")
             elif s.op in ("shl", "shr_s", "shr_u", "trunc", "zext") or s.to:
                 if s.to not in EPILOGUE_INT_TYPES:
                     self.fail(f"{what} has integer width {s.to!r}, not one of {', '.join(EPILOGUE_INT_TYPES)}")

@@ -23,6 +23,11 @@ Contract (semantics from `program.py`):
   wrap to that width, so requantization chains are bit-exact with the MLIR
   arith ops they come from. A shift by a negative amount or by the width or
   more is undefined in MLIR and an error here.
+- Table steps (`program.TABLE_OPS`: exp, log, tanh, erf, rsqrt, sqrt) are
+  lookups in a table over all 65536 bf16 bit patterns (`table`): the f32
+  argument is rounded to bf16, the entry is the bf16 nearest to the function
+  of that number (evaluated in double precision). Integer arguments are an
+  error.
 - `store` converts a value to the result dtype: floats round to nearest even
   (ml_dtypes), integers round half to even and saturate (defensive clip).
 Errors are `KernelError` (a ValueError); the simulator adds the command index.
@@ -37,7 +42,7 @@ import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .program import EPILOGUE_INT_TYPES, Epilogue, Ref
+from .program import EPILOGUE_INT_TYPES, TABLE_OPS, Epilogue, Ref
 
 NP_DTYPES: dict[str, np.dtype] = {
     "bf16": np.dtype(ml_dtypes.bfloat16),
@@ -470,9 +475,64 @@ def _int_step(op: str, args: list[np.ndarray], bits: int) -> np.ndarray:
     return _wrap(_step(op, xs, ""), bits)
 
 
+# --------------------------------------------------------------------------
+# Lookup tables of the transcendental steps
+
+_TABLE_FNS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "exp": np.exp,
+    "log": np.log,
+    "tanh": np.tanh,
+    "erf": np.vectorize(math.erf, otypes=[np.float64]),
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "sqrt": np.sqrt,
+}
+_TABLES: dict[str, np.ndarray] = {}
+
+
+def round_to_bf16(y: np.ndarray) -> np.ndarray:
+    """The bf16 nearest to each float64 `y` (ties to even), as float32.
+
+    Rounds once, from double precision: a float64 -> float32 -> bf16 cast
+    could round twice. Below the smallest normal the bf16 quantum is 2^-133
+    (subnormals); magnitudes that round beyond the largest bf16 become inf.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    out = y.copy()  # nan, +-inf and 0 stay as they are
+    finite = np.isfinite(y) & (y != 0)
+    _, e = np.frexp(y[finite])  # y = m * 2^e with |m| in [0.5, 1): 8 significant bits
+    q = np.maximum(e, -125) - 8  # the quantum 2^q; bf16 normals have e >= -125, below it stays 2^-133
+    out[finite] = np.ldexp(np.rint(np.ldexp(y[finite], -q)), q)  # rint: ties to even
+    with np.errstate(over="ignore"):
+        return out.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def table(fn: str) -> np.ndarray:
+    """The lookup table of step `fn`: entry i is the value for the bf16 with bits i (float32)."""
+    t = _TABLES.get(fn)
+    if t is None:
+        with np.errstate(all="ignore"):
+            x = np.arange(1 << 16, dtype=np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
+            t = round_to_bf16(_TABLE_FNS[fn](x))
+        t.setflags(write=False)
+        _TABLES[fn] = t
+    return t
+
+
+def table_lookup(fn: str, a: np.ndarray) -> np.ndarray:
+    """Step `fn` on f32 values `a`: round to bf16 (the index), read the table."""
+    if _is_int(a):
+        raise KernelError(f"table step {fn} on an integer value")
+    bits = np.asarray(a, dtype=np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
+    return table(fn)[bits]
+
+
 def _step(op: str, args: list[np.ndarray], to: str) -> np.ndarray:
     if op == "cast":
         return _cast(args[0], to)
+    if op in TABLE_OPS:
+        if to:
+            raise KernelError(f"table step {op} with integer width {to!r}")
+        return table_lookup(op, args[0])
     if to:
         if to not in EPILOGUE_INT_TYPES:
             raise KernelError(f"integer step {op} with unknown width {to!r}")

@@ -34,6 +34,11 @@ Compute ops (`Compute.op`) and their attributes:
   C may then be absent from input and weight (one channel per group: a
   depthwise conv with channel multiplier O) and O from weight and output.
   A weight without H and W is a 1x1 kernel.
+- "matmul": operands [lhs, rhs, *epilogue operands]. attrs: lhs_dims,
+  rhs_dims, output_dims (strings over B, M, N, K; K in lhs and rhs, not in
+  the output; each dims string in any order, so transposed operands and a
+  transposed result need no separate op).
+  out[b,m,n] = sum_k lhs[b,m,k] * rhs[b,k,n]; MACs = output elements * K.
 - "depthwise_conv2d": operands [input, weight, *epilogue operands]. attrs:
   input_dims (str over N,C,H,W; N optional), weight_dims (str over C,H,W),
   output_dims (str over N,C,H,W), stride, dilation; no padding.
@@ -89,8 +94,24 @@ DTYPE_BYTES = {"bf16": 2, "f32": 4, "i8": 1, "i16": 2, "i32": 4, "f16": 2}
 #   "trunc" a (to) : wrap a to the width (arith.trunci)
 #   "zext" a (to)  : a's low bits of the width `to` as an unsigned value
 #     (arith.extui from that width)
+# Transcendental functions are table lookups (`TABLE_OPS`, float values only),
+# the model of the slice's lookup table over all 65536 bf16 bit patterns:
+#   "exp" "log" "tanh" "erf" "rsqrt" "sqrt" a :
+#     table_f(a) = bf16(f(bf16(a))): the argument is rounded to bf16 (nearest
+#     even; the table index), the entry is f of that bf16 number evaluated in
+#     double precision and rounded once to the nearest bf16 (nearest even).
+#   Error bound vs f(a) in exact arithmetic, relative, with u = 2^-8 the bf16
+#   unit roundoff (8 significant bits): |err| <= u (entry rounding) +
+#   k_f(a) * u (argument rounding) to first order, with the condition number
+#   k_f(a) = |a f'(a) / f(a)|: exp |a|; tanh, erf <= 1; rsqrt, sqrt 1/2;
+#   log 1/|ln a| (so absolute error <= u * (1 + |ln a|)). Costed as one
+#   elementwise step (runtime/timing.py), like any other epilogue step.
+#   Special values as IEEE: exp(-inf) = 0, rsqrt(0) = inf, log(0) = -inf,
+#   sqrt/rsqrt/log of a negative number = nan; results beyond the bf16 range
+#   round to +-inf.
+TABLE_OPS = frozenset({"exp", "log", "tanh", "erf", "rsqrt", "sqrt"})
 EPILOGUE_OPS = {"add", "sub", "mul", "div", "max", "min", "neg", "select_gt", "select_lt",
-                "select_ge", "select_le", "cast", "shl", "shr_s", "shr_u", "trunc", "zext"}
+                "select_ge", "select_le", "cast", "shl", "shr_s", "shr_u", "trunc", "zext"} | TABLE_OPS
 EPILOGUE_INT_TYPES = {"i1": 1, "i8": 8, "i16": 16, "i32": 32, "i64": 64}
 
 

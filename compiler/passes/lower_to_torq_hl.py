@@ -10,7 +10,9 @@ carry the layout attributes, the folded epilogue (JSON in `epilogue`) and
 `macs`. A reduction with an elementwise prologue is preceded by a
 `torq_hl.elementwise` computing its input; a gathering reduction (adaptive
 average pooling) reads a `tensor.extract_slice` of the gathered box, and its
-constant extra results become operand-less `torq_hl.elementwise` ops.
+constant extra results become operand-less `torq_hl.elementwise` ops. A box
+read (`patterns.box_read`: a copy of part of an input) becomes the
+`tensor.extract_slice` of that box, which the NSS program reads as a DMA box.
 Afterwards no linalg op remains; a linalg op no pattern covers is a compile
 error naming it.
 """
@@ -21,7 +23,8 @@ from iree.compiler import ir
 
 from torq.runtime.program import Epilogue, EpilogueStep, Ref
 from ..ir_utils import CompileError, location_str, static_shape, walk_ops
-from ..patterns import Gather, Match, Unsupported, epilogue_to_json, is_zero_fill, match_group
+from ..patterns import (Gather, Match, Unsupported, box_read, epilogue_to_json, is_zero_fill,
+                        match_group)
 from . import PassOptions
 
 NAME = "torq-lower-to-torq-hl"
@@ -76,15 +79,30 @@ def _box(g: Gather) -> ir.Value:
     if all(o == 0 for o in g.offsets) and list(g.sizes) == list(shape):
         return g.source
     elt = ir.RankedTensorType(g.source.type).element_type
+    return _slice(g.source, g.offsets, g.sizes, ir.RankedTensorType.get(list(g.sizes), elt))
+
+
+def _slice(source: ir.Value, offsets: list[int], sizes: list[int], result: ir.Type) -> ir.Value:
     dense = ir.DenseI64ArrayAttr.get
     return ir.Operation.create(
-        "tensor.extract_slice", results=[ir.RankedTensorType.get(list(g.sizes), elt)], operands=[g.source],
-        attributes={"static_offsets": dense(list(g.offsets)), "static_sizes": dense(list(g.sizes)),
-                    "static_strides": dense([1] * len(shape)),
+        "tensor.extract_slice", results=[result], operands=[source],
+        attributes={"static_offsets": dense(list(offsets)), "static_sizes": dense(list(sizes)),
+                    "static_strides": dense([1] * len(offsets)),
                     "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])}).results[0]
 
 
+def lower_box_reads(func: ir.Operation) -> None:
+    """Replace every box read with the `tensor.extract_slice` of its box."""
+    boxes = [(op, b) for op in walk_ops(func) if (b := box_read(op)) is not None]
+    for op, b in boxes:
+        with ir.InsertionPoint(op), op.location:
+            view = _slice(op.operands[0], b.offsets, b.sizes, op.results[0].type)
+        op.results[0].replace_all_uses_with(view)
+        op.erase()
+
+
 def lower_function(func: ir.Operation) -> None:
+    lower_box_reads(func)
     changed = True
     while changed:
         changed = False

@@ -101,33 +101,33 @@ func.func @add(%x: tensor<4x16xbf16>, %y: tensor<4x16xbf16>) -> tensor<4x16xbf16
   return %r : tensor<4x16xbf16>
 }
 
-// math.exp has no Torq lowering: the op gets no marks, the pass does not
+// math.sin has no Torq lowering: the op gets no marks, the pass does not
 // fail, and no UID is spent on it (the next group is 3).
-// CHECK-LABEL: func.func @exp(
+// CHECK-LABEL: func.func @sin(
 // CHECK-NOT: torq-fuse
-// CHECK: math.exp
+// CHECK: math.sin
 // CHECK-NOT: torq-fuse
 // CHECK: return
-func.func @exp(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> {
+func.func @sin(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> {
   %e = tensor.empty() : tensor<4x16xbf16>
   %r = linalg.generic {indexing_maps = [#id2, #id2], iterator_types = ["parallel", "parallel"]} ins(%x : tensor<4x16xbf16>) outs(%e : tensor<4x16xbf16>) {
   ^bb0(%p: bf16, %o: bf16):
-    %s = math.exp %p : bf16
+    %s = math.sin %p : bf16
     linalg.yield %s : bf16
   } -> tensor<4x16xbf16>
   return %r : tensor<4x16xbf16>
 }
 
-// A matmul whose only user is an exp: the exp cannot be its epilogue, so the
-// group (UID 3) is the fill and the matmul alone, and the exp stays unmarked.
-// CHECK-LABEL: func.func @matmul_then_exp(
+// A matmul whose only user is a sin: the sin cannot be its epilogue, so the
+// group (UID 3) is the fill and the matmul alone, and the sin stays unmarked.
+// CHECK-LABEL: func.func @matmul_then_sin(
 // CHECK: linalg.fill {"torq-fuse-group" = [3]} ins
 // CHECK: linalg.generic {{.*}} attrs = {"torq-fuse-group" = [3], "torq-fuse-group-id" = 3 : i64} {
 // CHECK: linalg.generic
 // CHECK-NOT: torq-fuse
-// CHECK: math.exp
+// CHECK: math.sin
 // CHECK: return
-func.func @matmul_then_exp(%x: tensor<4x8xbf16>, %y: tensor<8x16xbf16>) -> tensor<4x16xbf16> {
+func.func @matmul_then_sin(%x: tensor<4x8xbf16>, %y: tensor<8x16xbf16>) -> tensor<4x16xbf16> {
   %z = arith.constant 0.0 : bf16
   %e = tensor.empty() : tensor<4x16xbf16>
   %f = linalg.fill ins(%z : bf16) outs(%e : tensor<4x16xbf16>) -> tensor<4x16xbf16>
@@ -139,7 +139,7 @@ func.func @matmul_then_exp(%x: tensor<4x8xbf16>, %y: tensor<8x16xbf16>) -> tenso
   } -> tensor<4x16xbf16>
   %r = linalg.generic {indexing_maps = [#id2, #id2], iterator_types = ["parallel", "parallel"]} ins(%mm : tensor<4x16xbf16>) outs(%e : tensor<4x16xbf16>) {
   ^bb0(%p: bf16, %o: bf16):
-    %s = math.exp %p : bf16
+    %s = math.sin %p : bf16
     linalg.yield %s : bf16
   } -> tensor<4x16xbf16>
   return %r : tensor<4x16xbf16>
