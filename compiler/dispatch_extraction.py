@@ -4,18 +4,34 @@ The Torq dispatch pipeline works on plain `func.func` ops over tensors: one
 argument per dispatch input (full `dispatch.tensor.load`), one result per
 dispatch output (full `dispatch.tensor.store`). A dispatch that writes a
 box of a read-write operand (IREE fuses a consumer's padding this way) returns
-the box; the host inserts it with `flow.tensor.update`. Partial loads, reads
-of a read-write operand and dynamic shapes are `Unsupported`: host.
+the box; the host inserts it with `flow.tensor.update`. A load of a static
+box of an input (IREE slices the query, key and value of an attention out of
+one tensor this way) becomes a *box read* of the whole argument: a copy
+`linalg.generic` whose input map reads the box at constant offsets
+(`box_read_generic`, lowered to a DMA box by torq-lower-to-torq-hl). Strided
+or dynamic boxes, reads of a read-write operand and dynamic shapes are
+`Unsupported`: host.
+
+Operands that are constants at the flow level (`arith.constant`, or
+`util.global.load` of an immutable global with a constant initial value that
+nothing stores) stay function arguments, but their values are known
+(`ExtractedDispatch.constant_arg`, read-only and on demand), so
+`lower_requantization` can read weights, biases and per-channel scales: it
+replaces a float requantization after an integer contraction with an exact
+integer rescale (`requant.py`), drops the arguments this leaves unread, and
+records a dequantize tail for the host (`host_tail_dispatch` builds it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 from iree.compiler import ir
 
-from .ir_utils import block_ops, int_array, static_shape
+from .ir_utils import block_ops, constant_value, int_array, static_shape, walk_ops
 from .patterns import Unsupported
+from .requant import HostTail, NotExact, host_float_semantics, lower_float_requantization, unused_arguments
 
 
 def _tensor_of(binding_type: ir.Type) -> ir.Type:
@@ -38,6 +54,14 @@ class ExtractedDispatch:
     # For each dispatch result: (tied operand index, store offsets) when the
     # dispatch writes a box of a read-write operand, else (-1, None).
     result_updates: list[tuple[int, list[int] | None]]
+    # Per function result: elementwise ops the host applies to the NPU result.
+    host_tails: dict[int, HostTail] = field(default_factory=dict)
+    # The flow-level value of each function argument (for constant_arg).
+    arg_values: list[ir.Value] = field(default_factory=list)
+
+    def constant_arg(self, k: int) -> np.ndarray | None:
+        """The value of function argument k if the dispatch operand is a known constant."""
+        return resolve_constant(self.arg_values[k])
 
 
 def _tied_operands(dispatch: ir.Operation) -> list[int]:
@@ -96,7 +120,13 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
     results: list[ir.Value | None] = [None] * len(result_args)
     for op in block_ops(clone.regions[0].blocks[0]):
         if op.name == "iree_tensor_ext.dispatch.tensor.load":
-            op.results[0].replace_all_uses_with(fblock.arguments[in_pos[op.operands[0].arg_number]])
+            arg = fblock.arguments[in_pos[op.operands[0].arg_number]]
+            value = arg
+            if not _is_full(op, static_shape(arg.type)):
+                with ir.InsertionPoint(fblock):
+                    value = box_read_generic(arg, _static_box_offsets(op), int_array(op.attributes["static_sizes"]),
+                                             op.results[0].type)
+            op.results[0].replace_all_uses_with(value)
             op.erase()
         elif op.name == "iree_tensor_ext.dispatch.tensor.store":
             results[out_pos[op.operands[1].arg_number]] = op.operands[0]
@@ -108,7 +138,133 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
     with ir.InsertionPoint(fblock), dispatch.location:
         ir.Operation.create("func.return", operands=results)
     clone.erase()
-    return ExtractedDispatch(func, input_args, updates)
+    return ExtractedDispatch(func, input_args, updates, arg_values=[dispatch.operands[i] for i in input_args])
+
+
+def resolve_constant(v: ir.Value) -> np.ndarray | None:
+    """The value of flow-level `v` if it is an `arith.constant` or a `util.global.load`
+    of an immutable global with a constant initial value that no op stores; else None."""
+    op = v.owner
+    if isinstance(op, ir.Block):
+        return None
+    if op.name == "arith.constant":
+        return constant_value(op.attributes["value"])
+    if op.name != "util.global.load" or "is_immutable" not in op.attributes:
+        return None
+    module = op
+    while module is not None and module.name != "builtin.module":
+        module = module.parent
+    if module is None:
+        return None
+    name = ir.FlatSymbolRefAttr(op.attributes["global"]).value
+    try:
+        glob = ir.SymbolTable(module)[name]
+    except KeyError:
+        return None
+    glob = glob.operation if hasattr(glob, "operation") else glob
+    if glob.name != "util.global" or "is_mutable" in glob.attributes or "initial_value" not in glob.attributes:
+        return None
+    init = glob.attributes["initial_value"]
+    if not isinstance(init, (ir.DenseElementsAttr, ir.DenseResourceElementsAttr)):
+        return None
+    # An immutable global may still be set once by an initializer.
+    for other in walk_ops(module):
+        if other.name == "util.global.store" and ir.FlatSymbolRefAttr(other.attributes["global"]).value == name:
+            return None
+    return constant_value(init)
+
+
+def lower_requantization(ex: ExtractedDispatch, func: ir.Operation, module_op: ir.Operation) -> list[str]:
+    """Float requantizations after integer contractions in `func` become exact integer
+    rescales (`requant.lower_float_requantization`); returns one line per rewrite.
+
+    Raises Unsupported, with `func` unchanged, when one cannot be exact. Arguments
+    the rewrite leaves unread are removed (from `func` and `ex.input_operands`),
+    and dequantize tails cut off become `ex.host_tails`.
+    """
+    had_users = set(range(len(func.regions[0].blocks[0].arguments))) - set(unused_arguments(func))
+    try:
+        done = lower_float_requantization(func, _ConstantArgs(ex), _HostSemantics(module_op))
+    except NotExact as e:
+        raise Unsupported(str(e)) from None
+    if not done.rescaled:
+        return []
+    ex.host_tails.update(done.host_tails)
+    dropped = sorted((k for k in unused_arguments(func) if k in had_users), reverse=True)
+    block = func.regions[0].blocks[0]
+    for k in dropped:
+        block.erase_argument(k)
+        del ex.input_operands[k]
+        del ex.arg_values[k]
+    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    func.attributes["function_type"] = ir.TypeAttr.get(
+        ir.FunctionType.get([a.type for a in block.arguments], list(ftype.results)))
+    return done.rescaled
+
+
+class _ConstantArgs:
+    """Function argument index -> constant value (or None), resolved on first use."""
+
+    def __init__(self, ex: ExtractedDispatch):
+        self.ex = ex
+        self.cache: dict[int, np.ndarray | None] = {}
+
+    def get(self, k: int) -> np.ndarray | None:
+        if k not in self.cache:
+            self.cache[k] = self.ex.constant_arg(k)
+        return self.cache[k]
+
+
+class _HostSemantics:
+    """The module's host float semantics, read only if a requantization needs them."""
+
+    def __init__(self, module_op: ir.Operation):
+        self.module_op = module_op
+
+    def __call__(self):
+        return host_float_semantics(self.module_op)
+
+
+def host_tail_dispatch(value: ir.Value, tail: HostTail, element_type: ir.Type) -> ir.Value:
+    """A host dispatch computing `tail` elementwise from `value` (a tensor of `element_type`
+    results, the same shape), at the insertion point."""
+    src = value.type
+    shape = static_shape(src)
+    result_type = ir.RankedTensorType.get(list(shape), element_type)
+    zeros = ", ".join("0" for _ in shape)
+    ones = ", ".join("1" for _ in shape)
+    sizes = ", ".join(str(d) for d in shape)
+    dims = ", ".join(f"d{k}" for k in range(len(shape)))
+    ident = f"affine_map<({dims}) -> ({dims})>"
+    parallel = ", ".join(['"parallel"'] * len(shape))
+    ro = f"!iree_tensor_ext.dispatch.tensor<readonly:{src}>"
+    wo = f"!iree_tensor_ext.dispatch.tensor<writeonly:{result_type}>"
+    body = "\n        ".join(tail.ops_text.splitlines())
+    text = f"""
+util.func private @torq_host_tail(%x: {src}) -> {result_type} {{
+  %r = flow.dispatch.workgroups(%x) : ({src}) -> {result_type} =
+      (%a: {ro}, %b: {wo}) {{
+    %v = iree_tensor_ext.dispatch.tensor.load %a, offsets = [{zeros}], sizes = [{sizes}], strides = [{ones}] : {ro} -> {src}
+    %e = tensor.empty() : {result_type}
+    %g = linalg.generic {{indexing_maps = [{ident}, {ident}], iterator_types = [{parallel}]}}
+        ins(%v : {src}) outs(%e : {result_type}) {{
+      ^bb0(%q: {tail.in_type}, %out: {tail.result_type}):
+        {body}
+        linalg.yield {tail.result} : {tail.result_type}
+    }} -> {result_type}
+    iree_tensor_ext.dispatch.tensor.store %g, %b, offsets = [{zeros}], sizes = [{sizes}], strides = [{ones}] : {result_type} -> {wo}
+    flow.return
+  }} count() -> (index, index, index) {{
+    %x0, %y0, %z0 = iree_tensor_ext.dispatch.workgroup_count_from_slice()
+    flow.return %x0, %y0, %z0 : index, index, index
+  }}
+  util.return %r : {result_type}
+}}"""
+    helper = ir.Module.parse(text)
+    template = next(op for op in walk_ops(helper.operation) if op.name == "flow.dispatch.workgroups")
+    copy = template.clone()  # inserted at the current insertion point
+    copy.operands[0] = value
+    return copy.results[0]
 
 
 def _check_loads_and_stores(block: ir.Block, kinds, in_pos: dict, out_pos: dict) -> list:
@@ -122,8 +278,13 @@ def _check_loads_and_stores(block: ir.Block, kinds, in_pos: dict, out_pos: dict)
         if op.name == "iree_tensor_ext.dispatch.tensor.load":
             src = op.operands[0]
             pos = src.arg_number if isinstance(src.owner, ir.Block) else None
-            if pos not in in_pos or not _is_full(op, static_shape(op.results[0].type)):
-                raise Unsupported("dispatch loads part of an input")
+            if pos not in in_pos:
+                raise Unsupported("dispatch loads a tensor it does not take as input")
+            if not _is_full(op, static_shape(kinds[pos][1])) and (
+                    _static_box_offsets(op) is None
+                    or _box_map(kinds[pos][1], _static_box_offsets(op), int_array(op.attributes["static_sizes"]),
+                                op.results[0].type) is None):
+                raise Unsupported("dispatch loads a strided or dynamic part of an input")
         elif op.name == "iree_tensor_ext.dispatch.tensor.store":
             dst = op.operands[1]
             pos = dst.arg_number if isinstance(dst.owner, ir.Block) else None
@@ -153,6 +314,60 @@ def _static_box_offsets(op: ir.Operation) -> list[int] | None:
             or len(op.operands) > 2:
         return None
     return offsets
+
+
+def _box_map(source: ir.Type, offsets: list[int], sizes: list[int], result: ir.Type) -> str | None:
+    """The input map of the box read of `sizes` at `offsets` of `source` giving `result`.
+
+    The result may drop unit dims of the box (a rank-reducing load); they
+    are matched from the left, as `tensor.extract_slice` infers them. Each
+    kept dim is read at `d + offset`, each dropped one at its constant offset.
+    None when the box is no such read.
+    """
+    src, res = static_shape(source), static_shape(result)
+    if src is None or res is None or len(offsets) != len(src) or len(sizes) != len(src):
+        return None
+    if any(o < 0 or s < 0 or o + s > d for o, s, d in zip(offsets, sizes, src)):
+        return None
+    exprs, j = [], 0
+    for o, s in zip(offsets, sizes):
+        if j < len(res) and s == res[j]:
+            exprs.append(f"d{j} + {o}" if o else f"d{j}")
+            j += 1
+        elif s == 1:
+            exprs.append(str(o))
+        else:
+            return None
+    if j != len(res):
+        return None
+    dims = ", ".join(f"d{k}" for k in range(len(res)))
+    return f"affine_map<({dims}) -> ({', '.join(exprs)})>"
+
+
+def box_read_generic(source: ir.Value, offsets: list[int], sizes: list[int], result: ir.Type) -> ir.Value:
+    """A copy generic reading the box (`_box_map`) of `source`, at the insertion point."""
+    res = static_shape(result)
+    elt = ir.RankedTensorType(result).element_type
+    dims = ", ".join(f"d{k}" for k in range(len(res)))
+    parallel = ", ".join(['"parallel"'] * len(res))
+    template = ir.Module.parse(f"""
+func.func @box(%src: {source.type}) -> {result} {{
+  %e = tensor.empty() : {result}
+  %r = linalg.generic {{indexing_maps = [{_box_map(source.type, offsets, sizes, result)},
+                                         affine_map<({dims}) -> ({dims})>],
+                        iterator_types = [{parallel}]}}
+      ins(%src : {source.type}) outs(%e : {result}) {{
+  ^bb0(%in: {elt}, %out: {elt}):
+    linalg.yield %in : {elt}
+  }} -> {result}
+  return %r : {result}
+}}""")
+    empty, copy = [o.operation for o in template.body.operations[0].regions[0].blocks[0].operations][:2]
+    empty = empty.clone()
+    copy = copy.clone()
+    copy.operands[0] = source
+    copy.operands[1] = empty.results[0]
+    return copy.results[0]
 
 
 def _append(op: ir.Operation, block: ir.Block) -> None:

@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from iree.compiler import ir, passmanager
 
-from .dispatch_extraction import ExtractedDispatch, extract_dispatch_function
+from .dispatch_extraction import (ExtractedDispatch, extract_dispatch_function, host_tail_dispatch,
+                                  lower_requantization)
 from .ir_utils import CompileError, location_str, walk_ops
+from .macs import count_macs
 from .passes import PassOptions
 from .patterns import Unsupported, is_zero_fill, match_group
 from .pipeline import PRE_PASSES, dispatch_pipeline, run_passes
@@ -39,6 +41,9 @@ class DispatchDecision:
     reason: str = ""
     tiles: int = 0
     lram_peak: int = 0
+    # Multiply-accumulates of the dispatch's linalg ops (compiler/macs.py), torq or
+    # host alike; None when a contraction has a dynamic loop range.
+    macs: int | None = None
 
 
 @dataclass
@@ -50,6 +55,19 @@ class TargetReport:
     # With a Torq stop phase: the NPU dispatches at that phase, one func each
     # (text: the IR objects die with the compiler session).
     stopped_ir: str = ""
+
+    @property
+    def total_macs(self) -> int:
+        return sum(d.macs or 0 for d in self.dispatches)
+
+    @property
+    def torq_macs(self) -> int:
+        return sum(d.macs or 0 for d in self.dispatches if d.executor == "torq")
+
+    @property
+    def npu_mac_share(self) -> float:
+        """MACs of NPU dispatches / MACs of all dispatches (1.0 when there are none)."""
+        return self.torq_macs / self.total_macs if self.total_macs else 1.0
 
 
 def _check_supported(func: ir.Operation, options: PassOptions) -> str:
@@ -136,6 +154,9 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, blob: byte
                 attributes={"target_encoding": ir.TypeAttr.get(t),
                             "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])})
             value = imp.result
+            k = list(dispatch.results).index(r)
+            if k in ex.host_tails:  # the dequantize after an int8 NPU result runs on the host
+                value = host_tail_dispatch(value, ex.host_tails[k], ir.RankedTensorType(r.type).element_type)
             if tied >= 0:  # write the box into the operand the dispatch updated in place
                 value = _insert_box(value, dispatch.operands[tied], offsets, r.type)
             r.replace_all_uses_with(value)
@@ -224,10 +245,13 @@ class TorqTarget:
                 parent = parent.parent
             fname = ir.StringAttr(parent.attributes["sym_name"]).value.replace("$async", "")
             name = f"{fname}_dispatch_{i}"
+            macs = count_macs(dispatch)  # read-only, before the dispatch is replaced
             scratch = ir.Module.create()
             try:
                 ex = extract_dispatch_function(dispatch, name, scratch)
                 passmanager.PassManager.parse(f"builtin.module({PRE_PASSES})").run(scratch.operation)
+                # A float requantization after an int8 contraction becomes an exact integer one, or host.
+                lower_requantization(ex, scratch.body.operations[0].operation, module_op)
                 reason = _check_supported(scratch.body.operations[0].operation, self.options)
                 if reason:
                     raise Unsupported(reason)
@@ -236,7 +260,7 @@ class TorqTarget:
                 run_passes(scratch, pipeline, self.options, self.print_after_all)
             except Unsupported as e:
                 self.remark(dispatch, f"dispatch {name} stays on host: {e}")
-                report.dispatches.append(DispatchDecision(name, "host", str(e)))
+                report.dispatches.append(DispatchDecision(name, "host", str(e), macs=macs))
                 continue
             except CompileError as e:
                 raise CompileError(f"{location_str(dispatch)}: dispatch {name}: {e}") from None
@@ -244,7 +268,7 @@ class TorqTarget:
             if stopped is not None:
                 func.detach_from_parent()
                 stopped.body.append(func)
-                report.dispatches.append(DispatchDecision(name, "torq"))
+                report.dispatches.append(DispatchDecision(name, "torq", macs=macs))
                 continue
             blob = np.array(ir.DenseElementsAttr(func.attributes["torq.executable"]), dtype=np.int8).tobytes()
             meta = json.loads(ir.StringAttr(func.attributes["torq.program"]).value)
@@ -252,7 +276,7 @@ class TorqTarget:
                 report.tiling.append(_tiling_record(name, blob, self.options, log[first_record:]))
             callee = _declare(module_op, len(ex.input_operands), len(dispatch.results), declared)
             _replace_with_call(dispatch, ex, blob, callee)
-            report.dispatches.append(DispatchDecision(name, "torq", "", meta["tiles"], meta["lram_peak"]))
+            report.dispatches.append(DispatchDecision(name, "torq", "", meta["tiles"], meta["lram_peak"], macs))
         if stopped is not None:
             report.stopped_ir = str(stopped)
         return report
