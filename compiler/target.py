@@ -214,6 +214,17 @@ def _tiling_record(name: str, blob: bytes, options: PassOptions, roots: list[dic
             "compulsory_bytes": t.compulsory_bytes, "traffic_ratio": round(t.ratio, 4)}
 
 
+def _enclosing_function_name(dispatch: ir.Operation) -> str:
+    """The util.func holding `dispatch` ("$async" dropped), or "initializer" for a
+    dispatch IREE hoisted into a util.initializer (e.g. a constant causal mask)."""
+    parent = dispatch.parent
+    while parent is not None and parent.name not in ("util.func", "util.initializer"):
+        parent = parent.parent
+    if parent is None or "sym_name" not in parent.attributes:
+        return "initializer"
+    return ir.StringAttr(parent.attributes["sym_name"]).value.replace("$async", "")
+
+
 class TorqTarget:
     """Runs on a flow-level module in place.
 
@@ -240,11 +251,7 @@ class TorqTarget:
         declared: set = set()
         dispatches = [op for op in walk_ops(module_op) if op.name == "flow.dispatch.workgroups"]
         for i, dispatch in enumerate(dispatches):
-            parent = dispatch.parent
-            while parent.name != "util.func":
-                parent = parent.parent
-            fname = ir.StringAttr(parent.attributes["sym_name"]).value.replace("$async", "")
-            name = f"{fname}_dispatch_{i}"
+            name = f"{_enclosing_function_name(dispatch)}_dispatch_{i}"
             macs = count_macs(dispatch)  # read-only, before the dispatch is replaced
             scratch = ir.Module.create()
             try:
