@@ -1,37 +1,68 @@
 """torq-super-tiling: tile and fuse each group so that every tile fits LRAM.
 
-Contract: takes a marked function (torq-mark-patterns-for-super-tiling).
-Walks the bottom ops of the fuse groups consumers first (post-order over the
-data flow); a bottom op that is not already inside a tile loop and whose
-untiled program does not fit is tiled with tile-consumer-and-fuse-producers
-(`transform.structured.fuse`), which pulls its whole group (and every
-producer) into the loop. Fit is decided by the LRAM allocator that
-torq-assign-lram-addresses uses, run on the real buffers of the candidate
-tiling (the candidate is tiled and lowered on a scratch copy). Tile sizes
-divide the tiled dimension, so tiles have static shapes. Dimensions are
-tried in the seed order (second dimension, then the others); within a
-dimension the largest fitting size wins. When even size-1 tiles do not fit,
-the pass fails naming the op, its location, the smallest footprint reached
-and the budget.
+Contract: takes a marked function (torq-mark-patterns-for-super-tiling) and
+leaves it with some roots tiled: a root is the bottom op of a fuse group (no
+user shares one of its groups); tiling it with tile-consumer-and-fuse-producers
+(`transform.structured.fuse`) pulls its whole group, and every producer, into
+the tile loop. Roots are visited in the seed's order: a DFS along def-use
+edges from each op in block order, an op listed once all its users are
+(post-order, so consumers come before their producers). Tile sizes are chosen
+per dimension of the root's result and handed to the transform as sizes of
+the loops those dimensions index (read from the root's result indexing map:
+a permuted result tiles the permuted loop). Reduction loops are not tiled.
+Tile sizes divide the tiled dimension, so every tile has a static shape.
 
 Strategies (`--torq-super-tiling-strategy`):
-- `seed`: the first dimension in seed order with a fitting size (exact fit
-  check; the seed's footprint estimate is not reproduced yet);
-- `default`: for each dimension alone its largest fitting tile, then the one
-  with the least predicted DDR traffic (the NSS program of the candidate is
-  built and its DMA bytes counted: halos, weight and input re-reads), ties to
-  the fewest tiles; when no dimension fits alone, the seed order's
-  multi-dimension search. Reduction dimensions are not tiled yet.
+
+- `default` (exact): a root's *slice* is the root plus the untiled ops that
+  feed it (a scratch copy of the function returning only the root's result).
+  A tiling fits when `lram_allocator` (what torq-assign-lram-addresses runs)
+  places every buffer of the slice, tiled and lowered to TorqHL, within
+  `TorqHw.available_lram_bytes`. A root whose untiled slice fits stays
+  untiled. Otherwise, for each tileable result dimension alone, the largest
+  fitting divisor (binary search: footprint grows with the tile); of those,
+  the one whose NSS program moves the fewest DMA bytes (`traffic`: halos,
+  weight and input re-reads), ties to the fewest tiles, then the seed order
+  (dim 1, dim 0, dims 2...). When no dimension fits alone, the seed order's
+  multi-dimension search: the first dimension with a fitting size, earlier
+  ones kept at 1. A producer fused into one consumer's loop that still feeds
+  another consumer stays in the function for it and is a root of its own
+  later (the seed's multi-consumer TODO): the consumer's slice includes it,
+  so that consumer is tiled with the producer recomputed in its loop when
+  the two do not fit together. Last, the untiled rest of the function is
+  allocated as a whole; while it does not fit, its root with the largest
+  untiled slice is tiled. Nothing fitting even with size-1 tiles is a
+  compile error naming the op, its location, the smallest footprint reached
+  (all tileable dims at 1) and the budget.
+- `seed` (the seed RFC's estimate, no allocator): an op is a candidate when
+  no earlier tiling fused it. Its footprint is, for a group's bottom op, the
+  bytes of the group's input tensors plus its output (0 for the group's
+  other ops), and for an op outside any group the bytes of its tensor
+  operands; the memory available is `available_lram_bytes` for group ops and
+  10 KiB for others. A footprint over the available memory gives factor =
+  ceil(footprint / available) and tiles result dim 1 (dim 0 of a rank-1
+  result) to ceil(extent / factor), rounded down to a divisor of the extent
+  (tiles must have static shapes). While the largest original footprint of
+  the ops fused into the loop, divided by the factor, exceeds the available
+  memory, the factor becomes ceil(that footprint / available) and the root
+  is retiled. Ops fused into a loop are never revisited. This estimate can
+  overflow (whole weights, halos, fused intermediates); the allocator in
+  torq-assign-lram-addresses then stops the compile with a one-line error.
+
+`--torq-dump-tiling`: one record per root visited (its shape, tiled dims,
+sizes, tile count, LRAM footprint of its slice, fused groups; the seed's
+footprint, factor and estimate).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from iree.compiler import ir, passmanager
 from iree.compiler.dialects.transform import interpreter
 
-from ..ir_utils import CompileError, location_str, static_shape, walk_ops
+from ..ir_utils import CompileError, location_str, static_shape, tensor_nbytes, walk_ops
 from ..patterns import FUSE_GROUP
 from ..traffic import Traffic, program_traffic
 from . import PassOptions
@@ -41,7 +72,16 @@ from .lower_to_torq_hl import lower_function
 
 NAME = "torq-super-tiling"
 TILE_ROOT = "torq.tile_root"
+# Position of an op in the visiting order; the attribute follows the op into
+# every loop it is fused into, which is how fused ops are recognised.
+ORDER = "torq.tiling_order"
+# The seed's memory for ops outside any fuse group (they run on the host CPU).
+SEED_OUTSIDE_GROUP_BYTES = 10 * 1024
+# Footprint of a tiling whose tiles have no static shape: never fits.
+UNREPRESENTABLE = 1 << 62
 
+
+# --- the function's ops ---------------------------------------------------------
 
 def _groups(op: ir.Operation) -> set[int]:
     if FUSE_GROUP not in op.attributes:
@@ -49,37 +89,103 @@ def _groups(op: ir.Operation) -> set[int]:
     return {ir.IntegerAttr(a).value for a in ir.ArrayAttr(op.attributes[FUSE_GROUP])}
 
 
-def bottom_ops(func: ir.Operation) -> list[ir.Operation]:
-    """Group bottom ops (no user shares a group), consumers first."""
+def _top_ops(func: ir.Operation) -> list[ir.Operation]:
+    return [o.operation for o in func.regions[0].blocks[0].operations]
+
+
+def _users(op: ir.Operation) -> list[ir.Operation]:
     out = []
-    for op in walk_ops(func):
-        g = _groups(op)
-        if not g:
+    for r in op.results:
+        for u in r.uses:
+            owner = u.owner
+            if not isinstance(owner, ir.Block):
+                out.append(owner.operation if hasattr(owner, "operation") else owner)
+    return out
+
+
+def _is_tileable(op: ir.Operation) -> bool:
+    """Ops with a TilingInterface implementation that appear in dispatches."""
+    return op.name.startswith("linalg.") or op.name == "tensor.pad"
+
+
+def _is_group_bottom(op: ir.Operation) -> bool:
+    g = _groups(op)
+    return bool(g) and not any(_groups(u) & g for u in _users(op))
+
+
+def post_order(func: ir.Operation) -> list[ir.Operation]:
+    """Tileable ops of the function body in the seed's order: a DFS along def-use
+    edges started from each op in block order, an op listed after all its users."""
+    seen: set = set()
+    order: list[ir.Operation] = []
+    for first in _top_ops(func):
+        if first in seen or not _is_tileable(first):
             continue
-        users = [u.owner for r in op.results for u in r.uses]
-        if not any(_groups(u) & g for u in users if not isinstance(u, ir.Block)):
-            out.append(op)
-    return list(reversed(out))
+        seen.add(first)
+        stack = [(first, iter(_users(first)))]
+        while stack:
+            op, users = stack[-1]
+            nxt = next((u for u in users if u not in seen and _is_tileable(u)), None)
+            if nxt is None:
+                stack.pop()
+                order.append(op)
+            else:
+                seen.add(nxt)
+                stack.append((nxt, iter(_users(nxt))))
+    return order
 
 
-def _inside_loop(op: ir.Operation) -> bool:
-    p = op.parent
-    while p is not None and p.name != "func.func":
-        if p.name == "scf.for":
-            return True
-        p = p.parent
-    return False
+@dataclass(frozen=True)
+class Root:
+    """What the search needs to know about a root, read before anything is tiled
+    (plain values: op handles do not survive the tiling)."""
+    order: int
+    name: str
+    location: str
+    groups: tuple[int, ...]
+    shape: tuple[int, ...]  # the result's
+    loop_of_dim: tuple[int | None, ...]  # loop indexing each result dim (None: not a plain loop)
+    n_loops: int
+
+    def loop_sizes(self, sizes: list[int]) -> list[int]:
+        """Per-result-dim tile sizes as the per-loop sizes transform.structured.fuse takes."""
+        loops = [0] * self.n_loops
+        for d, t in enumerate(sizes):
+            if t:
+                loops[self.loop_of_dim[d]] = t
+        return loops
+
+    def tileable(self, d: int) -> bool:
+        return self.loop_of_dim[d] is not None and self.shape[d] > 1
 
 
-def tile_and_fuse(module_op: ir.Operation, sizes: list[int]) -> None:
-    """Tile the op tagged TILE_ROOT in `module_op` with `sizes`, fusing producers."""
-    n_loops = sum(1 for s in sizes if s)
+def root_facts(op: ir.Operation, order: int) -> Root | None:
+    shape = static_shape(op.results[0].type)
+    if shape is None:
+        return None
+    if "indexing_maps" in op.attributes:
+        maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+        out_map = maps[len(maps) - len(op.results)]  # the first output's
+        loops = tuple(ir.AffineDimExpr(e).position if isinstance(e, ir.AffineDimExpr) else None
+                      for e in out_map.results)
+        n_loops = out_map.n_dims
+    else:
+        loops, n_loops = tuple(range(len(shape))), len(shape)
+    return Root(order, op.name, location_str(op), tuple(sorted(_groups(op))), shape, loops, n_loops)
+
+
+# --- tiling on the IR ------------------------------------------------------------
+
+def tile_and_fuse(module_op: ir.Operation, loop_sizes: list[int]) -> None:
+    """Tile the op tagged TILE_ROOT in `module_op` by `loop_sizes` (one per loop,
+    0 = untiled), fusing its producers."""
+    n_loops = sum(1 for s in loop_sizes if s)
     loops = ", ".join(["!transform.any_op"] * n_loops)
     seq = ir.Module.parse(f"""
 module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.readonly}}) {{
     %op = transform.structured.match attributes {{{TILE_ROOT}}} in %root : (!transform.any_op) -> !transform.any_op
-    %tiled{', %loops:' + str(n_loops) if n_loops else ''} = transform.structured.fuse %op tile_sizes {sizes}
+    %tiled{', %loops:' + str(n_loops) if n_loops else ''} = transform.structured.fuse %op tile_sizes {loop_sizes}
         : (!transform.any_op) -> (!transform.any_op{', ' + loops if n_loops else ''})
     transform.yield
   }}
@@ -88,37 +194,80 @@ module attributes {{transform.with_named_sequence}} {{
     passmanager.PassManager.parse("builtin.module(canonicalize,cse)").run(module_op)
 
 
-def _lowered_tiling(func: ir.Operation, sizes: list[int] | None) -> tuple[ir.Module, ir.Operation | None]:
-    """A scratch copy of `func` with the TILE_ROOT op tiled by `sizes` and lowered to
-    TorqHL; the function is None when some tile has no static shape. Keep the
-    module alive while using the function."""
+def _root_loop(func: ir.Operation) -> ir.Operation | None:
+    """The outermost tile loop holding the TILE_ROOT op (after tiling it)."""
+    for op in _top_ops(func):
+        if op.name == "scf.for" and any(TILE_ROOT in o.attributes for o in walk_ops(op)):
+            return op
+    return None
+
+
+def _orders_in(loop: ir.Operation) -> set[int]:
+    return {ir.IntegerAttr(o.attributes[ORDER]).value for o in walk_ops(loop) if ORDER in o.attributes}
+
+
+def _clone(func: ir.Operation) -> tuple[ir.Module, ir.Operation]:
     scratch = ir.Module.create()
     func.clone(ip=ir.InsertionPoint(scratch.body))
-    if sizes and any(sizes):
-        tile_and_fuse(scratch.operation, sizes)
-    clone = scratch.body.operations[0].operation
+    return scratch, scratch.body.operations[0].operation
+
+
+def root_slice(func: ir.Operation) -> ir.Module:
+    """A scratch module with a copy of `func` that returns only the TILE_ROOT op's
+    result: the root and what feeds it (canonicalize drops every other op)."""
+    scratch, clone = _clone(func)
+    root = next(op for op in walk_ops(clone) if TILE_ROOT in op.attributes)
+    value = root.results[0]
+    ret = _top_ops(clone)[-1]
+    with ir.InsertionPoint(ret), ret.location:
+        ir.Operation.create("func.return", operands=[value])
+    inputs = list(ir.FunctionType(ir.TypeAttr(clone.attributes["function_type"]).value).inputs)
+    clone.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs, [value.type]))
+    del root, value
+    ret.erase()
+    passmanager.PassManager.parse("builtin.module(canonicalize,cse)").run(scratch.operation)
+    return scratch
+
+
+def _has_dynamic_tensors(func: ir.Operation) -> bool:
+    return any(isinstance(r.type, ir.RankedTensorType) and not ir.RankedTensorType(r.type).has_static_shape
+               for op in walk_ops(func) for r in op.results)
+
+
+def _lowered_tiling(source: ir.Module | ir.Operation,
+                    loop_sizes: list[int] | None) -> tuple[ir.Module, ir.Operation | None]:
+    """A copy of the function (`source`, or the one in module `source`) with its
+    TILE_ROOT op tiled by `loop_sizes` and lowered to TorqHL; the function is None
+    when some tile has no static shape. Keep the module alive while using the function."""
+    func = source.body.operations[0].operation if isinstance(source, ir.Module) else source
+    scratch, clone = _clone(func)
+    if loop_sizes and any(loop_sizes):
+        tile_and_fuse(scratch.operation, loop_sizes)
+        clone = scratch.body.operations[0].operation
     if _has_dynamic_tensors(clone):
         return scratch, None  # e.g. a fused reshape whose slice sizes depend on the loop
     lower_function(clone)
     return scratch, clone
 
 
-def footprint(func: ir.Operation, sizes: list[int] | None, options: PassOptions) -> int:
-    """LRAM bytes the function needs if the TILE_ROOT op is tiled with `sizes`."""
-    scratch, clone = _lowered_tiling(func, sizes)
+def footprint(source: ir.Module | ir.Operation, loop_sizes: list[int] | None, options: PassOptions) -> int:
+    """LRAM bytes (allocator end, one buffer set) the function (`source`, or the one
+    in module `source`) needs with its TILE_ROOT op tiled by `loop_sizes`."""
+    scratch, clone = _lowered_tiling(source, loop_sizes)
     if clone is None:
         return UNREPRESENTABLE
     end, _ = plan_function(clone, options, annotate=False)
     return end
 
 
-# Footprint of a tiling whose tiles have no static shape: never fits.
-UNREPRESENTABLE = 1 << 62
-
-
-def _has_dynamic_tensors(func: ir.Operation) -> bool:
-    return any(isinstance(r.type, ir.RankedTensorType) and not ir.RankedTensorType(r.type).has_static_shape
-               for op in walk_ops(func) for r in op.results)
+def predicted_traffic(source: ir.Module | ir.Operation, loop_sizes: list[int] | None,
+                      options: PassOptions) -> Traffic:
+    """DDR traffic of the program the function in `source` becomes with its TILE_ROOT
+    op tiled by `loop_sizes` (a tiling `footprint` accepted)."""
+    scratch, clone = _lowered_tiling(source, loop_sizes)
+    plan_function(clone, options, annotate=True)
+    program, _ = build_program(clone, options)
+    return program_traffic(program)
 
 
 def _divisors(n: int) -> list[int]:
@@ -129,20 +278,14 @@ def _tile_count(shape: tuple[int, ...], sizes: list[int] | None) -> int:
     return math.prod(-(-n // t) if t else 1 for n, t in zip(shape, sizes or [0] * len(shape)))
 
 
-def predicted_traffic(func: ir.Operation, sizes: list[int] | None, options: PassOptions) -> Traffic:
-    """DDR traffic of the program the function becomes with the TILE_ROOT op tiled by
-    `sizes` (a tiling `footprint` accepted, so its tiles have static shapes)."""
-    scratch, clone = _lowered_tiling(func, sizes)
-    plan_function(clone, options, annotate=True)
-    program, _ = build_program(clone, options)
-    return program_traffic(program)
-
+# --- default strategy: exact fit, least traffic -------------------------------------
 
 class _Search:
-    """Fit queries for one root, remembering the smallest footprint seen (for the error)."""
+    """Fit queries for one root on its slice, remembering the smallest footprint seen."""
 
-    def __init__(self, func: ir.Operation, options: PassOptions):
-        self.func, self.options = func, options
+    def __init__(self, func: ir.Operation, root: Root, options: PassOptions):
+        self.root, self.options = root, options
+        self.slice = root_slice(func)
         self.budget = options.hw.available_lram_bytes
         self.smallest: int | None = None
         self.footprints: dict[tuple, int] = {}
@@ -150,14 +293,18 @@ class _Search:
     def footprint(self, sizes: list[int]) -> int:
         key = tuple(sizes)
         if key not in self.footprints:
-            fp = footprint(self.func, sizes, self.options)
+            fp = footprint(self.slice, self.root.loop_sizes(sizes), self.options)
             self.footprints[key] = fp
             if fp < UNREPRESENTABLE:
                 self.smallest = fp if self.smallest is None else min(self.smallest, fp)
         return self.footprints[key]
 
-    def largest_fitting(self, base: list[int], d: int, extent: int) -> int | None:
+    def traffic(self, sizes: list[int]) -> Traffic:
+        return predicted_traffic(self.slice, self.root.loop_sizes(sizes), self.options)
+
+    def largest_fitting(self, base: list[int], d: int) -> int | None:
         """Largest divisor t < extent with base[d] = t fitting; footprint grows with t."""
+        extent = self.root.shape[d]
         cands = [t for t in _divisors(extent) if t < extent]
         lo, hi, best = 0, len(cands) - 1, None
         while lo <= hi:
@@ -175,14 +322,15 @@ def _seed_order(n: int) -> list[int]:
     return ([1, 0] if n > 1 else [0]) + list(range(2, n))
 
 
-def _seed_order_sizes(search: _Search, shape: tuple[int, ...]) -> list[int] | None:
+def _first_fitting_sizes(search: _Search) -> list[int] | None:
     """Seed order: the first dimension (second, first, rest) with a fitting size; if
     none fits alone, keep it at 1 and go on to the next."""
+    shape = search.root.shape
     sizes = [0] * len(shape)
     for d in _seed_order(len(shape)):
-        if shape[d] == 1:
+        if not search.root.tileable(d):
             continue
-        best = search.largest_fitting(sizes, d, shape[d])
+        best = search.largest_fitting(sizes, d)
         if best is not None:
             sizes[d] = best
             return sizes
@@ -190,96 +338,218 @@ def _seed_order_sizes(search: _Search, shape: tuple[int, ...]) -> list[int] | No
     return None
 
 
-def _least_traffic_sizes(search: _Search, shape: tuple[int, ...]) -> list[int] | None:
+def _least_traffic_sizes(search: _Search) -> list[int] | None:
     """For each dimension alone, its largest fitting tile (larger tiles along one
     dimension re-read fewer halos and weights); of those, the one with the least
     predicted DDR traffic, then the fewest tiles. Falls back to the seed order's
     multi-dimension search when no single dimension fits."""
+    shape = search.root.shape
     scored = []
     for rank, d in enumerate(_seed_order(len(shape))):
-        if shape[d] == 1:
+        if not search.root.tileable(d):
             continue
-        best = search.largest_fitting([0] * len(shape), d, shape[d])
+        best = search.largest_fitting([0] * len(shape), d)
         if best is None:
             continue
         sizes = [0] * len(shape)
         sizes[d] = best
-        traffic = predicted_traffic(search.func, sizes, search.options)
-        scored.append((traffic.dma_bytes, _tile_count(shape, sizes), rank, sizes))
+        scored.append((search.traffic(sizes).dma_bytes, _tile_count(shape, sizes), rank, sizes))
     if scored:
         return min(scored)[3]
-    return _seed_order_sizes(search, shape)
+    return _first_fitting_sizes(search)
 
 
-STRATEGIES = {"seed": _seed_order_sizes, "default": _least_traffic_sizes}
-
-
-def choose_tile_sizes(func: ir.Operation, root: ir.Operation, options: PassOptions,
-                      record: dict | None = None) -> list[int] | None:
-    """Tile sizes for the TILE_ROOT op (0 = untiled dim), or None when it fits untiled.
-
-    `record`, if given, receives the decision for `--torq-dump-tiling`.
-    """
-    search = _Search(func, options)
-    shape = static_shape(root.results[0].type)
-    untiled = search.footprint([0] * len(shape))
+def choose_tile_sizes(func: ir.Operation, root: Root, options: PassOptions,
+                      record: dict | None = None, force: bool = False) -> list[int] | None:
+    """Per-result-dim tile sizes for the TILE_ROOT op (0 = untiled dim), or None when
+    its slice fits untiled (`force`: tile it anyway). `record` receives the decision."""
+    search = _Search(func, root, options)
+    untiled = search.footprint([0] * len(root.shape))
     sizes = None
-    if untiled > search.budget:
-        sizes = STRATEGIES[options.super_tiling_strategy](search, shape)
+    if force or untiled > search.budget:
+        sizes = _least_traffic_sizes(search)
         if sizes is None:
+            smallest = (f"smallest footprint {search.smallest} bytes" if search.smallest is not None
+                        else "no tiling gives tiles of static shape")
             raise CompileError(
-                f"{location_str(root)}: error: {root.name}: cannot fit LRAM even with size-1 tiles: smallest "
-                f"footprint {search.smallest} bytes, budget {search.budget} bytes")
+                f"{root.location}: error: {root.name}: cannot fit LRAM even with size-1 tiles: "
+                f"{smallest}, budget {search.budget} bytes")
     if record is not None:
-        record.update({
-            "root": root.name, "location": location_str(root), "groups": sorted(_groups(root)),
-            "shape": list(shape), "tiled_dims": [d for d, t in enumerate(sizes or []) if t],
-            "tile_sizes": sizes or [0] * len(shape), "tiles": _tile_count(shape, sizes),
-            "lram_bytes": search.footprint(sizes or [0] * len(shape)), "untiled_lram_bytes": untiled,
-            "candidates_evaluated": len(search.footprints)})
+        record.update(_record(root, sizes, search.footprint(sizes or [0] * len(root.shape)), untiled,
+                              len(search.footprints)))
     return sizes
 
 
-def _next_root(func: ir.Operation, visited: set) -> ir.Operation | None:
-    """First bottom op (consumers first) outside any tile loop not yet visited.
+def _record(root: Root, sizes: list[int] | None, lram: int, untiled: int, evaluated: int) -> dict:
+    return {"root": root.name, "location": root.location, "groups": list(root.groups),
+            "shape": list(root.shape), "tiled_dims": [d for d, t in enumerate(sizes or []) if t],
+            "tile_sizes": sizes or [0] * len(root.shape), "tiles": _tile_count(root.shape, sizes),
+            "lram_bytes": lram, "untiled_lram_bytes": untiled, "candidates_evaluated": evaluated}
 
-    Recomputed after every tiling: tiling a consumer fuses its producers into
-    the loop and erases the originals, so handles collected before would
-    dangle (use after free in the bindings).
-    """
-    for op in bottom_ops(func):
-        key = frozenset(_groups(op))
-        if key not in visited and not _inside_loop(op):
-            visited.add(key)
+
+# --- seed strategy: the RFC's estimate ----------------------------------------------
+
+def seed_footprints(func: ir.Operation, ops: list[ir.Operation], options: PassOptions) -> list[tuple[int, int]]:
+    """(footprint, available memory) of each op of `ops`, as the seed estimates them on
+    the untiled function: a group's bottom op counts the group's input tensors and
+    its output, its other ops 0; an op outside any group its tensor operands."""
+    top = _top_ops(func)
+    out = []
+    for op in ops:
+        g = _groups(op)
+        if not g:
+            fp = sum(_bytes(v) for v in op.operands)
+            out.append((fp, SEED_OUTSIDE_GROUP_BYTES))
+            continue
+        if not _is_group_bottom(op):
+            out.append((0, options.hw.available_lram_bytes))
+            continue
+        members = [o for o in top if _groups(o) & g]
+        produced = {r for o in members for r in o.results}
+        inputs = {v for o in members for v in o.operands if v not in produced and not _is_empty(v)}
+        out.append((sum(_bytes(v) for v in inputs) + _bytes(op.results[0]), options.hw.available_lram_bytes))
+    return out
+
+
+def _bytes(v: ir.Value) -> int:
+    return tensor_nbytes(v.type) if static_shape(v.type) is not None else 0
+
+
+def _is_empty(v: ir.Value) -> bool:
+    return not isinstance(v.owner, ir.Block) and v.owner.name == "tensor.empty"
+
+
+def _fused_orders(func: ir.Operation, root: Root, sizes: list[int]) -> set[int]:
+    """Orders of the ops tiling the TILE_ROOT op by `sizes` puts in its loop (on a copy)."""
+    scratch, clone = _clone(func)
+    tile_and_fuse(scratch.operation, root.loop_sizes(sizes))
+    loop = _root_loop(scratch.body.operations[0].operation)
+    return _orders_in(loop) if loop is not None else {root.order}
+
+
+def seed_tile_sizes(func: ir.Operation, root: Root, table: list[tuple[int, int]], options: PassOptions,
+                    record: dict | None = None) -> list[int] | None:
+    fp, available = table[root.order]
+    d = 1 if len(root.shape) > 1 else 0
+    sizes = None
+    factor = estimate = 0
+    if fp > available and root.tileable(d):
+        extent = root.shape[d]
+        factor = -(-fp // available)
+        while True:
+            most = -(-extent // factor)
+            sizes = [0] * len(root.shape)
+            sizes[d] = max(t for t in _divisors(extent) if t <= most)
+            biggest = max(table[j][0] for j in _fused_orders(func, root, sizes) | {root.order})
+            estimate = -(-biggest // factor)
+            if estimate <= available:
+                break
+            factor = -(-biggest // available)
+    if record is not None:
+        search = _Search(func, root, options)
+        record.update(_record(root, sizes, search.footprint(sizes or [0] * len(root.shape)),
+                              search.footprint([0] * len(root.shape)), len(search.footprints)))
+        record.update({"seed_footprint_bytes": fp, "seed_available_bytes": available,
+                       "seed_factor": factor, "seed_estimate_bytes": estimate})
+    return sizes
+
+
+# --- the pass -----------------------------------------------------------------------
+
+def _outside_op(func: ir.Operation, order: int) -> ir.Operation | None:
+    """The op with ORDER `order` in the function body (not in a tile loop), if any."""
+    for op in _top_ops(func):
+        if ORDER in op.attributes and ir.IntegerAttr(op.attributes[ORDER]).value == order:
             return op
     return None
 
 
-def tile_function(func: ir.Operation, options: PassOptions) -> None:
-    unit = ir.UnitAttr.get()
-    visited: set = set()
-    while (root := _next_root(func, visited)) is not None:
-        root.attributes[TILE_ROOT] = unit
-        record: dict | None = {} if options.tiling_log is not None else None
+class _Tiler:
+    def __init__(self, func: ir.Operation, options: PassOptions):
+        self.func, self.options = func, options
+        self.seed = options.super_tiling_strategy == "seed"
+        self.fused: set[int] = set()  # orders of ops fused into some tile loop
+        self.table: list[tuple[int, int]] = []
+
+    def run(self) -> None:
+        i64 = ir.IntegerType.get_signless(64)
+        ops = post_order(self.func)
+        for i, op in enumerate(ops):
+            op.attributes[ORDER] = ir.IntegerAttr.get(i64, i)
+        if self.seed:
+            self.table = seed_footprints(self.func, ops, self.options)
+        roots = [i for i, op in enumerate(ops) if _is_group_bottom(op) or (self.seed and not _groups(op))]
+        del ops  # handles die with the first tiling
         try:
-            sizes = choose_tile_sizes(func, root, options, record)
-            if sizes is not None:
-                tile_and_fuse(_enclosing_module(func), sizes)
-            if record is not None:
-                record["fused_groups"] = _fused_groups(func) if sizes is not None else []
-                options.tiling_log.append(record)
+            for k in roots:
+                if self.seed and k in self.fused:
+                    continue  # the seed never revisits a fused op
+                self.visit(k)
+            if not self.seed:
+                self.fit_function_body(roots)
         finally:
-            for op in walk_ops(func):
-                if TILE_ROOT in op.attributes:
-                    del op.attributes[TILE_ROOT]
+            for op in walk_ops(self.func):
+                for name in (ORDER, TILE_ROOT):
+                    if name in op.attributes:
+                        del op.attributes[name]
+
+    def visit(self, order: int, force: bool = False) -> bool:
+        """Tile the root with this order if it needs it; False if it is no longer outside a loop."""
+        op = _outside_op(self.func, order)
+        root = root_facts(op, order) if op is not None else None
+        if root is None:
+            return False  # fused into loops only (the original is gone), or no static shape
+        op.attributes[TILE_ROOT] = ir.UnitAttr.get()
+        del op
+        record: dict | None = {} if self.options.tiling_log is not None else None
+        if self.seed:
+            sizes = seed_tile_sizes(self.func, root, self.table, self.options, record)
+        else:
+            sizes = choose_tile_sizes(self.func, root, self.options, record, force)
+        if sizes is not None:
+            tile_and_fuse(_enclosing_module(self.func), root.loop_sizes(sizes))
+            loop = _root_loop(self.func)
+            self.fused |= _orders_in(loop)
+            if record is not None:
+                record["fused_groups"] = sorted({g for o in walk_ops(loop) for g in _groups(o)})
+        elif record is not None:
+            record["fused_groups"] = []
+        for o in walk_ops(self.func):
+            if TILE_ROOT in o.attributes:
+                del o.attributes[TILE_ROOT]
+        if record is not None:
+            self.options.tiling_log.append(record)
+        return True
+
+    def fit_function_body(self, roots: list[int]) -> None:
+        """Tile untiled roots, largest slice first, until what runs outside tile loops
+        fits as a whole (their values stay in LRAM between them)."""
+        budget = self.options.hw.available_lram_bytes
+        while True:
+            scratch, clone = _clone(self.func)
+            lower_function(clone)
+            end, _ = plan_function(clone, self.options, annotate=False)
+            del clone, scratch
+            if end <= budget:
+                return
+            sizes = []
+            for k in roots:
+                op = _outside_op(self.func, k)
+                if op is None or (root := root_facts(op, k)) is None:
+                    continue
+                op.attributes[TILE_ROOT] = ir.UnitAttr.get()
+                del op
+                sizes.append((footprint(root_slice(self.func), None, self.options), k))
+                for o in walk_ops(self.func):
+                    if TILE_ROOT in o.attributes:
+                        del o.attributes[TILE_ROOT]
+            if not sizes:
+                return  # nothing left to tile: torq-assign-lram-addresses reports the overflow
+            self.visit(max(sizes)[1], force=True)
 
 
-def _fused_groups(func: ir.Operation) -> list[int]:
-    """Fuse groups with an op inside the innermost tile loop made last."""
-    loops = [op for op in walk_ops(func) if op.name == "scf.for"]
-    if not loops:
-        return []
-    return sorted({g for op in walk_ops(loops[-1]) for g in _groups(op)})
+def tile_function(func: ir.Operation, options: PassOptions) -> None:
+    _Tiler(func, options).run()
 
 
 def _enclosing_module(op: ir.Operation) -> ir.Operation:

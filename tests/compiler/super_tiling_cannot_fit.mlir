@@ -12,6 +12,17 @@
 // CHECK: torq-opt: error: model.py:42:7: error: linalg.generic: cannot fit LRAM even with size-1 tiles: smallest footprint 2306 bytes, budget 1024 bytes
 // CHECK-NOT: func.func
 
+// The seed strategy has no such check: its footprint (inputs + output: 3,200
+// + 2,304 + 36 = 5,540 B) gives factor ceil(5,540 / 1,024) = 6, rows in tiles
+// of ceil(3 / 6) = 1, estimate 5,540 / 6 = 924 B <= 1,024: accepted. The
+// allocator then refuses the real tile (the whole 2,304 B weight alone is
+// over the budget) with a one-line error, and no program.
+// RUN: torq-opt %s --torq-hw=SL2610:lram_kb=1,reserved_kb=0 --torq-super-tiling-strategy=seed --pass-pipeline='builtin.module(torq-super-tiling)' | FileCheck %s --check-prefix=SEED
+// RUN: not torq-opt %s --torq-hw=SL2610:lram_kb=1,reserved_kb=0 --torq-super-tiling-strategy=seed --pass-pipeline='builtin.module(torq-super-tiling,torq-lower-to-torq-hl,torq-assign-lram-addresses)' 2>&1 | FileCheck %s --check-prefix=SEED-OVERFLOW
+// SEED: scf.for %{{.*}} = %c0 to %c3 step %c1
+// SEED-OVERFLOW: torq-opt: error: model.py:42:7: error: torq_hl.conv2d: tile needs {{[0-9]+}} bytes of LRAM, budget is 1024
+// SEED-OVERFLOW-NOT: func.func
+
 #in = affine_map<(o, y, x, c, i, j) -> (c, y + i, x + j)>
 #w = affine_map<(o, y, x, c, i, j) -> (o, c, i, j)>
 #out = affine_map<(o, y, x, c, i, j) -> (o, y, x)>

@@ -1,12 +1,15 @@
 """Super tiling strategies and --torq-dump-tiling, checked against the simulator.
 
 The dump's predictions (tiles, LRAM peak, DMA bytes) must equal what the
-simulator measures when the program runs, and the default strategy must
-never move more bytes than the seed order (its candidates include the seed's
-choice) while producing the same numbers.
+simulator measures when the program runs. When the seed's tiling compiles
+(its estimate did not overflow), its tile along dim 1 fits, so the default
+strategy's candidate for that dim is at least as large; the default must
+not move more bytes than the seed and must produce the same numbers. Where
+the seed's estimate overflows, the compile fails with one line.
 """
 
 import json
+import re
 import os
 import sys
 
@@ -82,3 +85,24 @@ def test_default_moves_no_more_than_seed(sample, tmp_path):
 def test_dump_tiling_needs_a_path():
     with pytest.raises(torq.TorqCompileError, match="--torq-dump-tiling needs a path"):
         torq.compile("func.func @f() { return }", flags=["--torq-dump-tiling"])
+
+
+def test_seed_overflow_is_a_compile_error():
+    """The seed's estimate accepts tiles whose real buffers overflow LRAM (here every
+    row tile keeps the whole 18 KiB weight); the allocator stops the compile with one
+    line, at compile time. The default strategy fits the same model and matches torch."""
+    torch.manual_seed(3)
+    conv = torch.nn.Conv2d(16, 64, 3, bias=False).eval()
+    x = torch.randn(1, 16, 10, 10, generator=torch.Generator().manual_seed(4))
+    hw = "SL2610:lram_kb=36"  # 22 KiB usable; input 3,200 B + weights 18,432 B + output 8,192 B
+    with pytest.raises(torq.TorqCompileError) as e:
+        torq.compile(conv, x, hw=hw, flags=["--torq-super-tiling-strategy=seed"])
+    assert "\n" not in str(e.value)
+    assert re.search(r"error: torq_hl.conv2d: tile needs (\d+) bytes of LRAM, budget is 22528$", str(e.value))
+    cm = torq.compile(conv, x, hw=hw)
+    with torch.no_grad():
+        ref = conv(x).numpy()
+    rel_l2, cosine = error_figures(cm(x.numpy()), ref)
+    assert rel_l2 <= 1e-2 and cosine >= 0.9999
+    assert max(s["tiles"] for s in cm.last_stats) > 1
+    assert all(s["lram_peak_bytes"] <= 22528 for s in cm.last_stats)
