@@ -186,8 +186,12 @@ def classify_contraction(op: ir.Operation) -> Contraction | None:
     if spatial:
         return _classify_conv(its, in_terms, w_dims, out_dims, ranges)
     in_dims = [t[0][0] for t in in_terms]
-    return (_classify_matmul(its, in_dims, w_dims, out_dims, ranges)
-            or _classify_pointwise_conv(its, in_dims, w_dims, out_dims, ranges))
+    steps = {t[0][0]: t[0][1] for t in in_terms}  # an input dim read at `step * loop`: a strided 1x1 conv
+    if all(c == 1 for c in steps.values()):
+        matmul = _classify_matmul(its, in_dims, w_dims, out_dims, ranges)
+        if matmul is not None:
+            return matmul
+    return _classify_pointwise_conv(its, in_dims, w_dims, out_dims, ranges, steps)
 
 
 def _loop_ranges(op: ir.Operation) -> list[int]:
@@ -297,10 +301,12 @@ def _classify_conv(its, in_terms, w_dims, out_dims, ranges) -> Contraction | Non
     return Contraction(kind, attrs, macs)
 
 
-def _classify_pointwise_conv(its, in_dims, w_dims, out_dims, ranges) -> Contraction | None:
+def _classify_pointwise_conv(its, in_dims, w_dims, out_dims, ranges, steps: dict[int, int]) -> Contraction | None:
     """A 1x1 convolution that is no matmul: the input keeps two (H, W) or three
     (N, H, W) dims the weight does not have, e.g. C x H x W * O x C -> O x H x W.
-    Lowered as conv2d whose weight has no kernel dims (stride and dilation 1)."""
+    Lowered as conv2d whose weight has no kernel dims; the input reads H and W
+    at `step * loop` (`steps`, per loop dim): the conv's stride. Only H and W
+    may be strided."""
     if len(set(in_dims)) != len(in_dims) or len(set(w_dims)) != len(w_dims):
         return None
     roles, free = {}, []
@@ -331,8 +337,11 @@ def _classify_pointwise_conv(its, in_dims, w_dims, out_dims, ranges) -> Contract
     for d in out_dims:
         out_elems *= ranges[d]
     c = next(ranges[d] for d, r in roles.items() if r == "C")
+    stride = {roles[d]: steps.get(d, 1) for d in roles}
+    if any(k not in ("H", "W") and v != 1 for k, v in stride.items()):
+        return None
     attrs = {"input_dims": "".join(roles[d] for d in in_dims), "weight_dims": "".join(roles[d] for d in w_dims),
-             "output_dims": out_letters, "stride": [1, 1], "dilation": [1, 1]}
+             "output_dims": out_letters, "stride": [stride["H"], stride["W"]], "dilation": [1, 1]}
     return Contraction("conv2d", attrs, out_elems * c)
 
 
