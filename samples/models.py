@@ -4,10 +4,13 @@
   3x3 convs, ReLU6), 1000 classes.
 - `resnet18()`: ResNet-18 (basic blocks, max pool, global average pool, fc).
 - `bert_encoder_layer(hidden=768, heads=12, ffn=3072)`: one BERT-base encoder
-  layer (self-attention + GELU feed-forward, post-layer-norm).
+  layer (self-attention + GELU feed-forward, post-layer-norm); `layers=N`
+  stacks N of them.
+- `mlp()`: a small multi-layer perceptron (benchmark baseline).
 
 Each `make_*` returns `(model in eval mode, example input)`; sizes are
 parameters so tests can use small variants and benchmarks the full ones.
+`MODELS` maps the names the samples and benchmarks use to these builders.
 """
 
 from __future__ import annotations
@@ -133,10 +136,20 @@ def make_resnet18(size: int = 224, seed: int = 0):
     return _init(ResNet18(), seed), torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(seed))
 
 
-def make_bert_encoder_layer(seq: int = 128, hidden: int = 768, heads: int = 12, ffn: int = 3072, seed: int = 0):
+def make_bert_encoder_layer(seq: int = 128, hidden: int = 768, heads: int = 12, ffn: int = 3072, layers: int = 1,
+                            seed: int = 0):
     torch.manual_seed(seed)
-    model = _init(BertEncoderLayer(hidden, heads, ffn), seed)
+    stack = [BertEncoderLayer(hidden, heads, ffn) for _ in range(layers)]
+    model = _init(stack[0] if layers == 1 else nn.Sequential(*stack), seed)
     return model, torch.randn(1, seq, hidden, generator=torch.Generator().manual_seed(seed))
 
 
-MODELS = {"mobilenet_v2": make_mobilenet_v2, "resnet18": make_resnet18, "bert_encoder": make_bert_encoder_layer}
+def make_mlp(batch: int = 8, features: int = 784, hidden: int = 1024, classes: int = 10, seed: int = 0):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                          nn.Linear(hidden, classes))
+    return model.eval(), torch.randn(batch, features, generator=torch.Generator().manual_seed(seed))
+
+
+MODELS = {"mobilenet_v2": make_mobilenet_v2, "resnet18": make_resnet18, "bert": make_bert_encoder_layer,
+          "mlp": make_mlp}

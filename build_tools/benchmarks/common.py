@@ -1,0 +1,141 @@
+"""Shared plumbing of the benchmark scripts (run.py, tiling.py).
+
+- `machine_info()` / `machine_markdown()`: where a RESULTS file was measured.
+- `MODEL_SIZES`: the full and `--quick` inputs of each benchmarked model.
+- `run_worker(script, spec, timeout)`: runs one measurement in a child Python
+  process (`script --worker SPEC.json RESULT.json`), so a model that crashes
+  the compiler or exceeds the time limit becomes a row with its error, and
+  each measurement starts from a fresh process (no cache or heap carried over
+  from the previous model).
+- `progress()`: a rich progress display (plain lines when not a terminal).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SAMPLES = os.path.join(ROOT, "samples")
+if SAMPLES not in sys.path:
+    sys.path.insert(0, SAMPLES)
+
+# Per model: builder kwargs at full size and for --quick (smoke tests, CI).
+# ResNet-18's quick size is 64, not 32: at 32x32 IREE's own global optimization
+# fails on the last 3x3 conv (1x1 output), before any Torq code runs.
+MODEL_SIZES = {
+    "mlp": ({"batch": 8, "features": 784, "hidden": 1024}, {"batch": 2, "features": 64, "hidden": 64}),
+    "cnn": ({"size": 224}, {"size": 16}),
+    "mobilenet_v2": ({"size": 224}, {"size": 64}),
+    "resnet18": ({"size": 224}, {"size": 64}),
+    "bert": ({"seq": 128}, {"seq": 32}),
+}
+
+
+def build_model(name: str, kwargs: dict):
+    """(model, example input, label) for a `MODEL_SIZES` name ("cnn" is samples/cnn.py)."""
+    import torch
+
+    if name == "cnn":
+        from cnn import make_model
+
+        size = kwargs.get("size", 32)
+        x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(1))
+        return make_model(), x, f"cnn 1x3x{size}x{size}"
+    from models import MODELS
+
+    model, x = MODELS[name](**kwargs)
+    layers = kwargs.get("layers", 1)
+    return model, x, f"{name} {'x'.join(map(str, x.shape))}" + (f" ({layers} layers)" if layers > 1 else "")
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version()}
+    for dist in ("iree-base-compiler", "iree-base-runtime", "iree-turbine", "torch"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "?"
+    return out
+
+
+def machine_info() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = float("nan")
+    return {"cpu": cpu, "cores": os.cpu_count(), "os": platform.platform(), "load_at_start": round(load, 2),
+            "date": datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"), **versions()}
+
+
+def machine_markdown(info: dict) -> str:
+    return (f"Machine: {info['cpu']}, {info['cores']} cores ({info['os']}), load average {info['load_at_start']} "
+            f"at start; Python {info['python']}, iree-base-compiler {info['iree-base-compiler']}, "
+            f"iree-base-runtime {info['iree-base-runtime']}, iree-turbine {info['iree-turbine']}, "
+            f"torch {info['torch']}; {info['date']}.")
+
+
+def run_worker(script: str, spec: dict, timeout: float) -> dict:
+    """Run `script --worker` on `spec` in a child process; its result dict, or {"error": ...}."""
+    with tempfile.TemporaryDirectory(prefix="torq-bench-") as tmp:
+        spec_path, result_path = os.path.join(tmp, "spec.json"), os.path.join(tmp, "result.json")
+        with open(spec_path, "w") as f:
+            json.dump(spec, f)
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run([sys.executable, script, "--worker", spec_path, result_path],
+                                  capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:  # subprocess.run killed the child
+            return {"error": f"timed out after {timeout / 60:.0f} min", "wall_s": time.perf_counter() - t0}
+        if os.path.exists(result_path):
+            with open(result_path) as f:
+                return json.load(f)
+        tail = [line for line in (proc.stderr or proc.stdout).strip().splitlines() if line.strip()]
+        why = tail[-1] if tail else "no output"
+        return {"error": f"worker exited with status {proc.returncode}: {why}", "wall_s": time.perf_counter() - t0}
+
+
+def worker_main(argv: list[str], measure) -> int:
+    """`--worker SPEC RESULT`: `measure(spec) -> dict`, written to RESULT (errors as {"error"})."""
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    spec_path, result_path = argv
+    with open(spec_path) as f:
+        spec = json.load(f)
+    try:
+        result = measure(spec)
+    except Exception as e:  # a failing model is a row, not a crash of the suite
+        result = {"error": " ".join(f"{type(e).__name__}: {e}".split())[:400]}
+    with open(result_path, "w") as f:
+        json.dump(result, f)
+    return 0
+
+
+def one_line(text: str, limit: int = 160) -> str:
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def progress():
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True))

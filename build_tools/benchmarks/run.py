@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Benchmark suite (issue 4): Torq compile + simulator vs IREE llvm-cpu, one markdown table.
+
+    nice -n 10 .venv/bin/python build_tools/benchmarks/run.py            # full sizes -> RESULTS.md
+    .venv/bin/python build_tools/benchmarks/run.py --quick --models mlp,cnn --output /tmp/r.md
+
+Models, side by side: an MLP, the sample CNN (samples/cnn.py), MobileNetV2 and
+ResNet-18 at 224x224, a BERT-base encoder layer at sequence 128
+(samples/models.py, random weights). Per model, in its own child process
+(`--timeout` each; a failure or timeout is a row with the error):
+1. export with iree-turbine to torch-dialect MLIR (once; both compilers get it);
+2. `torq.compile` of that MLIR (in process, seconds) and `iree-compile` with
+   the llvm-cpu backend and the same host flags (the iree-compile binary,
+   seconds);
+3. one warm-up call, then one timed call on the Torq simulator (NPU dispatches
+   simulated, host dispatches on llvm-cpu) and the median of 5 timed calls of
+   the llvm-cpu module via iree.runtime ("local-task"), same input;
+4. the simulated figures of the Torq run (DESIGN §7): cycles, latency at the
+   model clock, efficiency = roofline / cycles, DDR traffic ratio = DMA bytes /
+   compulsory bytes, LRAM peak (max over dispatches), share of the model's
+   MACs on the NPU (compiler/macs.py), host dispatches left, and the error of
+   both outputs vs torch fp32 (relative L2, cosine).
+Writes `--output` (default build_tools/benchmarks/RESULTS.md) with the machine it
+ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import (MODEL_SIZES, build_model, machine_info, machine_markdown, one_line, progress,  # noqa: E402
+                    run_worker, worker_main)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+HOST_FLAGS = ["--iree-llvmcpu-target-cpu=host"]  # as torq's host side (compiler/driver.py HOST_FLAGS)
+
+
+def llvm_cpu(mlir: str, x) -> tuple[float, float, object]:
+    """iree-compile (llvm-cpu) seconds, median run seconds of 5 calls after a warm-up, and the output."""
+    import iree.runtime as rt
+    import numpy as np
+    from iree.compiler import tools as iree_tools
+
+    t0 = time.perf_counter()
+    vmfb = iree_tools.compile_str(mlir, target_backends=["llvm-cpu"], extra_args=HOST_FLAGS)
+    compile_s = time.perf_counter() - t0
+    ctx = rt.SystemContext(config=rt.Config("local-task"))
+    ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
+    main = ctx.modules.module["main"]
+    np.asarray(main(x))
+    samples = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        y = np.asarray(main(x))
+        samples.append(time.perf_counter() - t0)
+    return compile_s, statistics.median(samples), y
+
+
+def measure(spec: dict) -> dict:
+    """One model: both compiles, both runs, the simulated figures and the errors."""
+    import numpy as np
+    import torch
+
+    import torq
+    from cnn import error_figures
+    from run_model import export_mlir
+
+    model, x, label = build_model(spec["model"], spec["kwargs"])
+    row: dict = {"label": label}
+    with torch.no_grad():
+        ref = model(x).numpy()
+    t0 = time.perf_counter()
+    mlir = export_mlir(model, x)
+    row["export_s"] = time.perf_counter() - t0
+    xs = x.numpy()
+
+    # The reference first: its figures stay in the row if Torq fails.
+    try:
+        row["iree_compile_s"], row["cpu_run_s"], y_cpu = llvm_cpu(mlir, xs)
+        row["cpu_rel_l2"], row["cpu_cosine"] = error_figures(y_cpu, ref)
+    except Exception as e:
+        row.update(iree_compile_s=None, cpu_run_s=None, cpu_error=one_line(f"{type(e).__name__}: {e}", 300))
+
+    t0 = time.perf_counter()
+    try:
+        cm = torq.compile(mlir, hw=spec["hw"], remarks=io.StringIO())
+    except torq.TorqCompileError as e:
+        return {**row, "error": f"torq compile: {one_line(e, 300)}", "torq_compile_s": time.perf_counter() - t0}
+    row["torq_compile_s"] = time.perf_counter() - t0
+    try:
+        cm(xs)  # warm-up: loads the module, parses the executables
+        t0 = time.perf_counter()
+        y = np.asarray(cm(xs))
+        row["sim_run_s"] = time.perf_counter() - t0
+    except torq.TorqRuntimeError as e:
+        return {**row, "error": f"torq run: {one_line(e, 300)}"}
+    stats = cm.last_stats
+
+    rep = cm.report
+    cycles = sum(s["cycles"] for s in stats)
+    roofline = sum(s["roofline_cycles"] for s in stats)
+    dma = sum(s["dma_bytes_in"] + s["dma_bytes_out"] for s in stats)
+    compulsory = sum(s["compulsory_bytes"] for s in stats)
+    rel_l2, cosine = error_figures(y, ref)
+    host = [d for d in rep.dispatches if d.executor == "host"]
+    row.update(
+        cycles=cycles, latency_ms=cycles / (cm.hw.clock_mhz * 1e3), clock_mhz=cm.hw.clock_mhz,
+        efficiency=roofline / cycles if cycles else None,
+        traffic_ratio=dma / compulsory if compulsory else None,
+        lram_peak=max((s["lram_peak_bytes"] for s in stats), default=0), budget=cm.hw.available_lram_bytes,
+        mac_share=rep.npu_mac_share, total_macs=rep.total_macs,
+        torq_dispatches=len(rep.dispatches) - len(host), host_dispatches=len(host),
+        host_with_macs=[(d.name, d.macs, d.reason) for d in host if d.macs],
+        host_reasons=dict(Counter(d.reason for d in host)),
+        rel_l2=rel_l2, cosine=cosine)
+    return row
+
+
+def _ratio(a, b) -> str:
+    return f"{a / b:.1f}×" if a is not None and b else "-"
+
+
+def _f(v, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+COLUMNS = ["model", "torq-compile s", "iree-compile llvm-cpu s", "ratio", "simulator run ms", "llvm-cpu run ms",
+           "ratio", "simulated cycles", "latency ms", "efficiency vs roofline", "DDR traffic ratio",
+           "LRAM peak KiB", "NPU share of MACs", "dispatches torq/host", "rel L2 vs torch", "cosine vs torch",
+           "wall s"]
+
+
+def table_row(r: dict) -> list[str]:
+    if "error" in r and "cycles" not in r:
+        return [r.get("label", "?"), f"**failed**: {one_line(r['error'])}", _f(r.get("iree_compile_s"), ".1f"), "",
+                "", _f(r.get("cpu_run_s") and 1e3 * r["cpu_run_s"], ".1f")] + [""] * (len(COLUMNS) - 7) + \
+            [_f(r.get("wall_s"), ".0f")]
+    return [r["label"], _f(r["torq_compile_s"], ".1f"), _f(r["iree_compile_s"], ".1f"),
+            _ratio(r["torq_compile_s"], r["iree_compile_s"]), _f(1e3 * r["sim_run_s"], ".1f"),
+            _f(1e3 * r["cpu_run_s"], ".1f"), _ratio(r["sim_run_s"], r["cpu_run_s"]), f"{r['cycles']:,}",
+            _f(r["latency_ms"], ".2f"), _f(r["efficiency"] and 100 * r["efficiency"], ".1f") + "%",
+            _f(r["traffic_ratio"], ".3f"), f"{r['lram_peak'] / 1024:.0f} / {r['budget'] / 1024:.0f}",
+            f"{100 * r['mac_share']:.1f}%", f"{r['torq_dispatches']}/{r['host_dispatches']}",
+            f"{r['rel_l2']:.1e}", f"{r['cosine']:.6f}", _f(r.get("wall_s"), ".0f")]
+
+
+def markdown(rows: list[dict], info: dict, args) -> str:
+    lines = ["# Torq benchmark suite", "",
+             f"`build_tools/benchmarks/run.py{' --quick' if args.quick else ''}` on `--torq-hw={args.hw}`. "
+             + machine_markdown(info), "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(table_row(r)) + " |" for r in rows]
+    lines += ["", "Columns: torq-compile = `torq.compile` of the exported MLIR in process; iree-compile = the "
+              "`iree-compile` binary, llvm-cpu backend, same MLIR and `--iree-llvmcpu-target-cpu=host`. Simulator "
+              "run = one call after a warm-up (NPU dispatches simulated in numpy, host dispatches on llvm-cpu); "
+              "llvm-cpu run = median of 5 calls after a warm-up, iree.runtime local-task. Latency = simulated cycles "
+              "at the model clock. Efficiency = roofline cycles / simulated cycles; DDR traffic ratio = DMA bytes / "
+              "compulsory bytes; LRAM peak = max over NPU dispatches / usable budget (DESIGN §7). NPU share of MACs = "
+              "MACs of NPU dispatches / MACs of all dispatches, counted by the compiler from the linalg ops "
+              "(compiler/macs.py). Errors: the Torq output vs torch fp32 (bf16 limits: rel L2 ≤ 1e-2, cosine ≥ "
+              "0.9999). wall s = the whole measurement of that model, export included.", ""]
+    notes = []
+    for r in rows:
+        if "cycles" not in r:
+            continue
+        ref = (f"llvm-cpu vs torch rel L2 {r['cpu_rel_l2']:.1e}, cosine {r['cpu_cosine']:.6f}"
+               if "cpu_error" not in r else f"llvm-cpu failed: {r['cpu_error']}")
+        notes.append(f"- {r['label']}: {ref}; {r['total_macs']:,} MACs; export {r['export_s']:.1f} s.")
+        for reason, n in sorted(r["host_reasons"].items(), key=lambda kv: -kv[1]):
+            notes.append(f"  - {n} host dispatch{'es' if n > 1 else ''}: {one_line(reason, 200)}")
+        for name, macs, reason in r["host_with_macs"]:
+            notes.append(f"  - host MACs: {name} {macs:,} ({one_line(reason, 120)})")
+    if notes:
+        lines += ["Per model (reference error of llvm-cpu itself, host dispatches and why they stay on the host):",
+                  "", *notes, ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--worker"]:
+        return worker_main(argv[1:], measure)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(MODEL_SIZES),
+                   help=f"comma-separated subset of {','.join(MODEL_SIZES)} (default: all)")
+    p.add_argument("--quick", action="store_true", help="small sizes (smoke tests)")
+    p.add_argument("--size", type=int, help="input height/width of the CNNs (overrides 224 / quick)")
+    p.add_argument("--seq", type=int, help="BERT sequence length (overrides 128 / quick)")
+    p.add_argument("--hw", default="SL2610", help="Torq hardware spec (default SL2610)")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per model (default 900)")
+    p.add_argument("--output", default=os.path.join(HERE, "RESULTS.md"), help="markdown file to write")
+    args = p.parse_args(argv)
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in names if m not in MODEL_SIZES]
+    if unknown:
+        p.error(f"unknown model(s) {', '.join(unknown)} (known: {', '.join(MODEL_SIZES)})")
+
+    info = machine_info()
+    rows = []
+    with progress() as bar:
+        task = bar.add_task("benchmarks", total=len(names))
+        for name in names:
+            kwargs = dict(MODEL_SIZES[name][1 if args.quick else 0])
+            if args.size and "size" in kwargs:
+                kwargs["size"] = args.size
+            if args.seq and "seq" in kwargs:
+                kwargs["seq"] = args.seq
+            bar.update(task, description=f"{name} {kwargs}")
+            t0 = time.perf_counter()
+            r = run_worker(os.path.abspath(__file__), {"model": name, "kwargs": kwargs, "hw": args.hw},
+                           args.timeout)
+            r.setdefault("label", f"{name} {kwargs}")
+            r["wall_s"] = time.perf_counter() - t0
+            rows.append(r)
+            status = "failed: " + one_line(r["error"], 100) if "cycles" not in r else "ok"
+            bar.console.print(f"{r['label']}: {status} ({r['wall_s']:.0f} s)")
+            bar.advance(task)
+    text = markdown(rows, info, args)
+    with open(args.output, "w") as f:
+        f.write(text)
+    print(text)
+    print(f"written {args.output}", file=sys.stderr)
+    return 0 if all("cycles" in r for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""Smoke tests of build_tools/benchmarks/run.py and tiling.py on tiny models (quick sizes)."""
+
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+BENCH = os.path.join(ROOT, "build_tools", "benchmarks")
+
+
+def _run(script: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, os.path.join(BENCH, script), *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def _rows(text: str, prefix: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines() if line.startswith(prefix)]
+
+
+def test_run_quick_mlp(tmp_path):
+    out = tmp_path / "RESULTS.md"
+    proc = _run("run.py", "--quick", "--models", "mlp", "--output", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = out.read_text()
+    assert "Machine:" in text and "iree-base-compiler 3.13.0" in text
+    header = _rows(text, "| model")[0]
+    (row,) = _rows(text, "| mlp")
+    fields = dict(zip(header, row))
+    assert fields["NPU share of MACs"] == "100.0%"  # three Linear layers, all on the NPU
+    assert fields["dispatches torq/host"] == "3/0"
+    assert float(fields["rel L2 vs torch"]) <= 1e-2 and float(fields["cosine vs torch"]) >= 0.9999
+    assert int(fields["simulated cycles"].replace(",", "")) > 0
+    assert re.fullmatch(r"\d+\.\d×", fields["ratio"])
+
+
+def test_tiling_quick_mlp_with_a_failing_budget(tmp_path):
+    out = tmp_path / "RESULTS-tiling.md"
+    # 15 KiB leaves 1 KiB usable: the seed strategy cannot fit the matmul and must
+    # come out as a row with its error, not stop the run.
+    proc = _run("tiling.py", "--quick", "--models", "mlp", "--budgets", "15,64", "--no-depth", "--output", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = out.read_text()
+    rows = _rows(text, "| mlp")
+    assert [(r[1].split()[0], r[2]) for r in rows] == [("15", "seed"), ("15", "default"), ("64", "seed"),
+                                                       ("64", "default")]
+    seed_15 = rows[0]
+    assert "failed" in seed_15[3] and "LRAM" in seed_15[3]
+    for r in rows[1:]:
+        ratio, peak_kib, overflows = float(r[3]), int(r[6]), int(r[8])
+        assert ratio >= 1.0 and overflows == 0
+        assert peak_kib <= int(r[1].split("(")[1].rstrip(")"))  # peak within the usable budget
