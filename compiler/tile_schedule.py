@@ -8,11 +8,12 @@ the result is used outside the body's `torq_hl` ops. Every operand and result
 value gets one LRAM buffer live from its first to its last command.
 
 Buffers of a tile-loop body come in two kinds (`plan_body`):
-- *resident*: an operand defined outside the whole loop nest (a weight, or an
-  input every tile reads whole). It is loaded by the first tile and kept in
-  LRAM for all tiles, so spatial tiles do not re-read their weights and
-  channel tiles do not re-read their input. Resident buffers sit at the bottom
-  of LRAM, live for the whole body.
+- *resident*: an operand defined outside the innermost loop (a weight, an
+  input every tile reads whole, or in a 2-D nest the slice the outer loop
+  takes). It is loaded by the first tile and kept in LRAM until a loop it
+  varies with advances (`invariant_loops`), so spatial tiles do not re-read
+  their weights and channel tiles do not re-read their input. Resident
+  buffers sit at the bottom of LRAM, live for the whole body.
 - *per-tile*: everything else (slices of the tiled tensors, results). They are
   placed once for one tile, above the resident ones; that placement is a
   *buffer set*. When LRAM has room, a body gets several sets at a fixed stride
@@ -115,10 +116,17 @@ def _defined_inside(v: ir.Value, op: ir.Operation) -> bool:
     return False
 
 
-def is_resident(v: ir.Value, block: ir.Block) -> bool:
-    """True for an operand of a tile-loop body defined outside its whole loop nest."""
-    loops = enclosing_loops(block)
-    return bool(loops) and not _defined_inside(v, loops[-1])
+def invariant_loops(v: ir.Value, block: ir.Block) -> int:
+    """How many of the innermost loops around `block` an operand is defined outside
+    of (0: it changes every tile). A weight used by a whole nest is invariant to
+    all its loops; a weight slice taken in the outer loop of a 2-D nest (hoisted
+    there by loop-invariant code motion) to the inner one."""
+    k = 0
+    for loop in enclosing_loops(block):
+        if _defined_inside(v, loop):
+            break
+        k += 1
+    return k
 
 
 def _constant_index(v: ir.Value) -> int | None:
@@ -144,7 +152,8 @@ def trip_count(block: ir.Block) -> int | None:
 @dataclass
 class BodyPlan:
     offsets: dict  # value -> LRAM offset in set 0
-    resident: set = field(default_factory=set)  # values loaded once for all tiles
+    # value -> innermost loops it is invariant to (loaded again only when an outer one advances)
+    resident: dict = field(default_factory=dict)
     sets: int = 1
     set_stride: int = 0  # bytes between buffer sets
     footprint: int = 0  # highest byte with one set: what must fit
@@ -162,7 +171,7 @@ def set_choices(slices: int) -> list[int]:
 def plan_body(block: ir.Block, alignment: int, budget: int, slices: int) -> BodyPlan:
     events = schedule(block)
     requests = buffer_requests(events)
-    resident = {r.key for r in requests if is_resident(r.key, block)}
+    resident = {r.key: k for r in requests if (k := invariant_loops(r.key, block))}
     last = len(events) - 1
     res_alloc = allocate([BufferRequest(r.key, r.size, 0, last) for r in requests if r.key in resident],
                          alignment)

@@ -8,8 +8,8 @@ buffers, repeated as many times as fits for double buffering) and records
 on each `torq_hl` op:
 - `torq.lram_operands` (one offset per operand) and `torq.lram_result`:
   offsets in buffer set 0;
-- in a tile loop: `torq.lram_resident` (1 per operand loaded once for all
-  tiles, else 0), `torq.lram_sets` and `torq.lram_set_stride` (tile k adds
+- in a tile loop: `torq.lram_resident` (per operand: how many innermost
+  loops it stays loaded across, `tile_schedule.invariant_loops`; 0 = per tile), `torq.lram_sets` and `torq.lram_set_stride` (tile k adds
   (k mod sets) x stride to its per-tile offsets).
 The function gets `torq.lram_peak` (highest sum of live bytes, program
 order) and `torq.lram_end` (highest byte used, all sets). A body whose
@@ -47,7 +47,7 @@ def _annotate(block: ir.Block, plan: BodyPlan) -> None:
         set_int_array(e.op, "torq.lram_operands", [plan.offsets[v] for v in e.op.operands])
         e.op.attributes["torq.lram_result"] = ir.IntegerAttr.get(i64, plan.offsets[e.value])
         if in_loop:
-            set_int_array(e.op, "torq.lram_resident", [int(v in plan.resident) for v in e.op.operands])
+            set_int_array(e.op, "torq.lram_resident", [plan.resident.get(v, 0) for v in e.op.operands])
             e.op.attributes["torq.lram_sets"] = ir.IntegerAttr.get(i64, plan.sets)
             e.op.attributes["torq.lram_set_stride"] = ir.IntegerAttr.get(i64, plan.set_stride)
 

@@ -34,7 +34,7 @@ from ..ir_utils import (CompileError, constant_of, element_type, int_array, mlir
 from ..nss_ir import program_to_function
 from ..patterns import epilogue_from_json
 from ..slice_distribution import Distribution, form, parse_distribution, slice_of
-from ..tile_schedule import is_torq_hl
+from ..tile_schedule import enclosing_loops, is_torq_hl
 from . import PassOptions
 
 NAME = "torq-build-nss-program"
@@ -62,7 +62,7 @@ class _Builder:
         self.tile_bodies: list[int] = []  # tile index -> index in `bodies` of the body it iterates
         self.iterations: dict[int, int] = {}  # body index -> iterations emitted so far
         self.tile_iteration: list[int] = []  # tile index -> its iteration index within its body
-        self.resident: dict[tuple[int, ir.Value], int] = {}  # (body, value) -> buffer loaded once
+        self.resident: dict[tuple, int] = {}  # (body, value, outer loop indices) -> buffer (_resident_key)
         ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
         host_args = self._host_types("torq.host_arg_types", list(ftype.inputs))
         host_res = self._host_types("torq.host_result_types", list(ftype.results))
@@ -224,10 +224,18 @@ class _Builder:
     def _use(self, buf: int):
         self.buffers[buf].live_end = len(self.commands)
 
+    def _resident_key(self, body: int, v: ir.Value, invariant_loops: int) -> tuple:
+        """A resident operand stays loaded while the `invariant_loops` innermost loops
+        around its body iterate; the indices of the loops outside them say when it
+        must be loaded again (see tile_schedule.invariant_loops)."""
+        outer = enclosing_loops(self.bodies[body])[invariant_loops:]
+        return (body, v, tuple(self.env[loop.regions[0].blocks[0].arguments[0]] for loop in outer))
+
     def compute(self, op: ir.Operation, local: dict, tile: int):
         """Emits the DMA-ins, the compute and the DMA-outs of one `torq_hl` op of the
         current tile. Per-tile buffers go to the tile's buffer set (iteration mod
-        `torq.lram_sets`); resident operands are loaded by the body's first tile only."""
+        `torq.lram_sets`); a resident operand is loaded once per iteration of the loops
+        it is not invariant to (`torq.lram_resident`: how many innermost loops it is)."""
         offsets = int_array(op.attributes["torq.lram_operands"])
         resident = (int_array(op.attributes["torq.lram_resident"]) if "torq.lram_resident" in op.attributes
                     else [0] * len(offsets))
@@ -238,15 +246,16 @@ class _Builder:
         operands = []
         for v, off, keep in zip(op.operands, offsets, resident):
             if v not in local:
-                if keep and (body, v) in self.resident:
-                    local[v] = self.resident[(body, v)]
+                key = self._resident_key(body, v, keep)
+                if keep and key in self.resident:
+                    local[v] = self.resident[key]
                 else:
                     tensor, box_off, box_sizes = self.ddr(v)
                     buf = self._buffer(off if keep else off + shift, tensor_nbytes(v.type))
                     self.commands.append(DmaIn(tensor, tuple(box_off), tuple(box_sizes), buf))
                     local[v] = buf
                     if keep:
-                        self.resident[(body, v)] = buf
+                        self.resident[key] = buf
             operands.append(Operand(local[v], static_shape(v.type), mlir_dtype(element_type(v.type))))
         res = op.results[0]
         rbuf = self._buffer(ir.IntegerAttr(op.attributes["torq.lram_result"]).value + shift,

@@ -135,7 +135,7 @@ def post_order(func: ir.Operation) -> list[ir.Operation]:
     return order
 
 
-@dataclass(frozen=True)
+@dataclass
 class Root:
     """What the search needs to know about a root, read before anything is tiled
     (plain values: op handles do not survive the tiling)."""
@@ -146,6 +146,7 @@ class Root:
     shape: tuple[int, ...]  # the result's
     loop_of_dim: tuple[int | None, ...]  # loop indexing each result dim (None: not a plain loop)
     n_loops: int
+    outer: int | None = None  # result dim whose loop the chosen tiling puts outermost (None: loop order)
 
     def loop_sizes(self, sizes: list[int]) -> list[int]:
         """Per-result-dim tile sizes as the per-loop sizes transform.structured.fuse takes."""
@@ -157,6 +158,13 @@ class Root:
 
     def tileable(self, d: int) -> bool:
         return self.loop_of_dim[d] is not None and self.shape[d] > 1
+
+    def interchange(self, outer: int | None) -> list[int] | None:
+        """Loop order putting the loop of result dim `outer` outermost (None: as is)."""
+        if outer is None:
+            return None
+        first = self.loop_of_dim[outer]
+        return [first] + [l for l in range(self.n_loops) if l != first]
 
 
 def root_facts(op: ir.Operation, order: int) -> Root | None:
@@ -176,22 +184,25 @@ def root_facts(op: ir.Operation, order: int) -> Root | None:
 
 # --- tiling on the IR ------------------------------------------------------------
 
-def tile_and_fuse(module_op: ir.Operation, loop_sizes: list[int]) -> None:
+def tile_and_fuse(module_op: ir.Operation, loop_sizes: list[int], interchange: list[int] | None = None) -> None:
     """Tile the op tagged TILE_ROOT in `module_op` by `loop_sizes` (one per loop,
-    0 = untiled), fusing its producers."""
+    0 = untiled), fusing its producers; `interchange` orders the loops (outermost
+    first). Loop-invariant code motion then hoists a slice that depends only on
+    an outer loop (a weight slice in a 2-D nest) out of the inner one, so it is
+    loaded once per outer iteration (tile_schedule.invariant_loops)."""
     n_loops = sum(1 for s in loop_sizes if s)
     loops = ", ".join(["!transform.any_op"] * n_loops)
     seq = ir.Module.parse(f"""
 module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.readonly}}) {{
     %op = transform.structured.match attributes {{{TILE_ROOT}}} in %root : (!transform.any_op) -> !transform.any_op
-    %tiled{', %loops:' + str(n_loops) if n_loops else ''} = transform.structured.fuse %op tile_sizes {loop_sizes}
+    %tiled{', %loops:' + str(n_loops) if n_loops else ''} = transform.structured.fuse %op tile_sizes {loop_sizes}{' interchange ' + str(interchange) if interchange else ''}
         : (!transform.any_op) -> (!transform.any_op{', ' + loops if n_loops else ''})
     transform.yield
   }}
 }}""")
     interpreter.apply_named_sequence(module_op, seq.body.operations[0], seq)
-    passmanager.PassManager.parse("builtin.module(canonicalize,cse)").run(module_op)
+    passmanager.PassManager.parse("builtin.module(canonicalize,cse,loop-invariant-code-motion)").run(module_op)
 
 
 def _root_loop(func: ir.Operation) -> ir.Operation | None:
@@ -234,15 +245,15 @@ def _has_dynamic_tensors(func: ir.Operation) -> bool:
                for op in walk_ops(func) for r in op.results)
 
 
-def _lowered_tiling(source: ir.Module | ir.Operation,
-                    loop_sizes: list[int] | None) -> tuple[ir.Module, ir.Operation | None]:
+def _lowered_tiling(source: ir.Module | ir.Operation, loop_sizes: list[int] | None,
+                    interchange: list[int] | None = None) -> tuple[ir.Module, ir.Operation | None]:
     """A copy of the function (`source`, or the one in module `source`) with its
     TILE_ROOT op tiled by `loop_sizes` and lowered to TorqHL; the function is None
     when some tile has no static shape. Keep the module alive while using the function."""
     func = source.body.operations[0].operation if isinstance(source, ir.Module) else source
     scratch, clone = _clone(func)
     if loop_sizes and any(loop_sizes):
-        tile_and_fuse(scratch.operation, loop_sizes)
+        tile_and_fuse(scratch.operation, loop_sizes, interchange)
         clone = scratch.body.operations[0].operation
     if _has_dynamic_tensors(clone):
         return scratch, None  # e.g. a fused reshape whose slice sizes depend on the loop
@@ -250,10 +261,11 @@ def _lowered_tiling(source: ir.Module | ir.Operation,
     return scratch, clone
 
 
-def footprint(source: ir.Module | ir.Operation, loop_sizes: list[int] | None, options: PassOptions) -> int:
+def footprint(source: ir.Module | ir.Operation, loop_sizes: list[int] | None, options: PassOptions,
+              interchange: list[int] | None = None) -> int:
     """LRAM bytes (allocator end, one buffer set) the function (`source`, or the one
     in module `source`) needs with its TILE_ROOT op tiled by `loop_sizes`."""
-    scratch, clone = _lowered_tiling(source, loop_sizes)
+    scratch, clone = _lowered_tiling(source, loop_sizes, interchange)
     if clone is None:
         return UNREPRESENTABLE
     end, _ = plan_function(clone, options, annotate=False)
@@ -261,10 +273,10 @@ def footprint(source: ir.Module | ir.Operation, loop_sizes: list[int] | None, op
 
 
 def predicted_traffic(source: ir.Module | ir.Operation, loop_sizes: list[int] | None,
-                      options: PassOptions) -> Traffic:
+                      options: PassOptions, interchange: list[int] | None = None) -> Traffic:
     """DDR traffic of the program the function in `source` becomes with its TILE_ROOT
     op tiled by `loop_sizes` (a tiling `footprint` accepted)."""
-    scratch, clone = _lowered_tiling(source, loop_sizes)
+    scratch, clone = _lowered_tiling(source, loop_sizes, interchange)
     plan_function(clone, options, annotate=True)
     program, _ = build_program(clone, options)
     return program_traffic(program)
@@ -290,19 +302,20 @@ class _Search:
         self.smallest: int | None = None
         self.footprints: dict[tuple, int] = {}
 
-    def footprint(self, sizes: list[int]) -> int:
-        key = tuple(sizes)
+    def footprint(self, sizes: list[int], outer: int | None = None) -> int:
+        key = (tuple(sizes), outer)
         if key not in self.footprints:
-            fp = footprint(self.slice, self.root.loop_sizes(sizes), self.options)
+            fp = footprint(self.slice, self.root.loop_sizes(sizes), self.options, self.root.interchange(outer))
             self.footprints[key] = fp
             if fp < UNREPRESENTABLE:
                 self.smallest = fp if self.smallest is None else min(self.smallest, fp)
         return self.footprints[key]
 
-    def traffic(self, sizes: list[int]) -> Traffic:
-        return predicted_traffic(self.slice, self.root.loop_sizes(sizes), self.options)
+    def traffic(self, sizes: list[int], outer: int | None = None) -> Traffic:
+        return predicted_traffic(self.slice, self.root.loop_sizes(sizes), self.options,
+                                 self.root.interchange(outer))
 
-    def largest_fitting(self, base: list[int], d: int) -> int | None:
+    def largest_fitting(self, base: list[int], d: int, outer: int | None = None) -> int | None:
         """Largest divisor t < extent with base[d] = t fitting; footprint grows with t."""
         extent = self.root.shape[d]
         cands = [t for t in _divisors(extent) if t < extent]
@@ -311,7 +324,7 @@ class _Search:
             mid = (lo + hi) // 2
             trial = base.copy()
             trial[d] = cands[mid]
-            if self.footprint(trial) <= self.budget:
+            if self.footprint(trial, outer) <= self.budget:
                 best, lo = cands[mid], mid + 1
             else:
                 hi = mid - 1
@@ -356,7 +369,41 @@ def _least_traffic_sizes(search: _Search) -> list[int] | None:
         scored.append((search.traffic(sizes).dma_bytes, _tile_count(shape, sizes), rank, sizes))
     if scored:
         return min(scored)[3]
-    return _first_fitting_sizes(search)
+    return _two_dim_sizes(search) or _first_fitting_sizes(search)
+
+
+def _two_dim_sizes(search: _Search) -> list[int] | None:
+    """When no dimension fits alone: for each ordered pair (a outer, b inner) of
+    tileable dims, the largest a tile that fits with b at 1 (the operand slice
+    indexed by a alone, e.g. a matmul's weight columns, stays loaded over the inner
+    loop, so a larger t_a means fewer re-reads of what b indexes), also half of it,
+    each with the largest fitting t_b; of those, the least predicted DDR traffic,
+    then the fewest tiles. Sets `search.root.outer` to the chosen outer dim."""
+    shape = search.root.shape
+    dims = [d for d in range(len(shape)) if search.root.tileable(d)]
+    scored = []
+    for a in dims:
+        for b in dims:
+            if a == b:
+                continue
+            base = [0] * len(shape)
+            base[b] = 1
+            t_max = search.largest_fitting(base, a, outer=a)
+            if t_max is None:
+                continue
+            for t_a in {t_max, max((t for t in _divisors(shape[a]) if t <= t_max // 2), default=t_max)}:
+                sizes = [0] * len(shape)
+                sizes[a] = t_a
+                t_b = search.largest_fitting(sizes, b, outer=a)
+                if t_b is None:
+                    continue
+                sizes[b] = t_b
+                scored.append((search.traffic(sizes, outer=a).dma_bytes, _tile_count(shape, sizes), a, b, sizes))
+    if not scored:
+        return None
+    best = min(scored)
+    search.root.outer = best[2]
+    return best[4]
 
 
 def choose_tile_sizes(func: ir.Operation, root: Root, options: PassOptions,
@@ -375,8 +422,9 @@ def choose_tile_sizes(func: ir.Operation, root: Root, options: PassOptions,
                 f"{root.location}: error: {root.name}: cannot fit LRAM even with size-1 tiles: "
                 f"{smallest}, budget {search.budget} bytes")
     if record is not None:
-        record.update(_record(root, sizes, search.footprint(sizes or [0] * len(root.shape)), untiled,
+        record.update(_record(root, sizes, search.footprint(sizes or [0] * len(root.shape), root.outer), untiled,
                               len(search.footprints)))
+        record["outer_dim"] = root.outer
     return sizes
 
 
@@ -507,7 +555,7 @@ class _Tiler:
         else:
             sizes = choose_tile_sizes(self.func, root, self.options, record, force)
         if sizes is not None:
-            tile_and_fuse(_enclosing_module(self.func), root.loop_sizes(sizes))
+            tile_and_fuse(_enclosing_module(self.func), root.loop_sizes(sizes), root.interchange(root.outer))
             loop = _root_loop(self.func)
             self.fused |= _orders_in(loop)
             if record is not None:
