@@ -126,6 +126,13 @@ def _phase_fns():
 # Host code and host-fallback dispatches run on this machine's CPU.
 HOST_FLAGS = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
               "--iree-llvmcpu-target-cpu=host"]
+# Dispatch formation for the NPU: a conv's or pool's zero / -inf padding is
+# fused into the consumer's dispatch as a `tensor.pad` (torq-fold-padding
+# folds it into the op's own padding), instead of IREE's default of a producer
+# writing into a padded buffer (a box store the host would have to insert, and
+# a separate copy dispatch when the producer is the input or has other users).
+# User flags come later on the command line and override these.
+DISPATCH_FLAGS = ["--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops"]
 
 
 @dataclass
@@ -185,7 +192,7 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
     to_phase, from_phase = _phase_fns()
     flags = list(options.iree_flags)
     if options.torq:
-        flags = HOST_FLAGS + flags
+        flags = HOST_FLAGS + DISPATCH_FLAGS + flags
     try:
         session.set_flags(*flags)
     except ValueError as e:

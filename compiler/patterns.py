@@ -38,7 +38,10 @@ as multiplications): GELU (both torch forms), sigmoid, SiLU and the layer
 norm scale lower this way; softmax arrives decomposed (see pipeline.py) into
 max and sum reductions and elementwise ops. A box read (`box_read`: a copy of
 part of an input, made by dispatch extraction) computes nothing and belongs to
-the group that reads it. Anything else is `Unsupported` with a reason, and the
+the group that reads it. A `tensor.pad` whose users are all conv / pooling
+inputs padded on their window dims (`padding_fold`) belongs to no group:
+torq-fold-padding turns it into a view (`PAD_VIEW`) whose padding the
+consuming op applies. Anything else is `Unsupported` with a reason, and the
 dispatch stays on host.
 MACs (the `macs` of a group): multiply-accumulates for convolutions and
 matmuls; window elements read for pooling; input elements read for reduce.
@@ -54,7 +57,7 @@ import numpy as np
 from iree.compiler import ir
 
 from torq.runtime.program import EPILOGUE_INT_TYPES, Epilogue, EpilogueStep, Ref
-from .ir_utils import constant_of, mlir_dtype, static_shape
+from .ir_utils import constant_of, int_array, mlir_dtype, static_shape
 
 FUSE_GROUP = "torq-fuse-group"
 FUSE_GROUP_ID = "torq-fuse-group-id"
@@ -802,6 +805,85 @@ def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: i
     raise Unsupported("elementwise body without linalg.yield")
 
 
+# --- padding folded into its consumers ----------------------------------------------
+
+# What a folded `tensor.pad` becomes (torq-fold-padding): an unregistered
+# `torq.pad` op with the same operand and result and attrs `low` / `high`.
+# It has no TilingInterface, so tiling leaves it outside the tile loops and
+# a tile reads a static box of the padded tensor; the NSS program reads only
+# the part of that box inside the source tensor and hands the rest to the
+# consuming op as its `pad` attr (see torq-build-nss-program).
+PAD_VIEW = "torq.pad"
+# Consumers that pad their input themselves (with any constant value: zero,
+# -inf for max pooling, the input zero point of an int8 conv).
+_PADDING_CONSUMERS = ("conv2d", "depthwise_conv2d", "avg_pool2d", "maxpool2d")
+
+
+@dataclass
+class Padding:
+    """Static low / high padding amounts per dim of a `tensor.pad` and its value."""
+    low: list[int]
+    high: list[int]
+    value: float | int
+
+
+def _window_extents(op: ir.Operation) -> dict[int, int]:
+    """Input dim -> window extent ((k - 1) * dilation + 1) of each dim the principal
+    `op` reads as `out * stride + k * dilation` through its first operand."""
+    its, ranges = _iterators(op), _loop_ranges(op)
+    out = {}
+    for i, e in enumerate(_maps(op)[0].results):
+        terms = _linear_terms(e)
+        if terms is None or len(terms) != 2:
+            continue
+        (a, ca), (b, cb) = terms
+        red, c = (a, ca) if its[a] == "reduction" else (b, cb)
+        out[i] = (ranges[red] - 1) * c + 1
+    return out
+
+
+def padding_fold(op: ir.Operation) -> Padding:
+    """The padding of a `tensor.pad` whose every user can pad its input itself.
+
+    Foldable: static amounts, a constant pad value, and every user a conv2d,
+    depthwise_conv2d, avg_pool2d or maxpool2d principal reading the padded
+    tensor as its input (first operand) only, with padding only on the dims
+    it slides its window over (H, W), each amount smaller than the window
+    extent (so every output reads at least one real element). Raises
+    Unsupported otherwise.
+    """
+    try:
+        low = int_array(op.attributes["static_low"])
+        high = int_array(op.attributes["static_high"])
+    except KeyError:
+        raise Unsupported("padding with dynamic amounts") from None
+    if len(op.operands) != 1 or any(x < 0 for x in low + high):
+        raise Unsupported("padding with dynamic or negative amounts")
+    body = _body_ops(op)
+    value = constant_of(body[-1].operands[0]) if body and body[-1].name == "tensor.yield" else None
+    if value is None or value.ndim != 0:
+        raise Unsupported("padding with a value that is not a constant")
+    users = [u.owner for u in op.results[0].uses]
+    if not users:
+        raise Unsupported("padding nothing reads")
+    for user in users:
+        con = classify_principal(user) if not isinstance(user, ir.Block) else None
+        kind = con.kind if con is not None else None
+        if kind not in _PADDING_CONSUMERS:
+            raise Unsupported(f"padding read by {user.name if not isinstance(user, ir.Block) else 'a block'} "
+                              f"(only a conv or pooling input folds its padding)")
+        if [i for i, v in enumerate(user.operands) if v == op.results[0]] != [0]:
+            raise Unsupported(f"padding read by {kind} other than as its input")
+        extents = _window_extents(user)
+        for d, (lo, hi) in enumerate(zip(low, high)):
+            if (lo or hi) and d not in extents:
+                raise Unsupported(f"padding of input dim {d} of {kind}, which is no window dim")
+            if (lo or hi) and max(lo, hi) >= extents[d]:
+                raise Unsupported(f"padding of {max(lo, hi)} on input dim {d} of {kind}, not smaller "
+                                  f"than its window extent {extents[d]}")
+    return Padding(low, high, int(value) if value.dtype.kind in "iu" else float(value))
+
+
 # --- groups -------------------------------------------------------------------------
 
 def _single_user(v: ir.Value) -> ir.Operation | None:
@@ -1124,8 +1206,13 @@ def _box_reads_of(values: list, ops: list[ir.Operation]) -> list[ir.Operation]:
 def match_group(op: ir.Operation) -> Match | None:
     """The Torq group whose principal op is `op`, or None if `op` is no principal.
 
-    Raises Unsupported when `op` is a linalg op no pattern covers.
+    Raises Unsupported when `op` is a linalg op no pattern covers, or a
+    `tensor.pad` its users cannot fold (`padding_fold`; a foldable one is
+    part of no group: torq-fold-padding makes it a view its users read).
     """
+    if op.name == "tensor.pad":
+        padding_fold(op)
+        return None
     if op.name != "linalg.generic":
         return None
     con = classify_principal(op)

@@ -13,12 +13,12 @@ from types import ModuleType
 from iree.compiler import ir, passmanager
 
 from .ir_utils import CompileError
-from .passes import (PassOptions, assign_lram_addresses, build_nss_program, convert_dtypes,
+from .passes import (PassOptions, assign_lram_addresses, build_nss_program, convert_dtypes, fold_padding,
                      lower_to_torq_hl, mark_patterns_for_super_tiling, serialize_executable,
                      super_tiling)
 
 PASSES: dict[str, ModuleType] = {m.NAME: m for m in (
-    convert_dtypes, mark_patterns_for_super_tiling, super_tiling, lower_to_torq_hl,
+    convert_dtypes, fold_padding, mark_patterns_for_super_tiling, super_tiling, lower_to_torq_hl,
     assign_lram_addresses, build_nss_program, serialize_executable)}
 
 # Normalisation first: named linalg ops become generics the matchers read;
@@ -27,7 +27,7 @@ PASSES: dict[str, ModuleType] = {m.NAME: m for m in (
 PRE_PASSES = ("func.func(iree-codegen-decompose-softmax{use-fusion=false}),"
               "linalg-generalize-named-ops,canonicalize,cse")
 
-DISPATCH_PIPELINE = [PRE_PASSES, convert_dtypes.NAME, mark_patterns_for_super_tiling.NAME,
+DISPATCH_PIPELINE = [PRE_PASSES, convert_dtypes.NAME, fold_padding.NAME, mark_patterns_for_super_tiling.NAME,
                      super_tiling.NAME, lower_to_torq_hl.NAME, assign_lram_addresses.NAME,
                      build_nss_program.NAME, serialize_executable.NAME]
 

@@ -74,7 +74,7 @@ def _check_supported(func: ir.Operation, options: PassOptions) -> str:
     groups = 0
     gathers = []
     for op in walk_ops(func):
-        if op.name.startswith("linalg."):
+        if op.name.startswith("linalg.") or op.name == "tensor.pad":  # a pad folds into its users or not
             if is_zero_fill(op):
                 continue
             try:
@@ -94,7 +94,7 @@ def _check_supported(func: ir.Operation, options: PassOptions) -> str:
                 return "f32 compute requested on host (--torq-keep-f32)"
             if s not in SUPPORTED_DTYPES:
                 return f"{op.name} computes in {s}, which the slices do not support"
-        if op.name not in ("func.func", "func.return", "arith.constant", "tensor.empty") \
+        if op.name not in ("func.func", "func.return", "arith.constant", "tensor.empty", "tensor.pad") \
                 and not op.name.startswith("linalg.") and op.parent is not None \
                 and op.parent.name == "func.func":
             return f"'{op.name}' has no Torq lowering"

@@ -689,6 +689,8 @@ def _nbytes(shape: tuple[int, ...], dtype: str) -> int:
 # Compute ops whose attrs and operand shapes determine the result shape and
 # MAC count; the validator checks them before anything runs.
 _SHAPED_OPS = ("depthwise_conv2d", "maxpool2d", "avg_pool2d", "reduce")
+# Ops that take a `pad` attr (their input read with padding around H and W).
+_PADDING_OPS = ("conv2d", "depthwise_conv2d", "maxpool2d", "avg_pool2d")
 _INT_DTYPES = ("i8", "i16", "i32")
 
 
@@ -703,7 +705,8 @@ def validate_program(p: Program, hw: TorqHw | None = None) -> None:
     only inside its live range, DMA boxes inside their tensor, box and operand
     bytes within the buffer size, epilogue refs in range; for depthwise_conv2d,
     maxpool2d, avg_pool2d and reduce: attrs well formed, result shape and macs
-    as the attrs and operand shapes give them).
+    as the attrs and operand shapes give them, the input's `pad` included; a
+    `pad` attr only on conv2d, depthwise_conv2d and the poolings).
     """
     if hw is None:
         try:
@@ -859,9 +862,24 @@ class _Validator:
         self.check_operand(i, c.result, "result")
         if c.macs < 0:
             self.fail(f"command {i}: negative macs {c.macs}")
+        if "pad" in c.attrs:
+            self.check_pad(i, c)
         if c.op in _SHAPED_OPS:
             self.check_shaped_op(i, c)
         self.check_epilogue(i, c)
+
+    def check_pad(self, i: int, c: Compute) -> None:
+        """The `pad` attr: four non-negative ints, on an op that pads its input itself;
+        `pad_value` a number (an integer for an integer operand)."""
+        pad, value = c.attrs["pad"], c.attrs.get("pad_value", 0)
+        if c.op not in _PADDING_OPS:
+            self.fail(f"command {i} ({c.op}): attr pad on an op that does not pad its input")
+        if not (isinstance(pad, list) and len(pad) == 4 and all(isinstance(p, int) and p >= 0 for p in pad)):
+            self.fail(f"command {i} ({c.op}): attr pad must be four non-negative ints [top, bottom, left, right], "
+                      f"got {pad!r}")
+        if not isinstance(value, (int, float)) or (c.operands and c.operands[0].dtype in _INT_DTYPES
+                                                   and not isinstance(value, int)):
+            self.fail(f"command {i} ({c.op}): attr pad_value {value!r} is not a value of its input")
 
     def check_shaped_op(self, i: int, c: Compute) -> None:
         """depthwise_conv2d / maxpool2d / avg_pool2d / reduce: attrs well formed, and
@@ -888,6 +906,10 @@ class _Validator:
                                      len(x.shape))
             out_dims = self.dims_attr(what, a, "output_dims", "NCHW", "N" if c.op == "depthwise_conv2d" else "NC")
             size = dict(zip(in_dims, x.shape))
+            if "pad" in a:  # the op reads its input padded (check_pad ran)
+                top, bottom, left, right = a["pad"]
+                size["H"] += top + bottom
+                size["W"] += left + right
             (sh, sw), (dh, dw) = self.pair_attr(what, a, "stride"), self.pair_attr(what, a, "dilation")
             if c.op == "depthwise_conv2d":
                 w = c.operands[1]

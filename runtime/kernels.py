@@ -97,6 +97,32 @@ def _dims(attrs: dict, key: str, letters: str, rank: int, optional: str = "") ->
     return d
 
 
+def _padded(x: np.ndarray, dims: str, attrs: dict, op: str) -> np.ndarray:
+    """`x` (laid out per `dims`) with the attr `pad` [top, bottom, left, right] applied
+    to its H and W dims: the rows and columns the op reads outside its operand hold
+    attr `pad_value` (default 0), which must be representable in the operand dtype."""
+    pad = attrs.get("pad")
+    if pad is None:
+        return x
+    if (not isinstance(pad, (list, tuple)) or len(pad) != 4
+            or not all(isinstance(p, (int, np.integer)) and p >= 0 for p in pad)):
+        raise KernelError(f"{op} attr pad must be four non-negative ints [top, bottom, left, right], got {pad!r}")
+    widths = [(0, 0)] * x.ndim
+    widths[dims.index("H")] = (int(pad[0]), int(pad[1]))
+    widths[dims.index("W")] = (int(pad[2]), int(pad[3]))
+    value = attrs.get("pad_value", 0)
+    if not isinstance(value, (int, float, np.number)):
+        raise KernelError(f"{op} attr pad_value must be a number, got {value!r}")
+    if np.issubdtype(x.dtype, np.integer):
+        info = np.iinfo(x.dtype)
+        if float(value) != int(value) or not info.min <= int(value) <= info.max:
+            raise KernelError(f"{op} attr pad_value {value!r} is not a {x.dtype} value")
+    fill = np.asarray(value).astype(x.dtype)
+    if not np.issubdtype(x.dtype, np.integer) and not (np.isnan(fill) or float(fill) == float(value)):
+        raise KernelError(f"{op} attr pad_value {value!r} is not a {x.dtype} value")
+    return np.pad(x, widths, constant_values=fill)
+
+
 def _accumulate_domain(a: np.ndarray, b: np.ndarray, op: str) -> tuple[np.ndarray, np.ndarray, bool]:
     ia, ib = np.issubdtype(a.dtype, np.integer), np.issubdtype(b.dtype, np.integer)
     if ia != ib:
@@ -121,6 +147,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:
         return grouped_conv2d(x, w, attrs)
     in_dims = _dims(attrs, "input_dims", "NCHW", x.ndim, optional="N")
     w_dims = _dims(attrs, "weight_dims", "OCHW", w.ndim)
+    x = _padded(x, in_dims, attrs, "conv2d")
     sh, sw = _pair(attrs, "stride")
     dh, dw = _pair(attrs, "dilation")
     xs, ws, integer = _accumulate_domain(x, w, "conv2d")
@@ -232,6 +259,7 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[np.ndar
     in_dims = _letters(attrs, "input_dims", "NCHW", "N", op, x.ndim)
     w_dims = _letters(attrs, "weight_dims", "CHW", "", op, w.ndim)
     out_dims = _letters(attrs, "output_dims", "NCHW", "N", op)
+    x = _padded(x, in_dims, attrs, op)
     stride, dilation = _pair(attrs, "stride", op), _pair(attrs, "dilation", op)
     xs, ws, integer = _accumulate_domain(x, w, op)
     xs, ws = _canon(xs, in_dims, "NCHW"), _canon(ws, w_dims, "CHW")
@@ -267,6 +295,7 @@ def grouped_conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[np.ndarra
         raise KernelError(f"{op} dims {in_dims},{w_dims}->{out_dims}: G must be in all three or none; C in "
                           "input and weight or in neither, O in weight and output or in neither (both "
                           "required without G); H and W in the weight together or not at all")
+    x = _padded(x, in_dims, attrs, op)
     stride, dilation = _pair(attrs, "stride", op), _pair(attrs, "dilation", op)
     xs, ws, integer = _accumulate_domain(x, w, op)
     xs, ws = _canon(xs, in_dims, "NGCHW"), _canon(ws, w_dims, "GOCHW")
@@ -281,6 +310,7 @@ def grouped_conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[np.ndarra
 
 def _pool_windows(x: np.ndarray, attrs: dict, op: str) -> tuple[np.ndarray, str, bool]:
     in_dims = _letters(attrs, "input_dims", "NCHW", "NC", op, x.ndim)
+    x = _padded(x, in_dims, attrs, op)
     out_dims = _letters(attrs, "output_dims", "NCHW", "NC", op)
     kh, kw = _pair(attrs, "kernel", op, default=None)
     stride, dilation = _pair(attrs, "stride", op), _pair(attrs, "dilation", op)

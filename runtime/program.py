@@ -25,7 +25,7 @@ Compute ops (`Compute.op`) and their attributes:
 - "conv2d": operands [input, weight, *epilogue operands]. attrs:
   input_dims (str over N,C,H,W), weight_dims (str over O,C,H,W),
   output_dims (str over N,O,H,W; N only if input has N), stride [sh, sw],
-  dilation [dh, dw]. No padding: padding is materialised before the op.
+  dilation [dh, dw], optional pad [top, bottom, left, right] (see Padding).
   out[n,o,y,x] = sum_{c,i,j} in[n,c,y*sh+i*dh,x*sw+j*dw] * w[o,c,i,j]
   MACs = output elements * C * kh * kw.
   Grouped: with a G letter in all three dims strings (input over
@@ -41,20 +41,20 @@ Compute ops (`Compute.op`) and their attributes:
   out[b,m,n] = sum_k lhs[b,m,k] * rhs[b,k,n]; MACs = output elements * K.
 - "depthwise_conv2d": operands [input, weight, *epilogue operands]. attrs:
   input_dims (str over N,C,H,W; N optional), weight_dims (str over C,H,W),
-  output_dims (str over N,C,H,W), stride, dilation; no padding.
+  output_dims (str over N,C,H,W), stride, dilation, optional pad.
   out[n,c,y,x] = sum_{i,j} in[n,c,y*sh+i*dh,x*sw+j*dw] * w[c,i,j]
   MACs = output elements * kh * kw.
 - "maxpool2d": operands [input, *epilogue operands]. attrs: input_dims and
   output_dims (str over N,C,H,W; N and C optional), kernel [kh, kw], stride,
-  dilation; no padding (torch pads with -inf, TOSA int8 with -128, before
-  the op). out[n,c,y,x] = max_{i<kh,j<kw} in[n,c,y*sh+i*dh,x*sw+j*dw].
+  dilation, optional pad and pad_value (torch pads max pooling with -inf,
+  TOSA int8 with -128).
+  out[n,c,y,x] = max_{i<kh,j<kw} in[n,c,y*sh+i*dh,x*sw+j*dw].
   Counted (the `macs` field, timed like MACs) as window elements read:
   output elements * kh * kw.
 - "avg_pool2d": as maxpool2d, float only:
   out[n,c,y,x] = (sum_{i<kh,j<kw} in[n,c,y*sh+i*dh,x*sw+j*dw]) / (kh*kw),
-  summed in f32, one f32 division. The padding (zeros) is materialised, so
-  the divisor is the full window: torch's count_include_pad=True. Counted as
-  maxpool2d.
+  summed in f32, one f32 division. The divisor is the full window, padding
+  included: torch's count_include_pad=True. Counted as maxpool2d.
 - "reduce": operands [input, *epilogue operands]. attrs: mode ("sum",
   "mean" or "max"), axes (list of distinct input dims to reduce). The result
   is the input without those dims, the others in order. sum/mean accumulate
@@ -64,6 +64,13 @@ Compute ops (`Compute.op`) and their attributes:
   elements read.
 - "elementwise": operands [*epilogue operands]; the result has the shape of
   `result`; there is no principal value.
+Padding: with `pad` = [top, bottom, left, right], `in` above is the input
+operand with that many rows above / below and columns left / right of its H
+and W dims holding `pad_value` (a number of the operand dtype, default 0:
+zero for convs, -inf for torch max pooling, the input zero point of an int8
+conv), so the operand is the unpadded box (what its DMA-in moved) and the
+result shape follows from the padded size. The slice applies it while
+reading its window; no byte of padding is stored in DDR or moved by a DMA.
 All end with the same `epilogue` attr (see `Epilogue`), applied
 elementwise on the f32 (or i32) principal result before the store.
 

@@ -20,6 +20,13 @@ The function gets `torq.distribution`: {"strategy", "slices", "bodies":
 "general". Buffers keep the offsets `torq-assign-lram-addresses` gave them,
 so tiles on different slices that reuse the same bytes are ordered by the
 simulator's dependency rules (see runtime/timing.py).
+
+Padding (`torq.pad`, see torq-fold-padding): a box of a padded view is a box
+of the source tensor that may reach past its edges. The DMA-in moves only
+the part inside the source; the operand's shape is that part, and the
+consuming op gets the rest as its `pad` attr [top, bottom, left, right] (on
+the dims its input_dims name H and W) and the view's value as `pad_value`,
+so padding moves no bytes.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from torq.runtime.program import (Compute, DmaIn, DmaOut, LramBuffer, Operand, P
 from ..ir_utils import (CompileError, constant_of, element_type, int_array, mlir_dtype,
                         static_shape, tensor_nbytes)
 from ..nss_ir import program_to_function
-from ..patterns import epilogue_from_json
+from ..patterns import PAD_VIEW, epilogue_from_json
 from ..slice_distribution import Distribution, form, parse_distribution, slice_of
 from ..tile_schedule import enclosing_loops, is_torq_hl
 from . import PassOptions
@@ -57,6 +64,9 @@ class _Builder:
         self.commands: list = []
         self.env: dict = {}  # index values
         self.views: dict = {}  # extract_slice results -> (tensor, offsets, sizes)
+        # Views of a padded tensor -> (offsets, sizes) of the real data in the view's tensor, pad value.
+        self.valid: dict = {}
+        self.buffer_view: dict[int, tuple] = {}  # DMA-ed buffer -> (operand shape, (pad, value) or None)
         self.tiles = 0
         self.bodies: list[ir.Block] = []  # distinct tile bodies, in order of first execution
         self.tile_bodies: list[int] = []  # tile index -> index in `bodies` of the body it iterates
@@ -160,6 +170,10 @@ class _Builder:
                 offsets, sizes = self._slice_params(op, 1)
                 self.views[op.results[0]] = (tensor, tuple(b + o for b, o in zip(base, offsets)),
                                              tuple(sizes))
+                if op.operands[0] in self.valid:
+                    self.valid[op.results[0]] = self.valid[op.operands[0]]
+            elif name == PAD_VIEW:
+                self._pad_view(op)
             elif name == "tensor.insert_slice":
                 continue  # its DMA-out is emitted right after the compute (see _dma_out)
             elif name == "scf.for":
@@ -170,6 +184,42 @@ class _Builder:
                 self.compute(op, local_buffers, tile)
             else:
                 raise CompileError(f"unexpected op {name} in a Torq tile")
+
+    def _pad_view(self, op: ir.Operation) -> None:
+        """The padded tensor as a view of its source's DDR tensor reaching past its edges."""
+        tensor, base, sizes = self.ddr(op.operands[0])
+        if op.operands[0] in self.valid:
+            raise CompileError("padding of a padded tensor")
+        low = int_array(op.attributes["low"])
+        value = op.attributes["value"]
+        value = ir.IntegerAttr(value).value if isinstance(value, ir.IntegerAttr) else ir.FloatAttr(value).value
+        self.views[op.results[0]] = (tensor, tuple(b - lo for b, lo in zip(base, low)),
+                                     tuple(static_shape(op.results[0].type)))
+        self.valid[op.results[0]] = (tuple(base), tuple(sizes), value)
+
+    def _clipped(self, v: ir.Value, op: ir.Operation, k: int):
+        """(tensor, offsets, sizes, (pad attr, pad value) or None) of the DMA box operand k of `op` reads."""
+        tensor, off, sizes = self.ddr(v)
+        if v not in self.valid:
+            return tensor, off, sizes, None
+        lo_v, size_v, value = self.valid[v]
+        new_off, new_sizes, low, high = [], [], [], []
+        for o, s, vo, vs in zip(off, sizes, lo_v, size_v):
+            a, b = max(o, vo), min(o + s, vo + vs)
+            if b <= a:
+                raise CompileError(f"{op.name}: a tile reads only padding")
+            new_off.append(a)
+            new_sizes.append(b - a)
+            low.append(a - o)
+            high.append(o + s - b)
+        if not any(low) and not any(high):
+            return tensor, tuple(new_off), tuple(new_sizes), None
+        dims = ir.StringAttr(op.attributes["input_dims"]).value if "input_dims" in op.attributes else ""
+        padded = [d for d in range(len(low)) if low[d] or high[d]]
+        if k != 0 or "H" not in dims or "W" not in dims or any(dims[d] not in "HW" for d in padded):
+            raise CompileError(f"{op.name}: operand {k} reads padding the op cannot apply")
+        h, w = dims.index("H"), dims.index("W")
+        return tensor, tuple(new_off), tuple(new_sizes), ([low[h], high[h], low[w], high[w]], value)
 
     def _start_tile(self, block: ir.Block) -> int:
         body = self._body_index(block)
@@ -211,6 +261,7 @@ class _Builder:
             for r in o.operation.results:
                 self.env.pop(r, None)
                 self.views.pop(r, None)
+                self.valid.pop(r, None)
             for region in o.operation.regions:
                 for b in region.blocks:
                     self._clear_body_env(b)
@@ -244,19 +295,27 @@ class _Builder:
         shift = (self.tile_iteration[tile] % sets) * (ir.IntegerAttr(op.attributes["torq.lram_set_stride"]).value
                                            if sets > 1 else 0)
         operands = []
-        for v, off, keep in zip(op.operands, offsets, resident):
+        pad = None
+        for k, (v, off, keep) in enumerate(zip(op.operands, offsets, resident)):
             if v not in local:
                 key = self._resident_key(body, v, keep)
                 if keep and key in self.resident:
                     local[v] = self.resident[key]
                 else:
-                    tensor, box_off, box_sizes = self.ddr(v)
+                    tensor, box_off, box_sizes, box_pad = self._clipped(v, op, k)
                     buf = self._buffer(off if keep else off + shift, tensor_nbytes(v.type))
                     self.commands.append(DmaIn(tensor, tuple(box_off), tuple(box_sizes), buf))
+                    # a rank-reducing slice keeps its own (reduced) shape unless padding clipped the box
+                    self.buffer_view[buf] = (tuple(box_sizes) if box_pad is not None else static_shape(v.type), box_pad)
                     local[v] = buf
                     if keep:
                         self.resident[key] = buf
-            operands.append(Operand(local[v], static_shape(v.type), mlir_dtype(element_type(v.type))))
+            shape, box_pad = self.buffer_view.get(local[v], (static_shape(v.type), None))
+            if box_pad is not None:
+                if k != 0:
+                    raise CompileError(f"{op.name}: operand {k} reads padding the op cannot apply")
+                pad = box_pad
+            operands.append(Operand(local[v], shape, mlir_dtype(element_type(v.type))))
         res = op.results[0]
         rbuf = self._buffer(ir.IntegerAttr(op.attributes["torq.lram_result"]).value + shift,
                             tensor_nbytes(res.type))
@@ -268,6 +327,8 @@ class _Builder:
                 continue
             a = op.attributes[name]
             attrs[name] = a.value if isinstance(a, ir.StringAttr) else int_array(a)
+        if pad is not None:
+            attrs["pad"], attrs["pad_value"] = pad
         self.commands.append(Compute(op.name.split(".", 1)[1], operands,
                                      Operand(rbuf, static_shape(res.type), mlir_dtype(element_type(res.type))),
                                      attrs, epilogue_from_json(ir.StringAttr(op.attributes["epilogue"]).value),

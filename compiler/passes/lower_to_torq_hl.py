@@ -13,6 +13,8 @@ average pooling) reads a `tensor.extract_slice` of the gathered box, and its
 constant extra results become operand-less `torq_hl.elementwise` ops. A box
 read (`patterns.box_read`: a copy of part of an input) becomes the
 `tensor.extract_slice` of that box, which the NSS program reads as a DMA box.
+Padded views (`torq.pad`, torq-fold-padding) stay as they are: the NSS
+program reads their boxes and hands the padding to the consuming op.
 Afterwards no linalg op remains; a linalg op no pattern covers is a compile
 error naming it.
 """
@@ -23,7 +25,7 @@ from iree.compiler import ir
 
 from torq.runtime.program import Epilogue, EpilogueStep, Ref
 from ..ir_utils import CompileError, location_str, static_shape, walk_ops
-from ..patterns import (Gather, Match, Unsupported, box_read, epilogue_to_json, is_zero_fill,
+from ..patterns import (PAD_VIEW, Gather, Match, Unsupported, box_read, epilogue_to_json, is_zero_fill,
                         match_group)
 from . import PassOptions
 
@@ -125,8 +127,9 @@ def lower_function(func: ir.Operation) -> None:
 
 
 def _erase_dead(func: ir.Operation) -> None:
-    """Drop side-effect-free ops (empty, slices, constants) left without users."""
-    removable = {"tensor.empty", "tensor.extract_slice", "arith.constant"}
+    """Drop side-effect-free ops (empty, slices, constants, padded views) left without
+    users (tiling may leave a copy of a padded view in a loop)."""
+    removable = {"tensor.empty", "tensor.extract_slice", "arith.constant", PAD_VIEW}
     changed = True
     while changed:
         changed = False
