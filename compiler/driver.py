@@ -77,8 +77,9 @@ def parse_torq_flags(argv: list[str]) -> tuple[CompileOptions, list[str], bool]:
             elif key == "--torq-keep-f32":
                 opts.keep_f32 = value in ("", "true", "1")
             elif key == "--torq-super-tiling-strategy":
-                if value not in ("default", "seed"):
-                    raise UsageError(f"unknown --torq-super-tiling-strategy '{value}' (default, seed)")
+                from .passes.super_tiling import STRATEGIES
+                if value not in STRATEGIES:
+                    raise UsageError(f"unknown --torq-super-tiling-strategy '{value}' ({', '.join(STRATEGIES)})")
                 opts.strategy = value
             elif key == "--torq-slice-distribution":
                 from .slice_distribution import DistributionError, parse_distribution

@@ -14,7 +14,13 @@ Tile sizes divide the tiled dimension, so every tile has a static shape.
 
 Strategies (`--torq-super-tiling-strategy`):
 
-- `default` (exact): a root's *slice* is the root plus the untiled ops that
+- `default`: `traffic`'s tiling, then refined for cycles (`_parallel_sizes`):
+  the slices run tiles in parallel and DMA overlaps compute only across tiles,
+  so along the chosen dim (every tileable dim for a root left untiled) tilings
+  with 2 and 4 tiles per slice, and 2x and 4x the chosen count, are tried; one replaces the `traffic` choice
+  when it fits, moves no more DDR bytes and its program is predicted by
+  runtime/timing.py to take fewer cycles. 2-D tilings are kept as they are.
+- `traffic` (exact fit, least DDR traffic): a root's *slice* is the root plus the untiled ops that
   feed it (a scratch copy of the function returning only the root's result).
   A tiling fits when `lram_allocator` (what torq-assign-lram-addresses runs)
   places every buffer of the slice, tiled and lowered to TorqHL, within
@@ -69,8 +75,11 @@ from . import PassOptions
 from .assign_lram_addresses import plan_function
 from .build_nss_program import build_program
 from .lower_to_torq_hl import lower_function
+from torq.runtime.timing import schedule
 
 NAME = "torq-super-tiling"
+# --torq-super-tiling-strategy values (see the module docstring).
+STRATEGIES = ("default", "traffic", "seed")
 TILE_ROOT = "torq.tile_root"
 # Position of an op in the visiting order; the attribute follows the op into
 # every loop it is fused into, which is how fused ops are recognised.
@@ -272,14 +281,22 @@ def footprint(source: ir.Module | ir.Operation, loop_sizes: list[int] | None, op
     return end
 
 
+def predicted_cost(source: ir.Module | ir.Operation, loop_sizes: list[int] | None,
+                   options: PassOptions, interchange: list[int] | None = None) -> tuple[Traffic, int]:
+    """DDR traffic and cycles (runtime/timing.py's schedule, the simulator's own
+    model) of the program the function in `source` becomes with its TILE_ROOT op
+    tiled by `loop_sizes` (a tiling `footprint` accepted)."""
+    scratch, clone = _lowered_tiling(source, loop_sizes, interchange)
+    plan_function(clone, options, annotate=True)
+    program, _ = build_program(clone, options)
+    return program_traffic(program), schedule(program, options.hw).makespan
+
+
 def predicted_traffic(source: ir.Module | ir.Operation, loop_sizes: list[int] | None,
                       options: PassOptions, interchange: list[int] | None = None) -> Traffic:
     """DDR traffic of the program the function in `source` becomes with its TILE_ROOT
     op tiled by `loop_sizes` (a tiling `footprint` accepted)."""
-    scratch, clone = _lowered_tiling(source, loop_sizes, interchange)
-    plan_function(clone, options, annotate=True)
-    program, _ = build_program(clone, options)
-    return program_traffic(program)
+    return predicted_cost(source, loop_sizes, options, interchange)[0]
 
 
 def _divisors(n: int) -> list[int]:
@@ -301,6 +318,7 @@ class _Search:
         self.budget = options.hw.available_lram_bytes
         self.smallest: int | None = None
         self.footprints: dict[tuple, int] = {}
+        self.costs: dict[tuple, tuple[Traffic, int]] = {}
 
     def footprint(self, sizes: list[int], outer: int | None = None) -> int:
         key = (tuple(sizes), outer)
@@ -311,9 +329,15 @@ class _Search:
                 self.smallest = fp if self.smallest is None else min(self.smallest, fp)
         return self.footprints[key]
 
+    def cost(self, sizes: list[int], outer: int | None = None) -> tuple[Traffic, int]:
+        key = (tuple(sizes), outer)
+        if key not in self.costs:
+            self.costs[key] = predicted_cost(self.slice, self.root.loop_sizes(sizes), self.options,
+                                             self.root.interchange(outer))
+        return self.costs[key]
+
     def traffic(self, sizes: list[int], outer: int | None = None) -> Traffic:
-        return predicted_traffic(self.slice, self.root.loop_sizes(sizes), self.options,
-                                 self.root.interchange(outer))
+        return self.cost(sizes, outer)[0]
 
     def largest_fitting(self, base: list[int], d: int, outer: int | None = None) -> int | None:
         """Largest divisor t < extent with base[d] = t fitting; footprint grows with t."""
@@ -406,6 +430,46 @@ def _two_dim_sizes(search: _Search) -> list[int] | None:
     return best[4]
 
 
+# Tile counts tried, per slice, when more tiles may save cycles (see _parallel_sizes).
+PARALLEL_TILES_PER_SLICE = (2, 4)
+
+
+def _parallel_sizes(search: _Search, chosen: list[int] | None) -> list[int] | None:
+    """Refines a tiling that moves the fewest bytes for cycles: the slices compute
+    in parallel and DMA overlaps compute only across tiles (distinct buffer sets),
+    so a root left untiled or cut in few tiles may run faster in more. Along the
+    chosen dim (every tileable dim when untiled), tiles giving 2 and 4 tiles per
+    slice, and 2x and 4x the chosen tile count, are tried; one wins when it fits, moves no more DDR bytes than `chosen`
+    (e.g. output channels: the input stays loaded, each weight slice is read
+    once) and its program is predicted (runtime/timing.py) to take fewer cycles."""
+    root = search.root
+    base = chosen or [0] * len(root.shape)
+    if sum(1 for t in base if t) > 1:
+        return chosen  # 2-D tilings keep their shape
+    traffic, cycles = search.cost(base, root.outer)
+    best = (cycles, _tile_count(root.shape, base), base)
+    dims = [d for d, t in enumerate(base) if t] or [d for d in range(len(root.shape)) if root.tileable(d)]
+    slices = search.options.hw.slices
+    for d in dims:
+        extent, current = root.shape[d], base[d] or root.shape[d]
+        # Tile counts: a few per slice, and 2x / 4x the current count (when one
+        # tile's buffers leave no room for a second buffer set).
+        counts = {per_slice * slices for per_slice in PARALLEL_TILES_PER_SLICE}
+        counts |= {k * (extent // current) for k in (2, 4)}
+        for count in sorted(counts):
+            t = max((x for x in _divisors(extent) if extent // x >= count), default=None)
+            if t is None or t >= current:
+                continue
+            sizes = [0] * len(root.shape)
+            sizes[d] = t
+            if search.footprint(sizes, root.outer) > search.budget:
+                continue
+            t_traffic, t_cycles = search.cost(sizes, root.outer)
+            if t_traffic.dma_bytes <= traffic.dma_bytes and t_cycles < best[0]:
+                best = (t_cycles, _tile_count(root.shape, sizes), sizes)
+    return best[2] if any(best[2]) else None
+
+
 def choose_tile_sizes(func: ir.Operation, root: Root, options: PassOptions,
                       record: dict | None = None, force: bool = False) -> list[int] | None:
     """Per-result-dim tile sizes for the TILE_ROOT op (0 = untiled dim), or None when
@@ -421,6 +485,8 @@ def choose_tile_sizes(func: ir.Operation, root: Root, options: PassOptions,
             raise CompileError(
                 f"{root.location}: error: {root.name}: cannot fit LRAM even with size-1 tiles: "
                 f"{smallest}, budget {search.budget} bytes")
+    if options.super_tiling_strategy == "default":
+        sizes = _parallel_sizes(search, sizes)
     if record is not None:
         record.update(_record(root, sizes, search.footprint(sizes or [0] * len(root.shape), root.outer), untiled,
                               len(search.footprints)))

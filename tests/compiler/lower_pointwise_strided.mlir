@@ -4,7 +4,7 @@
 // MACs = 8 x 5 x 5 outputs x 4 input channels = 800. A strided channel read
 // (c at 2 * loop) is no convolution the slices run: see
 // lower_pointwise_strided_channel.mlir.
-// RUN: torq-opt %s --pass-pipeline='builtin.module(torq-mark-patterns-for-super-tiling,torq-super-tiling,torq-lower-to-torq-hl)' | FileCheck %s
+// RUN: torq-opt %s --pass-pipeline='builtin.module(torq-mark-patterns-for-super-tiling,torq-lower-to-torq-hl)' | FileCheck %s
 
 #in = affine_map<(o, y, x, c) -> (c, 2 * y, 2 * x)>
 #w = affine_map<(o, y, x, c) -> (o, c)>

@@ -1,9 +1,8 @@
-// torq-super-tiling on marked functions (the marks are written by hand, as
-// torq-mark-patterns-for-super-tiling would put them). A group whose untiled
-// program fits the LRAM budget is left alone; otherwise its bottom op is
-// tiled along the first dimension (in the seed order: dim 1, then dim 0, 2,
-// ...) that has a fitting divisor, with the largest fitting divisor, and the
-// whole group is fused into the loop.
+// torq-super-tiling (strategy `traffic`) on marked functions (the marks are
+// written by hand, as torq-mark-patterns-for-super-tiling would put them). A
+// group whose untiled program fits the LRAM budget is left alone; otherwise
+// its bottom op is tiled along the dimension whose largest fitting divisor
+// moves the fewest DDR bytes, and the whole group is fused into the loop.
 //
 // Budgets: SL2610 has (512 - 14) KiB = 509952 bytes; lram_kb=2,reserved_kb=0
 // gives 2048 bytes and lram_kb=1,reserved_kb=0 gives 1024 bytes. Footprints
@@ -12,9 +11,9 @@
 // result), each offset rounded up to lram_alignment = 64; all tensors are
 // bf16 (2 bytes). The footprint is the highest byte used.
 //
-// RUN: torq-opt %s --pass-pipeline='builtin.module(torq-super-tiling)' | FileCheck %s --check-prefix=FIT
-// RUN: torq-opt %s --torq-hw=SL2610:lram_kb=2,reserved_kb=0 --pass-pipeline='builtin.module(torq-super-tiling)' | FileCheck %s --check-prefix=T2K
-// RUN: torq-opt %s --torq-hw=SL2610:lram_kb=1,reserved_kb=0 --pass-pipeline='builtin.module(torq-super-tiling)' | FileCheck %s --check-prefix=T1K
+// RUN: torq-opt %s --torq-super-tiling-strategy=traffic --pass-pipeline='builtin.module(torq-super-tiling)' | FileCheck %s --check-prefix=FIT
+// RUN: torq-opt %s --torq-hw=SL2610:lram_kb=2,reserved_kb=0 --torq-super-tiling-strategy=traffic --pass-pipeline='builtin.module(torq-super-tiling)' | FileCheck %s --check-prefix=T2K
+// RUN: torq-opt %s --torq-hw=SL2610:lram_kb=1,reserved_kb=0 --torq-super-tiling-strategy=traffic --pass-pipeline='builtin.module(torq-super-tiling)' | FileCheck %s --check-prefix=T1K
 
 #in = affine_map<(o, y, x, c, i, j) -> (c, y + i, x + j)>
 #w = affine_map<(o, y, x, c, i, j) -> (o, c, i, j)>
@@ -58,7 +57,7 @@
 // weight 72*c at 0, bias 2*c, output 128*c, each aligned:
 //   c=4: 832 + (288 | 320..328 | 384..896) -> 1728;  c=2: 832 + 512 -> 1344;
 //   c=1: 832 + 320 -> 1152.
-// 2048 bytes: both 4 rows (1664) and 4 channels (1728) fit; the default
+// 2048 bytes: both 4 rows (1664) and 4 channels (1728) fit; the traffic
 // strategy takes the one with less DDR traffic: 4 channels read every byte
 // once (input 800 + weight 576 + bias 16 + output 1024 = 2416), 4 rows
 // re-read a 2-row halo of the input (2 x 480 + 576 + 16 + 1024 = 2576).

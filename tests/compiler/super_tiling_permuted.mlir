@@ -12,7 +12,7 @@
 // offset a in dim 1. Tiling loop 1 instead (b, 16 iterations) would be
 // the bug this test guards against.
 //
-// RUN: torq-opt %s --torq-hw=SL2610:lram_kb=12,reserved_kb=0 --pass-pipeline='builtin.module(torq-super-tiling)' | FileCheck %s
+// RUN: torq-opt %s --torq-hw=SL2610:lram_kb=12,reserved_kb=0 --torq-super-tiling-strategy=traffic --pass-pipeline='builtin.module(torq-super-tiling)' | FileCheck %s
 // RUN: torq-opt %s --torq-hw=SL2610:lram_kb=12,reserved_kb=0 --torq-super-tiling-strategy=seed --pass-pipeline='builtin.module(torq-super-tiling)' | FileCheck %s
 
 // CHECK-LABEL: func.func @transpose_add(

@@ -1,7 +1,7 @@
 // RUN: torq-opt %s --torq-hw=SL2610:lram_kb=36 --torq-super-tiling-strategy=seed --pass-pipeline='builtin.module(linalg-generalize-named-ops,torq-convert-dtypes,torq-mark-patterns-for-super-tiling,torq-super-tiling)' | FileCheck %s --check-prefix=SEED
 // RUN: not torq-opt %s --torq-hw=SL2610:lram_kb=36 --torq-super-tiling-strategy=seed --pass-pipeline='builtin.module(linalg-generalize-named-ops,torq-convert-dtypes,torq-mark-patterns-for-super-tiling,torq-super-tiling,torq-lower-to-torq-hl,torq-assign-lram-addresses)' 2>&1 | FileCheck %s --check-prefix=SEED-OVERFLOW
-// RUN: torq-opt %s --torq-hw=SL2610:lram_kb=36 --pass-pipeline='builtin.module(linalg-generalize-named-ops,torq-convert-dtypes,torq-mark-patterns-for-super-tiling,torq-super-tiling)' | FileCheck %s --check-prefix=DEFAULT
-// RUN: torq-opt %s --torq-hw=SL2610:lram_kb=36 --pass-pipeline='builtin.module(linalg-generalize-named-ops,torq-convert-dtypes,torq-mark-patterns-for-super-tiling,torq-super-tiling,torq-lower-to-torq-hl,torq-assign-lram-addresses)' | FileCheck %s --check-prefix=DEFAULT-FITS
+// RUN: torq-opt %s --torq-hw=SL2610:lram_kb=36 --torq-super-tiling-strategy=traffic --pass-pipeline='builtin.module(linalg-generalize-named-ops,torq-convert-dtypes,torq-mark-patterns-for-super-tiling,torq-super-tiling)' | FileCheck %s --check-prefix=DEFAULT
+// RUN: torq-opt %s --torq-hw=SL2610:lram_kb=36 --torq-super-tiling-strategy=traffic --pass-pipeline='builtin.module(linalg-generalize-named-ops,torq-convert-dtypes,torq-mark-patterns-for-super-tiling,torq-super-tiling,torq-lower-to-torq-hl,torq-assign-lram-addresses)' | FileCheck %s --check-prefix=DEFAULT-FITS
 
 // A conv whose weights dominate: bf16 input 16x10x10 (3,200 B), weights
 // 64x16x3x3 (18,432 B), output 64x8x8 (8,192 B): 29,824 B untiled, over the
@@ -15,12 +15,14 @@
 // 24,448 B. The allocator in torq-assign-lram-addresses refuses it with a
 // one-line error (no program is built).
 //
-// default: exact fit. Output rows: 2 rows fit (18,432 + 1,280 + 2,048 =
-// 21,760 B; 4 rows need 24,448 B), so 4 tiles that each re-read all the
-// weights: 4 * (1,280 + 18,432) + 8,192 = 87,040 B of DMA. Output channels
-// (dim 0): 32 channels fit (9,216 + 3,200 + 4,096 = 16,512 B), 2 tiles that
-// re-read only the input: 2 * 3,200 + 18,432 + 8,192 = 33,024 B. It picks
-// channels.
+// traffic (and default, whose cycle refinement is not run here): exact fit;
+// operands a tile loop does not slice stay loaded (resident). Output rows:
+// weights resident (18,432 B) + per tile input 16x4x10 (1,280 B) + output
+// 64x2x8 (2,048 B): 2 rows fit (21,760 B; 4 rows need 24,448 B), 4 tiles
+// whose halos re-read input rows: 18,432 + 4 * 1,280 + 8,192 = 31,744 B of
+// DMA. Output channels (dim 0): input resident (3,200 B) + 32 channels of
+// weights (9,216 B) + output (4,096 B) = 16,512 B fits, 2 tiles that read
+// every byte once: 3,200 + 18,432 + 8,192 = 29,824 B. It picks channels.
 func.func @weights_dominate(%in: tensor<16x10x10xf32>, %w: tensor<64x16x3x3xf32>) -> tensor<64x8x8xf32> {
   %zero = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<64x8x8xf32>
