@@ -46,15 +46,17 @@ class CompileOptions:
     compile_to: str = ""
     print_ir_after_all: bool = False
     dump_tiling: str = ""  # path of the JSON written by --torq-dump-tiling
+    host_fallback_on_error: bool = False
 
     def pass_options(self) -> PassOptions:
         return PassOptions(hw=self.hw, keep_f32=self.keep_f32, super_tiling_strategy=self.strategy,
                            slice_distribution=self.slice_distribution,
-                           tiling_log=[] if self.dump_tiling else None)
+                           tiling_log=[] if self.dump_tiling else None,
+                           host_fallback_on_error=self.host_fallback_on_error)
 
 
 TORQ_FLAGS = {"--torq-hw", "--torq-keep-f32", "--torq-super-tiling-strategy", "--torq-slice-distribution",
-              "--torq-print-ir-after-all", "--torq-quiet", "--torq-dump-tiling"}
+              "--torq-print-ir-after-all", "--torq-quiet", "--torq-dump-tiling", "--torq-host-fallback-on-error"}
 
 
 def parse_torq_flags(argv: list[str]) -> tuple[CompileOptions, list[str], bool]:
@@ -92,6 +94,8 @@ def parse_torq_flags(argv: list[str]) -> tuple[CompileOptions, list[str], bool]:
                 if not value:
                     raise UsageError("--torq-dump-tiling needs a path: --torq-dump-tiling=tiling.json")
                 opts.dump_tiling = value
+            elif key == "--torq-host-fallback-on-error":
+                opts.host_fallback_on_error = value in ("", "true", "1")
             elif key == "--torq-print-ir-after-all":
                 opts.print_ir_after_all = True
             elif key == "--torq-quiet":

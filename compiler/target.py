@@ -254,6 +254,8 @@ class TorqTarget:
             name = f"{_enclosing_function_name(dispatch)}_dispatch_{i}"
             macs = count_macs(dispatch)  # read-only, before the dispatch is replaced
             scratch = ir.Module.create()
+            log = self.options.tiling_log
+            first_record = len(log) if log is not None else 0
             try:
                 ex = extract_dispatch_function(dispatch, name, scratch)
                 passmanager.PassManager.parse(f"builtin.module({PRE_PASSES})").run(scratch.operation)
@@ -262,15 +264,20 @@ class TorqTarget:
                 reason = _check_supported(scratch.body.operations[0].operation, self.options)
                 if reason:
                     raise Unsupported(reason)
-                log = self.options.tiling_log
-                first_record = len(log) if log is not None else 0
                 run_passes(scratch, pipeline, self.options, self.print_after_all)
             except Unsupported as e:
                 self.remark(dispatch, f"dispatch {name} stays on host: {e}")
                 report.dispatches.append(DispatchDecision(name, "host", str(e), macs=macs))
                 continue
             except CompileError as e:
-                raise CompileError(f"{location_str(dispatch)}: dispatch {name}: {e}") from None
+                if not self.options.host_fallback_on_error:
+                    raise CompileError(f"{location_str(dispatch)}: dispatch {name}: {e}") from None
+                reason = f"Torq compile failed: {e}"
+                self.remark(dispatch, f"dispatch {name} stays on host: {reason}")
+                report.dispatches.append(DispatchDecision(name, "host", reason, macs=macs))
+                if log is not None:
+                    del log[first_record:]  # records of the abandoned attempt
+                continue
             func = ex.func = scratch.body.operations[0].operation
             if stopped is not None:
                 func.detach_from_parent()

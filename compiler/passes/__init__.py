@@ -15,3 +15,6 @@ class PassOptions:
     # When a list, torq-super-tiling appends one record per tiled root (--torq-dump-tiling).
     tiling_log: list | None = None
     slice_distribution: str = "cyclic"  # see slice_distribution.py: cyclic | block | block-cyclic[:B]
+    # --torq-host-fallback-on-error: a dispatch the Torq pipeline fails on stays on host
+    # with a remark (the error text) instead of failing the compile.
+    host_fallback_on_error: bool = False

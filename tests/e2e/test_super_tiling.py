@@ -82,6 +82,24 @@ def test_default_moves_no_more_than_seed(sample, tmp_path):
     assert error_figures(y_default, y_seed)[1] >= 0.99999
 
 
+def test_host_fallback_on_error_keeps_a_failing_dispatch_on_host():
+    """--torq-host-fallback-on-error: the seed's overflow (see above) leaves that
+    dispatch on the host with the error as its remark; the model still runs and
+    matches torch (benchmarks use this to count the seed's overflows)."""
+    torch.manual_seed(3)
+    conv = torch.nn.Conv2d(16, 64, 3, bias=False).eval()
+    x = torch.randn(1, 16, 10, 10, generator=torch.Generator().manual_seed(4))
+    cm = torq.compile(conv, x, hw="SL2610:lram_kb=36", remarks=None,
+                      flags=["--torq-super-tiling-strategy=seed", "--torq-host-fallback-on-error"])
+    (d,) = cm.report.dispatches
+    assert d.executor == "host"
+    assert re.search(r"^Torq compile failed: .*tile needs \d+ bytes of LRAM, budget is 22528$", d.reason)
+    with torch.no_grad():
+        ref = conv(x).numpy()
+    rel_l2, cosine = error_figures(cm(x.numpy()), ref)
+    assert rel_l2 <= 1e-5 and cosine >= 0.99999  # host f32
+
+
 @pytest.mark.parametrize("hw", ["SL2610", HW])
 def test_default_saves_cycles_without_moving_more_bytes(sample, tmp_path, hw):
     # `default` refines `traffic`'s tiling for cycles (more tiles, so both slices
