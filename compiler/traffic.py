@@ -10,14 +10,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from torq.runtime.program import DTYPE_BYTES, DmaIn, DmaOut, Program
+from torq.runtime.program import DTYPE_BYTES, DmaIn, DmaOut, Program, compulsory_bytes
 
 
 @dataclass(frozen=True)
 class Traffic:
     dma_bytes_in: int
     dma_bytes_out: int
-    compulsory_bytes: int  # each input, constant and output tensor once
+    compulsory_bytes: int  # runtime.program.compulsory_bytes: what the dispatch must move, once
 
     @property
     def dma_bytes(self) -> int:
@@ -34,5 +34,4 @@ def program_traffic(p: Program) -> Traffic:
     for c in p.commands:
         if isinstance(c, (DmaIn, DmaOut)):
             moved[type(c)] += math.prod(c.sizes) * DTYPE_BYTES[dtype[c.tensor]]
-    compulsory = sum(t.nbytes for t in p.tensors if t.kind != "scratch")
-    return Traffic(moved[DmaIn], moved[DmaOut], compulsory)
+    return Traffic(moved[DmaIn], moved[DmaOut], compulsory_bytes(p))

@@ -235,3 +235,27 @@ class Program:
 
     def outputs(self) -> list[TensorDesc]:
         return sorted((t for t in self.tensors if t.kind == "output"), key=lambda t: t.arg_index)
+
+
+def compulsory_bytes(p: Program) -> int:
+    """DESIGN §7's compulsory DDR bytes, counting what the dispatch needs: each
+    output tensor once, and of each input and constant the bytes its DMA-ins
+    read, each byte once (the union of their boxes). A strided conv that never
+    reads some rows of its input does not need them, so traffic ratio >= 1 and
+    efficiency <= 100% always hold. Scratch tensors do not count."""
+    import numpy as np
+
+    by_index = {t.index: t for t in p.tensors}
+    read: dict[int, np.ndarray] = {}
+    for c in p.commands:
+        if isinstance(c, DmaIn):
+            t = by_index[c.tensor]
+            mask = read.setdefault(c.tensor, np.zeros(t.shape, dtype=bool))
+            mask[tuple(slice(o, o + s) for o, s in zip(c.offsets, c.sizes))] = True
+    total = 0
+    for t in p.tensors:
+        if t.kind == "output":
+            total += t.nbytes
+        elif t.kind in ("input", "constant") and t.index in read:
+            total += int(read[t.index].sum()) * DTYPE_BYTES[t.dtype]
+    return total

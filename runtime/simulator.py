@@ -39,7 +39,7 @@ from torq.hw import TorqHw
 
 from .executable import ExecutableError, validate_program
 from .kernels import COMPUTE_OPS, NP_DTYPES, KernelError, eval_epilogue, run_principal, store
-from .program import DTYPE_BYTES, Compute, DmaIn, DmaOut, LramBuffer, Program, TensorDesc
+from .program import DTYPE_BYTES, Compute, DmaIn, DmaOut, LramBuffer, Program, TensorDesc, compulsory_bytes
 from .timing import (TimingError, Timeline, check_slice_sharing, dma_bytes, lram_occupancy, roofline_cycles,
                      schedule)
 
@@ -58,7 +58,7 @@ class DispatchStats:
     tiles: int = 0
     dma_bytes_in: int = 0
     dma_bytes_out: int = 0
-    compulsory_bytes: int = 0  # each input, constant and output tensor once (scratch excluded)
+    compulsory_bytes: int = 0  # program.compulsory_bytes: outputs once, the input bytes read once
     lram_peak_bytes: int = 0  # highest sum of sizes of buffers live at one command (program order)
     # Highest sum of sizes of buffers live at one simulated cycle (a buffer is live from the
     # start of its first command to the end of its last): >= lram_peak_bytes when engines overlap.
@@ -138,7 +138,7 @@ class Simulator:
             name=program.name,
             tiles=program.tiles,
             commands=len(program.commands),
-            compulsory_bytes=sum(t.nbytes for t in program.tensors if t.kind != "scratch"),
+            compulsory_bytes=compulsory_bytes(program),
             lram_peak_bytes=measure_lram_peak(program.buffers, len(program.commands)),
         )
         for i, c in enumerate(program.commands):

@@ -109,6 +109,22 @@ def test_conv_stats_dma_bytes_peak_compulsory():
     assert s.ddr_traffic_ratio == pytest.approx((s.dma_bytes_in + s.dma_bytes_out) / s.compulsory_bytes)
 
 
+def test_compulsory_bytes_count_the_input_bytes_read_once():
+    # x (10,) bf16; two DMA-ins read x[0:6] and x[4:8] (overlapping at 4, 5); x[8:10]
+    # is never read. Compulsory = union of the boxes, 8 elements = 16 B, plus the
+    # output (6,) = 12 B: 28 B, although the program moves 12 + 8 in and 12 out.
+    pb = ProgramBuilder("partial")
+    x, y = pb.input((10,)), pb.output((6,))
+    b0 = pb.dma_in(x, (0,), (6,))
+    b1 = pb.dma_in(x, (4,), (4,))
+    r = pb.compute("elementwise", [(b0, (6,), "bf16")], (6,), "bf16", steps=[step("mul", opnd(0), const(2.0))])
+    pb.compute("elementwise", [(b1, (4,), "bf16")], (4,), "bf16", steps=[step("mul", opnd(0), const(2.0))])
+    pb.dma_out(r, y)
+    (_,), s = Simulator(TorqHw()).run(pb.build(), [np.arange(10, dtype=np.float32)])
+    assert s.dma_bytes_in == 20 and s.dma_bytes_out == 12
+    assert s.compulsory_bytes == 16 + 12
+
+
 def test_lram_peak_hand_computed_from_live_ranges():
     # Live ranges: buffer 0 (52 B) [0,1], buffer 1 (52 B) [1,2]  -> both live at command 1.
     (_,), s = Simulator(TorqHw()).run(scale_program(), [np.ones(26, np.float32)])
