@@ -8,9 +8,18 @@ the box; the host inserts it with `flow.tensor.update`. A load of a static
 box of an input (IREE slices the query, key and value of an attention out of
 one tensor this way) becomes a *box read* of the whole argument: a copy
 `linalg.generic` whose input map reads the box at constant offsets
-(`box_read_generic`, lowered to a DMA box by torq-lower-to-torq-hl). Strided
-or dynamic boxes, reads of a read-write operand and dynamic shapes are
-`Unsupported`: host.
+(`box_read_generic`, lowered to a DMA box by torq-lower-to-torq-hl). A load
+of a static *strided* box (`x[:, :, ::2, ::2]`: IREE slices the input of a
+1x1 stride-2 convolution this way) is folded into the `linalg.generic` ops
+that read it: each reads the whole argument through its indexing map
+composed with the box map (`stride * d + offset`), so a 1x1 convolution
+reading every 2nd pixel becomes a 1x1 convolution with stride 2
+(`fold_strided_box_read`). Dynamic boxes, strided boxes read by anything
+but a generic's input, reads of a read-write operand and dynamic shapes are
+`Unsupported`: host. An `iree_linalg_ext.attention` (torch's
+scaled_dot_product_attention) is decomposed into linalg ops the Torq
+patterns match (torq-decompose-attention); one it cannot decompose is
+`Unsupported`.
 
 Operands that are constants at the flow level (`arith.constant`, or
 `util.global.load` of an immutable global with a constant initial value that
@@ -30,6 +39,7 @@ import numpy as np
 from iree.compiler import ir
 
 from .ir_utils import block_ops, constant_value, int_array, static_shape, walk_ops
+from .passes import decompose_attention
 from .patterns import Unsupported
 from .requant import HostTail, NotExact, host_float_semantics, lower_float_requantization, unused_arguments
 
@@ -42,9 +52,9 @@ def _tensor_of(binding_type: ir.Type) -> ir.Type:
 
 
 def _is_full(op: ir.Operation, shape: tuple[int, ...]) -> bool:
-    offsets = _static_box_offsets(op)
-    sizes = int_array(op.attributes["static_sizes"]) if offsets is not None else None
-    return offsets is not None and all(o == 0 for o in offsets) and tuple(sizes) == tuple(shape)
+    box = _static_box(op)
+    return box is not None and not any(box.offsets) and all(s == 1 for s in box.strides) \
+        and tuple(box.sizes) == tuple(shape)
 
 
 @dataclass
@@ -104,6 +114,11 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
     in_pos = {a: n for n, a in enumerate(input_args)}
     out_pos = {a: n for n, a in enumerate(result_args)}
     updates = _check_loads_and_stores(block, kinds, in_pos, out_pos)
+    for op in block_ops(block):
+        if op.name == decompose_attention.ATTENTION:
+            reason = decompose_attention.unsupported_reason(op)
+            if reason:
+                raise Unsupported(reason)
     # Everything that can refuse the dispatch has run on the original body.
     # Only now is a clone taken apart: erasing IR whose nested ops still have
     # Python handles (a half-moved clone on an error path) corrupts the heap.
@@ -121,12 +136,15 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
     for op in block_ops(clone.regions[0].blocks[0]):
         if op.name == "iree_tensor_ext.dispatch.tensor.load":
             arg = fblock.arguments[in_pos[op.operands[0].arg_number]]
-            value = arg
-            if not _is_full(op, static_shape(arg.type)):
+            box = _static_box(op)
+            if _is_full(op, static_shape(arg.type)):
+                op.results[0].replace_all_uses_with(arg)
+            elif box.strided:
+                fold_strided_box_read(op.results[0], arg, _box_map(arg.type, box, op.results[0].type))
+            else:
                 with ir.InsertionPoint(fblock):
-                    value = box_read_generic(arg, _static_box_offsets(op), int_array(op.attributes["static_sizes"]),
-                                             op.results[0].type)
-            op.results[0].replace_all_uses_with(value)
+                    value = box_read_generic(arg, box, op.results[0].type)
+                op.results[0].replace_all_uses_with(value)
             op.erase()
         elif op.name == "iree_tensor_ext.dispatch.tensor.store":
             results[out_pos[op.operands[1].arg_number]] = op.operands[0]
@@ -138,6 +156,7 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
     with ir.InsertionPoint(fblock), dispatch.location:
         ir.Operation.create("func.return", operands=results)
     clone.erase()
+    decompose_attention.decompose_function(func)
     return ExtractedDispatch(func, input_args, updates, arg_values=[dispatch.operands[i] for i in input_args])
 
 
@@ -280,11 +299,13 @@ def _check_loads_and_stores(block: ir.Block, kinds, in_pos: dict, out_pos: dict)
             pos = src.arg_number if isinstance(src.owner, ir.Block) else None
             if pos not in in_pos:
                 raise Unsupported("dispatch loads a tensor it does not take as input")
-            if not _is_full(op, static_shape(kinds[pos][1])) and (
-                    _static_box_offsets(op) is None
-                    or _box_map(kinds[pos][1], _static_box_offsets(op), int_array(op.attributes["static_sizes"]),
-                                op.results[0].type) is None):
-                raise Unsupported("dispatch loads a strided or dynamic part of an input")
+            if _is_full(op, static_shape(kinds[pos][1])):
+                continue
+            box = _static_box(op)
+            if box is None or _box_map(kinds[pos][1], box, op.results[0].type) is None:
+                raise Unsupported("dispatch loads a dynamic part of an input, or a part it cannot read as a box")
+            if box.strided:
+                _check_strided_readers(op.results[0])
         elif op.name == "iree_tensor_ext.dispatch.tensor.store":
             dst = op.operands[1]
             pos = dst.arg_number if isinstance(dst.owner, ir.Block) else None
@@ -292,10 +313,10 @@ def _check_loads_and_stores(block: ir.Block, kinds, in_pos: dict, out_pos: dict)
                 raise Unsupported("dispatch stores an output twice")
             stored.add(pos)
             if kinds[pos][0] == "readwrite":
-                offsets = _static_box_offsets(op)
-                if offsets is None:
+                box = _static_box(op)
+                if box is None or box.strided:
                     raise Unsupported("dispatch updates a strided or dynamic box")
-                updates[out_pos[pos]] = (pos, offsets)
+                updates[out_pos[pos]] = (pos, box.offsets)
             elif not _is_full(op, static_shape(op.operands[0].type)):
                 raise Unsupported("dispatch stores part of an output")
     if len(stored) != len(out_pos):
@@ -303,49 +324,65 @@ def _check_loads_and_stores(block: ir.Block, kinds, in_pos: dict, out_pos: dict)
     return updates
 
 
-def _static_box_offsets(op: ir.Operation) -> list[int] | None:
+@dataclass
+class _Box:
+    """A static box of a tensor: `sizes` elements at `offsets`, every `strides`-th per dim."""
+    offsets: list[int]
+    sizes: list[int]
+    strides: list[int]
+
+    @property
+    def strided(self) -> bool:
+        return any(st != 1 for st, sz in zip(self.strides, self.sizes) if sz > 1)
+
+
+def _static_box(op: ir.Operation) -> _Box | None:
+    """The static box a `dispatch.tensor.load` / `store` reads or writes, or None if dynamic."""
     try:
         offsets = int_array(op.attributes["static_offsets"])
         strides = int_array(op.attributes["static_strides"])
         sizes = int_array(op.attributes["static_sizes"])
     except KeyError:
         return None
-    if any(o < 0 for o in offsets) or any(s != 1 for s in strides) or any(s < 0 for s in sizes) \
+    if any(o < 0 for o in offsets) or any(s < 1 for s in strides) or any(s < 0 for s in sizes) \
             or len(op.operands) > 2:
-        return None
-    return offsets
+        return None  # negative values are the dynamic sentinel; more operands are dynamic values
+    return _Box(offsets, sizes, strides)
 
 
-def _box_map(source: ir.Type, offsets: list[int], sizes: list[int], result: ir.Type) -> str | None:
-    """The input map of the box read of `sizes` at `offsets` of `source` giving `result`.
+def _box_map(source: ir.Type, box: _Box, result: ir.Type) -> ir.AffineMap | None:
+    """The map from `result` indices to the `source` indices of `box`, or None.
 
     The result may drop unit dims of the box (a rank-reducing load); they
     are matched from the left, as `tensor.extract_slice` infers them. Each
-    kept dim is read at `d + offset`, each dropped one at its constant offset.
-    None when the box is no such read.
+    kept dim is read at `stride * d + offset`, each dropped one at its
+    constant offset. None when the box is no such read or leaves the source.
     """
     src, res = static_shape(source), static_shape(result)
-    if src is None or res is None or len(offsets) != len(src) or len(sizes) != len(src):
+    n = len(src) if src is not None else -1
+    if src is None or res is None or not len(box.offsets) == len(box.sizes) == len(box.strides) == n:
         return None
-    if any(o < 0 or s < 0 or o + s > d for o, s, d in zip(offsets, sizes, src)):
+    if any(s and o + (s - 1) * st >= d for o, s, st, d in zip(box.offsets, box.sizes, box.strides, src)):
         return None
     exprs, j = [], 0
-    for o, s in zip(offsets, sizes):
+    for o, s, st in zip(box.offsets, box.sizes, box.strides):
         if j < len(res) and s == res[j]:
-            exprs.append(f"d{j} + {o}" if o else f"d{j}")
+            e = ir.AffineExpr.get_dim(j)
+            if st != 1 and s > 1:
+                e = ir.AffineExpr.get_mul(e, ir.AffineExpr.get_constant(st))
+            exprs.append(ir.AffineExpr.get_add(e, ir.AffineExpr.get_constant(o)) if o else e)
             j += 1
         elif s == 1:
-            exprs.append(str(o))
+            exprs.append(ir.AffineExpr.get_constant(o))
         else:
             return None
     if j != len(res):
         return None
-    dims = ", ".join(f"d{k}" for k in range(len(res)))
-    return f"affine_map<({dims}) -> ({', '.join(exprs)})>"
+    return ir.AffineMap.get(len(res), 0, exprs)
 
 
-def box_read_generic(source: ir.Value, offsets: list[int], sizes: list[int], result: ir.Type) -> ir.Value:
-    """A copy generic reading the box (`_box_map`) of `source`, at the insertion point."""
+def box_read_generic(source: ir.Value, box: _Box, result: ir.Type) -> ir.Value:
+    """A copy generic reading the unit-stride `box` (`_box_map`) of `source`, at the insertion point."""
     res = static_shape(result)
     elt = ir.RankedTensorType(result).element_type
     dims = ", ".join(f"d{k}" for k in range(len(res)))
@@ -353,7 +390,7 @@ def box_read_generic(source: ir.Value, offsets: list[int], sizes: list[int], res
     template = ir.Module.parse(f"""
 func.func @box(%src: {source.type}) -> {result} {{
   %e = tensor.empty() : {result}
-  %r = linalg.generic {{indexing_maps = [{_box_map(source.type, offsets, sizes, result)},
+  %r = linalg.generic {{indexing_maps = [{ir.AffineMapAttr.get(_box_map(source.type, box, result))},
                                          affine_map<({dims}) -> ({dims})>],
                         iterator_types = [{parallel}]}}
       ins(%src : {source.type}) outs(%e : {result}) {{
@@ -368,6 +405,48 @@ func.func @box(%src: {source.type}) -> {result} {{
     copy.operands[0] = source
     copy.operands[1] = empty.results[0]
     return copy.results[0]
+
+
+def _generic_inputs_reading(value: ir.Value) -> list[tuple[ir.Operation, int]] | None:
+    """(user, operand index) of every use of `value`, if each is an input of a
+    `linalg.generic`; None otherwise."""
+    out = []
+    for use in value.uses:
+        user = use.owner
+        if isinstance(user, ir.Block) or user.name != "linalg.generic":
+            return None
+        n_ins = list(ir.DenseI32ArrayAttr(user.attributes["operandSegmentSizes"]))[0]
+        if use.operand_number >= n_ins:
+            return None
+        out.append((user, use.operand_number))
+    return out
+
+
+def _check_strided_readers(value: ir.Value) -> None:
+    """Refuses (Unsupported) a strided box load that cannot fold into its readers."""
+    if _generic_inputs_reading(value) is None:
+        users = sorted({u.owner.name for u in value.uses if not isinstance(u.owner, ir.Block)})
+        raise Unsupported(f"dispatch loads a strided part of an input that {', '.join(users) or 'a block'} "
+                          f"reads (only a linalg.generic input takes the stride into its indexing map)")
+
+
+def fold_strided_box_read(value: ir.Value, source: ir.Value, box_map: ir.AffineMap) -> None:
+    """Make every generic reading `value` (a box of `source` at `box_map`) read `source` itself.
+
+    The reader's indexing map of that input becomes `box_map` composed with
+    it: a 1x1 convolution map `(o, y, x, c) -> (c, y, x)` over the box
+    `(c, y, x) -> (c, 2 * y, 2 * x)` gives `(o, y, x, c) -> (c, 2 * y, 2 * x)`,
+    the map of a 1x1 convolution with stride 2. The readers were checked by
+    `_check_strided_readers`.
+    """
+    readers = _generic_inputs_reading(value)
+    assert readers is not None
+    for user, k in readers:  # all uses collected before any is changed
+        maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(user.attributes["indexing_maps"])]
+        m = maps[k]
+        maps[k] = ir.AffineMap.get(m.n_dims, m.n_symbols, [e.compose(m) for e in box_map.results])
+        user.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(x) for x in maps])
+        user.operands[k] = source
 
 
 def _append(op: ir.Operation, block: ir.Block) -> None:

@@ -19,6 +19,9 @@ The rule, per linalg op (named or generic):
 - every other op counts 0: elementwise ops (a multiply without a reduction)
   and reductions that do not multiply (sum, max, mean, pooling) are vector
   work, not MACs.
+- `iree_linalg_ext.attention` (torch's scaled_dot_product_attention) counts
+  its two matmuls: Q·Kᵀ = product of the ranges of the loops Q and K read
+  (B·M·K1·K2), P·V = product of those V and the result read (B·M·K2·N).
 
 The count is the model's arithmetic, independent of where the dispatch runs:
 it is the same for an NPU dispatch and a host fallback, so "share of MACs on
@@ -89,10 +92,36 @@ def op_macs(op: ir.Operation) -> int | None:
     return math.prod(ranges)
 
 
+ATTENTION = "iree_linalg_ext.attention"
+
+
+def attention_macs(op: ir.Operation) -> int | None:
+    """MACs of an `iree_linalg_ext.attention`: its Q·Kᵀ and P·V matmuls."""
+    maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    if len(maps) != len(op.operands):
+        return None
+    ranges = loop_ranges(op, maps)
+
+    def product(*ms: ir.AffineMap) -> int | None:
+        dims = {e.position for m in ms for e in m.results if isinstance(e, ir.AffineDimExpr)}
+        if any(ranges[d] is None for d in dims):
+            return None
+        return math.prod(ranges[d] for d in dims)
+
+    qk, pv = product(maps[0], maps[1]), product(maps[2], maps[-1])
+    return None if qk is None or pv is None else qk + pv
+
+
 def count_macs(root: ir.Operation) -> int | None:
     """Sum of `op_macs` over the linalg ops nested in `root` (None if one is unknown)."""
     total = 0
     for op in walk_ops(root):
+        if op.name == ATTENTION:
+            n = attention_macs(op)
+            if n is None:
+                return None
+            total += n
+            continue
         if not op.name.startswith("linalg."):
             continue
         n = op_macs(op)

@@ -13,13 +13,15 @@ from types import ModuleType
 from iree.compiler import ir, passmanager
 
 from .ir_utils import CompileError
-from .passes import (PassOptions, assign_lram_addresses, build_nss_program, convert_dtypes, fold_padding,
-                     lower_to_torq_hl, mark_patterns_for_super_tiling, serialize_executable,
+from .passes import (PassOptions, assign_lram_addresses, build_nss_program, convert_dtypes, decompose_attention,
+                     fold_padding, lower_to_torq_hl, mark_patterns_for_super_tiling, serialize_executable,
                      super_tiling)
 
+# decompose_attention runs inside dispatch extraction (before PRE_PASSES, which
+# decompose the softmax it makes); registered here for torq-opt.
 PASSES: dict[str, ModuleType] = {m.NAME: m for m in (
-    convert_dtypes, fold_padding, mark_patterns_for_super_tiling, super_tiling, lower_to_torq_hl,
-    assign_lram_addresses, build_nss_program, serialize_executable)}
+    decompose_attention, convert_dtypes, fold_padding, mark_patterns_for_super_tiling, super_tiling,
+    lower_to_torq_hl, assign_lram_addresses, build_nss_program, serialize_executable)}
 
 # Normalisation first: named linalg ops become generics the matchers read;
 # linalg.softmax becomes its reduce / elementwise chain (max, exp(x - max),

@@ -68,10 +68,12 @@ def rewrite_group(match: Match) -> ir.Operation:
                         "macs": _attr(0)})
                 r.replace_all_uses_with(const.results[0])
     match.bottom.results[0].replace_all_uses_with(new.results[0])
-    # Erase users before producers.
+    # Erase users before producers. An accumulator fill CSE made common to
+    # several groups (two matmuls of one shape) stays until its last group.
     for op in [match.bottom] + [o for o in match.ops if o is not match.bottom and not is_zero_fill(o)] \
             + [o for o in match.ops if is_zero_fill(o)]:
-        op.erase()
+        if all(not list(r.uses) for r in op.results):
+            op.erase()
     return new
 
 
