@@ -69,7 +69,7 @@ from iree.compiler import ir, passmanager
 from iree.compiler.dialects.transform import interpreter
 
 from ..ir_utils import CompileError, location_str, static_shape, tensor_nbytes, walk_ops
-from ..patterns import FUSE_GROUP
+from ..patterns import FUSE_GROUP, Unsupported
 from ..traffic import Traffic, program_traffic
 from . import PassOptions
 from .assign_lram_addresses import plan_function
@@ -462,9 +462,12 @@ def _parallel_sizes(search: _Search, chosen: list[int] | None) -> list[int] | No
                 continue
             sizes = [0] * len(root.shape)
             sizes[d] = t
-            if search.footprint(sizes, root.outer) > search.budget:
-                continue
-            t_traffic, t_cycles = search.cost(sizes, root.outer)
+            try:
+                if search.footprint(sizes, root.outer) > search.budget:
+                    continue
+                t_traffic, t_cycles = search.cost(sizes, root.outer)
+            except (CompileError, Unsupported):
+                continue  # this cut has no TorqHL form (e.g. a gathering pool): keep the tiling we have
             if t_traffic.dma_bytes <= traffic.dma_bytes and t_cycles < best[0]:
                 best = (t_cycles, _tile_count(root.shape, sizes), sizes)
     return best[2] if any(best[2]) else None
