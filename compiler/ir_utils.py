@@ -64,6 +64,26 @@ def block_ops(block: ir.Block) -> list[ir.Operation]:
     return [o.operation for o in block.operations]
 
 
+def indexing_maps(op: ir.Operation) -> list[ir.AffineMap]:
+    """The `indexing_maps` of a linalg structured op (ins then outs)."""
+    return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+
+
+def map_dims(m: ir.AffineMap) -> list[int] | None:
+    """The loop position of each result of `m`, or None if some result is not a plain dim."""
+    out = []
+    for e in m.results:
+        if not isinstance(e, ir.AffineDimExpr):
+            return None
+        out.append(ir.AffineDimExpr(e).position)
+    return out
+
+
+def n_inputs(op: ir.Operation) -> int:
+    """Number of `ins` operands of a linalg structured op."""
+    return int(list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))[0])
+
+
 def int_array(attr: ir.Attribute) -> list[int]:
     if isinstance(attr, ir.DenseI64ArrayAttr):
         return list(ir.DenseI64ArrayAttr(attr))

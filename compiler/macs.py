@@ -37,7 +37,7 @@ import math
 from iree.compiler import ir
 from iree.compiler.dialects import linalg
 
-from .ir_utils import static_shape, walk_ops
+from .ir_utils import indexing_maps, static_shape, walk_ops
 
 MULTIPLY_OPS = frozenset({"arith.mulf", "arith.muli", "complex.mul"})
 
@@ -97,7 +97,7 @@ ATTENTION = "iree_linalg_ext.attention"
 
 def attention_macs(op: ir.Operation) -> int | None:
     """MACs of an `iree_linalg_ext.attention`: its Q·Kᵀ and P·V matmuls."""
-    maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    maps = indexing_maps(op)
     if len(maps) != len(op.operands):
         return None
     ranges = loop_ranges(op, maps)

@@ -57,7 +57,7 @@ import numpy as np
 from iree.compiler import ir
 
 from torq.runtime.program import EPILOGUE_INT_TYPES, Epilogue, EpilogueStep, Ref
-from .ir_utils import constant_of, int_array, mlir_dtype, static_shape
+from .ir_utils import constant_of, indexing_maps, int_array, mlir_dtype, n_inputs, static_shape
 
 FUSE_GROUP = "torq-fuse-group"
 FUSE_GROUP_ID = "torq-fuse-group-id"
@@ -142,20 +142,12 @@ def _linear_terms(e: ir.AffineExpr) -> list[tuple[int, int]] | None:
     return None
 
 
-def _maps(op: ir.Operation) -> list[ir.AffineMap]:
-    return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
-
-
 def _iterators(op: ir.Operation) -> list[str]:
     return [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(op.attributes["iterator_types"])]
 
 
 def _body_ops(op: ir.Operation) -> list[ir.Operation]:
     return [o.operation for o in op.regions[0].blocks[0].operations]
-
-
-def _n_ins(op: ir.Operation) -> int:
-    return int(list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))[0])
 
 
 def _is_mul_add_body(op: ir.Operation) -> bool:
@@ -167,11 +159,11 @@ def _is_mul_add_body(op: ir.Operation) -> bool:
 
 def classify_contraction(op: ir.Operation) -> Contraction | None:
     """Conv2d / matmul structure of a linalg.generic, or None if not one."""
-    if op.name != "linalg.generic" or _n_ins(op) != 2 or "reduction" not in _iterators(op):
+    if op.name != "linalg.generic" or n_inputs(op) != 2 or "reduction" not in _iterators(op):
         return None
     if not _is_mul_add_body(op):
         return None
-    maps = _maps(op)
+    maps = indexing_maps(op)
     its = _iterators(op)
     in_map, w_map, out_map = maps
     out_dims = [_dim(e) for e in out_map.results]
@@ -199,7 +191,7 @@ def classify_contraction(op: ir.Operation) -> Contraction | None:
 
 def _loop_ranges(op: ir.Operation) -> list[int]:
     """Static trip count of each loop dim, from operand shapes (dims as plain results)."""
-    maps = _maps(op)
+    maps = indexing_maps(op)
     n = maps[0].n_dims
     ranges = [0] * n
     for v, m in zip(op.operands, maps):
@@ -396,7 +388,7 @@ def classify_reduction(op: ir.Operation) -> Contraction | None:
     """
     if op.name != "linalg.generic" or len(op.results) != 1 or "reduction" not in _iterators(op):
         return None
-    n = _n_ins(op)
+    n = n_inputs(op)
     body = _body_ops(op)
     if len(body) < 2 or body[-2].name not in _REDUCE_BODIES or body[-1].name != "linalg.yield":
         return None
@@ -415,7 +407,7 @@ def classify_reduction(op: ir.Operation) -> Contraction | None:
     elif n not in (1, 2) or x != args[0]:
         return None
     mode = _REDUCE_BODIES[r.name]
-    its, maps = _iterators(op), _maps(op)
+    its, maps = _iterators(op), indexing_maps(op)
     if any(static_shape(v.type) is None for v in op.operands):
         return None
     out_dims = [_dim(e) for e in maps[-1].results]
@@ -542,7 +534,7 @@ def classify_gather_reduction(op: ir.Operation) -> Contraction | None:
     enumerate the box dims they index and the window loops the others (the
     reduced axes). The result must have the shape of the kept box dims.
     """
-    if op.name != "linalg.generic" or "reduction" not in _iterators(op) or _n_ins(op) > 1:
+    if op.name != "linalg.generic" or "reduction" not in _iterators(op) or n_inputs(op) > 1:
         return None
     body = _body_ops(op)
     extracts = [b for b in body if b.name == "tensor.extract"]
@@ -553,16 +545,16 @@ def classify_gather_reduction(op: ir.Operation) -> Contraction | None:
         return None
     if any(static_shape(v.type) is None for v in list(op.operands) + [src]):
         return None
-    its, maps = _iterators(op), _maps(op)
+    its, maps = _iterators(op), indexing_maps(op)
     ranges = _loop_ranges(op)
     if 0 in ranges or math.prod(ranges) > _GATHER_MAX_POINTS:
         return None
     par = [d for d, it in enumerate(its) if it == "parallel"]
     red = [d for d, it in enumerate(its) if it == "reduction"]
-    if [_dim(e) for e in maps[_n_ins(op)].results] != par:
+    if [_dim(e) for e in maps[n_inputs(op)].results] != par:
         return None  # result 0 is laid out over the output loops in order
     args = list(op.regions[0].blocks[0].arguments)
-    acc_arg = args[_n_ins(op)]
+    acc_arg = args[n_inputs(op)]
     grid = np.meshgrid(*[np.arange(r, dtype=np.int64) for r in ranges], indexing="ij")
     env: dict = {}
     data: dict = {}  # float values: the gathered value under a mask (True: read, False: 0)
@@ -832,7 +824,7 @@ def _window_extents(op: ir.Operation) -> dict[int, int]:
     `op` reads as `out * stride + k * dilation` through its first operand."""
     its, ranges = _iterators(op), _loop_ranges(op)
     out = {}
-    for i, e in enumerate(_maps(op)[0].results):
+    for i, e in enumerate(indexing_maps(op)[0].results):
         terms = _linear_terms(e)
         if terms is None or len(terms) != 2:
             continue
@@ -896,13 +888,13 @@ def fill_value(op: ir.Operation):
     yields a constant or its scalar input) writes, or None if `op` is no fill."""
     if op.name == "linalg.fill":
         c = constant_of(op.operands[0])
-    elif op.name == "linalg.generic" and _n_ins(op) <= 1:
+    elif op.name == "linalg.generic" and n_inputs(op) <= 1:
         body = _body_ops(op)
         if len(body) != 1 or body[0].name != "linalg.yield":
             return None
         v = body[0].operands[0]
         if isinstance(v.owner, ir.Block):  # yields its scalar input
-            if _n_ins(op) != 1 or v.arg_number != 0 or static_shape(op.operands[0].type):
+            if n_inputs(op) != 1 or v.arg_number != 0 or static_shape(op.operands[0].type):
                 return None
             v = op.operands[0]
         c = constant_of(v)
@@ -919,7 +911,7 @@ def is_zero_fill(op: ir.Operation) -> bool:
 
 def _broadcast_source(op: ir.Operation) -> tuple[ir.Value, ir.AffineMap, ir.AffineMap] | None:
     """(input, its map, result map) if `op` is a generic that only broadcasts one tensor."""
-    if op.name != "linalg.generic" or _n_ins(op) != 1 or len(op.results) != 1:
+    if op.name != "linalg.generic" or n_inputs(op) != 1 or len(op.results) != 1:
         return None
     if any(it != "parallel" for it in _iterators(op)) or static_shape(op.operands[0].type) is None:
         return None
@@ -929,7 +921,7 @@ def _broadcast_source(op: ir.Operation) -> tuple[ir.Value, ir.AffineMap, ir.Affi
     v = body[0].operands[0]
     if not isinstance(v.owner, ir.Block) or v.arg_number != 0:
         return None
-    maps = _maps(op)
+    maps = indexing_maps(op)
     if not _is_identity_like(maps[1]) or any(_dim(e) is None for e in maps[0].results):
         return None
     return op.operands[0], maps[0], maps[1]
@@ -947,7 +939,7 @@ def _is_lowest(c, elt: ir.Type) -> bool:
 
 def _is_elementwise(op: ir.Operation) -> bool:
     return (op.name == "linalg.generic" and all(it == "parallel" for it in _iterators(op))
-            and all(_dim(e) is not None for m in _maps(op) for e in m.results))
+            and all(_dim(e) is not None for m in indexing_maps(op) for e in m.results))
 
 
 def _axes(in_map: ir.AffineMap, out_map: ir.AffineMap) -> tuple[int, ...]:
@@ -971,12 +963,12 @@ def _epilogue_of(ep: ir.Operation, principal_result: ir.Value | None, inputs: li
     (principal dim i is result dim principal_axes[i]) when the principal op
     writes its result in that order.
     """
-    maps = _maps(ep)
+    maps = indexing_maps(ep)
     out_map = maps[-1]
     if not _is_identity_like(out_map):
         raise Unsupported("elementwise op whose result map is not a permutation")
     refs: dict[int, Ref] = {}
-    n = _n_ins(ep)
+    n = n_inputs(ep)
     for i in range(n):
         v = ep.operands[i]
         if principal_result is not None and v == principal_result:
@@ -998,8 +990,8 @@ def _epilogue_of(ep: ir.Operation, principal_result: ir.Value | None, inputs: li
 def _transposed_read(ep: ir.Operation, v: ir.Value) -> tuple[int, ...] | None:
     """The result dims along which elementwise `ep` first reads `v`, if a permutation
     other than the identity (a transpose folded into the op producing `v`), else None."""
-    maps = _maps(ep)
-    for i in range(_n_ins(ep)):
+    maps = indexing_maps(ep)
+    for i in range(n_inputs(ep)):
         if ep.operands[i] == v:
             try:
                 axes = _axes(maps[i], maps[-1])
@@ -1016,7 +1008,7 @@ def _is_epilogue_of_producer(op: ir.Operation) -> bool:
     A consumer the principal could not take (several users, an op with no
     epilogue step) is a group of its own, so it is matched or refused itself.
     """
-    for v in op.operands[: _n_ins(op)]:
+    for v in op.operands[: n_inputs(op)]:
         producer = v.owner
         if isinstance(producer, ir.Block) or producer.name != "linalg.generic":
             continue
@@ -1038,7 +1030,7 @@ def _is_init_of_principal(op: ir.Operation) -> bool:
     user = _single_user(op.results[0])
     if user is None or isinstance(user, ir.Block) or classify_principal(user) is None:
         return False
-    outs = list(user.operands)[_n_ins(user):]
+    outs = list(user.operands)[n_inputs(user):]
     return bool(outs) and outs[0] == op.results[0]
 
 
@@ -1079,7 +1071,7 @@ def _init_steps(op: ir.Operation, p: Contraction, inputs: list[ir.Value]) -> tup
     start from a broadcast tensor (IREE puts a grouped conv's bias there): that
     is an epilogue add of the broadcast's input, appended to `inputs`.
     """
-    init = op.operands[_n_ins(op)]
+    init = op.operands[n_inputs(op)]
     init_op = None if isinstance(init.owner, ir.Block) else init.owner
     what = "a zero fill" if p.identity == "zero" else "a fill with the lowest value"
     if init_op is None:
@@ -1111,8 +1103,8 @@ def _prologue_of(op: ir.Operation) -> tuple[list[ir.Value], Epilogue, ir.Type]:
     operand broadcast along the loop dims its map reads (size-1 constants are
     scalars).
     """
-    n = _n_ins(op)
-    maps = _maps(op)
+    n = n_inputs(op)
+    maps = indexing_maps(op)
     refs: dict[int, Ref] = {}
     inputs: list[ir.Value] = []
     for i in range(n):
@@ -1153,7 +1145,7 @@ def box_read(op: ir.Operation) -> BoxRead | None:
     nothing: lowering makes it a `tensor.extract_slice`, which the NSS
     program reads as a DMA box.
     """
-    if op.name != "linalg.generic" or _n_ins(op) != 1 or len(op.results) != 1:
+    if op.name != "linalg.generic" or n_inputs(op) != 1 or len(op.results) != 1:
         return None
     if any(it != "parallel" for it in _iterators(op)):
         return None
@@ -1161,7 +1153,7 @@ def box_read(op: ir.Operation) -> BoxRead | None:
     if len(body) != 1 or body[0].name != "linalg.yield" or body[0].operands[0] != \
             op.regions[0].blocks[0].arguments[0]:
         return None
-    in_map, out_map = _maps(op)
+    in_map, out_map = indexing_maps(op)
     if [_dim(e) for e in out_map.results] != list(range(out_map.n_dims)):
         return None
     src, res = static_shape(op.operands[0].type), static_shape(op.results[0].type)
@@ -1233,7 +1225,7 @@ def match_group(op: ir.Operation) -> Match | None:
         epi = Epilogue(pre, len(pre) if pre else 0)
         user = _single_user(op.results[0])
         perm = None  # a matmul writes its result in the order its epilogue reads it
-        if user is not None and _is_elementwise(user) and _is_identity_like(_maps(user)[-1]):
+        if user is not None and _is_elementwise(user) and _is_identity_like(indexing_maps(user)[-1]):
             perm = _transposed_read(user, op.results[0]) if con.kind == "matmul" and not pre else None
             try:
                 tail = _epilogue_of(user, op.results[0], inputs_probe := list(inputs), principal_value=len(pre),

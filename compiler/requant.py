@@ -76,7 +76,7 @@ from fractions import Fraction
 import numpy as np
 from iree.compiler import ir
 
-from .ir_utils import constant_of, static_shape
+from .ir_utils import constant_of, indexing_maps, map_dims, n_inputs, static_shape
 
 # Widths the emitted arithmetic must stay within (TOSA rescale's envelope).
 _MAX_MULTIPLIER = (1 << 31) - 1
@@ -513,23 +513,6 @@ class RequantLowering:
     host_tails: dict[int, HostTail] = field(default_factory=dict)  # function result -> tail
 
 
-def _maps(op):
-    return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
-
-
-def _dims(m: ir.AffineMap) -> list[int] | None:
-    out = []
-    for e in m.results:
-        if not isinstance(e, ir.AffineDimExpr):
-            return None
-        out.append(ir.AffineDimExpr(e).position)
-    return out
-
-
-def _n_ins(op):
-    return int(list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))[0])
-
-
 def _body(op) -> list[ir.Operation]:
     return [o.operation for o in op.regions[0].blocks[0].operations]
 
@@ -559,7 +542,7 @@ class _Known:
 def _accumulator_range(con: ir.Operation, known: _Known) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """(lo, hi, dims): bounds of the contraction's i32 result, as arrays over its
     result dims `dims` (the parallel dims its constant weight varies along; [] if uniform)."""
-    maps = _maps(con)
+    maps = indexing_maps(con)
     its = [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(con.attributes["iterator_types"])]
     shapes = [static_shape(v.type) for v in list(con.operands)[:2]]
     ranges = [0] * maps[0].n_dims
@@ -568,21 +551,21 @@ def _accumulator_range(con: ir.Operation, known: _Known) -> tuple[np.ndarray, np
             if isinstance(e, ir.AffineDimExpr):
                 ranges[ir.AffineDimExpr(e).position] = size
     red = [d for d, it in enumerate(its) if it == "reduction"]
-    out_dims = _dims(maps[2])
+    out_dims = map_dims(maps[2])
     bounds = []
     for i in range(2):
         t = str(ir.RankedTensorType(con.operands[i].type).element_type)
         if t not in ("i8", "i16"):
             raise NotExact(f"contraction operand {i} is {t}, not i8/i16")
         bounds.append(_INT_RANGE[t])
-    const_i = next((i for i in (1, 0) if known(con.operands[i]) is not None and _dims(maps[i]) is not None), None)
+    const_i = next((i for i in (1, 0) if known(con.operands[i]) is not None and map_dims(maps[i]) is not None), None)
     total = math.prod(ranges[d] for d in red)
     if const_i is None:
         m = max(abs(b) for b in bounds[0]) * max(abs(b) for b in bounds[1]) * total
         return np.array(-m), np.array(m), []
     w = known(con.operands[const_i]).astype(np.int64)
     xlo, xhi = bounds[1 - const_i]
-    w_dims = _dims(maps[const_i])
+    w_dims = map_dims(maps[const_i])
     par = [k for k, d in enumerate(w_dims) if its[d] == "parallel"]
     if any(w_dims[k] not in out_dims for k in par) or len(set(w_dims)) != len(w_dims):
         raise NotExact("the weight's parallel dims are not result dims")
@@ -598,17 +581,17 @@ def _channel_values(op: ir.Operation, acc_index: int, known: _Known, range_dims:
                     acc_lo: np.ndarray, acc_hi: np.ndarray, acc_map_dims: list[int]):
     """Per channel: ({block arg: scalar}, lo, hi). The channel dim is the one result dim
     every per-channel value (operands, accumulator bounds) varies along, if any."""
-    maps = _maps(op)
-    out = _dims(maps[-1])
+    maps = indexing_maps(op)
+    out = map_dims(maps[-1])
     shape = static_shape(op.results[0].type)
     args = op.regions[0].blocks[0].arguments
     per: dict = {}
     chan_dims = set()
-    for i in range(_n_ins(op)):
+    for i in range(n_inputs(op)):
         if i == acc_index:
             continue
         c = known(op.operands[i])
-        d = _dims(maps[i])
+        d = map_dims(maps[i])
         if c is None or d is None:
             raise NotExact(f"operand {i} of the requantization is not a constant")
         if c.size == 1:
@@ -658,8 +641,6 @@ def _split_tail(op: ir.Operation) -> tuple[ir.Operation, list[ir.Operation]]:
     return q, tail
 
 
-
-
 def _tail_text(q: ir.Operation, tail: list[ir.Operation]) -> HostTail:
     """The tail ops in generic form, renamed: `%q` is the int8 value, constants are re-created."""
     names = {q.results[0]: "%q"}
@@ -701,9 +682,9 @@ def _plan(op: ir.Operation, known: _Known, host) -> _Plan | None:
     contraction (then it is not ours). Raises NotExact when it does but cannot be exact."""
     from .patterns import classify_contraction, is_zero_fill
 
-    maps = _maps(op)
+    maps = indexing_maps(op)
     acc_index = None
-    for i in range(_n_ins(op)):
+    for i in range(n_inputs(op)):
         v = op.operands[i]
         p = None if isinstance(v.owner, ir.Block) else v.owner
         if p is not None and p.name == "linalg.generic" and str(ir.RankedTensorType(v.type).element_type) == "i32" \
@@ -715,14 +696,14 @@ def _plan(op: ir.Operation, known: _Known, host) -> _Plan | None:
     kind = classify_contraction(con).kind
     if len(list(con.results[0].uses)) != 1:
         raise NotExact(f"the {kind} accumulator has other users")
-    init = con.operands[_n_ins(con)]
+    init = con.operands[n_inputs(con)]
     if isinstance(init.owner, ir.Block) or not is_zero_fill(init.owner):
         raise NotExact(f"the {kind} accumulator does not start from zero")
     host = host() if callable(host) else host
     if host is None:
         raise NotExact("the host target's float semantics (FMA contraction) are unknown")
-    out = _dims(maps[-1])
-    acc_dims = _dims(maps[acc_index])
+    out = map_dims(maps[-1])
+    acc_dims = map_dims(maps[acc_index])
     if out is None or sorted(out) != list(range(len(out))) or acc_dims is None or sorted(acc_dims) != sorted(out):
         raise NotExact("the requantization reads the accumulator through a non-permutation map")
     body = _body(op)
@@ -774,7 +755,7 @@ def _rescale_generic(plan: _Plan) -> str:
     dims = ", ".join(f"d{k}" for k in range(rank))
     ident = f"affine_map<({dims}) -> ({dims})>"
     # The accumulator is read like the original op read it.
-    acc_map = str(ir.AffineMapAttr.get(_maps(op)[plan.acc_index]))
+    acc_map = str(ir.AffineMapAttr.get(indexing_maps(op)[plan.acc_index]))
     tensors, scalars = [], {}
     for p in _PARAMS:
         vals = [getattr(r, p) for r in plan.rescales]

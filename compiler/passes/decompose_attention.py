@@ -34,7 +34,7 @@ from __future__ import annotations
 from iree.compiler import ir
 from iree.compiler.dialects import arith, linalg, tensor
 
-from ..ir_utils import CompileError, location_str, static_shape
+from ..ir_utils import CompileError, indexing_maps, location_str, map_dims, static_shape
 from . import PassOptions
 
 NAME = "torq-decompose-attention"
@@ -61,19 +61,6 @@ class _Roles:
             and self.m and self.n and self.k1
 
 
-def _dims(m: ir.AffineMap) -> list[int] | None:
-    out = []
-    for e in m.results:
-        if not isinstance(e, ir.AffineDimExpr):
-            return None
-        out.append(ir.AffineDimExpr(e).position)
-    return out
-
-
-def _maps(op: ir.Operation) -> list[ir.AffineMap]:
-    return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
-
-
 def _has_mask(op: ir.Operation) -> bool:
     return len(op.operands) == 6  # Q, K, V, scale, mask, init
 
@@ -82,7 +69,7 @@ def unsupported_reason(op: ir.Operation) -> str:
     """Why `op` (an attention op) cannot be decomposed, or "" if it can."""
     if len(op.results) != 1 or len(op.operands) not in (5, 6):
         return "attention with several results or an unexpected operand list has no Torq lowering"
-    maps = _maps(op)
+    maps = indexing_maps(op)
     if len(maps) != len(op.operands):
         return "attention whose indexing maps do not match its operands"
     body = [o.operation for o in op.regions[0].blocks[0].operations]
@@ -97,7 +84,7 @@ def unsupported_reason(op: ir.Operation) -> str:
         return "attention whose Q, K, V, scale and result types differ"
     if not isinstance(elt, (ir.F32Type, ir.BF16Type, ir.F16Type)):
         return f"attention on {elt} has no Torq lowering"
-    dims = [_dims(m) for m in maps]
+    dims = [map_dims(m) for m in maps]
     if any(d is None for d in dims) or dims[3] != []:
         return "attention whose indexing maps are not plain dims (or whose scale is no scalar)"
     roles = _Roles(dims[0], dims[1], dims[2], dims[-1], maps[0].n_dims)
@@ -164,8 +151,8 @@ def _scale_and_mask(s: ir.Value, scale: ir.Value, mask: ir.Value | None, mask_di
 
 def decompose(op: ir.Operation) -> None:
     """Replace attention `op` (checked by `unsupported_reason`) by the ops of the module contract."""
-    maps = _maps(op)
-    dims = [_dims(m) for m in maps]
+    maps = indexing_maps(op)
+    dims = [map_dims(m) for m in maps]
     q_dims, k_dims, v_dims, o_dims = dims[0], dims[1], dims[2], dims[-1]
     roles = _Roles(q_dims, k_dims, v_dims, o_dims, maps[0].n_dims)
     q, k, v, scale = op.operands[:4]

@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from iree.compiler import ir, passmanager
 from iree.compiler.dialects.transform import interpreter
 
-from ..ir_utils import CompileError, location_str, static_shape, tensor_nbytes, walk_ops
+from ..ir_utils import CompileError, indexing_maps, location_str, static_shape, tensor_nbytes, walk_ops
 from ..patterns import FUSE_GROUP, Unsupported
 from ..traffic import Traffic, program_traffic
 from . import PassOptions
@@ -181,7 +181,7 @@ def root_facts(op: ir.Operation, order: int) -> Root | None:
     if shape is None:
         return None
     if "indexing_maps" in op.attributes:
-        maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+        maps = indexing_maps(op)
         out_map = maps[len(maps) - len(op.results)]  # the first output's
         loops = tuple(ir.AffineDimExpr(e).position if isinstance(e, ir.AffineDimExpr) else None
                       for e in out_map.results)
