@@ -29,7 +29,7 @@ import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import flatbuffers
 import numpy as np
@@ -335,6 +335,8 @@ class _Field:
     kind: str  # "scalar" | "string" | "table" | "union" | "vector"
     size: int = 0  # byte size of the scalar, or of a vector's scalar elements
     target: str = ""  # table or union name; for vectors: element table name, "string", or ""
+    base: str = ""  # scalars and scalar vectors: the scalar type (an enum's underlying type)
+    default: Any = 0  # scalars: the value a reader sees when the field is absent
 
 
 @dataclass(frozen=True)
@@ -343,6 +345,28 @@ class _Schema:
     unions: dict[str, tuple[str, ...]]
     enums: dict[str, tuple[str, ...]]
     root: str
+
+
+_STRUCT_CODES = {
+    "bool": "?", "byte": "b", "ubyte": "B", "int8": "b", "uint8": "B",
+    "short": "h", "ushort": "H", "int16": "h", "uint16": "H",
+    "int": "i", "uint": "I", "int32": "i", "uint32": "I", "float": "f", "float32": "f",
+    "long": "q", "ulong": "Q", "int64": "q", "uint64": "Q", "double": "d", "float64": "d",
+}  # fmt: skip
+
+
+def _scalar_default(text: str | None, base: str, enum_members: tuple[str, ...], what: str) -> Any:
+    """The default of a scalar field (`= value` in the schema; 0 when absent) as its Python type."""
+    value = (text or "").lstrip("=").strip()
+    floating = _STRUCT_CODES[base] in "fd"
+    if not value:
+        return 0.0 if floating else (False if base == "bool" else 0)
+    if value in enum_members:
+        return enum_members.index(value)
+    try:
+        return float(value) if floating else (value == "true" if base == "bool" else int(value))
+    except ValueError:
+        raise ValueError(f"cannot parse default '{value}' of {what}") from None
 
 
 def parse_fbs(text: str) -> _Schema:
@@ -374,7 +398,9 @@ def parse_fbs(text: str) -> _Schema:
             base = ftype.strip("[]")
             if base in _SCALAR_SIZES or base in enums:
                 size = _SCALAR_SIZES[base] if base in _SCALAR_SIZES else enums[base][1]
-                field = _Field(fname, slot, "vector" if vector else "scalar", size)
+                scalar = base if base in _SCALAR_SIZES else enums[base][0]
+                default = _scalar_default(m.group(3), scalar, enum_values.get(base, ()), f"{name}.{fname}")
+                field = _Field(fname, slot, "vector" if vector else "scalar", size, "", scalar, default)
             elif base == "string":
                 field = _Field(fname, slot, "vector" if vector else "string", 0, "string")
             elif base in table_names:
@@ -397,6 +423,11 @@ def parse_fbs(text: str) -> _Schema:
 def executable_schema() -> _Schema:
     """The parsed torq_executable.fbs that the verifier checks blobs against."""
     return parse_fbs(SCHEMA_PATH.read_text())
+
+
+_U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
+_I32 = struct.Struct("<i")
 
 
 class _Verifier:
@@ -438,7 +469,7 @@ class _Verifier:
         vt, vsize, tsize = header
         if 4 + 2 * slot >= vsize:
             return 0
-        fo = self.u16(vt + 4 + 2 * slot)
+        fo = _U16.unpack_from(self.buf, vt + 4 + 2 * slot)[0]  # inside the vtable (table_header checked it)
         if fo == 0:
             return 0
         if fo < 4 or fo + width > tsize:
@@ -450,11 +481,16 @@ class _Verifier:
             return
         self.seen.add((pos, name))
         header = self.table_header(pos, name)
+        vt, vsize, tsize = header
         for f in self.schema.tables[name]:
+            if f.kind == "scalar":  # inline `field_pos`: the common case, checked without a call
+                o = 4 + 2 * f.slot
+                fo = _U16.unpack_from(self.buf, vt + o)[0] if o < vsize else 0
+                if fo and (fo < 4 or fo + f.size > tsize):
+                    self.field_pos(pos, header, f.slot, f.size, f"{name}.{f.name}")  # reports it
+                continue
             label = f"{name}.{f.name}"
-            if f.kind == "scalar":
-                self.field_pos(pos, header, f.slot, f.size, label)
-            elif f.kind == "union":
+            if f.kind == "union":
                 tpos = self.field_pos(pos, header, f.slot, 1, label + "_type")
                 vpos = self.field_pos(pos, header, f.slot + 1, 4, label)
                 kind = self.buf[tpos] if tpos else 0
@@ -533,7 +569,7 @@ def parse_executable(blob: bytes | bytearray | memoryview, hw: TorqHw | None = N
         )
     verifier.table(root, schema.root)
     try:
-        program = _Reader().program(fbProgram.Program.GetRootAs(buf, 0))
+        program = _Reader().program(buf)
     except ExecutableError:
         raise
     except (KeyError, IndexError, ValueError, TypeError, struct.error, UnicodeDecodeError) as e:
@@ -542,131 +578,198 @@ def parse_executable(blob: bytes | bytearray | memoryview, hw: TorqHw | None = N
     return program
 
 
+@functools.cache
+def _layouts() -> dict[str, dict[str, tuple[int, struct.Struct | str, Any]]]:
+    """Per table: field name -> (vtable slot, struct of a scalar or the code of a scalar
+    vector's elements, default)."""
+    out: dict[str, dict[str, tuple[int, struct.Struct | str, Any]]] = {}
+    for name, fields in executable_schema().tables.items():
+        d: dict[str, tuple[int, struct.Struct | str, Any]] = {}
+        for f in fields:
+            if f.kind == "scalar":
+                d[f.name] = (f.slot, struct.Struct("<" + _STRUCT_CODES[f.base]), f.default)
+            elif f.kind == "union":
+                d[f.name + "_type"] = (f.slot, struct.Struct("<B"), 0)
+                d[f.name] = (f.slot + 1, "", None)
+            else:
+                d[f.name] = (f.slot, _STRUCT_CODES.get(f.base, ""), None)
+        out[name] = d
+    return out
+
+
+class _Table:
+    """A table of a verified blob, read by field name with the schema's layout and
+    defaults (what the generated accessors return, without their per-call cost)."""
+
+    __slots__ = ("buf", "pos", "vt", "vsize", "layout")
+
+    def __init__(self, buf: bytes, pos: int, name: str) -> None:
+        self.buf, self.pos, self.layout = buf, pos, _layouts()[name]
+        self.vt = pos - _I32.unpack_from(buf, pos)[0]
+        self.vsize = _U16.unpack_from(buf, self.vt)[0]
+
+    def _field(self, name: str) -> tuple[int, Any, Any]:
+        """(absolute position or 0 if absent, struct or code, default)."""
+        slot, fmt, default = self.layout[name]
+        o = 4 + 2 * slot
+        off = _U16.unpack_from(self.buf, self.vt + o)[0] if o < self.vsize else 0
+        return (self.pos + off if off else 0), fmt, default
+
+    def scalar(self, name: str) -> Any:
+        at, fmt, default = self._field(name)
+        return fmt.unpack_from(self.buf, at)[0] if at else default
+
+    def _target(self, name: str) -> int:
+        at = self._field(name)[0]
+        return at + _U32.unpack_from(self.buf, at)[0] if at else 0
+
+    def text(self, name: str) -> str:
+        at = self._target(name)
+        if not at:
+            return ""
+        n = _U32.unpack_from(self.buf, at)[0]
+        return self.buf[at + 4 : at + 4 + n].decode("utf-8")
+
+    def scalars(self, name: str) -> tuple:
+        """A vector of scalars as a tuple of Python numbers (() when absent)."""
+        at, code, _ = self._field(name)
+        if not at:
+            return ()
+        at += _U32.unpack_from(self.buf, at)[0]
+        n = _U32.unpack_from(self.buf, at)[0]
+        return struct.unpack_from(f"<{n}{code}", self.buf, at + 4) if n else ()
+
+    def data(self, name: str) -> bytes:
+        at = self._target(name)
+        if not at:
+            return b""
+        n = _U32.unpack_from(self.buf, at)[0]
+        return self.buf[at + 4 : at + 4 + n]
+
+    def table(self, name: str, table: str) -> "_Table | None":
+        at = self._target(name)
+        return _Table(self.buf, at, table) if at else None
+
+    def tables(self, name: str, table: str) -> list["_Table"]:
+        at = self._target(name)
+        if not at:
+            return []
+        n, buf = _U32.unpack_from(self.buf, at)[0], self.buf
+        elems = (at + 4 + 4 * k for k in range(n))
+        return [_Table(buf, e + _U32.unpack_from(buf, e)[0], table) for e in elems]
+
+
 class _Reader:
-    """Builds the data model from a verified blob with the generated accessors."""
+    """Builds the data model from a verified blob (`_Table` views; same values as the generated accessors)."""
 
     _dtypes = _inverse(_DTYPES)
     _kinds = _inverse(_TENSOR_KINDS)
     _ref_kinds = _inverse(_REF_KINDS)
-
-    @staticmethod
-    def ints(length: int, as_numpy: Callable[[], Any]) -> tuple[int, ...]:
-        return tuple(int(v) for v in as_numpy()) if length else ()
-
-    @staticmethod
-    def text(s: bytes | None) -> str:
-        return s.decode("utf-8") if s else ""
+    _commands = {CommandType.DmaIn: "DmaIn", CommandType.DmaOut: "DmaOut", CommandType.Compute: "Compute"}
 
     def dtype(self, code: int, what: str) -> str:
         if code not in self._dtypes:
             raise ExecutableError(f"corrupted Torq executable: {what} has unknown dtype code {code}")
         return self._dtypes[code]
 
-    def program(self, fb: fbProgram.Program) -> Program:
+    def program(self, buf: bytes) -> Program:
+        fb = _Table(buf, _U32.unpack_from(buf, 0)[0], "Program")
         return Program(
-            name=self.text(fb.Name()),
-            hw=self.hw(fb.Hw()),
-            tensors=[self.tensor(fb.Tensors(i)) for i in range(fb.TensorsLength())],
-            buffers=[self.buffer(fb.Buffers(i)) for i in range(fb.BuffersLength())],
-            commands=[self.command(fb.Commands(i), i) for i in range(fb.CommandsLength())],
-            tiles=fb.Tiles(),
-            lram_peak=fb.LramPeak(),
+            name=fb.text("name"),
+            hw=self.hw(fb.table("hw", "Hw")),
+            tensors=[self.tensor(t) for t in fb.tables("tensors", "TensorDesc")],
+            buffers=[self.buffer(t) for t in fb.tables("buffers", "LramBuffer")],
+            commands=[self.command(t, i) for i, t in enumerate(fb.tables("commands", "CommandEntry"))],
+            tiles=fb.scalar("tiles"),
+            lram_peak=fb.scalar("lram_peak"),
         )
 
-    def hw(self, fb: fbHw.Hw | None) -> dict:
+    def hw(self, fb: _Table | None) -> dict:
         if fb is None:
             raise ExecutableError("corrupted Torq executable: no hardware description")
         _check_hw_schema()
-        d: dict[str, Any] = {"name": self.text(fb.Name())}
+        d: dict[str, Any] = {"name": fb.text("name")}
         for field, typ in _HW_FIELDS:
             if field != "name":
-                d[field] = typ(getattr(fb, _camel(field))())
+                d[field] = typ(fb.scalar(field))
         return TorqHw.from_dict(d).to_dict()
 
-    def tensor(self, fb: fbTensorDesc.TensorDesc) -> TensorDesc:
-        kind = fb.Kind()
+    def tensor(self, fb: _Table) -> TensorDesc:
+        kind, index = fb.scalar("kind"), fb.scalar("index")
         if kind not in self._kinds:
-            raise ExecutableError(f"corrupted Torq executable: tensor {fb.Index()} has unknown kind {kind}")
-        data = fb.DataAsNumpy().tobytes() if fb.DataLength() else b""
+            raise ExecutableError(f"corrupted Torq executable: tensor {index} has unknown kind {kind}")
         return TensorDesc(
-            index=fb.Index(),
+            index=index,
             kind=self._kinds[kind],
-            shape=self.ints(fb.ShapeLength(), fb.ShapeAsNumpy),
-            dtype=self.dtype(fb.Dtype(), f"tensor {fb.Index()}"),
-            host_dtype=self.dtype(fb.HostDtype(), f"tensor {fb.Index()}"),
-            arg_index=fb.ArgIndex(),
-            data=data,
+            shape=fb.scalars("shape"),
+            dtype=self.dtype(fb.scalar("dtype"), f"tensor {index}"),
+            host_dtype=self.dtype(fb.scalar("host_dtype"), f"tensor {index}"),
+            arg_index=fb.scalar("arg_index"),
+            data=fb.data("data"),
         )
 
-    def buffer(self, fb: fbLramBuffer.LramBuffer) -> LramBuffer:
-        return LramBuffer(fb.Id(), fb.Offset(), fb.Size(), fb.LiveStart(), fb.LiveEnd())
+    def buffer(self, fb: _Table) -> LramBuffer:
+        return LramBuffer(fb.scalar("id"), fb.scalar("offset"), fb.scalar("size"), fb.scalar("live_start"),
+                          fb.scalar("live_end"))
 
-    def operand(self, fb: fbOperand.Operand | None, what: str) -> Operand:
+    def operand(self, fb: _Table | None, what: str) -> Operand:
         if fb is None:
             raise ExecutableError(f"corrupted Torq executable: {what} is missing")
-        return Operand(fb.Buffer(), self.ints(fb.ShapeLength(), fb.ShapeAsNumpy), self.dtype(fb.Dtype(), what))
+        return Operand(fb.scalar("buffer"), fb.scalars("shape"), self.dtype(fb.scalar("dtype"), what))
 
-    def attr(self, fb: fbAttr.Attr) -> tuple[str, Any]:
-        key, kind = self.text(fb.Key()), fb.Kind()
-        ints = list(self.ints(fb.IntsLength(), fb.IntsAsNumpy))
-        floats = [float(v) for v in fb.FloatsAsNumpy()] if fb.FloatsLength() else []
+    def attr(self, fb: _Table) -> tuple[str, Any]:
+        key, kind = fb.text("key"), fb.scalar("kind")
+        ints = list(fb.scalars("ints"))
+        floats = list(fb.scalars("floats"))
         if kind == AttrKind.Int and len(ints) == 1:
             return key, ints[0]
         if kind == AttrKind.Ints:
             return key, ints
         if kind == AttrKind.Str:
-            return key, self.text(fb.Str())
+            return key, fb.text("str")
         if kind == AttrKind.Float and len(floats) == 1:
             return key, floats[0]
         if kind == AttrKind.Floats:
             return key, floats
         raise ExecutableError(f"corrupted Torq executable: attr '{key}' has bad kind {kind}")
 
-    def ref(self, fb: fbRef.Ref) -> Ref:
-        kind = fb.Kind()
+    def ref(self, fb: _Table) -> Ref:
+        kind = fb.scalar("kind")
         if kind not in self._ref_kinds:
             raise ExecutableError(f"corrupted Torq executable: epilogue ref has unknown kind {kind}")
-        return Ref(self._ref_kinds[kind], fb.Index(), self.ints(fb.AxesLength(), fb.AxesAsNumpy), fb.ConstValue())
+        return Ref(self._ref_kinds[kind], fb.scalar("index"), fb.scalars("axes"), fb.scalar("const_value"))
 
-    def epilogue(self, fb: fbEpilogue.Epilogue | None) -> Epilogue:
+    def epilogue(self, fb: _Table | None) -> Epilogue:
         if fb is None:
             return Epilogue()
         steps = []
-        for i in range(fb.StepsLength()):
-            s = fb.Steps(i)
-            args = [self.ref(s.Args(j)) for j in range(s.ArgsLength())]
-            steps.append(EpilogueStep(self.text(s.Op()), args, self.text(s.To())))
-        return Epilogue(steps, fb.Result())
+        for s in fb.tables("steps", "EpilogueStep"):
+            args = [self.ref(r) for r in s.tables("args", "Ref")]
+            steps.append(EpilogueStep(s.text("op"), args, s.text("to")))
+        return Epilogue(steps, fb.scalar("result"))
 
-    def command(self, entry: fbCommandEntry.CommandEntry, i: int) -> Command:
-        kind, table = entry.CommandType(), entry.Command()
-        if table is None or kind not in (CommandType.DmaIn, CommandType.DmaOut, CommandType.Compute):
+    def command(self, entry: _Table, i: int) -> Command:
+        kind = entry.scalar("command_type")
+        name = self._commands.get(kind)
+        table = entry.table("command", name) if name else None
+        if table is None:
             raise ExecutableError(f"corrupted Torq executable: command {i} has no valid type ({kind})")
-        if kind == CommandType.DmaIn:
-            d = fbDmaIn.DmaIn()
-            d.Init(table.Bytes, table.Pos)
-            return DmaIn(
-                d.Tensor(), self.ints(d.OffsetsLength(), d.OffsetsAsNumpy),
-                self.ints(d.SizesLength(), d.SizesAsNumpy), d.Buffer(),
-            )  # fmt: skip
-        if kind == CommandType.DmaOut:
-            o = fbDmaOut.DmaOut()
-            o.Init(table.Bytes, table.Pos)
-            return DmaOut(
-                o.Buffer(), o.Tensor(), self.ints(o.OffsetsLength(), o.OffsetsAsNumpy),
-                self.ints(o.SizesLength(), o.SizesAsNumpy),
-            )  # fmt: skip
-        c = fbCompute.Compute()
-        c.Init(table.Bytes, table.Pos)
+        if name == "DmaIn":
+            return DmaIn(table.scalar("tensor"), table.scalars("offsets"), table.scalars("sizes"),
+                         table.scalar("buffer"))
+        if name == "DmaOut":
+            return DmaOut(table.scalar("buffer"), table.scalar("tensor"), table.scalars("offsets"),
+                          table.scalars("sizes"))
         return Compute(
-            op=self.text(c.Op()),
-            operands=[self.operand(c.Operands(j), f"command {i} operand {j}") for j in range(c.OperandsLength())],
-            result=self.operand(c.Result(), f"command {i} result"),
-            attrs=dict(self.attr(c.Attrs(j)) for j in range(c.AttrsLength())),
-            epilogue=self.epilogue(c.Epilogue()),
-            slice=c.Slice(),
-            macs=c.Macs(),
-            tile=c.Tile(),
+            op=table.text("op"),
+            operands=[self.operand(o, f"command {i} operand {j}")
+                      for j, o in enumerate(table.tables("operands", "Operand"))],
+            result=self.operand(table.table("result", "Operand"), f"command {i} result"),
+            attrs=dict(self.attr(a) for a in table.tables("attrs", "Attr")),
+            epilogue=self.epilogue(table.table("epilogue", "Epilogue")),
+            slice=table.scalar("slice"),
+            macs=table.scalar("macs"),
+            tile=table.scalar("tile"),
         )
 
 

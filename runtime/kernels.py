@@ -30,6 +30,11 @@ Contract (semantics from `program.py`):
   error.
 - `store` converts a value to the result dtype: floats round to nearest even
   (ml_dtypes), integers round half to even and saturate (defensive clip).
+- Speed never changes a result: `run_principal` may take an `OperandCache`
+  (conv2d keeps a batch-1 input's window matrix in it while the input's
+  bytes are unchanged), batch-1 convolutions contract without the unit N
+  dim (the same matrix product on the same data), and `eval_epilogue`
+  writes float steps into intermediates no later step reads (same ufunc).
 Errors are `KernelError` (a ValueError); the simulator adds the command index.
 """
 
@@ -78,7 +83,7 @@ def store(value: np.ndarray, dtype: str) -> np.ndarray:
             value = np.rint(value.astype(np.float64))
         lo, hi = _int_limits(dtype)
         return np.clip(value, lo, hi).astype(NP_DTYPES[dtype])
-    return value.astype(np.float32).astype(NP_DTYPES[dtype])
+    return value.astype(np.float32, copy=False).astype(NP_DTYPES[dtype])
 
 
 def _pair(attrs: dict, key: str, op: str = "conv2d", default=(1, 1)) -> tuple[int, int]:
@@ -97,13 +102,11 @@ def _dims(attrs: dict, key: str, letters: str, rank: int, optional: str = "") ->
     return d
 
 
-def _padded(x: np.ndarray, dims: str, attrs: dict, op: str) -> np.ndarray:
-    """`x` (laid out per `dims`) with the attr `pad` [top, bottom, left, right] applied
-    to its H and W dims: the rows and columns the op reads outside its operand hold
-    attr `pad_value` (default 0), which must be representable in the operand dtype."""
+def _pad_spec(x: np.ndarray, dims: str, attrs: dict, op: str) -> tuple[tuple, Any] | None:
+    """The checked attr `pad` of `x` (laid out per `dims`): (np.pad widths, fill value), or None."""
     pad = attrs.get("pad")
     if pad is None:
-        return x
+        return None
     if (not isinstance(pad, (list, tuple)) or len(pad) != 4
             or not all(isinstance(p, (int, np.integer)) and p >= 0 for p in pad)):
         raise KernelError(f"{op} attr pad must be four non-negative ints [top, bottom, left, right], got {pad!r}")
@@ -120,14 +123,31 @@ def _padded(x: np.ndarray, dims: str, attrs: dict, op: str) -> np.ndarray:
     fill = np.asarray(value).astype(x.dtype)
     if not np.issubdtype(x.dtype, np.integer) and not (np.isnan(fill) or float(fill) == float(value)):
         raise KernelError(f"{op} attr pad_value {value!r} is not a {x.dtype} value")
-    return np.pad(x, widths, constant_values=fill)
+    return tuple(widths), fill
 
 
-def _accumulate_domain(a: np.ndarray, b: np.ndarray, op: str) -> tuple[np.ndarray, np.ndarray, bool]:
+def _apply_pad(x: np.ndarray, spec: tuple[tuple, Any] | None) -> np.ndarray:
+    return x if spec is None else np.pad(x, spec[0], constant_values=spec[1])
+
+
+def _padded(x: np.ndarray, dims: str, attrs: dict, op: str) -> np.ndarray:
+    """`x` (laid out per `dims`) with the attr `pad` [top, bottom, left, right] applied
+    to its H and W dims: the rows and columns the op reads outside its operand hold
+    attr `pad_value` (default 0), which must be representable in the operand dtype."""
+    return _apply_pad(x, _pad_spec(x, dims, attrs, op))
+
+
+def _same_kind(a: np.ndarray, b: np.ndarray, op: str) -> bool:
+    """True if both operands are integer, False if both are float (else a KernelError)."""
     ia, ib = np.issubdtype(a.dtype, np.integer), np.issubdtype(b.dtype, np.integer)
     if ia != ib:
         raise KernelError(f"{op} mixes integer and float operands ({a.dtype}, {b.dtype})")
-    return to_domain(a), to_domain(b), ia
+    return ia
+
+
+def _accumulate_domain(a: np.ndarray, b: np.ndarray, op: str) -> tuple[np.ndarray, np.ndarray, bool]:
+    integer = _same_kind(a, b, op)
+    return to_domain(a), to_domain(b), integer
 
 
 def _finish_acc(acc: np.ndarray, integer: bool) -> np.ndarray:
@@ -135,28 +155,70 @@ def _finish_acc(acc: np.ndarray, integer: bool) -> np.ndarray:
     return acc.astype(np.int32).astype(np.int64) if integer else acc.astype(np.float32)
 
 
-def conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:
+class OperandCache:
+    """Arrays derived from LRAM operands (a convolution's window matrix), kept while
+    the operand's bytes stay unchanged.
+
+    Tiled programs often run one input against many weight tiles (output-channel
+    tiles); the window matrix is the same for each. Entries are keyed by the
+    operand's address, layout and what was derived; the owner of the memory calls
+    `written(lo, hi)` for every write to addresses [lo, hi), which drops the
+    entries that read any of them. At most `max_bytes` are kept (oldest dropped).
+    """
+
+    def __init__(self, max_bytes: int = 256 << 20) -> None:
+        self.max_bytes = max_bytes
+        self.entries: dict[tuple, tuple[int, int, np.ndarray]] = {}  # key -> (lo, hi, value), oldest first
+
+    def get(self, operand: np.ndarray, what: tuple, build: Callable[[], np.ndarray]) -> np.ndarray:
+        lo = operand.__array_interface__["data"][0]
+        key = (lo, operand.shape, operand.strides, operand.dtype.str, what)
+        entry = self.entries.get(key)
+        if entry is not None:
+            return entry[2]
+        value = build()
+        if value.nbytes <= self.max_bytes:
+            total = value.nbytes + sum(e[2].nbytes for e in self.entries.values())
+            while total > self.max_bytes:
+                total -= self.entries.pop(next(iter(self.entries)))[2].nbytes
+            # A conservative byte range of the operand: [lo - span, lo + span + itemsize).
+            span = sum((n - 1) * abs(st) for n, st in zip(operand.shape, operand.strides)) if operand.size else 0
+            self.entries[key] = (lo - span, lo + span + operand.itemsize, value)
+        return value
+
+    def written(self, lo: int, hi: int) -> None:
+        """Bytes [lo, hi) changed: forget what was derived from any of them."""
+        if self.entries:
+            stale = [k for k, (a, b, _) in self.entries.items() if a < hi and lo < b]
+            for k in stale:
+                del self.entries[k]
+
+
+def conv2d(x: np.ndarray, w: np.ndarray, attrs: dict, cache: OperandCache | None = None) -> tuple[np.ndarray, int]:
     """out[n,o,y,x] = sum_{c,i,j} in[n,c,y*sh+i*dh,x*sw+j*dw] * w[o,c,i,j]; returns (out, macs).
 
     `out` is laid out per attr output_dims. With a G (group) letter in
     input_dims the convolution is grouped, and a weight without H and W is a
-    1x1 kernel (both handled by `grouped_conv2d`).
+    1x1 kernel (both handled by `grouped_conv2d`). With a `cache`, the window
+    matrix of a batch-1 input is reused across calls on unchanged bytes.
     """
     in_d, w_d = attrs.get("input_dims"), attrs.get("weight_dims")
     if isinstance(in_d, str) and isinstance(w_d, str) and ("G" in in_d or not {"H", "W"} & set(w_d)):
         return grouped_conv2d(x, w, attrs)
     in_dims = _dims(attrs, "input_dims", "NCHW", x.ndim, optional="N")
     w_dims = _dims(attrs, "weight_dims", "OCHW", w.ndim)
-    x = _padded(x, in_dims, attrs, "conv2d")
+    pad = _pad_spec(x, in_dims, attrs, "conv2d")
     sh, sw = _pair(attrs, "stride")
     dh, dw = _pair(attrs, "dilation")
-    xs, ws, integer = _accumulate_domain(x, w, "conv2d")
+    integer = _same_kind(x, w, "conv2d")
     canon_in = "NCHW" if "N" in in_dims else "CHW"
-    xs = xs.transpose([in_dims.index(c) for c in canon_in])
-    if "N" not in in_dims:
-        xs = xs[None]
-    ws = ws.transpose([w_dims.index(c) for c in "OCHW"])
-    n, c, h, wd = xs.shape
+    ws = to_domain(w).transpose([w_dims.index(c) for c in "OCHW"])
+    size = dict(zip(in_dims, x.shape))
+    if pad is not None:
+        (top, bottom), (left, right) = pad[0][in_dims.index("H")], pad[0][in_dims.index("W")]
+        size["H"] += top + bottom
+        size["W"] += left + right
+    n, c, h, wd = size.get("N", 1), size["C"], size["H"], size["W"]
     o, wc, kh, kw = ws.shape
     if wc != c:
         raise KernelError(f"conv2d input has {c} channels, weight has {wc}")
@@ -165,8 +227,29 @@ def conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:
     ekh, ekw = (kh - 1) * dh + 1, (kw - 1) * dw + 1
     if ekh > h or ekw > wd:
         raise KernelError(f"conv2d window {ekh}x{ekw} larger than input {h}x{wd}")
-    win = sliding_window_view(xs, (ekh, ekw), axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
-    acc = np.einsum("ncyxij,ocij->noyx", win, ws, optimize=True)
+
+    def padded_input() -> np.ndarray:
+        xs = to_domain(_apply_pad(x, pad)).transpose([in_dims.index(c) for c in canon_in])
+        return xs if "N" in in_dims else xs[None]
+
+    if n == 1 and c * kh * kw > 1:
+        # Batch 1: the same contraction without the unit N dim. np.einsum contracts the
+        # window matrix (C*kh*kw, OY*OX) (C order: c, i, j, then y, x) with the weights
+        # in one matrix product; it is built here (once per input with a cache) and
+        # einsum takes it as a view, so the product is the same call on the same data.
+        oy, ox = (h - ekh) // sh + 1, (wd - ekw) // sw + 1
+
+        def window_matrix() -> np.ndarray:
+            win = sliding_window_view(padded_input()[0], (ekh, ekw), axis=(1, 2))[:, ::sh, ::sw, ::dh, ::dw]
+            return win.transpose(0, 3, 4, 1, 2).reshape(c * kh * kw, oy * ox)
+
+        what = ("conv2d_windows", in_dims, None if pad is None else (pad[0], pad[1].tobytes()), sh, sw, dh, dw, kh, kw)
+        cols = cache.get(x, what, window_matrix) if cache is not None else window_matrix()
+        win = cols.reshape(c, kh, kw, oy, ox).transpose(0, 3, 4, 1, 2)
+        acc = np.einsum("cyxij,ocij->oyx", win, ws, optimize=True)[None]
+    else:
+        win = sliding_window_view(padded_input(), (ekh, ekw), axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
+        acc = np.einsum("ncyxij,ocij->noyx", win, ws, optimize=True)
     out_dims = _dims(attrs, "output_dims", "NOHW", acc.ndim - ("N" not in in_dims), optional="N")
     if "N" not in out_dims:
         if "N" in in_dims and n != 1:
@@ -266,8 +349,10 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[np.ndar
     c, (wc, kh, kw) = xs.shape[1], ws.shape
     if wc != c:
         raise KernelError(f"{op} input has {c} channels, weight has {wc}")
-    win = _windows(xs, kh, kw, stride, dilation, op)
-    acc = np.einsum("ncyxij,cij->ncyx", win, ws, optimize=True)
+    if xs.shape[0] == 1:  # the same contraction without the unit N dim: one copy fewer
+        acc = np.einsum("cyxij,cij->cyx", _windows(xs[0], kh, kw, stride, dilation, op), ws, optimize=True)[None]
+    else:
+        acc = np.einsum("ncyxij,cij->ncyx", _windows(xs, kh, kw, stride, dilation, op), ws, optimize=True)
     macs = int(np.prod(acc.shape, dtype=np.int64)) * kh * kw
     return _finish_acc(_uncanon(acc, "NCHW", out_dims, op), integer), macs
 
@@ -302,8 +387,11 @@ def grouped_conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[np.ndarra
     (g, c), (wg, _, wc, kh, kw) = xs.shape[1:3], ws.shape
     if (wg, wc) != (g, c):
         raise KernelError(f"{op} input has {g} groups of {c} channels, weight has {wg} groups of {wc}")
-    win = _windows(xs, kh, kw, stride, dilation, op)
-    acc = np.einsum("ngcyxij,gocij->ngoyx", win, ws, optimize=True)
+    if xs.shape[0] == 1:  # the same contraction without the unit N dim: one copy fewer
+        acc = np.einsum("gcyxij,gocij->goyx", _windows(xs[0], kh, kw, stride, dilation, op), ws,
+                        optimize=True)[None]
+    else:
+        acc = np.einsum("ngcyxij,gocij->ngoyx", _windows(xs, kh, kw, stride, dilation, op), ws, optimize=True)
     macs = int(np.prod(acc.shape, dtype=np.int64)) * c * kh * kw
     return _finish_acc(_uncanon(acc, "NGOHW", out_dims, op), integer), macs
 
@@ -386,24 +474,25 @@ def reduce(x: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:
 # Registry: the principal computation of each Compute op.
 #
 # A kernel takes the op's LRAM operands (principal operands first, epilogue
-# operands after) and its attrs, and returns (principal result, macs). Ops
+# operands after), its attrs and an optional `OperandCache`, and returns
+# (principal result, macs). Ops
 # without a principal value ("elementwise") are not listed: their result is
 # the epilogue alone. The simulator and the validators read this table, so a
 # new op is one entry here plus its compiler pattern.
 
-PrincipalKernel = Callable[[list[np.ndarray], dict], tuple[np.ndarray, int]]
+PrincipalKernel = Callable[[list[np.ndarray], dict, "OperandCache | None"], tuple[np.ndarray, int]]
 
 
-def _binary(fn: Callable[[np.ndarray, np.ndarray, dict], tuple[np.ndarray, int]]) -> PrincipalKernel:
-    def kernel(ops: list[np.ndarray], attrs: dict) -> tuple[np.ndarray, int]:
+def _binary(fn: Callable[..., tuple[np.ndarray, int]], cached: bool = False) -> PrincipalKernel:
+    def kernel(ops: list[np.ndarray], attrs: dict, cache: OperandCache | None = None) -> tuple[np.ndarray, int]:
         if len(ops) < 2:
             raise KernelError(f"needs 2 operands, has {len(ops)}")
-        return fn(ops[0], ops[1], attrs)
+        return fn(ops[0], ops[1], attrs, cache) if cached else fn(ops[0], ops[1], attrs)
     return kernel
 
 
 def _unary(fn: Callable[[np.ndarray, dict], tuple[np.ndarray, int]]) -> PrincipalKernel:
-    def kernel(ops: list[np.ndarray], attrs: dict) -> tuple[np.ndarray, int]:
+    def kernel(ops: list[np.ndarray], attrs: dict, cache: OperandCache | None = None) -> tuple[np.ndarray, int]:
         if len(ops) < 1:
             raise KernelError("needs 1 operand, has 0")
         return fn(ops[0], attrs)
@@ -411,7 +500,7 @@ def _unary(fn: Callable[[np.ndarray, dict], tuple[np.ndarray, int]]) -> Principa
 
 
 PRINCIPAL_KERNELS: dict[str, PrincipalKernel] = {
-    "conv2d": _binary(conv2d),
+    "conv2d": _binary(conv2d, cached=True),
     "matmul": _binary(matmul),
     "depthwise_conv2d": _binary(depthwise_conv2d),
     "maxpool2d": _unary(maxpool2d),
@@ -421,13 +510,18 @@ PRINCIPAL_KERNELS: dict[str, PrincipalKernel] = {
 COMPUTE_OPS = frozenset(PRINCIPAL_KERNELS) | {"elementwise"}
 
 
-def run_principal(op: str, ops: list[np.ndarray], attrs: dict) -> tuple[np.ndarray | None, int]:
-    """The principal value and MACs of Compute `op` (None, 0 for elementwise)."""
+def run_principal(op: str, ops: list[np.ndarray], attrs: dict,
+                  cache: OperandCache | None = None) -> tuple[np.ndarray | None, int]:
+    """The principal value and MACs of Compute `op` (None, 0 for elementwise).
+
+    `cache` (optional) keeps arrays derived from operands across calls; its owner
+    reports every write to the operands' memory (`OperandCache.written`).
+    """
     if op == "elementwise":
         return None, 0
     if op not in PRINCIPAL_KERNELS:
         raise KernelError(f"unknown compute op {op!r}")
-    return PRINCIPAL_KERNELS[op](ops, attrs)
+    return PRINCIPAL_KERNELS[op](ops, attrs, cache)
 
 
 # --------------------------------------------------------------------------
@@ -594,26 +688,83 @@ def _step(op: str, args: list[np.ndarray], to: str) -> np.ndarray:
     raise KernelError(f"unknown epilogue op {op!r}")
 
 
+# Float steps the evaluator may write into a dead intermediate (same ufunc as `_step`).
+_FLOAT_UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
+                 "max": np.maximum, "min": np.minimum}
+
+
+def _operand_view(a: np.ndarray, axes: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:
+    """`broadcast_operand` without the broadcast: a view that broadcasts against `shape`
+    (numpy broadcasts each step; the values are the same)."""
+    if not axes:
+        if a.ndim not in (0, len(shape)):
+            raise KernelError(f"operand of shape {a.shape} needs axes to broadcast to {shape}")
+        axes = tuple(range(a.ndim))
+    view_shape = [1] * len(shape)
+    for i in range(a.ndim):
+        view_shape[axes[i]] = a.shape[i]
+    if any(v != 1 and v != n for v, n in zip(view_shape, shape)):
+        raise KernelError(f"operand of shape {a.shape} with axes {axes} does not broadcast to {shape}")
+    order = sorted(range(a.ndim), key=lambda i: axes[i])
+    return a.transpose(order).reshape(view_shape)
+
+
 def eval_epilogue(
     epilogue: Epilogue, principal: np.ndarray | None, operands: list[np.ndarray], shape: tuple[int, ...]
 ) -> np.ndarray:
     """Evaluates the epilogue over the result `shape`; returns the stored value (compute domain)."""
     values: list[np.ndarray] = [] if principal is None else [principal]
+    steps = epilogue.steps
+    # Operands broadcast lazily (by each step) unless the result is empty, where a
+    # check on the unbroadcast operand could see values the broadcast drops.
+    lazy = math.prod(shape) > 0
+    domain: dict[int, np.ndarray] = {}
+    # Intermediates made here (not the principal, not operands) that no later step
+    # reads may take the result of a float step in place: same ufunc, same values.
+    base = len(values)
+    last_use = {base + k: k for k in range(len(steps))}  # value -> last step reading it
+    for k, st in enumerate(steps):
+        for r in st.args:
+            if r.kind == "value":
+                last_use[r.index] = k
+    result = epilogue.result
+    last_use[result if result >= 0 else base + len(steps) + result] = len(steps)  # stored: never overwritten
+    owned: set[int] = set()
 
     def load(r: Ref) -> np.ndarray:
         if r.kind == "value":
             return values[r.index]
         if r.kind == "operand":
-            return broadcast_operand(to_domain(operands[r.index]), tuple(r.axes), shape)
+            a = domain.get(r.index)
+            if a is None:
+                a = domain[r.index] = to_domain(operands[r.index])
+            return _operand_view(a, tuple(r.axes), shape) if lazy else broadcast_operand(a, tuple(r.axes), shape)
         c = float(r.const)
         return np.asarray(int(c), dtype=np.int64) if c.is_integer() else np.asarray(c, dtype=np.float32)
 
-    for k, s in enumerate(epilogue.steps):
-        try:
-            with np.errstate(all="ignore"):  # float inf/nan behave as IEEE f32
-                values.append(_step(s.op, [load(r) for r in s.args], s.to))
-        except (IndexError, KeyError, OverflowError) as e:
-            raise KernelError(f"epilogue step {k} ({s.op}): bad reference ({e})") from None
+    with np.errstate(all="ignore"):  # float inf/nan behave as IEEE f32
+        for k, s in enumerate(steps):
+            try:
+                args = [load(r) for r in s.args]
+                ufunc = _FLOAT_UFUNCS.get(s.op) if not s.to else None
+                if ufunc is not None and len(args) == 2 and not (_is_int(args[0]) and _is_int(args[1])):
+                    a, b = np.asarray(args[0], dtype=np.float32), np.asarray(args[1], dtype=np.float32)
+                    out_shape = np.broadcast_shapes(a.shape, b.shape)
+                    out = None
+                    for r in s.args:
+                        if r.kind == "value" and r.index in owned and last_use.get(r.index) == k:
+                            v = values[r.index]
+                            if isinstance(v, np.ndarray) and v.shape == out_shape and v.dtype == np.float32:
+                                out = v
+                                break
+                    values.append(ufunc(a, b, out=out) if out is not None else ufunc(a, b))
+                    owned.add(len(values) - 1)
+                else:
+                    values.append(_step(s.op, args, s.to))
+                    if s.op.startswith("select_"):
+                        owned.add(len(values) - 1)  # np.where: a new array
+            except (IndexError, KeyError, OverflowError) as e:
+                raise KernelError(f"epilogue step {k} ({s.op}): bad reference ({e})") from None
     if not values:
         raise KernelError("epilogue computes no value")
     out = values[epilogue.result]

@@ -25,12 +25,25 @@ Contract:
   two slices write while live (`timing.check_slice_sharing`), is a
   SimulatorError. With `record_timeline=True` the stats also carry each
   command's start/end cycle and the LRAM occupancy over time (`timeline`).
+- Everything that does not depend on the inputs (the checks, the schedule,
+  the stats) is `prepare(program)`'s `Plan`; `run(..., plan=plan)` reuses it
+  (the `torq` module prepares each executable once). Results and stats are
+  the same with or without a plan.
+- Speed without changing results: DDR tensors are typed arrays (constants
+  are read-only views of `data`, inputs already in their DDR dtype are not
+  copied); a convolution's window matrix is kept while its input's LRAM
+  bytes are unchanged (`kernels.OperandCache`, dropped on every write to
+  them); numpy's BLAS runs on one thread during a run
+  (`TORQ_SIMULATOR_BLAS_THREADS`, 0 = leave it as configured), then its
+  setting is restored.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,7 +51,7 @@ import numpy as np
 from torq.hw import TorqHw
 
 from .executable import ExecutableError, validate_program
-from .kernels import COMPUTE_OPS, NP_DTYPES, KernelError, eval_epilogue, run_principal, store
+from .kernels import COMPUTE_OPS, NP_DTYPES, KernelError, OperandCache, eval_epilogue, run_principal, store
 from .program import DTYPE_BYTES, Compute, DmaIn, DmaOut, LramBuffer, Program, TensorDesc, compulsory_bytes
 from .timing import (TimingError, Timeline, check_slice_sharing, dma_bytes, lram_occupancy, roofline_cycles,
                      schedule)
@@ -110,6 +123,26 @@ def _nbytes(shape: tuple[int, ...], dtype: str) -> int:
     return math.prod(shape) * DTYPE_BYTES[dtype]
 
 
+@dataclass(eq=False)
+class Plan:
+    """What running `program` on a device needs that does not depend on the inputs.
+
+    `Simulator.prepare` builds it: the program checked against the device, its
+    schedule, the complete `DispatchStats` (every counter is a function of the
+    program and the device) and the commands resolved to LRAM byte ranges and
+    numpy dtypes. A caller that runs one program many times (the `torq` VM
+    module, per executable) prepares it once; the program must not change
+    afterwards.
+    """
+
+    program: Program
+    hw: TorqHw
+    timeline: Timeline
+    stats: DispatchStats  # without `timeline`
+    constants: dict[int, np.ndarray]  # tensor index -> read-only view of its data
+    steps: list[tuple]  # one per command, see `Simulator._steps`
+
+
 class Simulator:
     """Runs NSS programs on one simulated Torq device described by `hw`."""
 
@@ -118,8 +151,8 @@ class Simulator:
 
     # ---- public
 
-    def run(self, program: Program, inputs: list[np.ndarray],
-            record_timeline: bool = False) -> tuple[list[np.ndarray], DispatchStats]:
+    def prepare(self, program: Program) -> Plan:
+        """Checks `program` against the device and schedules it (SimulatorError when refused)."""
         try:
             validate_program(program, self.hw)
         except ExecutableError as e:
@@ -130,10 +163,7 @@ class Simulator:
             check_slice_sharing(program, timeline)
         except TimingError as e:
             raise SimulatorError(f"program '{program.name}': {e}") from None
-        ddr = self._load_ddr(program, inputs)
-        lram = np.zeros(self.hw.lram_bytes, dtype=np.uint8)
         tensors = {t.index: t for t in program.tensors}
-        buffers = {b.id: b for b in program.buffers}
         stats = DispatchStats(
             name=program.name,
             tiles=program.tiles,
@@ -141,30 +171,41 @@ class Simulator:
             compulsory_bytes=compulsory_bytes(program),
             lram_peak_bytes=measure_lram_peak(program.buffers, len(program.commands)),
         )
-        for i, c in enumerate(program.commands):
+        for c in program.commands:
             if isinstance(c, DmaIn):
-                t, buf = tensors[c.tensor], buffers[c.buffer]
-                box = self._tensor(ddr, t)[self._box(c.offsets, c.sizes)]
-                data = np.ascontiguousarray(box).reshape(-1).view(np.uint8)
-                lram[buf.offset : buf.offset + data.size] = data
-                stats.dma_bytes_in += data.size
+                stats.dma_bytes_in += _nbytes(tuple(c.sizes), tensors[c.tensor].dtype)
             elif isinstance(c, DmaOut):
-                t, buf = tensors[c.tensor], buffers[c.buffer]
-                src = self._lram(lram, buf, tuple(c.sizes), t.dtype)
-                self._tensor(ddr, t)[self._box(c.offsets, c.sizes)] = src
-                stats.dma_bytes_out += src.nbytes
+                stats.dma_bytes_out += _nbytes(tuple(c.sizes), tensors[c.tensor].dtype)
             else:
-                try:
-                    with np.errstate(all="ignore"):  # inf/nan propagate as in IEEE f32
-                        self._compute(i, c, lram, buffers)
-                except KernelError as e:
-                    raise SimulatorError(f"program '{program.name}': command {i} ({c.op}): {e}") from None
                 stats.macs += c.macs
-        self._add_timing(program, timeline, stats, record_timeline)
+        self._add_timing(program, timeline, stats)
+        constants = {}
+        for t in program.tensors:
+            if t.kind == "constant":
+                dtype = NP_DTYPES[t.dtype]
+                a = np.frombuffer(t.data, dtype=dtype).reshape(t.shape) if t.data else np.zeros(t.shape, dtype)
+                a.flags.writeable = False  # DDR constants are only read (DmaIn)
+                constants[t.index] = a
+        return Plan(program, self.hw, timeline, stats, constants, self._steps(program, tensors))
+
+    def run(self, program: Program, inputs: list[np.ndarray], record_timeline: bool = False,
+            plan: Plan | None = None) -> tuple[list[np.ndarray], DispatchStats]:
+        """Runs `program` on `inputs`; `plan` (from `prepare(program)`) skips the checks and the schedule."""
+        if plan is None:
+            plan = self.prepare(program)
+        elif plan.program is not program or plan.hw != self.hw:
+            raise SimulatorError(f"program '{program.name}': the plan was prepared for another program or device")
+        ddr = self._load_ddr(plan, inputs)
+        lram = np.zeros(self.hw.lram_bytes, dtype=np.uint8)
+        with _blas_threads():
+            self._execute(plan, ddr, lram)
+        stats = dataclasses.replace(plan.stats, engine_busy_cycles=dict(plan.stats.engine_busy_cycles))
+        if record_timeline:
+            stats.timeline = self._timeline_record(program, plan.timeline)
         outputs = []
         for t in program.outputs():
-            value = self._tensor(ddr, t)
-            outputs.append(value.astype(NP_DTYPES[t.host_dtype]) if t.host_dtype != t.dtype else value.copy())
+            value = ddr[t.index]  # allocated for this call: no copy needed
+            outputs.append(value.astype(NP_DTYPES[t.host_dtype]) if t.host_dtype != t.dtype else value)
         return outputs, stats
 
     # ---- checks and memory
@@ -181,11 +222,13 @@ class Simulator:
             if isinstance(c, Compute) and c.op not in COMPUTE_OPS:
                 raise SimulatorError(f"program '{p.name}': command {i}: unknown compute op {c.op!r}")
 
-    def _load_ddr(self, p: Program, inputs: list[np.ndarray]) -> dict[int, np.ndarray]:
+    def _load_ddr(self, plan: Plan, inputs: list[np.ndarray]) -> dict[int, np.ndarray]:
+        """Tensor index -> the tensor in DDR for this call (typed, row-major, shaped)."""
+        p = plan.program
         declared = p.inputs()
         if len(inputs) != len(declared):
             raise SimulatorError(f"program '{p.name}': expected {len(declared)} inputs, got {len(inputs)}")
-        ddr: dict[int, np.ndarray] = {}
+        ddr: dict[int, np.ndarray] = dict(plan.constants)
         for t, x in zip(declared, inputs):
             x = np.asarray(x)
             host = NP_DTYPES[t.host_dtype]
@@ -194,13 +237,13 @@ class Simulator:
                     f"program '{p.name}': input {t.arg_index}: expected shape {tuple(t.shape)} {t.host_dtype}, "
                     f"got {tuple(x.shape)} {x.dtype}"
                 )
-            ddr[t.index] = np.ascontiguousarray(x.astype(NP_DTYPES[t.dtype])).reshape(-1).view(np.uint8).copy()
+            # Round to nearest even into the DDR dtype. Inputs are only read (DmaIn), so an
+            # array already in that dtype and layout is used as it is.
+            ddr[t.index] = np.asarray(x, dtype=NP_DTYPES[t.dtype], order="C")
         for t in p.tensors:
-            if t.kind == "constant":
-                ddr[t.index] = np.frombuffer(bytes(t.data), dtype=np.uint8).copy()
-            elif t.kind in ("output", "scratch"):
+            if t.kind in ("output", "scratch"):
                 try:
-                    ddr[t.index] = np.zeros(t.nbytes, dtype=np.uint8)
+                    ddr[t.index] = np.zeros(t.shape, dtype=NP_DTYPES[t.dtype])
                 except (MemoryError, ValueError):
                     raise SimulatorError(
                         f"program '{p.name}': cannot allocate {t.kind} tensor {t.index} of {t.nbytes} bytes"
@@ -208,22 +251,63 @@ class Simulator:
         return ddr
 
     @staticmethod
-    def _tensor(ddr: dict[int, np.ndarray], t: TensorDesc) -> np.ndarray:
-        return ddr[t.index].view(NP_DTYPES[t.dtype]).reshape(t.shape)
-
-    @staticmethod
     def _box(offsets: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[slice, ...]:
         return tuple(slice(o, o + s) for o, s in zip(offsets, sizes))
 
-    def _lram(self, lram: np.ndarray, buf: LramBuffer, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    def _lram_range(self, buf: LramBuffer, shape: tuple[int, ...], dtype: str) -> tuple:
+        """(offset, bytes, numpy dtype, shape) of an LRAM access of `shape` x `dtype` at `buf`."""
         n = _nbytes(shape, dtype)
-        if n > buf.size or buf.offset < 0 or buf.offset + n > lram.size:  # validated; defensive
+        if n > buf.size or buf.offset < 0 or buf.offset + n > self.hw.lram_bytes:  # validated; defensive
             raise SimulatorError(f"LRAM access of {n} bytes outside buffer {buf.id} [{buf.offset}, +{buf.size})")
-        return lram[buf.offset : buf.offset + n].view(NP_DTYPES[dtype]).reshape(shape)
+        return buf.offset, n, NP_DTYPES[dtype], shape
+
+    @staticmethod
+    def _lram(lram: np.ndarray, where: tuple) -> np.ndarray:
+        off, n, dtype, shape = where
+        return lram[off : off + n].view(dtype).reshape(shape)
 
     # ---- commands
 
-    def _add_timing(self, program: Program, timeline: Timeline, stats: DispatchStats, record: bool) -> None:
+    def _steps(self, p: Program, tensors: dict[int, TensorDesc]) -> list[tuple]:
+        """Each command with its LRAM accesses resolved: ("in", tensor, box, lram range),
+        ("out", tensor, box, lram range) or ("compute", index, command, operand ranges, result range)."""
+        buffers = {b.id: b for b in p.buffers}
+        steps: list[tuple] = []
+        for i, c in enumerate(p.commands):
+            if isinstance(c, (DmaIn, DmaOut)):
+                where = self._lram_range(buffers[c.buffer], tuple(c.sizes), tensors[c.tensor].dtype)
+                kind = "in" if isinstance(c, DmaIn) else "out"
+                steps.append((kind, c.tensor, self._box(c.offsets, c.sizes), where))
+            else:
+                ops = [self._lram_range(buffers[o.buffer], tuple(o.shape), o.dtype) for o in c.operands]
+                res = self._lram_range(buffers[c.result.buffer], tuple(c.result.shape), c.result.dtype)
+                steps.append(("compute", i, c, ops, res))
+        return steps
+
+    def _execute(self, plan: Plan, ddr: dict[int, np.ndarray], lram: np.ndarray) -> None:
+        """Runs the commands in program order on `ddr` and `lram`."""
+        view = self._lram
+        base = lram.__array_interface__["data"][0]
+        cache = OperandCache()  # window matrices of inputs that several computes read
+        for step in plan.steps:
+            kind = step[0]
+            if kind == "in":
+                _, t, box, where = step
+                np.copyto(view(lram, where), ddr[t][box])
+                cache.written(base + where[0], base + where[0] + where[1])
+            elif kind == "out":
+                _, t, box, where = step
+                ddr[t][box] = view(lram, where)
+            else:
+                _, i, c, ops, res = step
+                try:
+                    with np.errstate(all="ignore"):  # inf/nan propagate as in IEEE f32
+                        self._compute(c, [view(lram, o) for o in ops], view(lram, res), cache)
+                except KernelError as e:
+                    raise SimulatorError(f"program '{plan.program.name}': command {i} ({c.op}): {e}") from None
+                cache.written(base + res[0], base + res[0] + res[1])
+
+    def _add_timing(self, program: Program, timeline: Timeline, stats: DispatchStats) -> None:
         hw = self.hw
         stats.cycles = timeline.makespan
         stats.latency_us = timeline.makespan / hw.clock_mhz
@@ -232,8 +316,10 @@ class Simulator:
         stats.engine_busy_cycles = dict(timeline.engine_busy)
         occupancy = lram_occupancy(program, timeline)
         stats.lram_occupancy_peak_bytes = max(b for _, b in occupancy)
-        if not record:
-            return
+
+    @staticmethod
+    def _timeline_record(program: Program, timeline: Timeline) -> dict:
+        """`DispatchStats.timeline`: each command's engine, start and end, and the LRAM occupancy."""
         events = []
         for t in timeline.commands:
             c = program.commands[t.index]
@@ -245,18 +331,66 @@ class Simulator:
             else:
                 e.update(kind=c.op, tile=c.tile, slice=c.slice, macs=c.macs, buffer=c.result.buffer)
             events.append(e)
-        stats.timeline = {"events": events, "lram_occupancy": [list(x) for x in occupancy]}
+        return {"events": events, "lram_occupancy": [list(x) for x in lram_occupancy(program, timeline)]}
 
-    def _compute(self, i: int, c: Compute, lram: np.ndarray, buffers: dict[int, LramBuffer]) -> None:
-        """Runs one Compute on LRAM."""
-        ops = [self._lram(lram, buffers[o.buffer], tuple(o.shape), o.dtype) for o in c.operands]
+    @staticmethod
+    def _compute(c: Compute, ops: list[np.ndarray], result: np.ndarray, cache: OperandCache) -> None:
+        """Runs one Compute on its LRAM operands and writes `result` (a view of its LRAM bytes)."""
         shape = tuple(c.result.shape)
-        principal, macs = run_principal(c.op, ops, c.attrs)
+        principal, macs = run_principal(c.op, ops, c.attrs, cache)
         if principal is not None:
             if principal.shape != shape:
                 raise KernelError(f"computes shape {principal.shape}, result operand has shape {shape}")
         if macs != c.macs:
             raise KernelError(f"macs field is {c.macs}, shapes give {macs}")
-        out = store(eval_epilogue(c.epilogue, principal, ops, shape), c.result.dtype)
-        res = buffers[c.result.buffer]
-        lram[res.offset : res.offset + out.nbytes] = np.ascontiguousarray(out).reshape(-1).view(np.uint8)
+        np.copyto(result, store(eval_epilogue(c.epilogue, principal, ops, shape), c.result.dtype))
+
+
+# --------------------------------------------------------------------------
+# BLAS threads
+
+
+def _blas_set_threads_fn():
+    """numpy's OpenBLAS `openblas_set_num_threads_local` (ctypes), or None if unavailable."""
+    try:
+        import ctypes
+
+        with open("/proc/self/maps") as f:  # the BLAS numpy loaded (Linux wheels bundle OpenBLAS)
+            paths = {line.split()[-1] for line in f if "openblas" in line.rsplit("/", 1)[-1]}
+        for path in sorted(paths, key=lambda p: "numpy" not in p):
+            fn = getattr(ctypes.CDLL(path), "openblas_set_num_threads_local", None)
+            if fn is not None:
+                fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
+                return fn
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+_BLAS_SET_THREADS: list = []  # [fn or None], looked up on first use
+
+
+@contextlib.contextmanager
+def _blas_threads():
+    """numpy's BLAS on one thread while a program runs (`TORQ_SIMULATOR_BLAS_THREADS`, 0 = as is).
+
+    The simulator's matrix products are many and small, and it runs inside the IREE
+    host's call: extra BLAS threads oversubscribe the cores (measured 2.4x to 8x
+    slower per model on a loaded 2-core machine). The result is the same either
+    way (threads split the output, not the reductions); the setting is restored.
+    """
+    try:
+        threads = int(os.environ.get("TORQ_SIMULATOR_BLAS_THREADS", "1"))
+    except ValueError:
+        threads = 1
+    if not _BLAS_SET_THREADS:
+        _BLAS_SET_THREADS.append(_blas_set_threads_fn())
+    fn = _BLAS_SET_THREADS[0]
+    if fn is None or threads <= 0:
+        yield
+        return
+    previous = fn(threads)
+    try:
+        yield
+    finally:
+        fn(previous)

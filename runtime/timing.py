@@ -59,12 +59,11 @@ Contract (every number comes from `TorqHw`; nothing here is a literal):
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
-
-import numpy as np
 
 from torq.hw import TorqHw
 
@@ -90,9 +89,19 @@ def engine_of(c) -> str:
     return slice_engine(c.slice)
 
 
+@functools.lru_cache(maxsize=256)
+def _rate_ratio(rate: float) -> tuple[int, int]:
+    """(numerator, denominator) of the decimal value of `rate`."""
+    f = Fraction(rate).limit_denominator(1 << 20)
+    return f.numerator, f.denominator
+
+
 def ceil_div(n: int, rate: float) -> int:
     """ceil(n / rate) exactly on the decimal value of `rate` (5.2, not 5.2000000000000002)."""
-    return math.ceil(Fraction(n) / Fraction(rate).limit_denominator(1 << 20))
+    p, q = _rate_ratio(rate)
+    if isinstance(n, int):
+        return -((-n * q) // p)  # ceil(n * q / p) in integers
+    return math.ceil(Fraction(n) * q / p)
 
 
 # --------------------------------------------------------------------------
@@ -222,38 +231,45 @@ class _LramState:
         cuts = sorted({b.offset for b in program.buffers} | {b.offset + b.size for b in program.buffers})
         self.cuts = cuts
         n = max(0, len(cuts) - 1)
-        self.w_end = np.zeros(n, np.int64)
-        self.w_cmd = np.full(n, -1, np.int64)
-        self.r_end = np.zeros(n, np.int64)
-        self.r_cmd = np.full(n, -1, np.int64)
+        # Plain lists: a buffer spans a few segments, where Python beats numpy's per-call cost.
+        self.w_end = [0] * n
+        self.w_cmd = [-1] * n
+        self.r_end = [0] * n
+        self.r_cmd = [-1] * n
         self.range = {b.id: (bisect.bisect_left(cuts, b.offset), bisect.bisect_left(cuts, b.offset + b.size))
                       for b in program.buffers}
 
     def ready(self, buffer: int, write: bool) -> tuple[int, int]:
+        """(end of the latest conflicting access, its command): the first segment holding the maximum."""
         lo, hi = self.range[buffer]
         if lo >= hi:
             return 0, -1
-        k = int(np.argmax(self.w_end[lo:hi]))
-        t, who = int(self.w_end[lo + k]), int(self.w_cmd[lo + k])
+        w_end = self.w_end
+        t = max(w_end[lo:hi])
+        who = self.w_cmd[w_end.index(t, lo, hi)]
         if write:
-            j = int(np.argmax(self.r_end[lo:hi]))
-            if int(self.r_end[lo + j]) > t:
-                t, who = int(self.r_end[lo + j]), int(self.r_cmd[lo + j])
+            r_end = self.r_end
+            rt = max(r_end[lo:hi])
+            if rt > t:
+                t, who = rt, self.r_cmd[r_end.index(rt, lo, hi)]
         return t, who
 
     def read(self, buffer: int, end: int, cmd: int) -> None:
         lo, hi = self.range[buffer]
-        seg = slice(lo, hi)
-        later = self.r_end[seg] < end
-        self.r_cmd[seg][later] = cmd
-        self.r_end[seg] = np.maximum(self.r_end[seg], end)
+        r_end, r_cmd = self.r_end, self.r_cmd
+        for k in range(lo, hi):
+            if r_end[k] < end:
+                r_end[k] = end
+                r_cmd[k] = cmd
 
     def write(self, buffer: int, end: int, cmd: int) -> None:
         lo, hi = self.range[buffer]
-        self.w_end[lo:hi] = end
-        self.w_cmd[lo:hi] = cmd
-        self.r_end[lo:hi] = end
-        self.r_cmd[lo:hi] = cmd
+        n = hi - lo
+        if n > 0:
+            self.w_end[lo:hi] = [end] * n
+            self.w_cmd[lo:hi] = [cmd] * n
+            self.r_end[lo:hi] = [end] * n
+            self.r_cmd[lo:hi] = [cmd] * n
 
 
 def _boxes_overlap(o1, s1, o2, s2) -> bool:
