@@ -197,7 +197,9 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
     to_phase, from_phase = _phase_fns()
     flags = list(options.iree_flags)
     if options.torq:
-        flags = HOST_FLAGS + DISPATCH_FLAGS + flags
+        # With --torq-keep-f32 f32 models stay on the host, where llvm-cpu cannot
+        # compile some dispatches with a fused pad (large padded depthwise convs).
+        flags = HOST_FLAGS + ([] if options.keep_f32 else DISPATCH_FLAGS) + flags
     try:
         session.set_flags(*flags)
     except ValueError as e:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from iree.compiler import ir, passmanager
+from iree.compiler.dialects.transform import interpreter
 
 from .dispatch_extraction import (ExtractedDispatch, extract_dispatch_function, host_tail_dispatch,
                                   lower_requantization)
@@ -214,6 +215,32 @@ def _tiling_record(name: str, blob: bytes, options: PassOptions, roots: list[dic
             "compulsory_bytes": t.compulsory_bytes, "traffic_ratio": round(t.ratio, 4)}
 
 
+_DECOMPOSE_PADS = """
+module attributes {transform.with_named_sequence} {
+  transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {
+    transform.apply_patterns to %root {
+      transform.apply_patterns.linalg.decompose_pad
+    } : !transform.any_op
+    transform.yield
+  }
+}"""
+
+
+def _has_pad(op: ir.Operation) -> bool:
+    return any(o.name == "tensor.pad" for o in walk_ops(op))
+
+
+def _decompose_pads_for_host(dispatch: ir.Operation) -> None:
+    """A dispatch left on the host keeps the `tensor.pad` dispatch creation fused into
+    it for the NPU (driver.DISPATCH_FLAGS); llvm-cpu fails to compile some such
+    dispatches (a padded depthwise conv), so the pad becomes fill + insert_slice,
+    the form IREE's own pad handling gives the CPU."""
+    if not _has_pad(dispatch):
+        return
+    seq = ir.Module.parse(_DECOMPOSE_PADS)
+    interpreter.apply_named_sequence(dispatch, seq.body.operations[0], seq)
+
+
 def _enclosing_function_name(dispatch: ir.Operation) -> str:
     """The util.func holding `dispatch` ("$async" dropped), or "initializer" for a
     dispatch IREE hoisted into a util.initializer (e.g. a constant causal mask)."""
@@ -268,6 +295,7 @@ class TorqTarget:
             except Unsupported as e:
                 self.remark(dispatch, f"dispatch {name} stays on host: {e}")
                 report.dispatches.append(DispatchDecision(name, "host", str(e), macs=macs))
+                _decompose_pads_for_host(dispatch)
                 continue
             except CompileError as e:
                 if not self.options.host_fallback_on_error:
@@ -275,6 +303,7 @@ class TorqTarget:
                 reason = f"Torq compile failed: {e}"
                 self.remark(dispatch, f"dispatch {name} stays on host: {reason}")
                 report.dispatches.append(DispatchDecision(name, "host", reason, macs=macs))
+                _decompose_pads_for_host(dispatch)
                 if log is not None:
                     del log[first_record:]  # records of the abandoned attempt
                 continue

@@ -155,3 +155,35 @@ def test_kernel_int8_pad_value_is_the_zero_point():
     wsum = F.conv2d(torch.ones(1, 3, 8, 8, dtype=torch.float64), torch.from_numpy(w).double()).numpy()
     ref = F.conv2d(torch.from_numpy(x.astype(np.float64) - z), torch.from_numpy(w).double(), padding=1).numpy()
     np.testing.assert_array_equal(got, np.rint(ref + z * wsum).astype(np.int64))
+
+
+def test_padded_depthwise_conv_left_on_host_compiles_for_llvm_cpu():
+    """Dispatch creation fuses each pad into its consumer's dispatch for the NPU; a
+    dispatch that then stays on the host (here: the seed strategy's tiling is refused
+    at 1 KiB and --torq-host-fallback-on-error keeps it on the host) gets its pad
+    back as fill + insert_slice, since llvm-cpu fails to compile a depthwise conv
+    with a fused tensor.pad ("failed to run translation" before)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=16), nn.ReLU6()).eval()
+    x = torch.randn(1, 16, 16, 16)
+    cm = torq.compile(model, x, hw="SL2610:lram_kb=15", remarks=None,
+                      flags=["--torq-super-tiling-strategy=seed", "--torq-host-fallback-on-error"])
+    assert [d.executor for d in cm.report.dispatches] == ["host"]
+    with torch.no_grad():
+        ref = model(x).numpy()
+    np.testing.assert_allclose(np.asarray(cm(x.numpy())), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_keep_f32_does_not_fuse_pads_into_host_dispatches():
+    """With --torq-keep-f32 everything f32 stays on the host, so pads are not fused
+    into their consumers' dispatches at all: llvm-cpu cannot compile a large padded
+    depthwise conv with a fused pad even after decomposing it ("large vector
+    sizes"), which broke --torq-keep-f32 on MobileNetV2."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(144, 144, 3, padding=1, groups=144), nn.ReLU6()).eval()
+    x = torch.randn(1, 144, 16, 16)
+    cm = torq.compile(model, x, remarks=None, flags=["--torq-keep-f32"])
+    assert {d.executor for d in cm.report.dispatches} == {"host"}
+    with torch.no_grad():
+        ref = model(x).numpy()
+    np.testing.assert_allclose(np.asarray(cm(x.numpy())), ref, rtol=1e-5, atol=1e-5)
