@@ -116,8 +116,9 @@ def target_lines(rows: list[dict]) -> list[str]:
                 verdict = "ok" if not above else f"**default above seed on {', '.join(above)}**"
                 out.append(f"- {model} @ {kib} KiB, the {len(common)} dispatches both compiled: default {dr:.3f} "
                            f"vs seed {sr:.3f}: {verdict} (seed refused {s.get('refused', 0)})")
-            elif dr is not None:
-                out.append(f"- {model} @ {kib} KiB: default {dr:.3f}; seed failed")
+            elif d.get("traffic_ratio") is not None:
+                out.append(f"- {model} @ {kib} KiB: default {d['traffic_ratio']:.3f}; seed failed "
+                           f"({one_line(s.get('error', '?'), 120)})")
             else:
                 out.append(f"- {model} @ {kib} KiB: default failed ({one_line(d.get('error', '?'), 120)})")
         d = by.get((model, 512, "default"))
