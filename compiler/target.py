@@ -27,7 +27,7 @@ from .dispatch_extraction import (ExtractedDispatch, extract_dispatch_function, 
 from .ir_utils import CompileError, location_str, walk_ops
 from .macs import count_macs
 from .passes import PassOptions
-from .patterns import Unsupported, is_zero_fill, match_group
+from .patterns import Unsupported, classify_contraction, is_zero_fill, match_group
 from .pipeline import PRE_PASSES, dispatch_pipeline, run_passes
 from .traffic import program_traffic
 from torq.runtime.executable import parse_executable
@@ -226,16 +226,26 @@ module attributes {transform.with_named_sequence} {
 }"""
 
 
-def _has_pad(op: ir.Operation) -> bool:
-    return any(o.name == "tensor.pad" for o in walk_ops(op))
+def _has_padded_depthwise(op: ir.Operation) -> bool:
+    ops = walk_ops(op)
+    pad = depthwise = False
+    for o in ops:
+        pad |= o.name == "tensor.pad"
+        if o.name.startswith("linalg.depthwise_conv"):
+            depthwise = True
+        elif o.name == "linalg.generic":
+            c = classify_contraction(o)
+            depthwise |= c is not None and c.kind == "depthwise_conv2d"
+    return pad and depthwise
 
 
 def _decompose_pads_for_host(dispatch: ir.Operation) -> None:
     """A dispatch left on the host keeps the `tensor.pad` dispatch creation fused into
-    it for the NPU (driver.DISPATCH_FLAGS); llvm-cpu fails to compile some such
-    dispatches (a padded depthwise conv), so the pad becomes fill + insert_slice,
-    the form IREE's own pad handling gives the CPU."""
-    if not _has_pad(dispatch):
+    it for the NPU (driver.DISPATCH_FLAGS); llvm-cpu fails to compile it when the
+    consumer is a depthwise conv, so there the pad becomes fill + insert_slice (the
+    form IREE's own pad handling gives the CPU). Other consumers (convs, pools)
+    compile with the fused pad, and not with the decomposed one."""
+    if not _has_padded_depthwise(dispatch):
         return
     seq = ir.Module.parse(_DECOMPOSE_PADS)
     interpreter.apply_named_sequence(dispatch, seq.body.operations[0], seq)
