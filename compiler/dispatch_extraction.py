@@ -279,10 +279,18 @@ util.func private @torq_host_tail(%x: {src}) -> {result_type} {{
   }}
   util.return %r : {result_type}
 }}"""
+    return clone_host_dispatch(text, [value])
+
+
+def clone_host_dispatch(text: str, operands: list[ir.Value]) -> ir.Value:
+    """A small host dispatch written as text: `text` is a util.func holding one
+    flow.dispatch.workgroups; that dispatch is cloned at the current insertion
+    point with `operands` in place of its own, and its result returned."""
     helper = ir.Module.parse(text)
     template = next(op for op in walk_ops(helper.operation) if op.name == "flow.dispatch.workgroups")
-    copy = template.clone()  # inserted at the current insertion point
-    copy.operands[0] = value
+    copy = template.clone()
+    for i, v in enumerate(operands):
+        copy.operands[i] = v
     return copy.results[0]
 
 

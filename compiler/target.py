@@ -22,8 +22,8 @@ import numpy as np
 from iree.compiler import ir, passmanager
 from iree.compiler.dialects.transform import interpreter
 
-from .dispatch_extraction import (ExtractedDispatch, extract_dispatch_function, host_tail_dispatch,
-                                  lower_requantization)
+from .dispatch_extraction import (ExtractedDispatch, clone_host_dispatch, extract_dispatch_function,
+                                  host_tail_dispatch, lower_requantization)
 from .ir_utils import CompileError, location_str, walk_ops
 from .macs import count_macs
 from .passes import PassOptions
@@ -190,12 +190,7 @@ util.func private @torq_insert_box(%box: {bt}, %dest: {dt}) -> {dt} {{
   }}
   util.return %r : {dt}
 }}"""
-    helper = ir.Module.parse(text)
-    template = next(op for op in walk_ops(helper.operation) if op.name == "flow.dispatch.workgroups")
-    copy = template.clone()  # inserted at the current insertion point
-    copy.operands[0] = box
-    copy.operands[1] = dest
-    return copy.results[0]
+    return clone_host_dispatch(text, [box, dest])
 
 
 def _host_type(func: ir.Operation, npu_type: ir.Type, n: int, i: int) -> ir.Type:
