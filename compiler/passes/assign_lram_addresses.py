@@ -68,14 +68,6 @@ def assign_function(func: ir.Operation, options: PassOptions) -> None:
     func.attributes["torq.lram_end"] = ir.IntegerAttr.get(i64, max((p.end for _, p in plans), default=0))
 
 
-def plan_function(func: ir.Operation, options: PassOptions, annotate: bool = True) -> tuple[int, int]:
-    """(footprint with one buffer set, peak) over the bodies; annotates when asked."""
-    if annotate:
-        assign_function(func, options)
-    plans = plan_bodies(func, options)
-    return max((p.footprint for _, p in plans), default=0), max((p.peak for _, p in plans), default=0)
-
-
 def run(module: ir.Module, options: PassOptions) -> None:
     for op in module.body.operations:
         if op.operation.name == "func.func":

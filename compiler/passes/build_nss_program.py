@@ -73,6 +73,7 @@ class _Builder:
         self.iterations: dict[int, int] = {}  # body index -> iterations emitted so far
         self.tile_iteration: list[int] = []  # tile index -> its iteration index within its body
         self.resident: dict[tuple, int] = {}  # (body, value, outer loop indices) -> buffer (_resident_key)
+        self.loop_ivs: dict[int, list] = {}  # body -> induction variables of its loops, innermost first
         ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
         host_args = self._host_types("torq.host_arg_types", list(ftype.inputs))
         host_res = self._host_types("torq.host_result_types", list(ftype.results))
@@ -279,8 +280,10 @@ class _Builder:
         """A resident operand stays loaded while the `invariant_loops` innermost loops
         around its body iterate; the indices of the loops outside them say when it
         must be loaded again (see tile_schedule.invariant_loops)."""
-        outer = enclosing_loops(self.bodies[body])[invariant_loops:]
-        return (body, v, tuple(self.env[loop.regions[0].blocks[0].arguments[0]] for loop in outer))
+        if body not in self.loop_ivs:
+            self.loop_ivs[body] = [loop.regions[0].blocks[0].arguments[0]
+                                   for loop in enclosing_loops(self.bodies[body])]
+        return (body, v, tuple(self.env[iv] for iv in self.loop_ivs[body][invariant_loops:]))
 
     def compute(self, op: ir.Operation, local: dict, tile: int):
         """Emits the DMA-ins, the compute and the DMA-outs of one `torq_hl` op of the

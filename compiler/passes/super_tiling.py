@@ -72,7 +72,7 @@ from ..ir_utils import CompileError, indexing_maps, location_str, static_shape, 
 from ..patterns import FUSE_GROUP, Unsupported
 from ..traffic import Traffic, program_traffic
 from . import PassOptions
-from .assign_lram_addresses import plan_function
+from .assign_lram_addresses import assign_function, lram_footprint
 from .build_nss_program import build_program
 from .lower_to_torq_hl import lower_function
 from torq.runtime.timing import schedule
@@ -277,8 +277,7 @@ def footprint(source: ir.Module | ir.Operation, loop_sizes: list[int] | None, op
     scratch, clone = _lowered_tiling(source, loop_sizes, interchange)
     if clone is None:
         return UNREPRESENTABLE
-    end, _ = plan_function(clone, options, annotate=False)
-    return end
+    return lram_footprint(clone, options)
 
 
 def predicted_cost(source: ir.Module | ir.Operation, loop_sizes: list[int] | None,
@@ -287,16 +286,9 @@ def predicted_cost(source: ir.Module | ir.Operation, loop_sizes: list[int] | Non
     model) of the program the function in `source` becomes with its TILE_ROOT op
     tiled by `loop_sizes` (a tiling `footprint` accepted)."""
     scratch, clone = _lowered_tiling(source, loop_sizes, interchange)
-    plan_function(clone, options, annotate=True)
+    assign_function(clone, options)
     program, _ = build_program(clone, options)
     return program_traffic(program), schedule(program, options.hw).makespan
-
-
-def predicted_traffic(source: ir.Module | ir.Operation, loop_sizes: list[int] | None,
-                      options: PassOptions, interchange: list[int] | None = None) -> Traffic:
-    """DDR traffic of the program the function in `source` becomes with its TILE_ROOT
-    op tiled by `loop_sizes` (a tiling `footprint` accepted)."""
-    return predicted_cost(source, loop_sizes, options, interchange)[0]
 
 
 def _divisors(n: int) -> list[int]:
@@ -645,7 +637,7 @@ class _Tiler:
         while True:
             scratch, clone = _clone(self.func)
             lower_function(clone)
-            end, _ = plan_function(clone, self.options, annotate=False)
+            end = lram_footprint(clone, self.options)
             del clone, scratch
             if end <= budget:
                 return
