@@ -42,6 +42,7 @@ class CompileOptions:
     iree_flags: list[str] = field(default_factory=list)
     keep_f32: bool = False
     strategy: str = "default"
+    traffic_slack: float = 0.05
     slice_distribution: str = "cyclic"
     compile_to: str = ""
     print_ir_after_all: bool = False
@@ -50,12 +51,14 @@ class CompileOptions:
 
     def pass_options(self) -> PassOptions:
         return PassOptions(hw=self.hw, keep_f32=self.keep_f32, super_tiling_strategy=self.strategy,
+                           tiling_traffic_slack=self.traffic_slack,
                            slice_distribution=self.slice_distribution,
                            tiling_log=[] if self.dump_tiling else None,
                            host_fallback_on_error=self.host_fallback_on_error)
 
 
 TORQ_FLAGS = {"--torq-hw", "--torq-keep-f32", "--torq-super-tiling-strategy", "--torq-slice-distribution",
+              "--torq-tiling-traffic-slack",
               "--torq-print-ir-after-all", "--torq-quiet", "--torq-dump-tiling", "--torq-host-fallback-on-error"}
 
 
@@ -83,6 +86,14 @@ def parse_torq_flags(argv: list[str]) -> tuple[CompileOptions, list[str], bool]:
                 if value not in STRATEGIES:
                     raise UsageError(f"unknown --torq-super-tiling-strategy '{value}' ({', '.join(STRATEGIES)})")
                 opts.strategy = value
+            elif key == "--torq-tiling-traffic-slack":
+                try:
+                    opts.traffic_slack = float(value)
+                except ValueError:
+                    opts.traffic_slack = -1.0
+                if not 0.0 <= opts.traffic_slack <= 10.0:
+                    raise UsageError(f"bad --torq-tiling-traffic-slack '{value}' (a fraction from 0 to 10, "
+                                     "e.g. 0.05 for 5% more DDR bytes)")
             elif key == "--torq-slice-distribution":
                 from .slice_distribution import DistributionError, parse_distribution
 

@@ -12,6 +12,9 @@ class PassOptions:
     hw: TorqHw = field(default_factory=TorqHw)
     keep_f32: bool = False
     super_tiling_strategy: str = "default"
+    # Default strategy: extra DDR bytes (fraction of the least-traffic tiling's) a tiling may
+    # move when it is predicted faster (--torq-tiling-traffic-slack; see super_tiling._parallel_sizes).
+    tiling_traffic_slack: float = 0.05
     # When a list, torq-super-tiling appends one record per tiled root (--torq-dump-tiling).
     tiling_log: list | None = None
     slice_distribution: str = "cyclic"  # see slice_distribution.py: cyclic | block | block-cyclic[:B]

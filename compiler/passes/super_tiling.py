@@ -17,9 +17,11 @@ Strategies (`--torq-super-tiling-strategy`):
 - `default`: `traffic`'s tiling, then refined for cycles (`_parallel_sizes`):
   the slices run tiles in parallel and DMA overlaps compute only across tiles,
   so along the chosen dim (every tileable dim for a root left untiled) tilings
-  with 2 and 4 tiles per slice, and 2x and 4x the chosen count, are tried; one replaces the `traffic` choice
-  when it fits, moves no more DDR bytes and its program is predicted by
-  runtime/timing.py to take fewer cycles. 2-D tilings are kept as they are.
+  with 2 and 4 tiles per slice, and 2x and 4x the chosen count, are tried; one
+  replaces the `traffic` choice when it fits, its program is predicted by
+  runtime/timing.py to take fewer cycles, and it moves at most
+  `--torq-tiling-traffic-slack` (default 5%) more DDR bytes, each extra 1% of
+  bytes buying at least 1% fewer cycles. 2-D tilings are kept as they are.
 - `traffic` (exact fit, least DDR traffic): a root's *slice* is the root plus the untiled ops that
   feed it (a scratch copy of the function returning only the root's result).
   A tiling fits when `lram_allocator` (what torq-assign-lram-addresses runs)
@@ -431,14 +433,20 @@ def _parallel_sizes(search: _Search, chosen: list[int] | None) -> list[int] | No
     in parallel and DMA overlaps compute only across tiles (distinct buffer sets),
     so a root left untiled or cut in few tiles may run faster in more. Along the
     chosen dim (every tileable dim when untiled), tiles giving 2 and 4 tiles per
-    slice, and 2x and 4x the chosen tile count, are tried; one wins when it fits, moves no more DDR bytes than `chosen`
-    (e.g. output channels: the input stays loaded, each weight slice is read
-    once) and its program is predicted (runtime/timing.py) to take fewer cycles."""
+    slice, and 2x and 4x the chosen tile count, are tried; one wins when it fits,
+    its program is predicted (runtime/timing.py) to take fewer cycles, and it moves
+    no more DDR bytes than `chosen` (e.g. output channels: the input stays loaded,
+    each weight slice is read once) plus `PassOptions.tiling_traffic_slack` of them,
+    when the share of extra bytes buys at least as large a share of cycles:
+    where one tile's buffers fill LRAM, the slices share one buffer set and run
+    their tiles one after the other, and smaller tiles (which re-read halo rows)
+    let them run in parallel and overlap DMA with compute."""
     root = search.root
     base = chosen or [0] * len(root.shape)
     if sum(1 for t in base if t) > 1:
         return chosen  # 2-D tilings keep their shape
     traffic, cycles = search.cost(base, root.outer)
+    limit = int(traffic.dma_bytes * (1 + search.options.tiling_traffic_slack))
     best = (cycles, _tile_count(root.shape, base), base)
     dims = [d for d, t in enumerate(base) if t] or [d for d in range(len(root.shape)) if root.tileable(d)]
     slices = search.options.hw.slices
@@ -460,7 +468,9 @@ def _parallel_sizes(search: _Search, chosen: list[int] | None) -> list[int] | No
                 t_traffic, t_cycles = search.cost(sizes, root.outer)
             except (CompileError, Unsupported):
                 continue  # this cut has no TorqHL form (e.g. a gathering pool): keep the tiling we have
-            if t_traffic.dma_bytes <= traffic.dma_bytes and t_cycles < best[0]:
+            extra = t_traffic.dma_bytes / max(traffic.dma_bytes, 1) - 1
+            # Extra bytes must buy at least as large a share of cycles.
+            if t_traffic.dma_bytes <= limit and t_cycles < best[0] and t_cycles <= cycles * (1 - max(extra, 0)):
                 best = (t_cycles, _tile_count(root.shape, sizes), sizes)
     return best[2] if any(best[2]) else None
 
