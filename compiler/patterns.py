@@ -31,6 +31,8 @@ Groups (principal op first):
   a global mean), or torch-mlir's adaptive average pooling form that gathers
   a box of a tensor with `tensor.extract`;
 - elementwise: a standalone elementwise generic (add/sub/mul/max/min/clamp...).
+A select in an elementwise body takes a comparison or an i1 operand (a
+boolean mask, as torch's `where(mask, -inf, 0)`) as its condition.
 Elementwise bodies (epilogues, prologues, standalone ops) may use the
 transcendental functions exp, log, tanh, erf, rsqrt and sqrt (table lookup
 steps, see runtime/program.py) and x ** n for a small constant n (math.fpowi,
@@ -784,9 +786,13 @@ def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: i
                                                    ref(body_op.operands[1]))
         elif name == "arith.select":
             cond = body_op.operands[0].get_name()
-            if cond not in cmps:
-                raise Unsupported("arith.select whose condition is not a comparison")
-            pred, a, b = cmps[cond]
+            if cond in cmps:
+                pred, a, b = cmps[cond]
+            elif str(body_op.operands[0].type) == "i1" and cond in values:
+                # An i1 operand (a boolean mask, one byte of 0 / 1 per element): true is > 0.
+                pred, a, b = "gt", values[cond], Ref("const", const=0.0)
+            else:
+                raise Unsupported("arith.select whose condition is neither a comparison nor an i1 operand")
             push(EpilogueStep("select_" + pred, [a, b, ref(body_op.operands[1]), ref(body_op.operands[2])]),
                  body_op.results[0])
         elif name in _FLOAT_CASTS:

@@ -56,6 +56,7 @@ NP_DTYPES: dict[str, np.dtype] = {
     "i8": np.dtype("i1"),
     "i16": np.dtype("<i2"),
     "i32": np.dtype("<i4"),
+    "i1": np.dtype(np.bool_),  # a boolean mask operand, one byte per element
 }
 INT_DTYPES = {"i8", "i16", "i32"}
 
@@ -66,7 +67,7 @@ class KernelError(ValueError):
 
 def to_domain(a: np.ndarray) -> np.ndarray:
     """Widens an NPU-typed array to its compute domain (float32 or int64)."""
-    if np.issubdtype(a.dtype, np.integer):
+    if np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_:  # i1: 0 / 1
         return a.astype(np.int64)
     return a.astype(np.float32)
 

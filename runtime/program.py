@@ -76,7 +76,9 @@ elementwise on the f32 (or i32) principal result before the store.
 
 Dtypes are strings: "bf16", "f32", "i8", "i16", "i32". bf16 compute
 accumulates in f32 and rounds to nearest even on store; integer compute
-accumulates in i32.
+accumulates in i32. "i1" is a boolean (one byte per element, 0 or 1, as
+IREE stores i1 tensors): an epilogue operand only (a keep / drop mask
+read by a select step), never a computed result.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
-DTYPE_BYTES = {"bf16": 2, "f32": 4, "i8": 1, "i16": 2, "i32": 4, "f16": 2}
+DTYPE_BYTES = {"bf16": 2, "f32": 4, "i8": 1, "i16": 2, "i32": 4, "f16": 2, "i1": 1}
 
 # Epilogue step ops. Each step reads refs and writes a new value.
 #   binary: add sub mul div max min ; unary: neg

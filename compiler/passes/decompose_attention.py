@@ -12,6 +12,10 @@ one result) is replaced, in place, by
                       an elementwise `linalg.generic` reading S (it fuses into
                       the matmul's group as its epilogue; an additive mask,
                       like torch's causal mask of 0 / -inf, is an operand of it);
+                      a boolean (i1) mask, True = attend as in torch and
+                      IREE, is an i1 operand of it instead:
+                      S = mask ? S * scale : -inf, one select step
+                      (`arith.select` on the i1 operand);
     P = softmax(S)    `linalg.softmax` over the key dim, which PRE_PASSES
                       decompose as for any softmax (max, exp(x - max), sum,
                       divide: each a Torq group reading whole rows);
@@ -27,6 +31,17 @@ softmax dim) and at least one of each other role but B. S is laid out as
 the result's B and M dims in the result's order, then K2.
 `unsupported_reason(op)` says (read-only) why an attention op cannot be
 decomposed; dispatch extraction calls it before taking a dispatch apart.
+
+Why the i1 mask stays i1 (rather than becoming an additive bf16 mask of
+select(mask, 0, -inf) in a separate op): the mask is read by the NPU as
+one byte per score (i1 tensors are stored one byte per element, 0 or 1),
+half the DDR and LRAM bytes of a bf16 additive mask, and no extra op or
+intermediate tensor exists. select(mask, s, -inf) equals the additive
+form s + select(mask, 0, -inf) for every finite s (scores of finite Q, K).
+A query row whose mask is all False has all scores -inf; its softmax is
+exp(-inf - max) with max = -inf: NaN, as IREE's llvm-cpu gives on the same
+MLIR, where torch (2.13, "safe softmax") gives 0; see
+tests/e2e/test_attention_bool_mask.py.
 """
 
 from __future__ import annotations
@@ -65,6 +80,12 @@ def _has_mask(op: ir.Operation) -> bool:
     return len(op.operands) == 6  # Q, K, V, scale, mask, init
 
 
+def _is_bool_mask(mask: ir.Value) -> bool:
+    """Whether `mask` is a keep / drop mask (i1: True = attend)."""
+    elt = ir.RankedTensorType(mask.type).element_type
+    return isinstance(elt, ir.IntegerType) and ir.IntegerType(elt).width == 1
+
+
 def unsupported_reason(op: ir.Operation) -> str:
     """Why `op` (an attention op) cannot be decomposed, or "" if it can."""
     if len(op.results) != 1 or len(op.operands) not in (5, 6):
@@ -92,9 +113,10 @@ def unsupported_reason(op: ir.Operation) -> str:
         return "attention whose loops are not batch, query, key and value dims with one key dim"
     if _has_mask(op):
         mask = op.operands[4]
-        if static_shape(mask.type) is None or ir.RankedTensorType(mask.type).element_type != elt:
+        if static_shape(mask.type) is None or not (
+                ir.RankedTensorType(mask.type).element_type == elt or _is_bool_mask(mask)):
             return (f"attention with a {mask.type} mask has no Torq lowering "
-                    f"(only an additive mask of the result's element type)")
+                    f"(only an additive mask of the result's element type or a boolean i1 mask)")
         if not set(dims[4]) <= set(roles.s_dims):
             return "attention whose mask reads a dim of no score"
     return ""
@@ -132,18 +154,24 @@ def _batch_matmul(lhs: ir.Value, rhs: ir.Value, loops: list[int], lhs_dims: list
 
 
 def _scale_and_mask(s: ir.Value, scale: ir.Value, mask: ir.Value | None, mask_dims: list[int]) -> ir.Value:
-    """s * scale (+ mask), elementwise over s (mask read along `mask_dims`, positions in s)."""
+    """s * scale, then + mask (additive) or mask ? . : -inf (i1), elementwise over s
+    (mask read along `mask_dims`, positions in s)."""
     t = ir.RankedTensorType(s.type)
     n, elt = t.rank, t.element_type
     ins = [s] + ([mask] if mask is not None else [])
     maps = [_map(n, list(range(n)))] + ([_map(n, mask_dims)] if mask is not None else []) \
         + [_map(n, list(range(n)))]
+    boolean = mask is not None and _is_bool_mask(mask)
+    if boolean:
+        neg_inf = arith.ConstantOp(elt, ir.FloatAttr.get(elt, float("-inf"))).result
     op = linalg.GenericOp([t], ins, [tensor.EmptyOp(list(t.shape), elt).result], ir.ArrayAttr.get(maps),
                           _iterators(n, set()))
-    block = op.regions[0].blocks.append(*([elt] * (len(ins) + 1)))
+    block = op.regions[0].blocks.append(*[ir.RankedTensorType(v.type).element_type for v in ins], elt)
     with ir.InsertionPoint(block):
         x = arith.mulf(block.arguments[0], scale)
-        if mask is not None:
+        if boolean:
+            x = arith.select(block.arguments[1], x, neg_inf)
+        elif mask is not None:
             x = arith.addf(x, block.arguments[1])
         linalg.YieldOp([x])
     return op.results[0]

@@ -8,7 +8,8 @@
 // normalisation (PRE_PASSES: the softmax becomes max, exp(x - max), sum and
 // divide), every op is part of a Torq group: two matmuls (the scale and
 // mask are the first one's epilogue; MACs 4 x 32 x 24 x 16 and 4 x 32 x 8 x
-// 24), two reductions, two elementwise ops.
+// 24), two reductions, two elementwise ops. A boolean (i1) mask, True =
+// attend, is an i1 operand of the scores' epilogue: mask ? S * scale : -inf.
 // The "unsupported" part is a one-line error naming the op and why.
 // RUN: sed '/^\/\/ --- unsupported/,$d' %s | torq-opt - --pass-pipeline='builtin.module(torq-decompose-attention)' | FileCheck %s
 // RUN: sed '/^\/\/ --- unsupported/,$d' %s | torq-opt - --pass-pipeline='builtin.module(torq-decompose-attention,func.func(iree-codegen-decompose-softmax{use-fusion=false}),linalg-generalize-named-ops,canonicalize,cse,torq-convert-dtypes,torq-lower-to-torq-hl)' | FileCheck %s --check-prefix=HL
@@ -72,13 +73,37 @@ func.func @sdpa_masked(%q: tensor<2x8x16xf32>, %k: tensor<2x8x16xf32>, %v: tenso
   return %r : tensor<2x8x16xf32>
 }
 
-// --- unsupported
-// A boolean mask (keep / drop) is no additive mask.
-// ERR: error: iree_linalg_ext.attention: attention with a tensor<2x8x8xi1> mask has no Torq lowering (only an additive mask of the result's element type)
+// A boolean mask (True = attend, one per head) selects the scaled score or
+// -inf; on the NPU it is an i1 operand of the Q Kᵀ matmul's epilogue, read
+// by a select step (i1 > 0).
+// CHECK-LABEL: func.func @sdpa_bool_mask(
+// CHECK-SAME: %{{.*}}: tensor<2x8x16xf32>, %{{.*}}: tensor<2x8x16xf32>, %{{.*}}: tensor<2x8x16xf32>, %[[BM:.*]]: tensor<2x8x8xi1>)
+// CHECK: %[[NEG:.*]] = arith.constant 0xFF800000 : f32
+// CHECK: linalg.generic {indexing_maps = [#[[ID]], #[[ID]], #[[ID]]], iterator_types = ["parallel", "parallel", "parallel"]} ins(%{{.*}}, %[[BM]] : tensor<2x8x8xf32>, tensor<2x8x8xi1>)
+// CHECK-NEXT: ^bb0(%[[BX:.*]]: f32, %[[BY:.*]]: i1, %{{.*}}: f32):
+// CHECK-NEXT:   %[[BXS:.*]] = arith.mulf %[[BX]], %{{.*}} : f32
+// CHECK-NEXT:   %[[BXM:.*]] = arith.select %[[BY]], %[[BXS]], %[[NEG]] : f32
+// CHECK-NEXT:   linalg.yield %[[BXM]]
+// CHECK: linalg.softmax dimension(2)
+// HL-LABEL: func.func @sdpa_bool_mask(
+// HL: "torq_hl.matmul"(%arg0, %arg1, %arg3) {epilogue = "{\22steps\22: [{\22op\22: \22mul\22, {{.*}}\22const\22: 0.25}]}, {\22op\22: \22select_gt\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 2, \22axes\22: [0, 1, 2], \22const\22: 0.0}, {\22kind\22: \22const\22, {{.*}}\22const\22: 0.0}, {\22kind\22: \22value\22, \22index\22: 1, {{.*}}}, {\22kind\22: \22const\22, {{.*}}\22const\22: -Infinity}]}], \22result\22: 2}"{{.*}} : (tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8x8xi1>) -> tensor<2x8x8xbf16>
 func.func @sdpa_bool_mask(%q: tensor<2x8x16xf32>, %k: tensor<2x8x16xf32>, %v: tensor<2x8x16xf32>, %m: tensor<2x8x8xi1>) -> tensor<2x8x16xf32> {
   %scale = arith.constant 2.500000e-01 : f32
   %e = tensor.empty() : tensor<2x8x16xf32>
   %r = iree_linalg_ext.attention <indexing_maps = [affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d4, d3)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d4, d2)>, affine_map<(d0, d1, d2, d3, d4) -> ()>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2)>]> ins(%q, %k, %v, %scale, %m : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, f32, tensor<2x8x8xi1>) outs(%e : tensor<2x8x16xf32>) {
+  ^bb0(%s: f32):
+    iree_linalg_ext.yield %s : f32
+  } -> tensor<2x8x16xf32>
+  return %r : tensor<2x8x16xf32>
+}
+
+// --- unsupported
+// An integer mask that is not boolean is neither additive nor keep / drop.
+// ERR: error: iree_linalg_ext.attention: attention with a tensor<2x8x8xi8> mask has no Torq lowering (only an additive mask of the result's element type or a boolean i1 mask)
+func.func @sdpa_i8_mask(%q: tensor<2x8x16xf32>, %k: tensor<2x8x16xf32>, %v: tensor<2x8x16xf32>, %m: tensor<2x8x8xi8>) -> tensor<2x8x16xf32> {
+  %scale = arith.constant 2.500000e-01 : f32
+  %e = tensor.empty() : tensor<2x8x16xf32>
+  %r = iree_linalg_ext.attention <indexing_maps = [affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d3)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d4, d3)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d4, d2)>, affine_map<(d0, d1, d2, d3, d4) -> ()>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d4)>, affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2)>]> ins(%q, %k, %v, %scale, %m : tensor<2x8x16xf32>, tensor<2x8x16xf32>, tensor<2x8x16xf32>, f32, tensor<2x8x8xi8>) outs(%e : tensor<2x8x16xf32>) {
   ^bb0(%s: f32):
     iree_linalg_ext.yield %s : f32
   } -> tensor<2x8x16xf32>

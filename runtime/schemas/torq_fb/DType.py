@@ -9,3 +9,4 @@ class DType(object):
     i16 = 3
     i32 = 4
     f16 = 5
+    i1 = 6

@@ -1,0 +1,43 @@
+// An elementwise select on a boolean (i1) operand: torch's
+// `where(padding_mask, -inf, 0)`, which nn.MultiheadAttention and
+// nn.TransformerEncoderLayer apply to a boolean key padding / attention mask
+// before the attention. The i1 operand (one byte of 0 / 1 per element in
+// DDR and LRAM) is read by a select step whose condition is i1 > 0; a
+// select on any other condition that is no comparison stays unsupported.
+// RUN: sed '/^\/\/ --- unsupported/,$d' %s | torq-opt - --pass-pipeline='builtin.module(torq-convert-dtypes,torq-lower-to-torq-hl)' | FileCheck %s
+// RUN: sed '/^\/\/ --- unsupported/,$d' %s | torq-opt - --pass-pipeline='builtin.module(torq-convert-dtypes,torq-mark-patterns-for-super-tiling,torq-super-tiling,torq-lower-to-torq-hl,torq-assign-lram-addresses,torq-build-nss-program)' | FileCheck %s --check-prefix=NSS
+// RUN: sed -n '/^\/\/ --- unsupported/,$p' %s | not torq-opt - --pass-pipeline='builtin.module(torq-lower-to-torq-hl)' 2>&1 | FileCheck %s --check-prefix=ERR
+
+// CHECK-LABEL: func.func @padding_mask(
+// CHECK: %[[R:.*]] = "torq_hl.elementwise"(%arg0) {epilogue = "{\22steps\22: [{\22op\22: \22select_gt\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [1], \22const\22: 0.0}, {\22kind\22: \22const\22, \22index\22: 0, \22axes\22: [], \22const\22: 0.0}, {\22kind\22: \22const\22, \22index\22: 0, \22axes\22: [], \22const\22: -Infinity}, {\22kind\22: \22const\22, \22index\22: 0, \22axes\22: [], \22const\22: 0.0}]}], \22result\22: 0}"{{.*}} : (tensor<16xi1>) -> tensor<64x16xbf16>
+// CHECK: return %[[R]]
+// The mask is an i1 tensor of 16 bytes in DDR and LRAM.
+// NSS: "torq_nss.tensor"() {spec = "{\22index\22:0,\22kind\22:\22input\22,\22shape\22:[16],\22dtype\22:\22i1\22,\22host_dtype\22:\22i1\22,\22arg_index\22:0}"}
+// NSS: "torq_nss.buffer"() {spec = "{\22id\22:0,\22offset\22:{{[0-9]+}},\22size\22:16,
+// NSS: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0],\22sizes\22:[16],\22buffer\22:0}"}
+// NSS: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[{\22buffer\22:0,\22shape\22:[16],\22dtype\22:\22i1\22}]
+func.func @padding_mask(%m: tensor<16xi1>) -> tensor<64x16xf32> {
+  %ninf = arith.constant 0xFF800000 : f32
+  %zero = arith.constant 0.000000e+00 : f32
+  %e = tensor.empty() : tensor<64x16xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%m : tensor<16xi1>) outs(%e : tensor<64x16xf32>) {
+  ^bb0(%in: i1, %out: f32):
+    %s = arith.select %in, %ninf, %zero : f32
+    linalg.yield %s : f32
+  } -> tensor<64x16xf32>
+  return %r : tensor<64x16xf32>
+}
+
+// --- unsupported
+// ERR: error: linalg.generic: arith.select whose condition is neither a comparison nor an i1 operand
+func.func @constant_condition(%x: tensor<16xf32>) -> tensor<16xf32> {
+  %true = arith.constant true
+  %zero = arith.constant 0.000000e+00 : f32
+  %e = tensor.empty() : tensor<16xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%x : tensor<16xf32>) outs(%e : tensor<16xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %s = arith.select %true, %in, %zero : f32
+    linalg.yield %s : f32
+  } -> tensor<16xf32>
+  return %r : tensor<16xf32>
+}
