@@ -3,6 +3,9 @@
 Buffers have a size and a live range [start, end] in command order; two
 buffers whose ranges intersect never overlap in memory. Placement is first
 fit in order of start, each buffer aligned to `TorqHw.lram_alignment`.
+Sizes are what the caller requests: the tile schedule asks for each value's
+padded LRAM layout (`vector_layout.padded_value_nbytes`), so placements, the
+footprint (super tiling's fit) and the peak count padding bytes.
 """
 
 from __future__ import annotations

@@ -26,6 +26,10 @@ def _spec(obj, drop=()) -> str:
     d = dataclasses.asdict(obj)
     for k in drop:
         d.pop(k, None)
+    # The padding fields (vector_layout) only when set: a dense program reads as before.
+    for k in ("shape", "padded_shape", "padded_work"):
+        if isinstance(obj, (LramBuffer, Compute)) and k in d and not d[k]:
+            del d[k]
     return json.dumps(d, separators=(",", ":"))
 
 
@@ -68,7 +72,7 @@ def _command(kind: str, d: dict):
     epi = Epilogue([EpilogueStep(s["op"], [Ref(a["kind"], a["index"], tuple(a["axes"]), a["const"])
                                            for a in s["args"]], s["to"]) for s in e["steps"]], e["result"])
     return Compute(d["op"], [_operand(o) for o in d["operands"]], _operand(d["result"]), d["attrs"], epi,
-                   d["slice"], d["macs"], d["tile"])
+                   d["slice"], d["macs"], d["tile"], d.get("padded_work", 0))
 
 
 def function_to_program(func: ir.Operation) -> Program:
@@ -87,6 +91,7 @@ def function_to_program(func: ir.Operation) -> Program:
             tensors.append(TensorDesc(d["index"], d["kind"], tuple(d["shape"]), d["dtype"], d["host_dtype"],
                                       d["arg_index"], data))
         elif kind == "buffer":
+            d["shape"], d["padded_shape"] = tuple(d.get("shape", ())), tuple(d.get("padded_shape", ()))
             buffers.append(LramBuffer(**d))
         else:
             commands.append(_command(kind, d))

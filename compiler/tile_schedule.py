@@ -7,6 +7,14 @@ produced in the same body (once per value), the compute, and a DMA-out when
 the result is used outside the body's `torq_hl` ops. Every operand and result
 value gets one LRAM buffer live from its first to its last command.
 
+A *reduction loop* (`is_reduction_loop`: a tiled reduction dim, whose body
+accumulates into its iter_arg with a `torq_hl` op in accumulate form) is no
+tile body: its ops are part of the body around it, scheduled once in its
+place (each step reloads its operand slices into the same buffers), and the
+accumulator's names (the loop's init, its iter_arg, the value its body
+yields, the loop result: `accumulator_aliases`) share one buffer, live from
+the init to its last reader after the loop, never moved to DDR.
+
 Buffers of a tile-loop body come in two kinds (`plan_body`):
 - *resident*: an operand defined outside the innermost loop (a weight, an
   input every tile reads whole, or in a 2-D nest the slice the outer loop
@@ -49,14 +57,75 @@ def is_torq_hl(op) -> bool:
     return not isinstance(op, ir.Block) and op.name.startswith("torq_hl.")
 
 
+# The attr of a torq_hl op in accumulate form (reduction-dim tiling, torq-super-tiling):
+# it adds its contraction to its accumulator operand (see runtime/program.py).
+ACCUMULATE = "accumulate"
+
+
+def is_reduction_loop(op) -> bool:
+    """An scf.for whose body accumulates into its one iter_arg with a torq_hl op in
+    accumulate form, or with a nested reduction loop (several tiled reduction dims).
+    It is no tile body of its own but part of the body around it (its steps run in
+    that body's tile, on its buffers)."""
+    if isinstance(op, ir.Block) or op.name != "scf.for" or len(op.results) != 1:
+        return False
+    yielded = [o.operation for o in op.regions[0].blocks[0].operations][-1].operands[0].owner
+    if isinstance(yielded, ir.Block):
+        return False
+    return (is_torq_hl(yielded) and ACCUMULATE in yielded.attributes) or is_reduction_loop(yielded)
+
+
+def body_ops(block: ir.Block) -> list[ir.Operation]:
+    """The torq_hl ops of a tile body in order, a reduction loop's ops in its place (once)."""
+    out = []
+    for o in block.operations:
+        o = o.operation
+        if is_torq_hl(o):
+            out.append(o)
+        elif is_reduction_loop(o):
+            out += body_ops(o.regions[0].blocks[0])
+    return out
+
+
+def accumulator_aliases(block: ir.Block, alias: dict | None = None) -> dict:
+    """Each value naming the accumulator of a reduction loop of `block` (its iter_arg,
+    the value its body yields, the loop result; nested loops too) -> the outer loop's
+    init: one LRAM buffer, resident from the init to the last reader after the loop."""
+    alias = {} if alias is None else alias
+    for o in block.operations:
+        o = o.operation
+        if is_reduction_loop(o):
+            body = o.regions[0].blocks[0]
+            init = alias.get(o.operands[3], o.operands[3])
+            alias[body.arguments[1]] = init
+            alias[[x.operation for x in body.operations][-1].operands[0]] = init
+            alias[o.results[0]] = init
+            accumulator_aliases(body, alias)
+    return alias
+
+
+def stays_in_body(user, op: ir.Operation) -> bool:
+    """Whether a use of `op`'s result keeps it in LRAM: a torq_hl op of the same block,
+    or a reduction loop taking it as its accumulator (init or yielded value)."""
+    if isinstance(user, ir.Block):
+        return False
+    if is_torq_hl(user):
+        return user.parent == op.parent
+    if user.name == "scf.for":
+        return is_reduction_loop(user)
+    return user.name == "scf.yield" and is_reduction_loop(user.parent)
+
+
 def tile_bodies(func: ir.Operation) -> list[ir.Block]:
     bodies = []
 
     def visit(block: ir.Block):
         ops = [o.operation for o in block.operations]
-        if any(is_torq_hl(o) for o in ops):
+        if any(is_torq_hl(o) or is_reduction_loop(o) for o in ops):
             bodies.append(block)
         for o in ops:
+            if is_reduction_loop(o):
+                continue  # part of this body
             for region in o.regions:
                 for b in region.blocks:
                     visit(b)
@@ -66,22 +135,31 @@ def tile_bodies(func: ir.Operation) -> list[ir.Block]:
 
 
 def schedule(block: ir.Block) -> list[Event]:
-    ops = [o.operation for o in block.operations if is_torq_hl(o.operation)]
-    local = {op.results[0] for op in ops}
+    """Events of one execution of `block`; a reduction loop's step appears once (its
+    operand slices are reloaded each step into the same buffers) and accumulator
+    values appear as their loop's init (`accumulator_aliases`)."""
+    ops = body_ops(block)
+    alias = accumulator_aliases(block)
+    local = {alias.get(op.results[0], op.results[0]) for op in ops}
     loaded = set()
     events: list[Event] = []
     for op in ops:
         for v in op.operands:
+            v = alias.get(v, v)
             if v not in local and v not in loaded:
                 loaded.add(v)
                 events.append(Event("dma_in", None, v))
-        events.append(Event("compute", op, op.results[0]))
-        if any(not is_torq_hl(u.owner) or u.owner.parent != op.parent for u in op.results[0].uses):
-            events.append(Event("dma_out", op, op.results[0]))
+        result = alias.get(op.results[0], op.results[0])
+        events.append(Event("compute", op, result))
+        if any(not stays_in_body(u.owner, op) for u in op.results[0].uses):
+            events.append(Event("dma_out", op, result))
     return events
 
 
-def buffer_requests(events: list[Event]) -> list[BufferRequest]:
+def buffer_requests(events: list[Event], nbytes=None, alias: dict | None = None) -> list[BufferRequest]:
+    """One request per value; `nbytes(value)` sizes it (default: its dense tensor bytes;
+    torq-assign-lram-addresses passes `vector_layout.padded_value_nbytes`)."""
+    nbytes = nbytes or (lambda v: tensor_nbytes(v.type))
     first: dict = {}
     last: dict = {}
     for i, e in enumerate(events):
@@ -89,8 +167,8 @@ def buffer_requests(events: list[Event]) -> list[BufferRequest]:
         last[e.value] = i
         if e.kind == "compute":
             for v in e.op.operands:
-                last[v] = i
-    return [BufferRequest(v, tensor_nbytes(v.type), first[v], last[v]) for v in first]
+                last[(alias or {}).get(v, v)] = i
+    return [BufferRequest(v, nbytes(v), first[v], last[v]) for v in first]
 
 
 # -- loops around a body ---------------------------------------------------------
@@ -168,9 +246,10 @@ def set_choices(slices: int) -> list[int]:
     return sorted({2 * slices, slices, 2, 1}, reverse=True)
 
 
-def plan_body(block: ir.Block, alignment: int, budget: int, slices: int) -> BodyPlan:
+def plan_body(block: ir.Block, alignment: int, budget: int, slices: int, nbytes=None) -> BodyPlan:
     events = schedule(block)
-    requests = buffer_requests(events)
+    alias = accumulator_aliases(block)
+    requests = buffer_requests(events, nbytes, alias)
     resident = {r.key: k for r in requests if (k := invariant_loops(r.key, block))}
     last = len(events) - 1
     res_alloc = allocate([BufferRequest(r.key, r.size, 0, last) for r in requests if r.key in resident],
@@ -179,6 +258,9 @@ def plan_body(block: ir.Block, alignment: int, budget: int, slices: int) -> Body
     tile_alloc = allocate([r for r in requests if r.key not in resident], alignment)
     offsets = {k: o for k, o in res_alloc.offsets.items()}
     offsets.update({k: base + o for k, o in tile_alloc.offsets.items()})
+    for a, v in alias.items():  # an accumulator's names share its buffer
+        if v in offsets:
+            offsets[a] = offsets[v]
     footprint = base + tile_alloc.end if tile_alloc.offsets else res_alloc.end
     stride = align(tile_alloc.end, alignment)
     trips = trip_count(block) if enclosing_loops(block) else 1

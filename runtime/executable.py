@@ -202,12 +202,18 @@ class _Writer:
 
     def buffer(self, x: LramBuffer) -> int:
         b = self.b
+        shape = self.longs(x.shape) if x.shape else 0
+        padded = self.longs(x.padded_shape) if x.padded_shape else 0
         fbLramBuffer.Start(b)
         fbLramBuffer.AddId(b, x.id)
         fbLramBuffer.AddOffset(b, x.offset)
         fbLramBuffer.AddSize(b, x.size)
         fbLramBuffer.AddLiveStart(b, x.live_start)
         fbLramBuffer.AddLiveEnd(b, x.live_end)
+        if shape:
+            fbLramBuffer.AddShape(b, shape)
+        if padded:
+            fbLramBuffer.AddPaddedShape(b, padded)
         return fbLramBuffer.End(b)
 
     def operand(self, o: Operand) -> int:
@@ -307,6 +313,8 @@ class _Writer:
             fbCompute.AddSlice(b, c.slice)
             fbCompute.AddMacs(b, c.macs)
             fbCompute.AddTile(b, c.tile)
+            if c.padded_work:
+                fbCompute.AddPaddedWork(b, c.padded_work)
             body = fbCompute.End(b)
         else:
             raise TypeError(f"unknown command {type(c).__name__}")
@@ -710,7 +718,7 @@ class _Reader:
 
     def buffer(self, fb: _Table) -> LramBuffer:
         return LramBuffer(fb.scalar("id"), fb.scalar("offset"), fb.scalar("size"), fb.scalar("live_start"),
-                          fb.scalar("live_end"))
+                          fb.scalar("live_end"), fb.scalars("shape"), fb.scalars("padded_shape"))
 
     def operand(self, fb: _Table | None, what: str) -> Operand:
         if fb is None:
@@ -770,6 +778,7 @@ class _Reader:
             slice=table.scalar("slice"),
             macs=table.scalar("macs"),
             tile=table.scalar("tile"),
+            padded_work=table.scalar("padded_work"),
         )
 
 
@@ -897,6 +906,8 @@ class _Validator:
                     f"LRAM buffer {b.id} [{b.offset}, {b.offset + b.size}) needs {b.offset + b.size} bytes "
                     f"of LRAM but the device ({self.hw.spec}) has {lram} bytes"
                 )
+            if b.shape or b.padded_shape:
+                self.check_layout(b)
             if not 0 <= b.live_start <= b.live_end < n:
                 self.fail(
                     f"LRAM buffer {b.id} has live range [{b.live_start}, {b.live_end}] "
@@ -915,7 +926,18 @@ class _Validator:
                     )
             active.append(b)
 
-    def use_buffer(self, i: int, buffer: int, nbytes: int, what: str) -> None:
+    def check_layout(self, b: LramBuffer) -> None:
+        """A padded buffer: `shape` and `padded_shape` of one rank, each dim of the data within
+        its padded dim (the bytes are checked per access, in the access's dtype)."""
+        what = f"LRAM buffer {b.id}"
+        self.check_shape(tuple(b.shape), what + " layout")
+        self.check_shape(tuple(b.padded_shape), what + " padded layout")
+        if len(b.shape) != len(b.padded_shape) or any(d > p for d, p in zip(b.shape, b.padded_shape)):
+            self.fail(f"{what} has layout {tuple(b.shape)} that does not fit its padded shape "
+                      f"{tuple(b.padded_shape)}")
+
+    def use_buffer(self, i: int, buffer: int, nbytes: int, what: str, shape: tuple | None = None,
+                   dtype: str = "") -> None:
         b = self.buffers.get(buffer)
         if b is None:
             self.fail(f"command {i}: {what} uses unknown LRAM buffer {buffer}")
@@ -925,6 +947,12 @@ class _Validator:
                 f"command {i}: {what} uses LRAM buffer {buffer} outside its live range "
                 f"[{b.live_start}, {b.live_end}]"
             )
+        if b.padded_shape and shape is not None:
+            # An access to a padded buffer is its data up to unit dims, stored in the padded array.
+            if [d for d in shape if d != 1] != [d for d in b.shape if d != 1]:
+                self.fail(f"command {i}: {what} of shape {tuple(shape)} does not match the layout "
+                          f"{tuple(b.shape)} of LRAM buffer {buffer}")
+            nbytes = _nbytes(tuple(b.padded_shape), dtype)
         if nbytes > b.size:
             self.fail(f"command {i}: {what} needs {nbytes} bytes but LRAM buffer {buffer} has {b.size}")
 
@@ -947,12 +975,12 @@ class _Validator:
             if o < 0 or s < 0 or o + s > d:
                 box = ", ".join(f"{o}:{o + s}" for o, s in zip(c.offsets, c.sizes))
                 self.fail(f"command {i}: {kind} box [{box}] outside tensor {t.index} of shape {tuple(t.shape)}")
-        self.use_buffer(i, c.buffer, _nbytes(tuple(c.sizes), t.dtype), kind)
+        self.use_buffer(i, c.buffer, _nbytes(tuple(c.sizes), t.dtype), kind, tuple(c.sizes), t.dtype)
 
     def check_operand(self, i: int, o: Operand, what: str) -> None:
         self.check_dtype(o.dtype, f"command {i} {what}")
         self.check_shape(o.shape, f"command {i} {what}")
-        self.use_buffer(i, o.buffer, _nbytes(tuple(o.shape), o.dtype), what)
+        self.use_buffer(i, o.buffer, _nbytes(tuple(o.shape), o.dtype), what, tuple(o.shape), o.dtype)
 
     def check_command(self, i: int, c: Command) -> None:
         if isinstance(c, (DmaIn, DmaOut)):
@@ -963,8 +991,8 @@ class _Validator:
         for j, o in enumerate(c.operands):
             self.check_operand(i, o, f"operand {j}")
         self.check_operand(i, c.result, "result")
-        if c.macs < 0:
-            self.fail(f"command {i}: negative macs {c.macs}")
+        if c.macs < 0 or c.padded_work < 0:
+            self.fail(f"command {i}: negative macs {c.macs} or padded work {c.padded_work}")
         if "pad" in c.attrs:
             self.check_pad(i, c)
         if c.op in _SHAPED_OPS:

@@ -12,6 +12,9 @@ Contract (semantics from `program.py`):
   (sum / mean / max) take one principal operand; each kernel also returns
   the count the `macs` field must hold (MACs, or elements read for pooling
   and reductions).
+- With attr `accumulate` = 1 (a step of a tiled reduction), `conv2d` and
+  `matmul` add operand 2, the running f32 / i32 accumulator, to their
+  principal result (`accumulate`); the i32 sum wraps like the register.
 - `eval_epilogue` runs the epilogue steps elementwise. Integer values stay
   int64 (add/sub/mul/neg/max/min/select exact; `div` is floor division, as
   an arithmetic shift right; division by zero is an error); as soon as a float
@@ -522,7 +525,31 @@ def run_principal(op: str, ops: list[np.ndarray], attrs: dict,
         return None, 0
     if op not in PRINCIPAL_KERNELS:
         raise KernelError(f"unknown compute op {op!r}")
-    return PRINCIPAL_KERNELS[op](ops, attrs, cache)
+    principal, macs = PRINCIPAL_KERNELS[op](ops, attrs, cache)
+    if attrs.get("accumulate"):
+        principal = accumulate(op, principal, ops)
+    return principal, macs
+
+
+# Operand index of the accumulator of an op in accumulate form (after its two principal inputs).
+ACCUMULATOR_OPERAND = 2
+
+
+def accumulate(op: str, principal: np.ndarray, ops: list[np.ndarray]) -> np.ndarray:
+    """A conv2d / matmul step of a tiled reduction (attr `accumulate` = 1): its contraction
+    plus the running sum in operand `ACCUMULATOR_OPERAND`, an f32 (float inputs) or i32
+    (integer inputs, wrapping like the 32-bit register) tensor of the result's shape."""
+    if op not in ("conv2d", "matmul"):
+        raise KernelError(f"attr accumulate on {op}, only conv2d and matmul accumulate")
+    if len(ops) <= ACCUMULATOR_OPERAND:
+        raise KernelError(f"accumulate needs an accumulator operand {ACCUMULATOR_OPERAND}, has {len(ops)} operands")
+    acc = ops[ACCUMULATOR_OPERAND]
+    integer = np.issubdtype(principal.dtype, np.integer)
+    want = NP_DTYPES["i32"] if integer else NP_DTYPES["f32"]
+    if acc.dtype != want or acc.shape != principal.shape:
+        raise KernelError(f"accumulator {acc.shape} {acc.dtype}, the step computes {principal.shape} "
+                          f"and accumulates in {want}")
+    return _finish_acc(principal + to_domain(acc), integer)
 
 
 # --------------------------------------------------------------------------

@@ -11,6 +11,9 @@ Model:
 - `buffers` are LRAM buffers with an offset and size assigned by
   `torq-assign-lram-addresses`, and a live range `[live_start, live_end]` in
   command indices. Two buffers whose live ranges intersect must not overlap.
+  A buffer with a `padded_shape` stores its data (`shape`) inside that padded
+  array (padding lanes zero; compiler/vector_layout.py): DMAs move only the
+  unpadded elements, its `size` counts the padded bytes.
 - `commands` have program order (the functional meaning): `DmaIn` copies a
   box of a DDR tensor into a buffer (contiguous row-major of the box's
   sizes), `Compute` runs one TorqHL op on slice `Compute.slice` with LRAM
@@ -39,6 +42,14 @@ Compute ops (`Compute.op`) and their attributes:
   the output; each dims string in any order, so transposed operands and a
   transposed result need no separate op).
   out[b,m,n] = sum_k lhs[b,m,k] * rhs[b,k,n]; MACs = output elements * K.
+- Accumulate form of "conv2d" and "matmul" (a step of a tiled reduction
+  dim): attr accumulate = 1, operands [input, weight, acc, *epilogue
+  operands] with acc the running sum (f32 for float inputs, i32 for
+  integer ones, shaped like the result); the principal value is acc + the
+  contraction of this step (i32 wrapping), the result dtype is acc's, and
+  MACs count this step only. The accumulator's buffer stays in LRAM across
+  the steps; the group's epilogue runs once after the last step, as an
+  "elementwise" op reading it.
 - "depthwise_conv2d": operands [input, weight, *epilogue operands]. attrs:
   input_dims (str over N,C,H,W; N optional), weight_dims (str over C,H,W),
   output_dims (str over N,C,H,W), stride, dilation, optional pad.
@@ -182,6 +193,11 @@ class LramBuffer:
     size: int  # bytes
     live_start: int  # first command index that uses it
     live_end: int  # last command index that uses it
+    # Padded layout (compiler/vector_layout.py); both empty for a dense buffer. The data is
+    # an array of `shape` stored row-major inside an array of `padded_shape` (each dim >=),
+    # padding zero; every DMA box and operand on the buffer is `shape` up to unit dims.
+    shape: tuple[int, ...] = ()
+    padded_shape: tuple[int, ...] = ()
 
 
 @dataclass
@@ -217,6 +233,9 @@ class Compute:
     slice: int = 0
     macs: int = 0
     tile: int = 0  # index of the tile iteration this command belongs to
+    # The work the timing model counts with vector dims padded (vector_layout.padded_work):
+    # padded MACs / window reads, or padded result elements of an elementwise op; 0 = unpadded.
+    padded_work: int = 0
 
 
 Command = Union[DmaIn, DmaOut, Compute]

@@ -17,6 +17,14 @@ Contract:
   into its buffer (contiguous row-major), Compute reads its operands from LRAM
   at their buffer offsets, runs `kernels` and writes its result into LRAM,
   DmaOut copies a buffer into a DDR box.
+- Padded buffers (`LramBuffer.padded_shape`, compiler/vector_layout.py):
+  the buffer's bytes are an array of its padded shape; DMAs and computes
+  access the data part of it (a strided view), so a DMA-in writes the
+  unpadded box into the padded layout and a DMA-out reads the unpadded part
+  back; a DMA-in or compute zeroes the padding lanes first. Kernels compute
+  on the unpadded view (padding lanes, zero, contribute nothing); the padded
+  storage is in the LRAM occupancy and peaks (buffer sizes), the padded work
+  in the cycles (`timing`).
 - Timing: `timing.schedule` (DMA-in, DMA-out and each slice are separate
   in-order engines over one XRAM link; commands wait for their LRAM byte-range
   and DDR box dependencies; every number from `TorqHw`). `DispatchStats.cycles`
@@ -255,16 +263,34 @@ class Simulator:
         return tuple(slice(o, o + s) for o, s in zip(offsets, sizes))
 
     def _lram_range(self, buf: LramBuffer, shape: tuple[int, ...], dtype: str) -> tuple:
-        """(offset, bytes, numpy dtype, shape) of an LRAM access of `shape` x `dtype` at `buf`."""
-        n = _nbytes(shape, dtype)
+        """(offset, bytes, numpy dtype, shape, padded layout or None) of an LRAM access of
+        `shape` x `dtype` at `buf`; a padded buffer's access covers its padded bytes."""
+        layout = None
+        if buf.padded_shape:
+            layout = (tuple(buf.padded_shape), tuple(slice(0, d) for d in buf.shape))
+            n = _nbytes(tuple(buf.padded_shape), dtype)
+        else:
+            n = _nbytes(shape, dtype)
         if n > buf.size or buf.offset < 0 or buf.offset + n > self.hw.lram_bytes:  # validated; defensive
             raise SimulatorError(f"LRAM access of {n} bytes outside buffer {buf.id} [{buf.offset}, +{buf.size})")
-        return buf.offset, n, NP_DTYPES[dtype], shape
+        return buf.offset, n, NP_DTYPES[dtype], shape, layout
 
     @staticmethod
     def _lram(lram: np.ndarray, where: tuple) -> np.ndarray:
-        off, n, dtype, shape = where
-        return lram[off : off + n].view(dtype).reshape(shape)
+        """The accessed array: contiguous, or for a padded buffer the data part of its padded
+        array (a strided view; the access differs from the data shape only by unit dims)."""
+        off, n, dtype, shape, layout = where
+        if layout is None:
+            return lram[off : off + n].view(dtype).reshape(shape)
+        padded_shape, data = layout
+        v = lram[off : off + n].view(dtype).reshape(padded_shape)[data]
+        return v.reshape(shape)  # unit dims only (validated): stays a view
+
+    @staticmethod
+    def _zero_padding(lram: np.ndarray, where: tuple) -> None:
+        """A write to a padded buffer leaves its padding lanes zero."""
+        if where[4] is not None:
+            lram[where[0] : where[0] + where[1]] = 0
 
     # ---- commands
 
@@ -293,13 +319,16 @@ class Simulator:
             kind = step[0]
             if kind == "in":
                 _, t, box, where = step
-                np.copyto(view(lram, where), ddr[t][box])
+                self._zero_padding(lram, where)
+                np.copyto(view(lram, where), ddr[t][box].reshape(where[3]))
                 cache.written(base + where[0], base + where[0] + where[1])
             elif kind == "out":
                 _, t, box, where = step
-                ddr[t][box] = view(lram, where)
+                ddr[t][box] = view(lram, where).reshape(ddr[t][box].shape)
             else:
                 _, i, c, ops, res = step
+                if all(o[0] != res[0] for o in ops):  # never clear an operand read in place
+                    self._zero_padding(lram, res)
                 try:
                     with np.errstate(all="ignore"):  # inf/nan propagate as in IEEE f32
                         self._compute(c, [view(lram, o) for o in ops], view(lram, res), cache)

@@ -10,11 +10,16 @@ Contract (every number comes from `TorqHw`; nothing here is a literal):
     DMA      = dma_setup_cycles (on its engine)
                + ceil(bytes / dma_effective_bytes_per_cycle) (on the XRAM link)
     conv2d / matmul / any op with macs > 0
-             = compute_overhead_cycles + ceil(macs / min(macs_per_cycle(dtype)
+             = compute_overhead_cycles + ceil(padded macs / min(macs_per_cycle(dtype)
                of the two principal operands))
     elementwise and ops without MACs
-             = compute_overhead_cycles + ceil(elements(result) * max(1, steps)
+             = compute_overhead_cycles + ceil(padded elements(result) * max(1, steps)
                / min(lanes(dtype) over operands and result))
+  "Padded" is `Compute.padded_work` when the compiler recorded it (the work
+  with each vector dim padded to whole vectors, narrow dims to the next power
+  of two: compiler/vector_layout.py; a conv with 3 input channels costs the
+  MACs of 4), else the unpadded `macs` / result elements. The roofline and
+  efficiency use the useful (unpadded) `macs`.
   `OP_CYCLES` lets an op replace the part after the overhead with its own
   formula (a function of the command and the hardware): depthwise conv,
   pooling and reduce run their window reads on the elementwise lanes,
@@ -53,7 +58,8 @@ Contract (every number comes from `TorqHw`; nothing here is a literal):
 - Measures (DESIGN §7): `roofline_cycles` = max(sum over computes of
   macs / macs_per_cycle(dtype) / slices, compulsory bytes /
   dma_effective_bytes_per_cycle), rounded up; `lram_occupancy` is the sum of
-  sizes of buffers within their time span, as steps over time.
+  sizes of buffers within their time span, as steps over time (a padded
+  buffer's `size` counts its padded bytes).
 """
 
 from __future__ import annotations
@@ -114,9 +120,15 @@ OP_CYCLES: dict[str, Callable[[Compute, TorqHw], int]] = {}
 
 def window_on_lanes_cycles(c: Compute, hw: TorqHw) -> int:
     """Depthwise convolution, pooling and reduce: no channel reduction fills the MAC
-    array's rows, so each window element read (the op's `macs`) takes one vector
-    lane for one cycle: ceil(macs / lanes(input dtype))."""
-    return ceil_div(c.macs, hw.lanes(c.operands[0].dtype))
+    array's rows, so each window element read (the op's `macs`, padded: `padded_macs`)
+    takes one vector lane for one cycle: ceil(padded macs / lanes(input dtype))."""
+    return ceil_div(padded_macs(c), hw.lanes(c.operands[0].dtype))
+
+
+def padded_macs(c: Compute) -> int:
+    """The MACs (window reads) a compute's vectors cover: `padded_work` when the compiler
+    recorded it (vector dims padded, compiler/vector_layout.py), else `macs`."""
+    return c.padded_work if c.padded_work > 0 else c.macs
 
 
 OP_CYCLES.update({op: window_on_lanes_cycles
@@ -138,9 +150,10 @@ def compute_work_cycles(c: Compute, hw: TorqHw) -> int:
         return int(custom(c, hw))
     if c.op != "elementwise" and c.macs > 0:
         rate = min(hw.macs_per_cycle(o.dtype) for o in c.operands[:2])
-        return ceil_div(c.macs, rate)
+        return ceil_div(padded_macs(c), rate)
     lanes = min(hw.lanes(o.dtype) for o in [*c.operands, c.result])
-    return ceil_div(math.prod(c.result.shape) * max(1, len(c.epilogue.steps)), lanes)
+    elements = c.padded_work if c.padded_work > 0 else math.prod(c.result.shape)
+    return ceil_div(elements * max(1, len(c.epilogue.steps)), lanes)
 
 
 def command_cycles(c, program: Program, hw: TorqHw) -> tuple[int, int]:

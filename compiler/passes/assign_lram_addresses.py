@@ -1,7 +1,10 @@
 """torq-assign-lram-addresses: place every LRAM buffer of every tile body.
 
 Contract: takes a function whose compute is `torq_hl` ops (after
-torq-lower-to-torq-hl). For each tile body it plans LRAM with
+torq-lower-to-torq-hl). Each value's buffer holds its padded layout
+(`vector_layout.padded_value_nbytes`: the vector dim of every torq_hl op
+using it padded to whole vectors, narrow dims to the next power of two), so
+offsets, the peak and the fit all count padded bytes. For each tile body it plans LRAM with
 `tile_schedule.plan_body` (the shared first-fit allocator; resident
 buffers of loop-invariant operands at the bottom, then one set of per-tile
 buffers, repeated as many times as fits for double buffering) and records
@@ -19,10 +22,13 @@ compile error naming its first op.
 
 from __future__ import annotations
 
+import functools
+
 from iree.compiler import ir
 
 from ..ir_utils import CompileError, location_str, set_int_array
 from ..tile_schedule import BodyPlan, enclosing_loops, plan_body, tile_bodies
+from ..vector_layout import padded_value_nbytes
 from . import PassOptions
 
 NAME = "torq-assign-lram-addresses"
@@ -30,7 +36,9 @@ NAME = "torq-assign-lram-addresses"
 
 def plan_bodies(func: ir.Operation, options: PassOptions) -> list[tuple[ir.Block, BodyPlan]]:
     hw = options.hw
-    return [(b, plan_body(b, hw.lram_alignment, hw.available_lram_bytes, hw.slices)) for b in tile_bodies(func)]
+    nbytes = functools.partial(padded_value_nbytes, hw=hw)
+    return [(b, plan_body(b, hw.lram_alignment, hw.available_lram_bytes, hw.slices, nbytes))
+            for b in tile_bodies(func)]
 
 
 def lram_footprint(func: ir.Operation, options: PassOptions) -> int:

@@ -27,9 +27,24 @@ the part inside the source; the operand's shape is that part, and the
 consuming op gets the rest as its `pad` attr [top, bottom, left, right] (on
 the dims its input_dims name H and W) and the view's value as `pad_value`,
 so padding moves no bytes.
+
+Reduction loops (`tile_schedule.is_reduction_loop`, a tiled reduction dim):
+their steps run in the tile of the body around them; each step DMAs its
+operand slices in again (same offsets), and the accumulate-form op writes its
+result in place into the accumulator's buffer (zeroed by the elementwise op
+before the loop), which is never DMA-ed out; the epilogue op after the loop
+reads it once the last step is done.
+
+Vector padding (`vector_layout`): every buffer is sized as
+torq-assign-lram-addresses sized it (its padded bytes) and records the
+padded layout of its first access (`LramBuffer.shape` / `padded_shape`;
+dense when a DMA box is not its data shape up to unit dims); each compute
+records its `padded_work` (0 when no dim is padded). DMA boxes stay unpadded.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from iree.compiler import ir
@@ -37,11 +52,13 @@ from iree.compiler import ir
 from torq.runtime.program import (Compute, DmaIn, DmaOut, LramBuffer, Operand, Program,
                                   TensorDesc)
 from ..ir_utils import (CompileError, constant_of, element_type, int_array, mlir_dtype,
-                        static_shape, tensor_nbytes)
+                        static_shape)
 from ..nss_ir import program_to_function
 from ..patterns import PAD_VIEW, epilogue_from_json
 from ..slice_distribution import Distribution, form, parse_distribution, slice_of
-from ..tile_schedule import enclosing_loops, is_torq_hl
+from ..tile_schedule import ACCUMULATE, enclosing_loops, is_reduction_loop, is_torq_hl, stays_in_body
+from torq.runtime.kernels import ACCUMULATOR_OPERAND
+from ..vector_layout import RESULT, padded_value_nbytes, padded_work, role_layout
 from . import PassOptions
 
 NAME = "torq-build-nss-program"
@@ -155,12 +172,12 @@ class _Builder:
         return offsets, sizes_attr
 
     # -- execution ------------------------------------------------------------------
-    def run_block(self, block: ir.Block) -> None:
+    def run_block(self, block: ir.Block, local: dict | None = None, tile: int | None = None) -> None:
         """Executes one iteration of `block`; its computes form one tile, numbered
         when the first of them is emitted (so a compute before a tile loop and
-        the loop's first tile get different ids)."""
-        local_buffers: dict = {}
-        tile: int | None = None
+        the loop's first tile get different ids). A reduction loop's body runs
+        with the buffers (`local`) and the tile of the body around it."""
+        local_buffers: dict = {} if local is None else local
         for op in [o.operation for o in block.operations]:
             name = op.name
             if name in ("arith.constant", "tensor.empty", "affine.apply", "affine.min", "affine.max",
@@ -177,6 +194,10 @@ class _Builder:
                 self._pad_view(op)
             elif name == "tensor.insert_slice":
                 continue  # its DMA-out is emitted right after the compute (see _dma_out)
+            elif name == "scf.for" and is_reduction_loop(op):
+                if tile is None:
+                    tile = self._start_tile(block)
+                self.run_reduction_loop(op, local_buffers, tile)
             elif name == "scf.for":
                 self.run_for(op)
             elif is_torq_hl(op):
@@ -257,6 +278,35 @@ class _Builder:
             self._clear_body_env(body)
             self.run_block(body)
 
+    def run_reduction_loop(self, op: ir.Operation, local: dict, tile: int) -> None:
+        """Steps of a tiled reduction dim (`tile_schedule.is_reduction_loop`), in the tile
+        of the body around it: each step loads its operand slices again into the same
+        buffers; the accumulator (the loop's init, its iter_arg, the value the body
+        yields and the loop result) is one LRAM buffer that never leaves LRAM."""
+        lb, ub, step = (self.index(v) for v in op.operands[:3])
+        body = op.regions[0].blocks[0]
+        iv, acc = body.arguments[0], body.arguments[1]
+        acc_buffer = local[op.operands[3]]
+        for i in range(lb, ub, step):
+            self.env = {k: v for k, v in self.env.items() if k is not iv}
+            self.env[iv] = i
+            self._clear_body_env(body)
+            self._forget_locals(body, local)
+            local[acc] = acc_buffer
+            self.run_block(body, local, tile)
+        local[op.results[0]] = acc_buffer
+
+    def _forget_locals(self, body: ir.Block, local: dict) -> None:
+        """Drops the buffers of values defined in `body` (the previous step's)."""
+        for o in body.operations:
+            for r in o.operation.results:
+                local.pop(r, None)
+            for region in o.operation.regions:
+                for b in region.blocks:
+                    for a in b.arguments:
+                        local.pop(a, None)
+                    self._forget_locals(b, local)
+
     def _clear_body_env(self, body: ir.Block):
         for o in body.operations:
             for r in o.operation.results:
@@ -267,11 +317,27 @@ class _Builder:
                 for b in region.blocks:
                     self._clear_body_env(b)
 
-    def _buffer(self, offset: int, size: int) -> int:
+    def _buffer(self, offset: int, v: ir.Value, op: ir.Operation, role: int, shape: tuple) -> int:
+        """A buffer for value `v` sized like torq-assign-lram-addresses sized it (padded,
+        `vector_layout`), laid out for its first access: `shape` as `role` of `op`."""
         idx = len(self.buffers)
         n = len(self.commands)
-        self.buffers.append(LramBuffer(idx, offset, size, n, n))
+        hw = self.options.hw
+        size = padded_value_nbytes(v, hw)
+        attrs = {k: a.value for k, a in ((k, op.attributes[k]) for k in
+                                         [a if isinstance(a, str) else a.name for a in op.attributes])
+                 if isinstance(a, ir.StringAttr)}
+        padded = role_layout(op.name.split(".", 1)[1], attrs, role, tuple(shape),
+                             mlir_dtype(element_type(v.type)), hw)
+        layout = (tuple(shape), padded) if padded != tuple(shape) else ((), ())
+        self.buffers.append(LramBuffer(idx, offset, size, n, n, *layout))
         return idx
+
+    def _keep_layout(self, buf: int, sizes: tuple) -> None:
+        """A DMA box that is not the buffer's data shape up to unit dims makes the buffer dense."""
+        b = self.buffers[buf]
+        if b.padded_shape and [d for d in sizes if d != 1] != [d for d in b.shape if d != 1]:
+            b.shape, b.padded_shape = (), ()
 
     def _use(self, buf: int):
         self.buffers[buf].live_end = len(self.commands)
@@ -306,10 +372,12 @@ class _Builder:
                     local[v] = self.resident[key]
                 else:
                     tensor, box_off, box_sizes, box_pad = self._clipped(v, op, k)
-                    buf = self._buffer(off if keep else off + shift, tensor_nbytes(v.type))
-                    self.commands.append(DmaIn(tensor, tuple(box_off), tuple(box_sizes), buf))
                     # a rank-reducing slice keeps its own (reduced) shape unless padding clipped the box
-                    self.buffer_view[buf] = (tuple(box_sizes) if box_pad is not None else static_shape(v.type), box_pad)
+                    shape = tuple(box_sizes) if box_pad is not None else static_shape(v.type)
+                    buf = self._buffer(off if keep else off + shift, v, op, k, shape)
+                    self._keep_layout(buf, tuple(box_sizes))
+                    self.commands.append(DmaIn(tensor, tuple(box_off), tuple(box_sizes), buf))
+                    self.buffer_view[buf] = (shape, box_pad)
                     local[v] = buf
                     if keep:
                         self.resident[key] = buf
@@ -320,8 +388,11 @@ class _Builder:
                 pad = box_pad
             operands.append(Operand(local[v], shape, mlir_dtype(element_type(v.type))))
         res = op.results[0]
-        rbuf = self._buffer(ir.IntegerAttr(op.attributes["torq.lram_result"]).value + shift,
-                            tensor_nbytes(res.type))
+        if ACCUMULATE in op.attributes:  # in place, in the accumulator's buffer
+            rbuf = local[op.operands[ACCUMULATOR_OPERAND]]
+        else:
+            rbuf = self._buffer(ir.IntegerAttr(op.attributes["torq.lram_result"]).value + shift,
+                                res, op, RESULT, static_shape(res.type))
         for o in operands:
             self._use(o.buffer)
         attrs = {}
@@ -329,14 +400,19 @@ class _Builder:
             if name in ("epilogue", "macs") or name.startswith("torq."):
                 continue
             a = op.attributes[name]
-            attrs[name] = a.value if isinstance(a, ir.StringAttr) else int_array(a)
+            attrs[name] = a.value if isinstance(a, (ir.StringAttr, ir.IntegerAttr)) else int_array(a)
         if pad is not None:
             attrs["pad"], attrs["pad_value"] = pad
-        self.commands.append(Compute(op.name.split(".", 1)[1], operands,
-                                     Operand(rbuf, static_shape(res.type), mlir_dtype(element_type(res.type))),
+        kind = op.name.split(".", 1)[1]
+        result = Operand(rbuf, static_shape(res.type), mlir_dtype(element_type(res.type)))
+        macs = ir.IntegerAttr(op.attributes["macs"]).value
+        work = padded_work(kind, attrs, [(o.shape, o.dtype) for o in operands], (result.shape, result.dtype),
+                           macs, self.options.hw)
+        dense = macs if kind != "elementwise" and macs > 0 else math.prod(result.shape)
+        self.commands.append(Compute(kind, operands, result,
                                      attrs, epilogue_from_json(ir.StringAttr(op.attributes["epilogue"]).value),
                                      slice=0,  # set by distribute()
-                                     macs=ir.IntegerAttr(op.attributes["macs"]).value, tile=tile))
+                                     macs=macs, tile=tile, padded_work=work if work != dense else 0))
         local[res] = rbuf
         self._dma_out(op, res, rbuf)
 
@@ -360,12 +436,13 @@ class _Builder:
     def _dma_out(self, op, res, rbuf):
         for use in res.uses:
             user = use.owner
-            if is_torq_hl(user) and user.parent == op.parent:
+            if stays_in_body(user, op):
                 continue
             if user.name == "tensor.insert_slice":
                 tensor, base, _ = self.ddr(user.operands[1])
                 offsets, sizes = self._slice_params(user, 2)
                 self._use(rbuf)
+                self._keep_layout(rbuf, tuple(sizes))
                 self.commands.append(DmaOut(rbuf, tensor, tuple(b + o for b, o in zip(base, offsets)),
                                             tuple(sizes)))
                 self.views.setdefault(user.results[0], self.ddr(user.operands[1]))
@@ -373,6 +450,7 @@ class _Builder:
             else:
                 tensor, base, sizes = self.ddr(res)
                 self._use(rbuf)
+                self._keep_layout(rbuf, tuple(sizes))
                 self.commands.append(DmaOut(rbuf, tensor, base, sizes))
                 return
 

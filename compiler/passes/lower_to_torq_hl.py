@@ -15,6 +15,13 @@ read (`patterns.box_read`: a copy of part of an input) becomes the
 `tensor.extract_slice` of that box, which the NSS program reads as a DMA box.
 Padded views (`torq.pad`, torq-fold-padding) stay as they are: the NSS
 program reads their boxes and hands the padding to the consuming op.
+A reduction loop nest from torq-super-tiling (a conv2d / matmul whose
+reduction dims are tiled: scf.for with the accumulator as iter_arg,
+initialised from the group's fill or bias broadcast) is lowered first
+(`lower_reduction_nest`): a zeroing `torq_hl.elementwise` on an f32 / i32
+accumulator before the nest, the contraction in accumulate form (attr
+`accumulate` = 1, the accumulator as operand 2, no epilogue) in the loop,
+and the group's epilogue as one `torq_hl.elementwise` after the nest.
 Afterwards no linalg op remains; a linalg op no pattern covers is a compile
 error naming it.
 """
@@ -24,9 +31,11 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from torq.runtime.program import Epilogue, EpilogueStep, Ref
-from ..ir_utils import CompileError, location_str, static_shape, walk_ops
-from ..patterns import (PAD_VIEW, Gather, Match, Unsupported, box_read, epilogue_to_json, is_zero_fill,
-                        match_group)
+from ..ir_utils import CompileError, element_type, indexing_maps, location_str, n_inputs, static_shape, walk_ops
+from ..patterns import (PAD_VIEW, Gather, Match, Unsupported, box_read, classify_principal, epilogue_to_json,
+                        is_zero_fill, match_group)
+from ..patterns import _axes, _broadcast_source, _epilogue_of, _int_width, _is_elementwise, _is_identity_like
+from ..tile_schedule import ACCUMULATE
 from . import PassOptions
 
 NAME = "torq-lower-to-torq-hl"
@@ -105,8 +114,144 @@ def lower_box_reads(func: ir.Operation) -> None:
         op.erase()
 
 
+# --- reduction loops (reduction-dim tiling) -----------------------------------------
+
+# Principal kinds whose reduction dims torq-super-tiling may tile.
+ACCUMULATING_KINDS = ("matmul", "conv2d")
+
+
+def _reduction_nest(loop: ir.Operation) -> tuple[list[ir.Operation], ir.Operation] | None:
+    """(loops, principal) when `loop` is the outer loop of a nest that tiles the reduction
+    dims of a contraction: each loop has one iter_arg, the inner loop's init is the
+    outer loop's iter_arg, and the innermost body yields the contraction (a
+    `ACCUMULATING_KINDS` principal) that accumulates into its iter_arg."""
+    loops, cur = [], loop
+    while cur.name == "scf.for" and len(cur.results) == 1:
+        body = cur.regions[0].blocks[0]
+        loops.append(cur)
+        yielded = [o.operation for o in body.operations][-1].operands[0]
+        owner = yielded.owner
+        if isinstance(owner, ir.Block):
+            return None
+        if owner.name == "scf.for":
+            if len(owner.operands) != 4 or owner.operands[3] != body.arguments[1]:
+                return None
+            cur = owner
+            continue
+        if owner.name != "linalg.generic" or owner.operands[n_inputs(owner)] != body.arguments[1]:
+            return None
+        con = classify_principal(owner)
+        return (loops, owner) if con is not None and con.kind in ACCUMULATING_KINDS else None
+    return None
+
+
+def _accumulator_init(init_op: ir.Operation | None, inputs: list[ir.Value]) -> list[EpilogueStep]:
+    """Epilogue steps implied by the accumulator init outside the reduction loop: none for a
+    zero fill; for a broadcast (a bias IREE put into the init) an add of its input, which
+    is appended to `inputs`."""
+    if init_op is not None and is_zero_fill(init_op):
+        return []
+    b = _broadcast_source(init_op) if init_op is not None else None
+    if b is None:
+        raise Unsupported("tiled reduction whose accumulator is not a zero fill or a broadcast")
+    src, in_map, out_map = b
+    bias = Ref("operand", index=len(inputs), axes=_axes(in_map, out_map))
+    inputs.append(src)
+    return [EpilogueStep("add", [Ref("value", 0), bias], to=_int_width(element_type(init_op.results[0])))]
+
+
+def _elementwise(operands: list[ir.Value], epilogue: Epilogue, result: ir.Type) -> ir.Operation:
+    return ir.Operation.create("torq_hl.elementwise", results=[result], operands=operands,
+                               attributes={"epilogue": ir.StringAttr.get(epilogue_to_json(epilogue)),
+                                           "macs": _attr(0)})
+
+
+def lower_reduction_nest(loops: list[ir.Operation], principal: ir.Operation) -> None:
+    """Lower a reduction-loop nest (`_reduction_nest`) to the accumulate form.
+
+    Before the nest, a `torq_hl.elementwise` zeroes the accumulator; it is f32
+    for float inputs and i32 for integer ones, so partial sums are never rounded
+    to the output dtype between steps (the iter_args and loop results take that
+    type). In the innermost body the contraction becomes its `torq_hl` op with
+    attr `accumulate` = 1 and the accumulator as operand 2: result = operand 2 +
+    this step's contraction, no epilogue, `macs` of this step (the steps sum to
+    the untiled MACs). After the nest, one `torq_hl.elementwise` reads the
+    accumulator (operand 0, copied into value 0 by a first `add 0` step) and
+    runs the group's epilogue (bias, activation, requant, cast: the steps that
+    the untiled op would run on its principal value 0) once, producing the
+    group's output type in place of its bottom op.
+    """
+    outer, inner = loops[0], loops[-1]
+    con = classify_principal(principal)
+    integer = isinstance(element_type(principal.operands[0]), ir.IntegerType)
+    elt = ir.IntegerType.get_signless(32) if integer else ir.F32Type.get()
+    acc_type = ir.RankedTensorType.get(list(static_shape(principal.results[0].type)), elt)
+    init = outer.operands[3]
+    init_op = None if isinstance(init.owner, ir.Block) else init.owner
+    inputs: list[ir.Value] = []
+    pre = _accumulator_init(init_op, inputs)
+    result = outer.results[0]
+    user = [u.owner for u in result.uses]
+    user = user[0] if len(user) == 1 else None
+    epi, bottom = Epilogue(pre, len(pre) if pre else 0), None
+    if user is not None and not isinstance(user, ir.Block) and user.name == "linalg.generic" \
+            and _is_elementwise(user) and _is_identity_like(indexing_maps(user)[-1]):
+        try:
+            probe = list(inputs)
+            tail = _epilogue_of(user, result, probe, principal_value=len(pre))
+            epi, inputs, bottom = Epilogue(pre + tail.steps, tail.result), probe, user
+        except Unsupported:
+            pass
+    out_type = bottom.results[0].type if bottom is not None else result.type
+    with ir.InsertionPoint(outer), outer.location:
+        zero = _elementwise([], Epilogue([EpilogueStep("add", [Ref("const", const=0.0), Ref("const", const=0.0)])]),
+                            acc_type)
+    outer.operands[3] = zero.results[0]
+    for loop in loops:
+        loop.regions[0].blocks[0].arguments[1].set_type(acc_type)
+        loop.results[0].set_type(acc_type)
+    attrs = {k: _attr(v) for k, v in con.attrs.items()}
+    attrs.update({ACCUMULATE: _attr(1), "macs": _attr(int(con.macs)),
+                  "epilogue": ir.StringAttr.get(epilogue_to_json(Epilogue()))})
+    acc = inner.regions[0].blocks[0].arguments[1]
+    with ir.InsertionPoint(principal), principal.location:
+        step = ir.Operation.create(f"torq_hl.{con.kind}", results=[acc_type],
+                                   operands=list(principal.operands[:2]) + [acc], attributes=attrs)
+    principal.results[0].replace_all_uses_with(step.results[0])
+    principal.erase()
+    # The epilogue after the nest: value 0 is the accumulator (operand 0); the group's
+    # operands follow it.
+    shift = [EpilogueStep(st.op, [Ref(r.kind, r.index + 1, r.axes, r.const) if r.kind == "operand" else r
+                                  for r in st.args], st.to) for st in epi.steps]
+    first = EpilogueStep("add", [Ref("operand", 0), Ref("const", const=0.0)])
+    after = bottom if bottom is not None else outer
+    with ir.InsertionPoint.after(after), after.location:
+        tail_op = _elementwise([result] + inputs, Epilogue([first] + shift, epi.result), out_type)
+    if bottom is not None:
+        bottom.results[0].replace_all_uses_with(tail_op.results[0])
+        bottom.erase()
+    else:
+        result.replace_all_uses_except(tail_op.results[0], tail_op)
+    if init_op is not None and not list(init_op.results[0].uses):
+        init_op.erase()
+
+
+def lower_reduction_loops(func: ir.Operation) -> None:
+    """Lower every reduction-loop nest of the function (see `lower_reduction_nest`)."""
+    while True:
+        nest = next((n for op in walk_ops(func) if op.name == "scf.for" and (n := _reduction_nest(op))
+                     and not (op.parent.name == "scf.for" and _reduction_nest(op.parent))), None)
+        if nest is None:
+            return
+        try:
+            lower_reduction_nest(*nest)
+        except Unsupported as e:
+            raise CompileError(f"{location_str(nest[1])}: error: {nest[1].name}: {e}") from None
+
+
 def lower_function(func: ir.Operation) -> None:
     lower_box_reads(func)
+    lower_reduction_loops(func)
     changed = True
     while changed:
         changed = False

@@ -9,7 +9,8 @@ edges from each op in block order, an op listed once all its users are
 (post-order, so consumers come before their producers). Tile sizes are chosen
 per dimension of the root's result and handed to the transform as sizes of
 the loops those dimensions index (read from the root's result indexing map:
-a permuted result tiles the permuted loop). Reduction loops are not tiled.
+a permuted result tiles the permuted loop). Reduction loops are tiled only
+when nothing else fits (`traffic` and `default`, see *Reduction tiling*).
 Tile sizes divide the tiled dimension, so every tile has a static shape.
 
 Strategies (`--torq-super-tiling-strategy`):
@@ -39,9 +40,31 @@ Strategies (`--torq-super-tiling-strategy`):
   so that consumer is tiled with the producer recomputed in its loop when
   the two do not fit together. Last, the untiled rest of the function is
   allocated as a whole; while it does not fit, its root with the largest
-  untiled slice is tiled. Nothing fitting even with size-1 tiles is a
-  compile error naming the op, its location, the smallest footprint reached
-  (all tileable dims at 1) and the budget.
+  untiled slice is tiled. When no parallel tiling fits, the reduction dims
+  are tiled too (*Reduction tiling*). Nothing fitting even with size-1
+  tiles (parallel and reduction) is a compile error naming the op, its
+  location, the smallest footprint reached (all tileable dims at 1) and
+  the budget.
+
+*Reduction tiling* (`traffic` and `default`, not `seed`): when even one
+output row / channel does not fit (a fully connected layer whose weights
+are many times the LRAM, a conv over many input channels), the reduction
+loops of the group's principal op are tiled as well, if it is a conv2d
+(not grouped) or a matmul (`lower_to_torq_hl.ACCUMULATING_KINDS`): matmul
+K; conv input channels, then kernel rows, then kernel columns
+(`Root.reduction_loops`; the first whose largest fitting divisor exists,
+earlier ones at 1). Parallel tilings tried with it: none, each tileable
+dim alone (its largest sizes for which some reduction size fits) and all
+tileable dims at 1; the least predicted DDR traffic wins, then the fewest
+tiles x steps. On the IR, the root is tiled and fused as usual, then the
+principal (tagged TILE_REDUCTION) is tiled along its reduction loops with
+`transform.structured.tile_using_for`: an scf.for innermost in the tile
+loop whose iter_arg is the accumulator, initialised from the group's fill;
+the group's epilogue ops stay after it, so they run once on the full sum.
+torq-lower-to-torq-hl makes the loop body an accumulate-form op on an f32 /
+i32 accumulator that stays in LRAM across the steps (no partial-sum DMA;
+its operand slices are streamed), so the fit counts the accumulator once
+plus one step's slices.
 - `seed` (the seed RFC's estimate, no allocator): an op is a candidate when
   no earlier tiling fused it. Its footprint is, for a group's bottom op, the
   bytes of the group's input tensors plus its output (0 for the group's
@@ -58,8 +81,9 @@ Strategies (`--torq-super-tiling-strategy`):
   torq-assign-lram-addresses then stops the compile with a one-line error.
 
 `--torq-dump-tiling`: one record per root visited (its shape, tiled dims,
-sizes, tile count, LRAM footprint of its slice, fused groups; the seed's
-footprint, factor and estimate).
+sizes, tile count, LRAM footprint of its slice, fused groups; tiled
+reduction loops of the principal op, their extents and sizes, and the
+accumulation steps per tile; the seed's footprint, factor and estimate).
 """
 
 from __future__ import annotations
@@ -71,18 +95,20 @@ from iree.compiler import ir, passmanager
 from iree.compiler.dialects.transform import interpreter
 
 from ..ir_utils import CompileError, indexing_maps, location_str, static_shape, tensor_nbytes, walk_ops
-from ..patterns import FUSE_GROUP, Unsupported
+from ..patterns import FUSE_GROUP, FUSE_GROUP_ID, Unsupported, _linear_terms, _loop_ranges, classify_principal
 from ..traffic import Traffic, program_traffic
 from . import PassOptions
 from .assign_lram_addresses import assign_function, lram_footprint
 from .build_nss_program import build_program
-from .lower_to_torq_hl import lower_function
+from .lower_to_torq_hl import ACCUMULATING_KINDS, lower_function
 from torq.runtime.timing import schedule
 
 NAME = "torq-super-tiling"
 # --torq-super-tiling-strategy values (see the module docstring).
 STRATEGIES = ("default", "traffic", "seed")
 TILE_ROOT = "torq.tile_root"
+# Marks the principal op of the root's group whose reduction loops are tiled.
+TILE_REDUCTION = "torq.tile_reduction"
 # Position of an op in the visiting order; the attribute follows the op into
 # every loop it is fused into, which is how fused ops are recognised.
 ORDER = "torq.tiling_order"
@@ -158,6 +184,21 @@ class Root:
     loop_of_dim: tuple[int | None, ...]  # loop indexing each result dim (None: not a plain loop)
     n_loops: int
     outer: int | None = None  # result dim whose loop the chosen tiling puts outermost (None: loop order)
+    # The group principal's tileable reduction loops, in the order they are tiled
+    # (matmul K; conv input channels, then kernel rows, then columns): (loop, extent).
+    reduction_loops: tuple[tuple[int, int], ...] = ()
+    principal_loops: int = 0  # loops of the group's principal op
+    reduction: list[int] | None = None  # chosen size per reduction_loops entry (0: untiled), None: none tiled
+
+    def reduction_sizes(self, red: list[int] | None) -> list[int] | None:
+        """Per-reduction-loop tile sizes as the per-loop sizes of the principal op
+        (what transform.structured.tile_using_for takes), None when none is tiled."""
+        if not red or not any(red):
+            return None
+        loops = [0] * self.principal_loops
+        for (loop, _), t in zip(self.reduction_loops, red):
+            loops[loop] = t
+        return loops
 
     def loop_sizes(self, sizes: list[int]) -> list[int]:
         """Per-result-dim tile sizes as the per-loop sizes transform.structured.fuse takes."""
@@ -190,17 +231,90 @@ def root_facts(op: ir.Operation, order: int) -> Root | None:
         n_loops = out_map.n_dims
     else:
         loops, n_loops = tuple(range(len(shape))), len(shape)
-    return Root(order, op.name, location_str(op), tuple(sorted(_groups(op))), shape, loops, n_loops)
+    root = Root(order, op.name, location_str(op), tuple(sorted(_groups(op))), shape, loops, n_loops)
+    principal = group_principal(op)
+    if principal is not None:
+        root.reduction_loops = _reduction_loops(principal)
+        root.principal_loops = indexing_maps(principal)[0].n_dims
+    return root
+
+
+def group_principal(bottom: ir.Operation) -> ir.Operation | None:
+    """The principal op of the bottom op's group when it is a contraction whose
+    reduction may be tiled (`lower_to_torq_hl.ACCUMULATING_KINDS`, not grouped):
+    the bottom op itself or the producer of one of its operands."""
+    groups = _groups(bottom)
+    candidates = [bottom] + [v.owner for v in bottom.operands if not isinstance(v.owner, ir.Block)]
+    for c in candidates:
+        c = c.operation if hasattr(c, "operation") else c
+        if FUSE_GROUP_ID not in c.attributes or ir.IntegerAttr(c.attributes[FUSE_GROUP_ID]).value not in groups:
+            continue
+        con = classify_principal(c)
+        if con is not None and con.kind in ACCUMULATING_KINDS and "G" not in con.attrs.get("input_dims", ""):
+            return c
+    return None
+
+
+def _reduction_loops(principal: ir.Operation) -> tuple[tuple[int, int], ...]:
+    """(loop, extent) of the principal's reduction loops in tiling order: the ones an
+    input reads as a plain dim (matmul K, conv input channels) first, then the kernel
+    window's (read in a sum `y + i`), in the order the input map reads them (rows first)."""
+    maps = indexing_maps(principal)
+    its = [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(principal.attributes["iterator_types"])]
+    ranges = _loop_ranges(principal)
+    plain, window = [], []
+    for e in maps[0].results:
+        dims = [ir.AffineDimExpr(e).position] if isinstance(e, ir.AffineDimExpr) else None
+        target = plain
+        if dims is None:
+            dims = [d for d, _ in (_linear_terms(e) or [])]
+            target = window
+        for d in dims:
+            if its[d] == "reduction" and ranges[d] > 1 and all(d != x for x, _ in plain + window):
+                target.append((d, ranges[d]))
+    return tuple(plain + window)
 
 
 # --- tiling on the IR ------------------------------------------------------------
 
-def tile_and_fuse(module_op: ir.Operation, loop_sizes: list[int], interchange: list[int] | None = None) -> None:
+def tile_and_fuse(module_op: ir.Operation, loop_sizes: list[int], interchange: list[int] | None = None,
+                  reduction: list[int] | None = None) -> None:
     """Tile the op tagged TILE_ROOT in `module_op` by `loop_sizes` (one per loop,
     0 = untiled), fusing its producers; `interchange` orders the loops (outermost
     first). Loop-invariant code motion then hoists a slice that depends only on
     an outer loop (a weight slice in a 2-D nest) out of the inner one, so it is
-    loaded once per outer iteration (tile_schedule.invariant_loops)."""
+    loaded once per outer iteration (tile_schedule.invariant_loops).
+    `reduction` (one size per loop of the op tagged TILE_REDUCTION, the group's
+    principal) then tiles its reduction loops inside the tile loop
+    (`tile_reduction`)."""
+    if any(loop_sizes):
+        _fuse(module_op, loop_sizes, interchange)
+    if reduction and any(reduction):
+        tile_reduction(module_op, reduction)
+
+
+def tile_reduction(module_op: ir.Operation, sizes: list[int]) -> None:
+    """Tile the reduction loops of the op tagged TILE_REDUCTION by `sizes` (one per loop
+    of the op, nonzero only on reduction loops) with transform.structured.tile_using_for:
+    an scf.for per tiled loop, innermost, whose iter_arg is the accumulator, initialised
+    from the op's init (the group's fill, outside the loop); the group's epilogue ops
+    stay after the loop, so they run once on the full sum."""
+    n_loops = sum(1 for s in sizes if s)
+    loops = ", ".join(["!transform.any_op"] * n_loops)
+    seq = ir.Module.parse(f"""
+module attributes {{transform.with_named_sequence}} {{
+  transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.readonly}}) {{
+    %op = transform.structured.match attributes {{{TILE_REDUCTION}}} in %root : (!transform.any_op) -> !transform.any_op
+    %tiled, %loops:{n_loops} = transform.structured.tile_using_for %op tile_sizes {sizes}
+        : (!transform.any_op) -> (!transform.any_op, {loops})
+    transform.yield
+  }}
+}}""")
+    interpreter.apply_named_sequence(module_op, seq.body.operations[0], seq)
+    passmanager.PassManager.parse("builtin.module(canonicalize,cse)").run(module_op)
+
+
+def _fuse(module_op: ir.Operation, loop_sizes: list[int], interchange: list[int] | None) -> None:
     n_loops = sum(1 for s in loop_sizes if s)
     loops = ", ".join(["!transform.any_op"] * n_loops)
     seq = ir.Module.parse(f"""
@@ -257,14 +371,16 @@ def _has_dynamic_tensors(func: ir.Operation) -> bool:
 
 
 def _lowered_tiling(source: ir.Module | ir.Operation, loop_sizes: list[int] | None,
-                    interchange: list[int] | None = None) -> tuple[ir.Module, ir.Operation | None]:
+                    interchange: list[int] | None = None,
+                    reduction: list[int] | None = None) -> tuple[ir.Module, ir.Operation | None]:
     """A copy of the function (`source`, or the one in module `source`) with its
-    TILE_ROOT op tiled by `loop_sizes` and lowered to TorqHL; the function is None
-    when some tile has no static shape. Keep the module alive while using the function."""
+    TILE_ROOT op tiled by `loop_sizes` (and its TILE_REDUCTION op's reduction loops
+    by `reduction`) and lowered to TorqHL; the function is None when some tile has
+    no static shape. Keep the module alive while using the function."""
     func = source.body.operations[0].operation if isinstance(source, ir.Module) else source
     scratch, clone = _clone(func)
-    if loop_sizes and any(loop_sizes):
-        tile_and_fuse(scratch.operation, loop_sizes, interchange)
+    if (loop_sizes and any(loop_sizes)) or (reduction and any(reduction)):
+        tile_and_fuse(scratch.operation, loop_sizes or [], interchange, reduction)
         clone = scratch.body.operations[0].operation
     if _has_dynamic_tensors(clone):
         return scratch, None  # e.g. a fused reshape whose slice sizes depend on the loop
@@ -273,21 +389,22 @@ def _lowered_tiling(source: ir.Module | ir.Operation, loop_sizes: list[int] | No
 
 
 def footprint(source: ir.Module | ir.Operation, loop_sizes: list[int] | None, options: PassOptions,
-              interchange: list[int] | None = None) -> int:
+              interchange: list[int] | None = None, reduction: list[int] | None = None) -> int:
     """LRAM bytes (allocator end, one buffer set) the function (`source`, or the one
     in module `source`) needs with its TILE_ROOT op tiled by `loop_sizes`."""
-    scratch, clone = _lowered_tiling(source, loop_sizes, interchange)
+    scratch, clone = _lowered_tiling(source, loop_sizes, interchange, reduction)
     if clone is None:
         return UNREPRESENTABLE
     return lram_footprint(clone, options)
 
 
 def predicted_cost(source: ir.Module | ir.Operation, loop_sizes: list[int] | None,
-                   options: PassOptions, interchange: list[int] | None = None) -> tuple[Traffic, int]:
+                   options: PassOptions, interchange: list[int] | None = None,
+                   reduction: list[int] | None = None) -> tuple[Traffic, int]:
     """DDR traffic and cycles (runtime/timing.py's schedule, the simulator's own
     model) of the program the function in `source` becomes with its TILE_ROOT op
     tiled by `loop_sizes` (a tiling `footprint` accepted)."""
-    scratch, clone = _lowered_tiling(source, loop_sizes, interchange)
+    scratch, clone = _lowered_tiling(source, loop_sizes, interchange, reduction)
     assign_function(clone, options)
     program, _ = build_program(clone, options)
     return program_traffic(program), schedule(program, options.hw).makespan
@@ -314,24 +431,53 @@ class _Search:
         self.footprints: dict[tuple, int] = {}
         self.costs: dict[tuple, tuple[Traffic, int]] = {}
 
-    def footprint(self, sizes: list[int], outer: int | None = None) -> int:
-        key = (tuple(sizes), outer)
+    def footprint(self, sizes: list[int], outer: int | None = None, red: list[int] | None = None) -> int:
+        key = (tuple(sizes), outer) if not red else (tuple(sizes), outer, tuple(red))
         if key not in self.footprints:
-            fp = footprint(self.slice, self.root.loop_sizes(sizes), self.options, self.root.interchange(outer))
+            if red:
+                try:
+                    fp = footprint(self.slice, self.root.loop_sizes(sizes), self.options,
+                                   self.root.interchange(outer), self.root.reduction_sizes(red))
+                except (CompileError, Unsupported):
+                    fp = UNREPRESENTABLE  # this cut has no TorqHL accumulate form
+            else:
+                fp = footprint(self.slice, self.root.loop_sizes(sizes), self.options, self.root.interchange(outer))
             self.footprints[key] = fp
             if fp < UNREPRESENTABLE:
                 self.smallest = fp if self.smallest is None else min(self.smallest, fp)
         return self.footprints[key]
 
-    def cost(self, sizes: list[int], outer: int | None = None) -> tuple[Traffic, int]:
-        key = (tuple(sizes), outer)
+    def cost(self, sizes: list[int], outer: int | None = None, red: list[int] | None = None) -> tuple[Traffic, int]:
+        key = (tuple(sizes), outer) if not red else (tuple(sizes), outer, tuple(red))
         if key not in self.costs:
             self.costs[key] = predicted_cost(self.slice, self.root.loop_sizes(sizes), self.options,
-                                             self.root.interchange(outer))
+                                             self.root.interchange(outer), self.root.reduction_sizes(red))
         return self.costs[key]
 
-    def traffic(self, sizes: list[int], outer: int | None = None) -> Traffic:
-        return self.cost(sizes, outer)[0]
+    def traffic(self, sizes: list[int], outer: int | None = None, red: list[int] | None = None) -> Traffic:
+        return self.cost(sizes, outer, red)[0]
+
+    def largest_reduction(self, sizes: list[int]) -> list[int] | None:
+        """With the parallel tiling `sizes`, reduction sizes that fit: the first reduction
+        loop (in `Root.reduction_loops` order) whose largest divisor below its extent
+        fits with the earlier ones at 1 (the footprint grows with the size), or None."""
+        red = [0] * len(self.root.reduction_loops)
+        for j, (_, extent) in enumerate(self.root.reduction_loops):
+            cands = [t for t in _divisors(extent) if t < extent]
+            lo, hi, best = 0, len(cands) - 1, None
+            while lo <= hi:
+                mid = (lo + hi) // 2
+                trial = red.copy()
+                trial[j] = cands[mid]
+                if self.footprint(sizes, red=trial) <= self.budget:
+                    best, lo = cands[mid], mid + 1
+                else:
+                    hi = mid - 1
+            if best is not None:
+                red[j] = best
+                return red
+            red[j] = 1
+        return None
 
     def largest_fitting(self, base: list[int], d: int, outer: int | None = None) -> int | None:
         """Largest divisor t < extent with base[d] = t fitting; footprint grows with t."""
@@ -475,34 +621,89 @@ def _parallel_sizes(search: _Search, chosen: list[int] | None) -> list[int] | No
     return best[2] if any(best[2]) else None
 
 
+# Fitting parallel tile sizes tried per dim, largest first, with a tiled reduction.
+REDUCTION_PARALLEL_CANDIDATES = 3
+
+
+def _reduction_sizes(search: _Search) -> tuple[list[int], list[int]] | None:
+    """When no parallel tiling fits: (parallel sizes, reduction sizes) that fit with the
+    group principal's reduction loops tiled too (`Search.largest_reduction`), the
+    accumulator kept in LRAM. Parallel tilings tried: none, each tileable dim alone
+    (its largest divisors whose reduction fits, `REDUCTION_PARALLEL_CANDIDATES` of
+    them) and every tileable dim at 1; of those, the least predicted DDR traffic
+    (a smaller parallel tile re-reads the other operand's K-slices more often),
+    then the fewest tiles x reduction steps. Sets `search.root.reduction`."""
+    root = search.root
+    if not root.reduction_loops:
+        return None
+    n = len(root.shape)
+    dims = [d for d in range(n) if root.tileable(d)]
+    options: list[list[int]] = [[0] * n]
+    for d in dims:
+        fitting = 0
+        for t in sorted((t for t in _divisors(root.shape[d]) if t < root.shape[d]), reverse=True):
+            sizes = [t if i == d else 0 for i in range(n)]
+            if search.largest_reduction(sizes) is not None:
+                options.append(sizes)
+                fitting += 1
+                if fitting == REDUCTION_PARALLEL_CANDIDATES:
+                    break
+    options.append([1 if d in dims else 0 for d in range(n)])
+    scored = []
+    for rank, sizes in enumerate(options):
+        red = search.largest_reduction(sizes)
+        if red is None:
+            continue
+        steps = math.prod(-(-e // t) if t else 1 for (_, e), t in zip(root.reduction_loops, red))
+        scored.append((search.traffic(sizes, red=red).dma_bytes, _tile_count(root.shape, sizes) * steps, rank,
+                       sizes, red))
+    if not scored:
+        # The error's smallest footprint: every tileable dim, parallel and reduction, at 1.
+        search.footprint(options[-1], red=[1] * len(root.reduction_loops))
+        return None
+    best = min(scored)
+    root.reduction = best[4]
+    return best[3], best[4]
+
+
 def choose_tile_sizes(func: ir.Operation, root: Root, options: PassOptions,
                       record: dict | None = None, force: bool = False) -> list[int] | None:
     """Per-result-dim tile sizes for the TILE_ROOT op (0 = untiled dim), or None when
-    its slice fits untiled (`force`: tile it anyway). `record` receives the decision."""
+    its slice fits untiled (`force`: tile it anyway); `root.reduction` receives the
+    reduction sizes when the group's reduction loops must be tiled too (and the
+    sizes may then be all 0). `record` receives the decision."""
     search = _Search(func, root, options)
     untiled = search.footprint([0] * len(root.shape))
     sizes = None
     if force or untiled > search.budget:
         sizes = _least_traffic_sizes(search)
+        if sizes is None and (tiled := _reduction_sizes(search)) is not None:
+            sizes = tiled[0]
         if sizes is None:
             smallest = (f"smallest footprint {search.smallest} bytes" if search.smallest is not None
                         else "no tiling gives tiles of static shape")
             raise CompileError(
                 f"{root.location}: error: {root.name}: cannot fit LRAM even with size-1 tiles: "
                 f"{smallest}, budget {search.budget} bytes")
-    if options.super_tiling_strategy == "default":
+    if options.super_tiling_strategy == "default" and root.reduction is None:
         sizes = _parallel_sizes(search, sizes)
     if record is not None:
-        record.update(_record(root, sizes, search.footprint(sizes or [0] * len(root.shape), root.outer), untiled,
-                              len(search.footprints)))
+        record.update(_record(root, sizes, search.footprint(sizes or [0] * len(root.shape), root.outer,
+                                                            root.reduction), untiled, len(search.footprints)))
         record["outer_dim"] = root.outer
     return sizes
 
 
 def _record(root: Root, sizes: list[int] | None, lram: int, untiled: int, evaluated: int) -> dict:
+    red = [(loop, extent, t) for (loop, extent), t in zip(root.reduction_loops, root.reduction or []) if t]
     return {"root": root.name, "location": root.location, "groups": list(root.groups),
             "shape": list(root.shape), "tiled_dims": [d for d, t in enumerate(sizes or []) if t],
             "tile_sizes": sizes or [0] * len(root.shape), "tiles": _tile_count(root.shape, sizes),
+            # Tiled reduction loops of the group's principal op (its loop numbering), their
+            # extents and sizes, and the accumulation steps per tile.
+            "reduction_dims": [r[0] for r in red], "reduction_extents": [r[1] for r in red],
+            "reduction_tile_sizes": [r[2] for r in red],
+            "reduction_steps": math.prod(-(-e // t) for _, e, t in red),
             "lram_bytes": lram, "untiled_lram_bytes": untiled, "candidates_evaluated": evaluated}
 
 
@@ -608,7 +809,7 @@ class _Tiler:
                 self.fit_function_body(roots)
         finally:
             for op in walk_ops(self.func):
-                for name in (ORDER, TILE_ROOT):
+                for name in (ORDER, TILE_ROOT, TILE_REDUCTION):
                     if name in op.attributes:
                         del op.attributes[name]
 
@@ -619,14 +820,22 @@ class _Tiler:
         if root is None:
             return False  # fused into loops only (the original is gone), or no static shape
         op.attributes[TILE_ROOT] = ir.UnitAttr.get()
+        if not self.seed and root.reduction_loops:
+            group_principal(op).attributes[TILE_REDUCTION] = ir.UnitAttr.get()
         del op
         record: dict | None = {} if self.options.tiling_log is not None else None
         if self.seed:
             sizes = seed_tile_sizes(self.func, root, self.table, self.options, record)
         else:
             sizes = choose_tile_sizes(self.func, root, self.options, record, force)
-        if sizes is not None:
-            tile_and_fuse(_enclosing_module(self.func), root.loop_sizes(sizes), root.interchange(root.outer))
+        if root.reduction is not None and not any(sizes):
+            # Only the reduction is tiled: its loop is the "tile loop" of the root.
+            tile_and_fuse(_enclosing_module(self.func), [], None, root.reduction_sizes(root.reduction))
+            if record is not None:
+                record["fused_groups"] = sorted(root.groups)
+        elif sizes is not None:
+            tile_and_fuse(_enclosing_module(self.func), root.loop_sizes(sizes), root.interchange(root.outer),
+                          root.reduction_sizes(root.reduction))
             loop = _root_loop(self.func)
             self.fused |= _orders_in(loop)
             if record is not None:
@@ -634,8 +843,9 @@ class _Tiler:
         elif record is not None:
             record["fused_groups"] = []
         for o in walk_ops(self.func):
-            if TILE_ROOT in o.attributes:
-                del o.attributes[TILE_ROOT]
+            for name in (TILE_ROOT, TILE_REDUCTION):
+                if name in o.attributes:
+                    del o.attributes[name]
         if record is not None:
             self.options.tiling_log.append(record)
         return True

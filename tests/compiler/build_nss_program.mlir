@@ -17,6 +17,11 @@
 // that fills it to the last command that reads it (%0 = buffer 2 is read by
 // the second compute, command 4). The chained value %0 stays in LRAM: no
 // DMA-out for it, and %1 is written once to the output tensor.
+// Vector padding (compiler/vector_layout.py): an elementwise op vectorises
+// its innermost dim; bf16 vectors have TorqHw.lanes_bf16 = 32 elements and
+// 50 >= 32 rounds up to 2 x 32 = 64, so every buffer is 64 x 2 = 128 bytes
+// (shape [50] stored in padded_shape [64]) and each compute's padded work is
+// 64 result elements (the DMAs still move 50 elements).
 // CHECK-LABEL: func.func @one_tile()
 // CHECK-SAME: torq.original_type = (tensor<50xbf16>, tensor<50xbf16>) -> tensor<50xbf16>
 // CHECK-SAME: torq.program = "{\22name\22: \22one_tile\22, \22tiles\22: 1, \22lram_peak\22: 300, \22hw\22: {\22name\22: \22SL2610\22,
@@ -24,16 +29,16 @@
 // CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:1,\22kind\22:\22input\22,\22shape\22:[50],\22dtype\22:\22bf16\22,\22host_dtype\22:\22f32\22,\22arg_index\22:1}"}
 // CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:2,\22kind\22:\22output\22,\22shape\22:[50],\22dtype\22:\22bf16\22,\22host_dtype\22:\22f32\22,\22arg_index\22:0}"}
 // CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:3,\22kind\22:\22constant\22,\22shape\22:[50],\22dtype\22:\22bf16\22,\22host_dtype\22:\22bf16\22,\22arg_index\22:-1}", value = dense<[0, 64, 0, 64, {{.*}}, 0, 64]> : tensor<100xi8>}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:0,\22offset\22:0,\22size\22:100,\22live_start\22:0,\22live_end\22:2}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:1,\22offset\22:128,\22size\22:100,\22live_start\22:1,\22live_end\22:2}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:2,\22offset\22:256,\22size\22:100,\22live_start\22:2,\22live_end\22:4}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:3,\22offset\22:0,\22size\22:100,\22live_start\22:3,\22live_end\22:4}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:4,\22offset\22:128,\22size\22:100,\22live_start\22:4,\22live_end\22:5}"}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:0,\22offset\22:0,\22size\22:128,\22live_start\22:0,\22live_end\22:2,\22shape\22:[50],\22padded_shape\22:[64]}"}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:1,\22offset\22:128,\22size\22:128,\22live_start\22:1,\22live_end\22:2,\22shape\22:[50],\22padded_shape\22:[64]}"}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:2,\22offset\22:256,\22size\22:128,\22live_start\22:2,\22live_end\22:4,\22shape\22:[50],\22padded_shape\22:[64]}"}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:3,\22offset\22:0,\22size\22:128,\22live_start\22:3,\22live_end\22:4,\22shape\22:[50],\22padded_shape\22:[64]}"}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:4,\22offset\22:128,\22size\22:128,\22live_start\22:4,\22live_end\22:5,\22shape\22:[50],\22padded_shape\22:[64]}"}
 // CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0],\22sizes\22:[50],\22buffer\22:0}"}
 // CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:1,\22offsets\22:[0],\22sizes\22:[50],\22buffer\22:1}"}
-// CHECK-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[{\22buffer\22:0,{{.*}}},{\22buffer\22:1,{{.*}}}],\22result\22:{\22buffer\22:2,{{.*}}\22op\22:\22add\22{{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0}"}
+// CHECK-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[{\22buffer\22:0,{{.*}}},{\22buffer\22:1,{{.*}}}],\22result\22:{\22buffer\22:2,{{.*}}\22op\22:\22add\22{{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0,\22padded_work\22:64}"}
 // CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:3,\22offsets\22:[0],\22sizes\22:[50],\22buffer\22:3}"}
-// CHECK-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[{\22buffer\22:2,{{.*}}},{\22buffer\22:3,{{.*}}}],\22result\22:{\22buffer\22:4,{{.*}}\22op\22:\22mul\22{{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0}"}
+// CHECK-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[{\22buffer\22:2,{{.*}}},{\22buffer\22:3,{{.*}}}],\22result\22:{\22buffer\22:4,{{.*}}\22op\22:\22mul\22{{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0,\22padded_work\22:64}"}
 // CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:4,\22tensor\22:2,\22offsets\22:[0],\22sizes\22:[50]}"}
 // CHECK-NEXT: return
 // CHECK-NEXT: }

@@ -128,7 +128,14 @@ class Compute(object):
             return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
         return 0
 
-def ComputeStart(builder): builder.StartObject(8)
+    # Compute
+    def PaddedWork(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return 0
+
+def ComputeStart(builder): builder.StartObject(9)
 def Start(builder):
     return ComputeStart(builder)
 def ComputeAddOp(builder, op): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(op), 0)
@@ -161,6 +168,9 @@ def AddMacs(builder, macs):
 def ComputeAddTile(builder, tile): builder.PrependInt64Slot(7, tile, 0)
 def AddTile(builder, tile):
     return ComputeAddTile(builder, tile)
+def ComputeAddPaddedWork(builder, paddedWork): builder.PrependInt64Slot(8, paddedWork, 0)
+def AddPaddedWork(builder, paddedWork):
+    return ComputeAddPaddedWork(builder, paddedWork)
 def ComputeEnd(builder): return builder.EndObject()
 def End(builder):
     return ComputeEnd(builder)

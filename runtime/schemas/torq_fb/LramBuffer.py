@@ -63,7 +63,61 @@ class LramBuffer(object):
             return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
         return 0
 
-def LramBufferStart(builder): builder.StartObject(5)
+    # LramBuffer
+    def Shape(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # LramBuffer
+    def ShapeAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
+        return 0
+
+    # LramBuffer
+    def ShapeLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # LramBuffer
+    def ShapeIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        return o == 0
+
+    # LramBuffer
+    def PaddedShape(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # LramBuffer
+    def PaddedShapeAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
+        return 0
+
+    # LramBuffer
+    def PaddedShapeLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # LramBuffer
+    def PaddedShapeIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        return o == 0
+
+def LramBufferStart(builder): builder.StartObject(7)
 def Start(builder):
     return LramBufferStart(builder)
 def LramBufferAddId(builder, id): builder.PrependInt64Slot(0, id, 0)
@@ -81,6 +135,18 @@ def AddLiveStart(builder, liveStart):
 def LramBufferAddLiveEnd(builder, liveEnd): builder.PrependInt64Slot(4, liveEnd, 0)
 def AddLiveEnd(builder, liveEnd):
     return LramBufferAddLiveEnd(builder, liveEnd)
+def LramBufferAddShape(builder, shape): builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(shape), 0)
+def AddShape(builder, shape):
+    return LramBufferAddShape(builder, shape)
+def LramBufferStartShapeVector(builder, numElems): return builder.StartVector(8, numElems, 8)
+def StartShapeVector(builder, numElems):
+    return LramBufferStartShapeVector(builder, numElems)
+def LramBufferAddPaddedShape(builder, paddedShape): builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(paddedShape), 0)
+def AddPaddedShape(builder, paddedShape):
+    return LramBufferAddPaddedShape(builder, paddedShape)
+def LramBufferStartPaddedShapeVector(builder, numElems): return builder.StartVector(8, numElems, 8)
+def StartPaddedShapeVector(builder, numElems):
+    return LramBufferStartPaddedShapeVector(builder, numElems)
 def LramBufferEnd(builder): return builder.EndObject()
 def End(builder):
     return LramBufferEnd(builder)
