@@ -29,7 +29,10 @@ Strategies (`--torq-super-tiling-strategy`):
   places every buffer of the slice, tiled and lowered to TorqHL, within
   `TorqHw.available_lram_bytes`. A root whose untiled slice fits stays
   untiled. Otherwise, for each tileable result dimension alone, the largest
-  fitting divisor (binary search: footprint grows with the tile); of those,
+  fitting divisor (binary search: footprint grows with the tile), or on the
+  result's vector dim (compiler/vector_layout.py) the largest smaller one of
+  whole vectors when that moves no more bytes and takes no more cycles (a
+  tile padded in LRAM wastes lanes); of those,
   the one whose NSS program moves the fewest DMA bytes (`traffic`: halos,
   weight and input re-reads), ties to the fewest tiles, then the seed order
   (dim 1, dim 0, dims 2...). When no dimension fits alone, the seed order's
@@ -94,13 +97,15 @@ from dataclasses import dataclass
 from iree.compiler import ir, passmanager
 from iree.compiler.dialects.transform import interpreter
 
-from ..ir_utils import CompileError, indexing_maps, location_str, static_shape, tensor_nbytes, walk_ops
+from ..ir_utils import (CompileError, element_type, indexing_maps, location_str, mlir_dtype, static_shape,
+                        tensor_nbytes, walk_ops)
 from ..patterns import FUSE_GROUP, FUSE_GROUP_ID, Unsupported, _linear_terms, _loop_ranges, classify_principal
 from ..traffic import Traffic, program_traffic
 from . import PassOptions
 from .assign_lram_addresses import assign_function, lram_footprint
 from .build_nss_program import build_program
 from .lower_to_torq_hl import ACCUMULATING_KINDS, lower_function
+from ..vector_layout import RESULT, padded, value_roles, vector_dim, vector_width
 from torq.runtime.timing import schedule
 
 NAME = "torq-super-tiling"
@@ -430,6 +435,36 @@ class _Search:
         self.smallest: int | None = None
         self.footprints: dict[tuple, int] = {}
         self.costs: dict[tuple, tuple[Traffic, int]] = {}
+        self._vector: tuple[int, int] | None | bool = False  # result_vector(), once
+
+    def result_vector(self) -> tuple[int, int] | None:
+        """(dim, vector width) along which the root's result is vectorised in LRAM
+        (vector_layout: conv output channels, matmul N, ...), read from the untiled
+        slice lowered to TorqHL; None when it has no TorqHL producer."""
+        if self._vector is False:
+            self._vector = None
+            scratch, clone = _lowered_tiling(self.slice, None)
+            ret = [o for o in walk_ops(clone) if o.name == "func.return"] if clone is not None else []
+            if ret and len(ret[0].operands) == 1:
+                v = ret[0].operands[0]
+                roles = [r for r in value_roles(v) if r[2] == RESULT]
+                shape = static_shape(v.type)
+                if roles and shape:
+                    kind, attrs, _ = roles[0]
+                    d = vector_dim(kind, attrs, RESULT, len(shape))
+                    if d is not None:
+                        self._vector = (d, vector_width(self.options.hw, mlir_dtype(element_type(v.type))))
+            del ret, clone, scratch
+        return self._vector
+
+    def aligned_below(self, d: int, t: int) -> int | None:
+        """When dim d is the result's vector dim and a tile of t would be padded in LRAM
+        (vector_layout.padded), the largest smaller divisor of d's extent that is whole
+        vectors (or a power of two below the width); None otherwise."""
+        vec = self.result_vector()
+        if vec is None or vec[0] != d or padded(t, vec[1]) == t:
+            return None
+        return max((x for x in _divisors(self.root.shape[d]) if x < t and padded(x, vec[1]) == x), default=None)
 
     def footprint(self, sizes: list[int], outer: int | None = None, red: list[int] | None = None) -> int:
         key = (tuple(sizes), outer) if not red else (tuple(sizes), outer, tuple(red))
@@ -517,7 +552,9 @@ def _first_fitting_sizes(search: _Search) -> list[int] | None:
 
 def _least_traffic_sizes(search: _Search) -> list[int] | None:
     """For each dimension alone, its largest fitting tile (larger tiles along one
-    dimension re-read fewer halos and weights); of those, the one with the least
+    dimension re-read fewer halos and weights), or, on the result's vector dim, the
+    largest smaller one of whole vectors when that moves no more bytes and takes no
+    more cycles (`_Search.aligned_below`); of those, the one with the least
     predicted DDR traffic, then the fewest tiles. Falls back to the seed order's
     multi-dimension search when no single dimension fits."""
     shape = search.root.shape
@@ -530,7 +567,15 @@ def _least_traffic_sizes(search: _Search) -> list[int] | None:
             continue
         sizes = [0] * len(shape)
         sizes[d] = best
-        scored.append((search.traffic(sizes).dma_bytes, _tile_count(shape, sizes), rank, sizes))
+        traffic, cycles = search.cost(sizes)
+        aligned = search.aligned_below(d, best)
+        if aligned is not None:  # whole vectors when that costs no bytes and no cycles
+            a_sizes = [0] * len(shape)
+            a_sizes[d] = aligned
+            a_traffic, a_cycles = search.cost(a_sizes)
+            if a_traffic.dma_bytes <= traffic.dma_bytes and a_cycles <= cycles:
+                sizes, traffic = a_sizes, a_traffic
+        scored.append((traffic.dma_bytes, _tile_count(shape, sizes), rank, sizes))
     if scored:
         return min(scored)[3]
     return _two_dim_sizes(search) or _first_fitting_sizes(search)
@@ -579,7 +624,8 @@ def _parallel_sizes(search: _Search, chosen: list[int] | None) -> list[int] | No
     in parallel and DMA overlaps compute only across tiles (distinct buffer sets),
     so a root left untiled or cut in few tiles may run faster in more. Along the
     chosen dim (every tileable dim when untiled), tiles giving 2 and 4 tiles per
-    slice, and 2x and 4x the chosen tile count, are tried; one wins when it fits,
+    slice, and 2x and 4x the chosen tile count, are tried (on the result's vector
+    dim also the largest tile of whole vectors below each); one wins when it fits,
     its program is predicted (runtime/timing.py) to take fewer cycles, and it moves
     no more DDR bytes than `chosen` (e.g. output channels: the input stays loaded,
     each weight slice is read once) plus `PassOptions.tiling_traffic_slack` of them,
@@ -602,23 +648,35 @@ def _parallel_sizes(search: _Search, chosen: list[int] | None) -> list[int] | No
         # tile's buffers leave no room for a second buffer set).
         counts = {per_slice * slices for per_slice in PARALLEL_TILES_PER_SLICE}
         counts |= {k * (extent // current) for k in (2, 4)}
+        tried = set()
         for count in sorted(counts):
             t = max((x for x in _divisors(extent) if extent // x >= count), default=None)
             if t is None or t >= current:
                 continue
-            sizes = [0] * len(root.shape)
-            sizes[d] = t
-            try:
-                if search.footprint(sizes, root.outer) > search.budget:
-                    continue
-                t_traffic, t_cycles = search.cost(sizes, root.outer)
-            except (CompileError, Unsupported):
-                continue  # this cut has no TorqHL form (e.g. a gathering pool): keep the tiling we have
-            extra = t_traffic.dma_bytes / max(traffic.dma_bytes, 1) - 1
-            # Extra bytes must buy at least as large a share of cycles.
-            if t_traffic.dma_bytes <= limit and t_cycles < best[0] and t_cycles <= cycles * (1 - max(extra, 0)):
-                best = (t_cycles, _tile_count(root.shape, sizes), sizes)
+            # On the result's vector dim, also the largest tile of whole vectors below t.
+            for cut in sorted({t, search.aligned_below(d, t)} - {None} - tried, reverse=True):
+                tried.add(cut)
+                best = _better_cut(search, root, d, cut, best, traffic, cycles, limit)
     return best[2] if any(best[2]) else None
+
+
+def _better_cut(search: _Search, root: Root, d: int, t: int, best: tuple, traffic: Traffic, cycles: int,
+                limit: int) -> tuple:
+    """`best` (cycles, tiles, sizes), or tiles of t along d when they fit and beat it
+    within the traffic limit (see _parallel_sizes)."""
+    sizes = [0] * len(root.shape)
+    sizes[d] = t
+    try:
+        if search.footprint(sizes, root.outer) > search.budget:
+            return best
+        t_traffic, t_cycles = search.cost(sizes, root.outer)
+    except (CompileError, Unsupported):
+        return best  # this cut has no TorqHL form (e.g. a gathering pool): keep the tiling we have
+    extra = t_traffic.dma_bytes / max(traffic.dma_bytes, 1) - 1
+    # Extra bytes must buy at least as large a share of cycles.
+    if t_traffic.dma_bytes <= limit and t_cycles < best[0] and t_cycles <= cycles * (1 - max(extra, 0)):
+        return (t_cycles, _tile_count(root.shape, sizes), sizes)
+    return best
 
 
 # Fitting parallel tile sizes tried per dim, largest first, with a tiled reduction.

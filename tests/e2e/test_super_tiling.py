@@ -205,3 +205,24 @@ def test_two_dim_tiling_keeps_the_outer_slice_loaded():
     assert s["tiles"] > 1 and s["lram_peak_bytes"] <= 51200
     ratio = (s["dma_bytes_in"] + s["dma_bytes_out"]) / s["compulsory_bytes"]
     assert ratio <= 5, ratio
+
+
+def test_tiles_of_the_vector_dim_are_whole_vectors_when_that_costs_nothing(tmp_path):
+    """A 16->48 channel 3x3 conv on 56x56 (bf16: 32-lane vectors) is cut along its
+    output channels. Tiles of 6 channels would each be padded to 8 in LRAM and in
+    the MAC work (vector_layout); tiles of 4 move the same bytes in fewer cycles, so
+    the chosen tile along the result's vector dim is whole vectors (a power of two
+    below 32 or a multiple of 32), and the numbers match torch."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(16, 48, 3, padding=1).eval()
+    x = torch.randn(1, 16, 56, 56, generator=torch.Generator().manual_seed(1))
+    dump = tmp_path / "tiling.json"
+    cm = torq.compile(conv, x, flags=[f"--torq-dump-tiling={dump}"])
+    with torch.no_grad():
+        ref = conv(x).numpy()
+    rel_l2, cosine = error_figures(cm(x.numpy()), ref)
+    assert rel_l2 <= 1e-2 and cosine >= 0.9999
+    [root] = [r for d in json.loads(dump.read_text())["dispatches"] for r in d["roots"]]
+    assert root["shape"][0] == 48 and root["tiled_dims"] == [0], root
+    t = root["tile_sizes"][0]
+    assert (t < 32 and t & (t - 1) == 0) or t % 32 == 0, root

@@ -61,14 +61,18 @@ def _check_conv_program(cm, macs: int) -> None:
         x, w, y = bufs[c.operands[0].buffer], bufs[c.operands[1].buffer], bufs[c.result.buffer]
         assert x.shape[c.attrs["input_dims"].index("C")] == 3
         assert x.padded_shape[c.attrs["input_dims"].index("C")] == PADDED[3]
-        for b, dims, letter in ((x, c.attrs["input_dims"], "C"), (w, c.attrs["weight_dims"], "C"),
-                                (y, c.attrs["output_dims"], "O")):
+        for b, operand, dims, letter in ((x, c.operands[0], c.attrs["input_dims"], "C"),
+                                         (w, c.operands[1], c.attrs["weight_dims"], "C"),
+                                         (y, c.result, c.attrs["output_dims"], "O")):
             d = dims.index(letter)
+            if not b.padded_shape:  # dense: a tile whose vector dim needs no padding (e.g. 2 of 24 channels)
+                assert _pad(operand.shape[d], lanes) == operand.shape[d], (b, operand, dims)
+                continue
             assert b.padded_shape[d] == _pad(b.shape[d], lanes), (b, dims)
             assert [s for i, s in enumerate(b.padded_shape) if i != d] == [s for i, s in enumerate(b.shape) if i != d]
             dtype = c.result.dtype if b is y else c.operands[0].dtype
             assert b.size >= math.prod(b.padded_shape) * DTYPE_BYTES[dtype]
-        o = y.shape[c.attrs["output_dims"].index("O")]
+        o = c.result.shape[c.attrs["output_dims"].index("O")]
         assert c.padded_work == c.macs // (3 * o) * (PADDED[3] * _pad(o, lanes))
     # DMAs move the unpadded boxes.
     for c in p.commands:
