@@ -498,16 +498,8 @@ class _Search:
         fits with the earlier ones at 1 (the footprint grows with the size), or None."""
         red = [0] * len(self.root.reduction_loops)
         for j, (_, extent) in enumerate(self.root.reduction_loops):
-            cands = [t for t in _divisors(extent) if t < extent]
-            lo, hi, best = 0, len(cands) - 1, None
-            while lo <= hi:
-                mid = (lo + hi) // 2
-                trial = red.copy()
-                trial[j] = cands[mid]
-                if self.footprint(sizes, red=trial) <= self.budget:
-                    best, lo = cands[mid], mid + 1
-                else:
-                    hi = mid - 1
+            best = _largest_fitting_divisor(
+                extent, lambda t: self.footprint(sizes, red=red[:j] + [t] + red[j + 1:]) <= self.budget)
             if best is not None:
                 red[j] = best
                 return red
@@ -516,18 +508,22 @@ class _Search:
 
     def largest_fitting(self, base: list[int], d: int, outer: int | None = None) -> int | None:
         """Largest divisor t < extent with base[d] = t fitting; footprint grows with t."""
-        extent = self.root.shape[d]
-        cands = [t for t in _divisors(extent) if t < extent]
-        lo, hi, best = 0, len(cands) - 1, None
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            trial = base.copy()
-            trial[d] = cands[mid]
-            if self.footprint(trial, outer) <= self.budget:
-                best, lo = cands[mid], mid + 1
-            else:
-                hi = mid - 1
-        return best
+        return _largest_fitting_divisor(
+            self.root.shape[d], lambda t: self.footprint(base[:d] + [t] + base[d + 1:], outer) <= self.budget)
+
+
+def _largest_fitting_divisor(extent: int, fits) -> int | None:
+    """The largest divisor t < extent with fits(t), by binary search (a tile's
+    footprint grows with its size); None when not even 1 fits."""
+    cands = [t for t in _divisors(extent) if t < extent]
+    lo, hi, best = 0, len(cands) - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if fits(cands[mid]):
+            best, lo = cands[mid], mid + 1
+        else:
+            hi = mid - 1
+    return best
 
 
 def _seed_order(n: int) -> list[int]:
