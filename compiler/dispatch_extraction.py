@@ -3,15 +3,22 @@
 The Torq dispatch pipeline works on plain `func.func` ops over tensors: one
 argument per dispatch input (full `dispatch.tensor.load`), one result per
 dispatch output (full `dispatch.tensor.store`). A dispatch that writes a
-box of a read-write operand (IREE fuses a consumer's padding this way) returns
-the box; the host inserts it with `flow.tensor.update`. A load of a static
-box of an input (IREE slices the query, key and value of an attention out of
-one tensor this way) becomes a *box read* of the whole argument: a copy
-`linalg.generic` whose input map reads the box at constant offsets
-(`box_read_generic`, lowered to a DMA box by torq-lower-to-torq-hl). A load
-of a static *strided* box (`x[:, :, ::2, ::2]`: IREE slices the input of a
-1x1 stride-2 convolution this way) is folded into the `linalg.generic` ops
-that read it: each reads the whole argument through its indexing map
+box of a read-write operand (IREE writes a producer into its consumer's
+padded buffer, and each part of a concatenation into the result, this way)
+returns the box; `mark_in_place_updates` then records on the function
+(`IN_PLACE_RESULTS`) that the NPU writes it in place into the read-write
+operand, which the call passes as an extra input (torq-build-nss-program
+makes the output an alias of it). A result whose box the host must still
+insert (one with a host tail) keeps `result_updates` for the target's host
+copy. A load of a static box of an input that is only stored becomes a
+`tensor.extract_slice` (a DMA box: the dispatch is a copy). Any other load
+of a static box of an input (IREE slices the query, key and value of an
+attention out of one tensor this way) becomes a *box read* of the whole
+argument: a copy `linalg.generic` whose input map reads the box at constant
+offsets (`box_read_generic`, lowered to a DMA box by torq-lower-to-torq-hl).
+A load of a static *strided* box (`x[:, :, ::2, ::2]`: IREE slices the input
+of a 1x1 stride-2 convolution this way) is folded into the `linalg.generic`
+ops that read it: each reads the whole argument through its indexing map
 composed with the box map (`stride * d + offset`), so a 1x1 convolution
 reading every 2nd pixel becomes a 1x1 convolution with stride 2
 (`fold_strided_box_read`). Dynamic boxes, strided boxes read by anything
@@ -68,6 +75,13 @@ class ExtractedDispatch:
     host_tails: dict[int, HostTail] = field(default_factory=dict)
     # The flow-level value of each function argument (for constant_arg).
     arg_values: list[ir.Value] = field(default_factory=list)
+    # Per dispatch result: the type of the read-write operand it updates and the sizes
+    # of the box it stores (per dim of that operand: unit dims the result drops too), else None.
+    dest_types: list[ir.Type | None] = field(default_factory=list)
+    update_sizes: list[list[int] | None] = field(default_factory=list)
+    # Function results the NPU writes in place into their read-write operand
+    # (`mark_in_place_updates`), in the order the call passes those operands.
+    in_place: list[int] = field(default_factory=list)
 
     def constant_arg(self, k: int) -> np.ndarray | None:
         """The value of function argument k if the dispatch operand is a known constant."""
@@ -113,7 +127,7 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
             out_types.append(kinds[a][1])
     in_pos = {a: n for n, a in enumerate(input_args)}
     out_pos = {a: n for n, a in enumerate(result_args)}
-    updates = _check_loads_and_stores(block, kinds, in_pos, out_pos)
+    updates, update_sizes = _check_loads_and_stores(block, kinds, in_pos, out_pos)
     for op in block_ops(block):
         if op.name == decompose_attention.ATTENTION:
             reason = decompose_attention.unsupported_reason(op)
@@ -142,9 +156,7 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
             elif box.strided:
                 fold_strided_box_read(op.results[0], arg, _box_map(arg.type, box, op.results[0].type))
             else:
-                with ir.InsertionPoint(fblock):
-                    value = box_read_generic(arg, box, op.results[0].type)
-                op.results[0].replace_all_uses_with(value)
+                _replace_box_load(op, arg, box, fblock)
             op.erase()
         elif op.name == "iree_tensor_ext.dispatch.tensor.store":
             results[out_pos[op.operands[1].arg_number]] = op.operands[0]
@@ -157,7 +169,55 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
         ir.Operation.create("func.return", operands=results)
     clone.erase()
     decompose_attention.decompose_function(func)
-    return ExtractedDispatch(func, input_args, updates, arg_values=[dispatch.operands[i] for i in input_args])
+    dest_types = [kinds[t][1] if t >= 0 else None for t, _ in updates]
+    return ExtractedDispatch(func, input_args, updates, arg_values=[dispatch.operands[i] for i in input_args],
+                             dest_types=dest_types, update_sizes=update_sizes)
+
+
+STORE = "iree_tensor_ext.dispatch.tensor.store"
+# Function attribute: the results written in place into a read-write operand, one
+# dict per such result in call order: {"result": index, "shape": the operand's
+# shape, "offsets" and "sizes": the box the result fills in it (per operand dim;
+# the result may drop unit dims of the box, matched from the left as in `_box_map`)}.
+IN_PLACE_RESULTS = "torq.in_place_results"
+
+
+def _replace_box_load(load: ir.Operation, arg: ir.Value, box: "_Box", block: ir.Block) -> None:
+    """Replace a load of unit-stride `box` of `arg`: stores read it as a
+    `tensor.extract_slice` (a DMA box copied to the output), other users as a
+    box read generic (`box_read_generic`)."""
+    uses = [(u.owner, u.operand_number) for u in load.results[0].uses]
+    stores = [(o, k) for o, k in uses if not isinstance(o, ir.Block) and o.name == STORE]
+    with ir.InsertionPoint(block), load.location:
+        if stores:
+            view = ir.Operation.create(
+                "tensor.extract_slice", results=[load.results[0].type], operands=[arg],
+                attributes={"static_offsets": ir.DenseI64ArrayAttr.get(box.offsets),
+                            "static_sizes": ir.DenseI64ArrayAttr.get(box.sizes),
+                            "static_strides": ir.DenseI64ArrayAttr.get([1] * len(box.sizes)),
+                            "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])}).results[0]
+            for owner, k in stores:
+                owner.operands[k] = view
+        if len(stores) < len(uses):
+            load.results[0].replace_all_uses_with(box_read_generic(arg, box, load.results[0].type))
+
+
+def mark_in_place_updates(ex: ExtractedDispatch, func: ir.Operation) -> None:
+    """Record (`IN_PLACE_RESULTS` on `func`, `ex.in_place`) that each result updating a
+    box of a read-write operand is written in place on the NPU, except one the host
+    finishes (a host tail: its box is inserted after the tail, `result_updates`)."""
+    entries = []
+    for k, ((tied, offsets), dest, sizes) in enumerate(zip(ex.result_updates, ex.dest_types, ex.update_sizes)):
+        if tied < 0 or k in ex.host_tails:
+            continue
+        ex.in_place.append(k)
+        entries.append(ir.DictAttr.get({
+            "result": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), k),
+            "shape": ir.DenseI64ArrayAttr.get(list(static_shape(dest))),
+            "offsets": ir.DenseI64ArrayAttr.get(list(offsets)),
+            "sizes": ir.DenseI64ArrayAttr.get(list(sizes))}))
+    if entries:
+        func.attributes[IN_PLACE_RESULTS] = ir.ArrayAttr.get(entries)
 
 
 def resolve_constant(v: ir.Value) -> np.ndarray | None:
@@ -297,9 +357,11 @@ def clone_host_dispatch(text: str, operands: list[ir.Value]) -> ir.Value:
 def _check_loads_and_stores(block: ir.Block, kinds, in_pos: dict, out_pos: dict) -> list:
     """Refuses (Unsupported) bodies the extraction cannot turn into a tensor function.
 
-    Returns, per result, (tied operand, box offsets) for read-write stores, else (-1, None).
+    Returns, per result, (tied operand, box offsets) for read-write stores, else (-1, None),
+    and per result the box sizes of such a store (else None).
     """
     updates: list[tuple[int, list[int] | None]] = [(-1, None)] * len(out_pos)
+    sizes: list[list[int] | None] = [None] * len(out_pos)
     stored = set()
     for op in block_ops(block):
         if op.name == "iree_tensor_ext.dispatch.tensor.load":
@@ -325,11 +387,12 @@ def _check_loads_and_stores(block: ir.Block, kinds, in_pos: dict, out_pos: dict)
                 if box is None or box.strided:
                     raise Unsupported("dispatch updates a strided or dynamic box")
                 updates[out_pos[pos]] = (pos, box.offsets)
+                sizes[out_pos[pos]] = box.sizes
             elif not _is_full(op, static_shape(op.operands[0].type)):
                 raise Unsupported("dispatch stores part of an output")
     if len(stored) != len(out_pos):
         raise Unsupported("dispatch output never stored")
-    return updates
+    return updates, sizes
 
 
 @dataclass

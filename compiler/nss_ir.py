@@ -30,6 +30,8 @@ def _spec(obj, drop=()) -> str:
     for k in ("shape", "padded_shape", "padded_work"):
         if isinstance(obj, (LramBuffer, Compute)) and k in d and not d[k]:
             del d[k]
+    if isinstance(obj, TensorDesc) and d.get("aliases") == -1:  # only in-place outputs show it
+        del d["aliases"]
     return json.dumps(d, separators=(",", ":"))
 
 
@@ -89,7 +91,7 @@ def function_to_program(func: ir.Operation) -> Program:
             if "value" in op.attributes:
                 data = np.array(ir.DenseElementsAttr(op.attributes["value"]), dtype=np.int8).tobytes()
             tensors.append(TensorDesc(d["index"], d["kind"], tuple(d["shape"]), d["dtype"], d["host_dtype"],
-                                      d["arg_index"], data))
+                                      d["arg_index"], data, d.get("aliases", -1)))
         elif kind == "buffer":
             d["shape"], d["padded_shape"] = tuple(d.get("shape", ())), tuple(d.get("padded_shape", ()))
             buffers.append(LramBuffer(**d))

@@ -41,9 +41,13 @@ norm scale lower this way; softmax arrives decomposed (see pipeline.py) into
 max and sum reductions and elementwise ops. A box read (`box_read`: a copy of
 part of an input, made by dispatch extraction) computes nothing and belongs to
 the group that reads it. A `tensor.pad` whose users are all conv / pooling
-inputs padded on their window dims (`padding_fold`) belongs to no group:
-torq-fold-padding turns it into a view (`PAD_VIEW`) whose padding the
-consuming op applies. Anything else is `Unsupported` with a reason, and the
+inputs padded on their window dims, or the function's results
+(`padding_fold`), belongs to no group: torq-fold-padding turns it into a view
+(`PAD_VIEW`) whose padding the consuming op applies, or which the NSS program
+writes out (the source box, then the border filled with the pad value).
+Results no group computes must be such copies (`data_movement_reason`): an
+argument, a box of one, or a padding of either; the NSS program makes them
+with DMAs alone. Anything else is `Unsupported` with a reason, and the
 dispatch stays on host.
 MACs (the `macs` of a group): multiply-accumulates for convolutions and
 matmuls; window elements read for pooling; input elements read for reduce.
@@ -847,8 +851,9 @@ def padding_fold(op: ir.Operation) -> Padding:
     depthwise_conv2d, avg_pool2d or maxpool2d principal reading the padded
     tensor as its input (first operand) only, with padding only on the dims
     it slides its window over (H, W), each amount smaller than the window
-    extent (so every output reads at least one real element). Raises
-    Unsupported otherwise.
+    extent (so every output reads at least one real element), or the
+    function's return (a result the NSS program writes padded: any dims, any
+    amounts). Raises Unsupported otherwise.
     """
     try:
         low = int_array(op.attributes["static_low"])
@@ -865,6 +870,8 @@ def padding_fold(op: ir.Operation) -> Padding:
     if not users:
         raise Unsupported("padding nothing reads")
     for user in users:
+        if not isinstance(user, ir.Block) and user.name == "func.return":
+            continue  # a result: written out padded (see data_movement_reason)
         con = classify_principal(user) if not isinstance(user, ir.Block) else None
         kind = con.kind if con is not None else None
         if kind not in _PADDING_CONSUMERS:
@@ -880,6 +887,42 @@ def padding_fold(op: ir.Operation) -> Padding:
                 raise Unsupported(f"padding of {max(lo, hi)} on input dim {d} of {kind}, not smaller "
                                   f"than its window extent {extents[d]}")
     return Padding(low, high, int(value) if value.dtype.kind in "iu" else float(value))
+
+
+def _copy_of_argument(v: ir.Value) -> bool:
+    """Whether `v` is a function argument or a `tensor.extract_slice` (a box) of one."""
+    if isinstance(v.owner, ir.Block):
+        return True
+    return v.owner.name == "tensor.extract_slice" and isinstance(v.owner.operands[0].owner, ir.Block)
+
+
+def data_movement_reason(func: ir.Operation) -> str:
+    """Why some result of `func` is neither computed by a Torq group nor a copy the NSS
+    program makes with DMAs alone, or "" if every result is one of those.
+
+    A copy is a function argument, a static box of one (`tensor.extract_slice`),
+    or a `tensor.pad` with static amounts and a constant value (`padding_fold`) of
+    either: torq-build-nss-program DMAs the source box through LRAM into the
+    result (tiled to fit LRAM) and fills a padding's border with its value.
+    """
+    ret = [o.operation for o in func.regions[0].blocks[0].operations][-1]
+    for i, v in enumerate(ret.operands):
+        owner = v.owner
+        if _copy_of_argument(v):
+            continue
+        if owner.name == "tensor.pad":
+            if not _copy_of_argument(owner.operands[0]):
+                return f"result {i} pads a value that is no copy of an input"
+            try:
+                padding_fold(owner)
+            except Unsupported as e:
+                return f"result {i}: tensor.pad: {e}"
+            continue
+        if owner.name.startswith("linalg.") and not is_zero_fill(owner):
+            continue  # computed by its group (match_group decides)
+        what = "a zero fill" if owner.name.startswith("linalg.") else f"'{owner.name}'"
+        return f"result {i} is {what}, neither computed nor a copy or padding of an input"
+    return ""
 
 
 # --- groups -------------------------------------------------------------------------

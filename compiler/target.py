@@ -10,6 +10,13 @@ At IREE's dispatch-creation phase every dispatch is a
 4. replaces the dispatch with `hal.tensor.export` of its operands, a call to
    `torq.run_i<N>_o<M>(executable, ...)` (imported from the `torq` VM module)
    and `hal.tensor.import` of its results.
+A result that updates a box of a read-write operand is written in place by
+the NPU (`dispatch_extraction.mark_in_place_updates`): that operand is passed
+after the inputs and the call's result is the whole updated tensor. Only a
+result the host finishes (a dequantize tail) is still inserted by a host copy
+dispatch (`_insert_box`). A dispatch that computes nothing but copies (boxes
+of) its inputs, or pads one, runs as a DMA-only NSS program
+(`patterns.data_movement_reason`).
 """
 
 from __future__ import annotations
@@ -23,14 +30,15 @@ from iree.compiler import ir, passmanager
 from iree.compiler.dialects.transform import interpreter
 
 from .dispatch_extraction import (ExtractedDispatch, clone_host_dispatch, extract_dispatch_function,
-                                  host_tail_dispatch, lower_requantization)
+                                  host_tail_dispatch, lower_requantization, mark_in_place_updates)
 from .ir_utils import CompileError, location_str, walk_ops
 from .macs import count_macs
 from .passes import PassOptions
-from .patterns import Unsupported, classify_contraction, is_zero_fill, match_group
+from .patterns import Unsupported, classify_contraction, data_movement_reason, is_zero_fill, match_group
 from .pipeline import PRE_PASSES, dispatch_pipeline, run_passes
 from .traffic import program_traffic
 from torq.runtime.executable import parse_executable
+from torq.runtime.module import MAX_INPUTS, MAX_RESULTS
 
 SUPPORTED_DTYPES = {"bf16", "i8", "i16", "i32", "f32", "i1", "index"}
 
@@ -74,6 +82,11 @@ class TargetReport:
 def _check_supported(func: ir.Operation, options: PassOptions) -> str:
     groups = 0
     gathers = []
+    if options.keep_f32:  # also a copy, which has no op computing in f32
+        ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+        if any(isinstance(t, ir.ShapedType) and str(ir.ShapedType(t).element_type) == "f32"
+               for t in list(ftype.inputs) + list(ftype.results)):
+            return "f32 compute requested on host (--torq-keep-f32)"
     for op in walk_ops(func):
         if op.name.startswith("linalg.") or op.name == "tensor.pad":  # a pad folds into its users or not
             if is_zero_fill(op):
@@ -95,12 +108,15 @@ def _check_supported(func: ir.Operation, options: PassOptions) -> str:
                 return "f32 compute requested on host (--torq-keep-f32)"
             if s not in SUPPORTED_DTYPES:
                 return f"{op.name} computes in {s}, which the slices do not support"
+        # A box of an argument (dispatch extraction makes them for copies) is a DMA box.
+        box_of_argument = op.name == "tensor.extract_slice" and isinstance(op.operands[0].owner, ir.Block)
         if op.name not in ("func.func", "func.return", "arith.constant", "tensor.empty", "tensor.pad") \
-                and not op.name.startswith("linalg.") and op.parent is not None \
+                and not box_of_argument and not op.name.startswith("linalg.") and op.parent is not None \
                 and op.parent.name == "func.func":
             return f"'{op.name}' has no Torq lowering"
-    if groups == 0:
-        return "no compute the NPU runs (data movement only)"
+    reason = data_movement_reason(func)  # results no group computes must be copies DMAs make
+    if reason:
+        return reason if groups else f"no compute the NPU runs, and {reason}"
     if gathers:
         # A reduction that gathers its input (torch-mlir's adaptive average
         # pooling) reads the whole box from one op body: tiling cannot slice
@@ -141,24 +157,27 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, blob: byte
             attributes={"value": ir.DenseElementsAttr.get(
                 np.frombuffer(blob, np.int8), type=ir.IntegerType.get_signless(8)),
                 "alignment": ir.IntegerAttr.get(ir.IndexType.get(), 64)})
+        # The inputs, then the read-write operands of the results updated in place.
+        passed = ex.input_operands + [ex.result_updates[k][0] for k in ex.in_place]
         views = [ir.Operation.create("hal.tensor.export", results=[bv], operands=[v],
                                      attributes={"source_encoding": ir.TypeAttr.get(v.type)}).result
-                 for v in (dispatch.operands[i] for i in ex.input_operands)]
+                 for v in (dispatch.operands[i] for i in passed)]
         call = ir.Operation.create("util.call", results=[bv] * len(dispatch.results),
                                    operands=[exe.result] + views,
                                    attributes={"callee": ir.FlatSymbolRefAttr.get(callee)})
         out_types = ir.FunctionType(ir.TypeAttr(ex.func.attributes["torq.original_type"]).value).results
         for r, v, t, (tied, offsets) in zip(dispatch.results, call.results, out_types, ex.result_updates):
-            t = _host_type(ex.func, t, len(out_types), list(dispatch.results).index(r))
+            k = list(dispatch.results).index(r)
+            # An in-place result is the whole updated operand, of the dispatch result's type.
+            t = r.type if k in ex.in_place else _host_type(ex.func, t, len(out_types), k)
             imp = ir.Operation.create(
                 "hal.tensor.import", results=[t], operands=[v],
                 attributes={"target_encoding": ir.TypeAttr.get(t),
                             "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])})
             value = imp.result
-            k = list(dispatch.results).index(r)
             if k in ex.host_tails:  # the dequantize after an int8 NPU result runs on the host
                 value = host_tail_dispatch(value, ex.host_tails[k], ir.RankedTensorType(r.type).element_type)
-            if tied >= 0:  # write the box into the operand the dispatch updated in place
+            if tied >= 0 and k not in ex.in_place:  # the host writes the finished box into the operand
                 value = _insert_box(value, dispatch.operands[tied], offsets, r.type)
             r.replace_all_uses_with(value)
     dispatch.erase()
@@ -293,6 +312,11 @@ class TorqTarget:
                 passmanager.PassManager.parse(f"builtin.module({PRE_PASSES})").run(scratch.operation)
                 # A float requantization after an int8 contraction becomes an exact integer one, or host.
                 lower_requantization(ex, scratch.body.operations[0].operation, module_op)
+                mark_in_place_updates(ex, scratch.body.operations[0].operation)
+                n_in = len(ex.input_operands) + len(ex.in_place)
+                if n_in > MAX_INPUTS or len(dispatch.results) > MAX_RESULTS:
+                    raise Unsupported(f"the torq module calls take at most {MAX_INPUTS} tensors and give at most "
+                                      f"{MAX_RESULTS}, this dispatch needs {n_in} and {len(dispatch.results)}")
                 reason = _check_supported(scratch.body.operations[0].operation, self.options)
                 if reason:
                     raise Unsupported(reason)
@@ -322,7 +346,7 @@ class TorqTarget:
             meta = json.loads(ir.StringAttr(func.attributes["torq.program"]).value)
             if log is not None:
                 report.tiling.append(_tiling_record(name, blob, self.options, log[first_record:]))
-            callee = _declare(module_op, len(ex.input_operands), len(dispatch.results), declared)
+            callee = _declare(module_op, len(ex.input_operands) + len(ex.in_place), len(dispatch.results), declared)
             _replace_with_call(dispatch, ex, blob, callee)
             report.dispatches.append(DispatchDecision(name, "torq", "", meta["tiles"], meta["lram_peak"], macs))
         if stopped is not None:

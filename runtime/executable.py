@@ -8,7 +8,7 @@ Contract:
 - `parse_executable(blob, hw)` checks the blob completely BEFORE anything runs
   and returns the `Program`, or raises `ExecutableError` (a `ValueError`)
   with a one-line message: too short / truncated, wrong file identifier,
-  unsupported version, corrupted structure (every offset, vector and string
+  unsupported version (`READABLE_VERSIONS`), corrupted structure (every offset, vector and string
   is bounds-checked against the blob by a verifier driven by the schema, since
   the Python flatbuffers package has none), inconsistent contents (see
   `validate_program`), or an LRAM map that does not fit the device (`hw`, or
@@ -75,7 +75,11 @@ from .schemas.torq_fb.TensorKind import TensorKind
 FILE_IDENTIFIER = b"TORQ"
 # Bump when a reader of the previous version could misread a new blob.
 # `version` must stay the first field of table Program in every version.
-FORMAT_VERSION = 1
+# 2: TensorDesc.aliases (in-place outputs; a version 1 reader would ignore it
+#    and leave the untouched part of such an output zero).
+FORMAT_VERSION = 2
+# Versions this reader parses: a version 1 blob is a version 2 blob without aliases.
+READABLE_VERSIONS = (1, 2)
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "torq_executable.fbs"
 
 _HEADER_BYTES = 8  # root offset + file identifier
@@ -198,6 +202,7 @@ class _Writer:
         fbTensorDesc.AddArgIndex(b, t.arg_index)
         if data:
             fbTensorDesc.AddData(b, data)
+        fbTensorDesc.AddAliases(b, t.aliases)
         return fbTensorDesc.End(b)
 
     def buffer(self, x: LramBuffer) -> int:
@@ -571,9 +576,10 @@ def parse_executable(blob: bytes | bytearray | memoryview, hw: TorqHw | None = N
     header = verifier.table_header(root, schema.root)
     vpos = verifier.field_pos(root, header, 0, 4, "Program.version")
     version = struct.unpack_from("<I", buf, vpos)[0] if vpos else 0
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise ExecutableError(
-            f"unsupported Torq executable version {version} (this runtime reads version {FORMAT_VERSION})"
+            f"unsupported Torq executable version {version} (this runtime reads versions "
+            f"{', '.join(str(v) for v in READABLE_VERSIONS)})"
         )
     verifier.table(root, schema.root)
     try:
@@ -714,6 +720,7 @@ class _Reader:
             host_dtype=self.dtype(fb.scalar("host_dtype"), f"tensor {index}"),
             arg_index=fb.scalar("arg_index"),
             data=fb.data("data"),
+            aliases=fb.scalar("aliases"),
         )
 
     def buffer(self, fb: _Table) -> LramBuffer:
@@ -811,7 +818,8 @@ def validate_program(p: Program, hw: TorqHw | None = None) -> None:
 
     Raises ExecutableError naming the offending tensor, buffer or command:
     tensors (kinds, dtypes, shapes, constant data length, call argument
-    positions), buffers (unique ids, live ranges inside the program, offset +
+    positions, an in-place output aliasing an input of its shape and dtypes),
+    buffers (unique ids, live ranges inside the program, offset +
     size within the device LRAM, no two buffers with intersecting live ranges
     sharing bytes), and commands (tensors and buffers exist, each buffer used
     only inside its live range, DMA boxes inside their tensor, box and operand
@@ -851,7 +859,7 @@ class _Validator:
             if isinstance(c, DmaOut):
                 written[c.tensor] = written.get(c.tensor, 0) + _nbytes(tuple(c.sizes), self.tensors[c.tensor].dtype)
         for t in self.p.tensors:
-            if t.kind == "output" and written.get(t.index, 0) < t.nbytes:
+            if t.kind == "output" and t.aliases < 0 and written.get(t.index, 0) < t.nbytes:
                 self.fail(
                     f"output tensor {t.index} has {t.nbytes} bytes but DmaOut commands write "
                     f"at most {written.get(t.index, 0)}"
@@ -891,6 +899,28 @@ class _Validator:
         for kind, idx in args.items():
             if sorted(idx) != list(range(len(idx))):
                 self.fail(f"{kind} tensors have argument positions {sorted(idx)}, expected 0..{len(idx) - 1}")
+        self.check_aliases()
+
+    def check_aliases(self) -> None:
+        """An in-place output names an input of its shape and dtypes; an input has at most one
+        such output, and only outputs alias."""
+        inputs = {t.arg_index: t for t in self.p.tensors if t.kind == "input"}
+        taken: set[int] = set()
+        for t in self.p.tensors:
+            if t.aliases < 0:
+                continue
+            what = f"tensor {t.index}"
+            if t.kind != "output":
+                self.fail(f"{what} of kind {t.kind} aliases input {t.aliases} (only outputs update inputs in place)")
+            src = inputs.get(t.aliases)
+            if src is None:
+                self.fail(f"output {what} aliases input {t.aliases}, which does not exist")
+            if (tuple(src.shape), src.dtype, src.host_dtype) != (tuple(t.shape), t.dtype, t.host_dtype):
+                self.fail(f"output {what} ({tuple(t.shape)} {t.dtype}) aliases input {t.aliases} of another "
+                          f"shape or dtype ({tuple(src.shape)} {src.dtype})")
+            if t.aliases in taken:
+                self.fail(f"input {t.aliases} is updated in place by two outputs")
+            taken.add(t.aliases)
 
     def check_buffers(self) -> None:
         n = len(self.p.commands)

@@ -7,7 +7,11 @@ runtime (the loader parses it back, the simulator executes it).
 Model:
 - `tensors` are DDR (XRAM) tensors: the call's inputs and outputs, constants
   stored in the executable, and scratch tensors for intermediates that leave
-  LRAM between tiles. All are dense row-major.
+  LRAM between tiles. All are dense row-major. An output with `aliases` >= 0
+  is an in-place update of input `aliases` (its arg_index): it starts as that
+  input's contents (on the device the same DDR buffer, so this moves no byte)
+  and the program's DmaOut boxes overwrite parts of it; the rest is the input
+  unchanged (exactly, also when the DDR dtype is narrower than the host's).
 - `buffers` are LRAM buffers with an offset and size assigned by
   `torq-assign-lram-addresses`, and a live range `[live_start, live_end]` in
   command indices. Two buffers whose live ranges intersect must not overlap.
@@ -177,6 +181,7 @@ class TensorDesc:
     host_dtype: str  # dtype on the IREE side of the call (f32 when demoted to bf16)
     arg_index: int = -1  # position among call inputs (kind input) or results (kind output)
     data: bytes = b""  # constants only, in `dtype`, row-major
+    aliases: int = -1  # outputs: arg_index of the input it updates in place, -1 for none
 
     @property
     def nbytes(self) -> int:
@@ -258,25 +263,33 @@ class Program:
         return sorted((t for t in self.tensors if t.kind == "output"), key=lambda t: t.arg_index)
 
 
-def compulsory_bytes(p: Program) -> int:
-    """DESIGN §7's compulsory DDR bytes, counting what the dispatch needs: each
-    output tensor once, and of each input and constant the bytes its DMA-ins
-    read, each byte once (the union of their boxes). A strided conv that never
-    reads some rows of its input does not need them, so traffic ratio >= 1 and
-    efficiency <= 100% always hold. Scratch tensors do not count."""
+def box_union(p: Program, tensor: int, command_type: type) -> "np.ndarray":
+    """Boolean mask over tensor `tensor`: the elements some `command_type` (DmaIn or
+    DmaOut) command of `p` reads or writes."""
     import numpy as np
 
-    by_index = {t.index: t for t in p.tensors}
-    read: dict[int, np.ndarray] = {}
+    t = next(t for t in p.tensors if t.index == tensor)
+    mask = np.zeros(t.shape, dtype=bool)
     for c in p.commands:
-        if isinstance(c, DmaIn):
-            t = by_index[c.tensor]
-            mask = read.setdefault(c.tensor, np.zeros(t.shape, dtype=bool))
+        if isinstance(c, command_type) and c.tensor == tensor:
             mask[tuple(slice(o, o + s) for o, s in zip(c.offsets, c.sizes))] = True
+    return mask
+
+
+def compulsory_bytes(p: Program) -> int:
+    """DESIGN §7's compulsory DDR bytes, counting what the dispatch needs: each
+    output tensor once (of an in-place output, the bytes its DMA-outs write), and
+    of each input and constant the bytes its DMA-ins read, each byte once (the
+    union of their boxes). A strided conv that never reads some rows of its input
+    does not need them, so traffic ratio >= 1 and efficiency <= 100% always hold.
+    Scratch tensors do not count."""
+    read = {c.tensor for c in p.commands if isinstance(c, DmaIn)}
     total = 0
     for t in p.tensors:
-        if t.kind == "output":
+        if t.kind == "output" and t.aliases < 0:
             total += t.nbytes
+        elif t.kind == "output":
+            total += int(box_union(p, t.index, DmaOut).sum()) * DTYPE_BYTES[t.dtype]
         elif t.kind in ("input", "constant") and t.index in read:
-            total += int(read[t.index].sum()) * DTYPE_BYTES[t.dtype]
+            total += int(box_union(p, t.index, DmaIn).sum()) * DTYPE_BYTES[t.dtype]
     return total

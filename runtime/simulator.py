@@ -13,10 +13,14 @@ Contract:
 - Execution is functional on bytes: LRAM is a uint8 array of exactly
   hw.lram_bytes; DDR holds one byte array per tensor (inputs converted from
   `host_dtype` to `dtype` with round-to-nearest-even, constants from `data`,
-  outputs and scratch zeroed). DmaIn copies a box of a row-major DDR tensor
+  outputs and scratch zeroed; an in-place output (`TensorDesc.aliases`) a
+  copy of its input, which on the device is the same buffer: no DMA, not
+  counted). DmaIn copies a box of a row-major DDR tensor
   into its buffer (contiguous row-major), Compute reads its operands from LRAM
   at their buffer offsets, runs `kernels` and writes its result into LRAM,
-  DmaOut copies a buffer into a DDR box.
+  DmaOut copies a buffer into a DDR box. An in-place output is returned as
+  its host input with the elements the DmaOuts wrote replaced: the rest is
+  the input exactly, also when its DDR dtype is narrower (bf16 for f32).
 - Padded buffers (`LramBuffer.padded_shape`, compiler/vector_layout.py):
   the buffer's bytes are an array of its padded shape; DMAs and computes
   access the data part of it (a strided view), so a DMA-in writes the
@@ -60,7 +64,7 @@ from torq.hw import TorqHw
 
 from .executable import ExecutableError, validate_program
 from .kernels import COMPUTE_OPS, NP_DTYPES, KernelError, OperandCache, eval_epilogue, run_principal, store
-from .program import DTYPE_BYTES, Compute, DmaIn, DmaOut, LramBuffer, Program, TensorDesc, compulsory_bytes
+from .program import DTYPE_BYTES, Compute, DmaIn, DmaOut, LramBuffer, Program, TensorDesc, box_union, compulsory_bytes
 from .timing import (TimingError, Timeline, check_slice_sharing, dma_bytes, lram_occupancy, roofline_cycles,
                      schedule)
 
@@ -149,6 +153,9 @@ class Plan:
     stats: DispatchStats  # without `timeline`
     constants: dict[int, np.ndarray]  # tensor index -> read-only view of its data
     steps: list[tuple]  # one per command, see `Simulator._steps`
+    # In-place outputs whose DDR dtype is not their host dtype: tensor index -> mask of the
+    # elements no DmaOut writes (returned from the host input unconverted).
+    untouched: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 class Simulator:
@@ -194,7 +201,9 @@ class Simulator:
                 a = np.frombuffer(t.data, dtype=dtype).reshape(t.shape) if t.data else np.zeros(t.shape, dtype)
                 a.flags.writeable = False  # DDR constants are only read (DmaIn)
                 constants[t.index] = a
-        return Plan(program, self.hw, timeline, stats, constants, self._steps(program, tensors))
+        untouched = {t.index: ~box_union(program, t.index, DmaOut) for t in program.outputs()
+                     if t.aliases >= 0 and t.dtype != t.host_dtype}
+        return Plan(program, self.hw, timeline, stats, constants, self._steps(program, tensors), untouched)
 
     def run(self, program: Program, inputs: list[np.ndarray], record_timeline: bool = False,
             plan: Plan | None = None) -> tuple[list[np.ndarray], DispatchStats]:
@@ -204,6 +213,7 @@ class Simulator:
         elif plan.program is not program or plan.hw != self.hw:
             raise SimulatorError(f"program '{program.name}': the plan was prepared for another program or device")
         ddr = self._load_ddr(plan, inputs)
+        by_arg = {t.arg_index: x for t, x in zip(program.inputs(), inputs)}
         lram = np.zeros(self.hw.lram_bytes, dtype=np.uint8)
         with _blas_threads():
             self._execute(plan, ddr, lram)
@@ -213,7 +223,11 @@ class Simulator:
         outputs = []
         for t in program.outputs():
             value = ddr[t.index]  # allocated for this call: no copy needed
-            outputs.append(value.astype(NP_DTYPES[t.host_dtype]) if t.host_dtype != t.dtype else value)
+            value = value.astype(NP_DTYPES[t.host_dtype]) if t.host_dtype != t.dtype else value
+            if t.index in plan.untouched:  # the input's host values where nothing was written
+                mask = plan.untouched[t.index]
+                value[mask] = np.asarray(by_arg[t.aliases])[mask]
+            outputs.append(value)
         return outputs, stats
 
     # ---- checks and memory
@@ -248,8 +262,11 @@ class Simulator:
             # Round to nearest even into the DDR dtype. Inputs are only read (DmaIn), so an
             # array already in that dtype and layout is used as it is.
             ddr[t.index] = np.asarray(x, dtype=NP_DTYPES[t.dtype], order="C")
+        by_arg = {t.arg_index: t for t in declared}
         for t in p.tensors:
-            if t.kind in ("output", "scratch"):
+            if t.kind == "output" and t.aliases >= 0:  # the input's buffer, updated in place
+                ddr[t.index] = np.array(ddr[by_arg[t.aliases].index], order="C", copy=True)
+            elif t.kind in ("output", "scratch"):
                 try:
                     ddr[t.index] = np.zeros(t.shape, dtype=NP_DTYPES[t.dtype])
                 except (MemoryError, ValueError):

@@ -35,6 +35,24 @@ result in place into the accumulator's buffer (zeroed by the elementwise op
 before the loop), which is never DMA-ed out; the epilogue op after the loop
 reads it once the last step is done.
 
+Copies (`patterns.data_movement_reason`): a result that is a function
+argument, a box of one (`tensor.extract_slice`) or a padded view of either
+(`torq.pad`) is written by DMAs alone, after the computes: its source box
+goes DDR -> LRAM -> DDR in chunks that fit LRAM (`_chunks`, two buffers
+alternating so the DMA-in of one chunk overlaps the DMA-out of the
+previous one), each chunk one tile; a padding's border boxes are written
+from one LRAM buffer that an operand-less `elementwise` compute fills with
+the pad value (exact: a constant of the result dtype). These buffers are
+placed here (all compute buffers are dead by then) within
+`TorqHw.available_lram_bytes`.
+
+In-place results (`dispatch_extraction.IN_PLACE_RESULTS`): the output
+tensor has the shape of the read-write operand the result is a box of, and
+is an alias (`TensorDesc.aliases`) of an extra input holding that operand
+(passed after the function's arguments, in the attribute's order); every
+DMA box of the output is moved to the result's box in it, so the program
+writes the box and leaves the rest as the operand was.
+
 Vector padding (`vector_layout`): every buffer is sized as
 torq-assign-lram-addresses sized it (its padded bytes) and records the
 padded layout of its first access (`LramBuffer.shape` / `padded_shape`;
@@ -44,15 +62,19 @@ records its `padded_work` (0 when no dim is padded). DMA boxes stay unpadded.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 from iree.compiler import ir
 
-from torq.runtime.program import (Compute, DmaIn, DmaOut, LramBuffer, Operand, Program,
-                                  TensorDesc)
+from torq.runtime.program import (DTYPE_BYTES, Compute, DmaIn, DmaOut, Epilogue, EpilogueStep, LramBuffer,
+                                  Operand, Program, Ref, TensorDesc)
+from torq.runtime.simulator import measure_lram_peak
+from ..dispatch_extraction import IN_PLACE_RESULTS
 from ..ir_utils import (CompileError, constant_of, element_type, int_array, mlir_dtype,
                         static_shape)
+from ..lram_allocator import align
 from ..nss_ir import program_to_function
 from ..patterns import PAD_VIEW, epilogue_from_json
 from ..slice_distribution import Distribution, form, parse_distribution, slice_of
@@ -62,6 +84,9 @@ from ..vector_layout import RESULT, padded_value_nbytes, padded_work, role_layou
 from . import PassOptions
 
 NAME = "torq-build-nss-program"
+
+# The tile body of the copies' chunks (no block: they run after every tile body).
+_COPY_BODY = object()
 
 
 def _np_dtype(dtype: str):
@@ -98,10 +123,31 @@ class _Builder:
         for i, arg in enumerate(block.arguments):
             self.tensor_of[arg] = self._new_tensor("input", arg.type, host_args[i], i)
         ret = [o.operation for o in block.operations][-1]
+        self.copies: list[tuple[ir.Value, int]] = []  # (result value, output tensor) written by DMAs alone
+        outputs = []
         for i, v in enumerate(ret.operands):
-            if v in self.tensor_of or constant_of(v) is not None:
+            if constant_of(v) is not None or (v in self.tensor_of and not _is_copy(v)):
                 raise CompileError(f"{func.attributes['sym_name']}: result {i} is not computed on the NPU")
-            self.tensor_of[v] = self._new_tensor("output", v.type, host_res[i], i)
+            outputs.append(self._new_tensor("output", v.type, host_res[i], i))
+            if _is_copy(v):
+                self.copies.append((v, outputs[-1]))
+            else:
+                self.tensor_of[v] = outputs[-1]
+        # In-place results: output k aliases an extra input (the read-write operand); its
+        # DMA boxes are placed into that operand's box (`place_in_place_boxes`).
+        self.placement: dict[int, tuple[list[int], list[int], tuple[int, ...]]] = {}
+        if IN_PLACE_RESULTS in func.attributes:
+            for j, entry in enumerate(ir.ArrayAttr(func.attributes[IN_PLACE_RESULTS])):
+                entry = ir.DictAttr(entry)
+                k = ir.IntegerAttr(entry["result"]).value
+                out = self.tensors[outputs[k]]
+                shape = tuple(int_array(entry["shape"]))
+                dest = TensorDesc(len(self.tensors), "input", shape, out.dtype, out.host_dtype,
+                                  len(block.arguments) + j)
+                self.tensors.append(dest)
+                out.shape, out.aliases = shape, dest.arg_index
+                self.placement[out.index] = (int_array(entry["offsets"]), int_array(entry["sizes"]),
+                                             static_shape(ret.operands[k].type))
 
     def _host_types(self, name, default):
         if name in self.func.attributes:
@@ -416,6 +462,80 @@ class _Builder:
         local[res] = rbuf
         self._dma_out(op, res, rbuf)
 
+    # -- copies and in-place results ------------------------------------------------
+    def copy(self, v: ir.Value, out: int) -> None:
+        """Writes result `v` (a copy: `_is_copy`) into output tensor `out` with DMAs: the
+        border of a padded view first, from a buffer filled with the pad value, then the
+        source box in chunks through two alternating buffers."""
+        shape = static_shape(v.type)
+        dtype = self.tensors[out].dtype
+        esize = DTYPE_BYTES[dtype]
+        tensor, off, sizes = self.ddr(v)
+        fill, place = None, (0,) * len(shape)
+        if v in self.valid:  # a padded view: its source box lands at `low` in the result
+            base, sizes, fill = self.valid[v]
+            if len(base) != len(shape) or v.owner.name != PAD_VIEW:
+                raise CompileError(f"result {v.get_name()}: a box of a padded view, or padding of a rank-reducing "
+                                   "box, has no DMA copy")
+            place, off = tuple(b - o for b, o in zip(base, off)), base
+        interior = tuple(sizes) if fill is not None else shape
+        if [d for d in sizes if d != 1] != [d for d in interior if d != 1]:
+            raise CompileError(f"result {v.get_name()}: copies a box of {tuple(sizes)} into {interior}")
+        hw = self.options.hw
+        budget, a = hw.available_lram_bytes, hw.lram_alignment
+        fill_bytes = 0
+        border = _border(shape, place, interior) if fill is not None else []
+        if border:
+            need = max(math.prod(s) for _, s in border) * esize
+            fill_bytes = align(min(need, budget // 4), a)
+            n_fill = min(need, budget // 4) // esize
+            buf = self._copy_buffer(0, n_fill * esize)
+            tile = self._start_tile(_COPY_BODY)
+            steps = [EpilogueStep("add", [Ref("const", const=float(fill)), Ref("const", const=0.0)])]
+            self.commands.append(Compute("elementwise", [], Operand(buf, (n_fill,), dtype), {}, Epilogue(steps),
+                                         tile=tile))
+            for b_off, b_sizes in border:
+                for c_off, c_sizes in _chunks(b_sizes, n_fill):
+                    self._use(buf)
+                    self.commands.append(DmaOut(buf, out, tuple(o + c for o, c in zip(b_off, c_off)), c_sizes))
+        total = math.prod(interior)
+        room = budget - fill_bytes
+        per_buffer = room if total * esize <= room else (room // 2) // a * a
+        squeezed = tuple(d for d in interior if d != 1)
+        for k, chunk in enumerate(_chunks(squeezed, max(1, per_buffer // esize))):
+            src_off, src_sizes = _expand(chunk, tuple(sizes))
+            dst_off, dst_sizes = _expand(chunk, interior)
+            buf = self._copy_buffer(fill_bytes + (k % 2) * per_buffer, math.prod(src_sizes) * esize)
+            self._start_tile(_COPY_BODY)
+            self.commands.append(DmaIn(tensor, tuple(o + c for o, c in zip(off, src_off)), src_sizes, buf))
+            self._use(buf)
+            self.commands.append(DmaOut(buf, out, tuple(p + c for p, c in zip(place, dst_off)), dst_sizes))
+
+    def _copy_buffer(self, offset: int, size: int) -> int:
+        """A dense LRAM buffer for a copy, live from the next command."""
+        idx = len(self.buffers)
+        n = len(self.commands)
+        self.buffers.append(LramBuffer(idx, offset, size, n, n))
+        return idx
+
+    def place_in_place_boxes(self) -> None:
+        """Moves every DMA box of an in-place output into the result's box of the operand
+        (result dims -> operand dims: the dims the result drops are unit dims of the box)."""
+        for c in self.commands:
+            if not isinstance(c, (DmaIn, DmaOut)) or c.tensor not in self.placement:
+                continue
+            offsets, sizes, result_shape = self.placement[c.tensor]
+            new_off, new_sizes, j = [], [], 0
+            for o, s in zip(offsets, sizes):
+                if j < len(result_shape) and s == result_shape[j]:
+                    new_off.append(o + c.offsets[j])
+                    new_sizes.append(c.sizes[j])
+                    j += 1
+                else:
+                    new_off.append(o)
+                    new_sizes.append(1)
+            c.offsets, c.sizes = tuple(new_off), tuple(new_sizes)
+
     def distribute(self, dist: Distribution) -> dict:
         """Sets the slice of every compute from its tile's iteration index in its body."""
         slices = self.options.hw.slices
@@ -455,6 +575,51 @@ class _Builder:
                 return
 
 
+def _is_copy(v: ir.Value) -> bool:
+    """A result no compute makes: an argument, or a box or padded view (of a box) of one."""
+    return isinstance(v.owner, ir.Block) or v.owner.name in ("tensor.extract_slice", PAD_VIEW)
+
+
+def _chunks(sizes: tuple[int, ...], max_elems: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Row-major sub-boxes (offsets relative to the box, sizes) of a box of `sizes`, each
+    at most `max_elems` elements: the innermost dims whole, the next one cut."""
+    n = len(sizes)
+    k = n
+    while k > 0 and math.prod(sizes[k - 1:]) <= max_elems:
+        k -= 1
+    if k == 0:
+        return [((0,) * n, tuple(sizes))]
+    inner = math.prod(sizes[k:])
+    step = max(1, max_elems // inner)
+    d = k - 1
+    out = []
+    for outer in itertools.product(*(range(s) for s in sizes[:d])):
+        for start in range(0, sizes[d], step):
+            size = min(step, sizes[d] - start)
+            out.append((tuple(outer) + (start,) + (0,) * (n - k), (1,) * d + (size,) + tuple(sizes[k:])))
+    return out
+
+
+def _expand(box: tuple[tuple[int, ...], tuple[int, ...]], sizes: tuple[int, ...]) -> tuple[tuple, tuple]:
+    """A chunk of the squeezed box (its non-unit dims) as a chunk of the box of `sizes`."""
+    it = iter(zip(*box))
+    pairs = [(0, 1) if s == 1 else next(it) for s in sizes]
+    return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+
+
+def _border(shape: tuple[int, ...], offsets: tuple[int, ...], sizes: tuple[int, ...]) -> list[tuple[tuple, tuple]]:
+    """Disjoint boxes covering `shape` outside the box (`offsets`, `sizes`): for each dim,
+    the slabs before and after the box along it, within the box on the dims before it."""
+    out = []
+    for d in range(len(shape)):
+        lead_off, lead_size = tuple(offsets[:d]), tuple(sizes[:d])
+        for start, size in ((0, offsets[d]), (offsets[d] + sizes[d], shape[d] - offsets[d] - sizes[d])):
+            if size > 0 and all(lead_size):
+                out.append((lead_off + (start,) + (0,) * (len(shape) - d - 1),
+                            lead_size + (size,) + tuple(shape[d + 1:])))
+    return out
+
+
 def _eval_affine(e: ir.AffineExpr, args: list[int], n_dims: int) -> int:
     if isinstance(e, ir.AffineDimExpr):
         return args[e.position]
@@ -480,6 +645,10 @@ def build_program(func: ir.Operation, options: PassOptions) -> tuple[Program, di
     """The NSS program of `func` and its slice distribution summary (see module docstring)."""
     b = _Builder(func, options)
     b.run_block(func.regions[0].blocks[0])
+    first_copy_buffer = len(b.buffers)
+    for v, out in b.copies:
+        b.copy(v, out)
+    b.place_in_place_boxes()
     try:
         dist = parse_distribution(options.slice_distribution)
     except ValueError as e:
@@ -487,6 +656,8 @@ def build_program(func: ir.Operation, options: PassOptions) -> tuple[Program, di
     summary = b.distribute(dist)
     name = ir.StringAttr(func.attributes["sym_name"]).value
     peak = ir.IntegerAttr(func.attributes["torq.lram_peak"]).value if "torq.lram_peak" in func.attributes else 0
+    # The copies' buffers live after every compute buffer: their peak is separate.
+    peak = max(peak, measure_lram_peak(b.buffers[first_copy_buffer:], len(b.commands)))
     return Program(name, options.hw.to_dict(), b.tensors, b.buffers, b.commands, b.tiles, peak), summary
 
 

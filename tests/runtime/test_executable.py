@@ -98,7 +98,7 @@ def test_bad_version(monkeypatch):
     monkeypatch.setattr(executable, "FORMAT_VERSION", 99)
     blob = serialize_program(conv_tiled_program())
     monkeypatch.undo()
-    with pytest.raises(ExecutableError, match=r"unsupported Torq executable version 99 \(this runtime reads version 1\)"):
+    with pytest.raises(ExecutableError, match=r"unsupported Torq executable version 99 \(this runtime reads versions 1, 2\)"):
         parse_executable(blob)
 
 

@@ -117,7 +117,14 @@ class TensorDesc(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
         return o == 0
 
-def TensorDescStart(builder): builder.StartObject(7)
+    # TensorDesc
+    def Aliases(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return -1
+
+def TensorDescStart(builder): builder.StartObject(8)
 def Start(builder):
     return TensorDescStart(builder)
 def TensorDescAddIndex(builder, index): builder.PrependInt64Slot(0, index, 0)
@@ -147,6 +154,9 @@ def AddData(builder, data):
 def TensorDescStartDataVector(builder, numElems): return builder.StartVector(1, numElems, 1)
 def StartDataVector(builder, numElems):
     return TensorDescStartDataVector(builder, numElems)
+def TensorDescAddAliases(builder, aliases): builder.PrependInt64Slot(7, aliases, -1)
+def AddAliases(builder, aliases):
+    return TensorDescAddAliases(builder, aliases)
 def TensorDescEnd(builder): return builder.EndObject()
 def End(builder):
     return TensorDescEnd(builder)
