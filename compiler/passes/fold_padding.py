@@ -3,8 +3,9 @@
 Contract: takes `func.func` ops over tensors (a Torq dispatch function; run
 before marking and tiling). Every `tensor.pad` that `patterns.padding_fold`
 accepts (static amounts, constant value, all users conv / depthwise conv /
-pooling principals reading it as their input, padding only on window dims)
-becomes a `torq.pad` op (`patterns.PAD_VIEW`): same operand and result
+pooling principals reading it as their input, padding only on window dims,
+or the function's return: a result the NSS program writes padded, its
+border from a buffer filled with the pad value) becomes a `torq.pad` op (`patterns.PAD_VIEW`): same operand and result
 type, attrs `low` and `high` (i64 arrays, per dim) and `value` (the pad
 value). Any other `tensor.pad` is a compile error naming it and why (the
 Torq target keeps such dispatches on the host).
