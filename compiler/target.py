@@ -14,7 +14,7 @@ A result that updates a box of a read-write operand is written in place by
 the NPU (`dispatch_extraction.mark_in_place_updates`): that operand is passed
 after the inputs and the call's result is the whole updated tensor. Only a
 result the host finishes (a dequantize tail) is still inserted by a host copy
-dispatch (`_insert_box`). A dispatch that computes nothing but copies (boxes
+dispatch (`box_copy_dispatch`). A dispatch that computes nothing but copies (boxes
 of) its inputs, or pads one, runs as a DMA-only NSS program
 (`patterns.data_movement_reason`).
 """
@@ -27,10 +27,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from iree.compiler import ir, passmanager
-from iree.compiler.dialects.transform import interpreter
 
-from .dispatch_extraction import (ExtractedDispatch, clone_host_dispatch, extract_dispatch_function,
-                                  host_tail_dispatch, lower_requantization, mark_in_place_updates)
+from .dispatch_extraction import (ExtractedDispatch, box_copy_dispatch, extract_dispatch_function,
+                                  hoist_input_pads, host_tail_dispatch, lower_requantization, mark_in_place_updates)
 from .ir_utils import CompileError, location_str, walk_ops
 from .macs import count_macs
 from .passes import PassOptions
@@ -178,38 +177,9 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, blob: byte
             if k in ex.host_tails:  # the dequantize after an int8 NPU result runs on the host
                 value = host_tail_dispatch(value, ex.host_tails[k], ir.RankedTensorType(r.type).element_type)
             if tied >= 0 and k not in ex.in_place:  # the host writes the finished box into the operand
-                value = _insert_box(value, dispatch.operands[tied], offsets, r.type)
+                value = box_copy_dispatch(value, dispatch.operands[tied], offsets)
             r.replace_all_uses_with(value)
     dispatch.erase()
-
-
-def _insert_box(box: ir.Value, dest: ir.Value, offsets: list[int], result_type: ir.Type) -> ir.Value:
-    """Host copy dispatch writing `box` into `dest` at `offsets` (tied to `dest`).
-
-    This is the shape IREE itself gives padding copies; a plain
-    `flow.tensor.update` would be wrong here because the box is not contiguous.
-    """
-    bt, dt = box.type, dest.type
-    shape = ", ".join(str(d) for d in bt.shape)
-    zeros = ", ".join("0" for _ in offsets)
-    ones = ", ".join("1" for _ in offsets)
-    offs = ", ".join(str(o) for o in offsets)
-    ro = f"!iree_tensor_ext.dispatch.tensor<readonly:{bt}>"
-    rw = f"!iree_tensor_ext.dispatch.tensor<readwrite:{dt}>"
-    text = f"""
-util.func private @torq_insert_box(%box: {bt}, %dest: {dt}) -> {dt} {{
-  %r = flow.dispatch.workgroups(%box, %dest) : ({bt}, {dt}) -> %dest =
-      (%a: {ro}, %b: {rw}) {{
-    %v = iree_tensor_ext.dispatch.tensor.load %a, offsets = [{zeros}], sizes = [{shape}], strides = [{ones}] : {ro} -> {bt}
-    iree_tensor_ext.dispatch.tensor.store %v, %b, offsets = [{offs}], sizes = [{shape}], strides = [{ones}] : {bt} -> {rw}
-    flow.return
-  }} count() -> (index, index, index) {{
-    %x, %y, %z = iree_tensor_ext.dispatch.workgroup_count_from_slice()
-    flow.return %x, %y, %z : index, index, index
-  }}
-  util.return %r : {dt}
-}}"""
-    return clone_host_dispatch(text, [box, dest])
 
 
 def _host_type(func: ir.Operation, npu_type: ir.Type, n: int, i: int) -> ir.Type:
@@ -229,40 +199,30 @@ def _tiling_record(name: str, blob: bytes, options: PassOptions, roots: list[dic
             "compulsory_bytes": t.compulsory_bytes, "traffic_ratio": round(t.ratio, 4)}
 
 
-_DECOMPOSE_PADS = """
-module attributes {transform.with_named_sequence} {
-  transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {
-    transform.apply_patterns to %root {
-      transform.apply_patterns.linalg.decompose_pad
-    } : !transform.any_op
-    transform.yield
-  }
-}"""
+def _feeds_depthwise(pad: ir.Operation) -> bool:
+    """Whether a depthwise convolution reads the result of `pad`."""
+    for use in pad.results[0].uses:
+        user = use.owner
+        if isinstance(user, ir.Block):
+            continue
+        if user.name.startswith("linalg.depthwise_conv"):
+            return True
+        c = classify_contraction(user) if user.name == "linalg.generic" else None
+        if c is not None and c.kind == "depthwise_conv2d":
+            return True
+    return False
 
 
-def _has_padded_depthwise(op: ir.Operation) -> bool:
-    ops = walk_ops(op)
-    pad = depthwise = False
-    for o in ops:
-        pad |= o.name == "tensor.pad"
-        if o.name.startswith("linalg.depthwise_conv"):
-            depthwise = True
-        elif o.name == "linalg.generic":
-            c = classify_contraction(o)
-            depthwise |= c is not None and c.kind == "depthwise_conv2d"
-    return pad and depthwise
-
-
-def _decompose_pads_for_host(dispatch: ir.Operation) -> None:
+def _hoist_pads_for_host(dispatch: ir.Operation) -> None:
     """A dispatch left on the host keeps the `tensor.pad` dispatch creation fused into
-    it for the NPU (driver.DISPATCH_FLAGS); llvm-cpu fails to compile it when the
-    consumer is a depthwise conv, so there the pad becomes fill + insert_slice (the
-    form IREE's own pad handling gives the CPU). Other consumers (convs, pools)
-    compile with the fused pad, and not with the decomposed one."""
-    if not _has_padded_depthwise(dispatch):
-        return
-    seq = ir.Module.parse(_DECOMPOSE_PADS)
-    interpreter.apply_named_sequence(dispatch, seq.body.operations[0], seq)
+    it for the NPU (driver.DISPATCH_FLAGS). llvm-cpu cannot compile such a pad
+    feeding a depthwise conv (as is, nor decomposed into fill + insert_slice: the
+    fill of the padded tensor is never tiled), so that padding is built before the
+    dispatch as IREE builds it without the fusion flag (`hoist_input_pads`: a splat
+    of the pad value and a host copy dispatch of the input into it) and the
+    dispatch reads the padded tensor. Other consumers (convs, pools) compile with
+    the fused pad, so they keep it (no extra copy)."""
+    hoist_input_pads(dispatch, _feeds_depthwise)
 
 
 def _enclosing_function_name(dispatch: ir.Operation) -> str:
@@ -324,7 +284,7 @@ class TorqTarget:
             except Unsupported as e:
                 self.remark(dispatch, f"dispatch {name} stays on host: {e}")
                 report.dispatches.append(DispatchDecision(name, "host", str(e), macs=macs))
-                _decompose_pads_for_host(dispatch)
+                _hoist_pads_for_host(dispatch)
                 continue
             except CompileError as e:
                 if not self.options.host_fallback_on_error:
@@ -332,7 +292,7 @@ class TorqTarget:
                 reason = f"Torq compile failed: {e}"
                 self.remark(dispatch, f"dispatch {name} stays on host: {reason}")
                 report.dispatches.append(DispatchDecision(name, "host", reason, macs=macs))
-                _decompose_pads_for_host(dispatch)
+                _hoist_pads_for_host(dispatch)
                 if log is not None:
                     del log[first_record:]  # records of the abandoned attempt
                 continue
