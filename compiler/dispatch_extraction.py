@@ -380,6 +380,10 @@ def _check_loads_and_stores(block: ir.Block, kinds, in_pos: dict, out_pos: dict)
             box = _static_box(op)
             if box is None or _box_map(kinds[pos][1], box, op.results[0].type) is None:
                 raise Unsupported("dispatch loads a dynamic part of an input, or a part it cannot read as a box")
+            stores_only = all(not isinstance(u.owner, ir.Block) and u.owner.name == STORE for u in op.results[0].uses)
+            if not stores_only and not _generic_can_read(kinds[pos][1], box, op.results[0].type):
+                raise Unsupported("dispatch computes on a box of an input that starts at 0 and stops short of the "
+                                  "input's end (e.g. x[:, :16]): no box read expresses it yet")
             if box.strided:
                 _check_strided_readers(op.results[0])
         elif op.name == "iree_tensor_ext.dispatch.tensor.store":
@@ -456,6 +460,21 @@ def _box_map(source: ir.Type, box: _Box, result: ir.Type) -> ir.AffineMap | None
     if j != len(res):
         return None
     return ir.AffineMap.get(len(res), 0, exprs)
+
+
+def _generic_can_read(source: ir.Type, box: _Box, result: ir.Type) -> bool:
+    """Whether a box read generic can express `box`: linalg takes a loop's range from
+    any operand dim its map reads as a plain `d`, so a box that starts at 0 and stops
+    short of the source's end on a kept dim has no valid generic (the verifier would
+    take the source's size for the loop's)."""
+    src, res = static_shape(source), static_shape(result)
+    j = 0
+    for o, s, d in zip(box.offsets, box.sizes, src):
+        if j < len(res) and s == res[j]:
+            if o == 0 and s < d:
+                return False
+            j += 1
+    return True
 
 
 def box_read_generic(source: ir.Value, box: _Box, result: ir.Type) -> ir.Value:

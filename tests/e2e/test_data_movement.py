@@ -189,3 +189,31 @@ def test_keep_f32_does_not_fuse_pads_into_host_dispatches():
     with torch.no_grad():
         ref = model(x).numpy()
     np.testing.assert_allclose(np.asarray(cm(x.numpy())), ref, rtol=1e-5, atol=1e-5)
+
+
+class ConvOnLeadingChannels(nn.Module):
+    """A conv on x[:, :16]: a box that starts at 0 and stops short of the input's end."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(16, 8, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x[:, :16])
+
+
+def test_box_from_zero_short_of_the_end_stays_on_host_with_a_remark():
+    # linalg takes a loop's range from an operand dim its map reads as a plain d, so
+    # no box read generic expresses x[:, :16] (the verifier used to fail inside the
+    # compiler): the dispatch stays on host, says why, and the model still runs.
+    torch.manual_seed(0)
+    model = ConvOnLeadingChannels().eval()
+    x = torch.randn(1, 32, 8, 8, generator=torch.Generator().manual_seed(1))
+    remarks = io.StringIO()
+    cm = torq.compile(model, x, remarks=remarks)
+    assert [d.executor for d in cm.report.dispatches] == ["host"]
+    assert "starts at 0 and stops short of the input's end" in remarks.getvalue()
+    with torch.no_grad():
+        ref = model(x).numpy()
+    y = cm(x.numpy())
+    assert np.linalg.norm(y - ref) / np.linalg.norm(ref) <= 1e-5
