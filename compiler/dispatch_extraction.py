@@ -469,9 +469,9 @@ def _generic_can_read(source: ir.Type, box: _Box, result: ir.Type) -> bool:
     take the source's size for the loop's)."""
     src, res = static_shape(source), static_shape(result)
     j = 0
-    for o, s, d in zip(box.offsets, box.sizes, src):
+    for o, s, st, d in zip(box.offsets, box.sizes, box.strides, src):
         if j < len(res) and s == res[j]:
-            if o == 0 and s < d:
+            if o == 0 and (st == 1 or s == 1) and s < d:  # read as a plain d (a stride makes it `st * d`)
                 return False
             j += 1
     return True
