@@ -32,6 +32,8 @@ def _spec(obj, drop=()) -> str:
             del d[k]
     if isinstance(obj, TensorDesc) and d.get("aliases") == -1:  # only in-place outputs show it
         del d["aliases"]
+    if isinstance(obj, Compute) and d.get("split") == 1:  # only split computes show it
+        del d["split"]
     return json.dumps(d, separators=(",", ":"))
 
 
@@ -74,7 +76,7 @@ def _command(kind: str, d: dict):
     epi = Epilogue([EpilogueStep(s["op"], [Ref(a["kind"], a["index"], tuple(a["axes"]), a["const"])
                                            for a in s["args"]], s["to"]) for s in e["steps"]], e["result"])
     return Compute(d["op"], [_operand(o) for o in d["operands"]], _operand(d["result"]), d["attrs"], epi,
-                   d["slice"], d["macs"], d["tile"], d.get("padded_work", 0))
+                   d["slice"], d["macs"], d["tile"], d.get("padded_work", 0), d.get("split", 1))
 
 
 def function_to_program(func: ir.Operation) -> Program:

@@ -77,6 +77,9 @@ FILE_IDENTIFIER = b"TORQ"
 # `version` must stay the first field of table Program in every version.
 # 2: TensorDesc.aliases (in-place outputs; a version 1 reader would ignore it
 #    and leave the untouched part of such an output zero).
+# Compute.split (a compute run on several slices at once) was appended without a bump:
+# it changes timing only, a blob without it reads split = 1, and a reader without it
+# computes the same outputs.
 FORMAT_VERSION = 2
 # Versions this reader parses: a version 1 blob is a version 2 blob without aliases.
 READABLE_VERSIONS = (1, 2)
@@ -320,6 +323,8 @@ class _Writer:
             fbCompute.AddTile(b, c.tile)
             if c.padded_work:
                 fbCompute.AddPaddedWork(b, c.padded_work)
+            if c.split != 1:
+                fbCompute.AddSplit(b, c.split)
             body = fbCompute.End(b)
         else:
             raise TypeError(f"unknown command {type(c).__name__}")
@@ -786,6 +791,7 @@ class _Reader:
             macs=table.scalar("macs"),
             tile=table.scalar("tile"),
             padded_work=table.scalar("padded_work"),
+            split=table.scalar("split"),
         )
 
 
@@ -1023,6 +1029,8 @@ class _Validator:
         self.check_operand(i, c.result, "result")
         if c.macs < 0 or c.padded_work < 0:
             self.fail(f"command {i}: negative macs {c.macs} or padded work {c.padded_work}")
+        if c.split < 1:
+            self.fail(f"command {i}: split over {c.split} slices (at least 1)")
         if "pad" in c.attrs:
             self.check_pad(i, c)
         if c.op in _SHAPED_OPS:

@@ -26,7 +26,12 @@ Model:
   run their own commands in program order and overlap wherever no LRAM byte
   range or DDR box dependency orders them; `Compute.tile` is the tile
   iteration a command belongs to and `Compute.slice` the slice
-  `torq-build-nss-program` distributed that iteration to.
+  `torq-build-nss-program` distributed that iteration to. A compute with
+  `Compute.split` = k > 1 runs on the k slices `slice` .. `slice + k - 1` at
+  once, each computing a disjoint part of the result (the result cut along
+  one of its dims into k equal parts) from the shared operand buffers; its
+  meaning is the same as on one slice (the parts make the whole result), only
+  its time changes (runtime/timing.py).
 
 Compute ops (`Compute.op`) and their attributes:
 - "conv2d": operands [input, weight, *epilogue operands]. attrs:
@@ -241,6 +246,8 @@ class Compute:
     # The work the timing model counts with vector dims padded (vector_layout.padded_work):
     # padded MACs / window reads, or padded result elements of an elementwise op; 0 = unpadded.
     padded_work: int = 0
+    # Slices the compute is split over, from `slice` on (each writes a disjoint part of the result).
+    split: int = 1
 
 
 Command = Union[DmaIn, DmaOut, Compute]

@@ -35,7 +35,8 @@ Contract:
   is the makespan; `engine_busy_cycles` the busy cycles per engine. Before
   any command runs, a compute on a slice the device lacks, or a buffer that
   two slices write while live (`timing.check_slice_sharing`), is a
-  SimulatorError. With `record_timeline=True` the stats also carry each
+  SimulatorError. A split compute (`Compute.split`) runs its kernel once on
+  the whole result, as an unsplit one: the split changes its timing only. With `record_timeline=True` the stats also carry each
   command's start/end cycle and the LRAM occupancy over time (`timeline`).
 - Everything that does not depend on the inputs (the checks, the schedule,
   the stats) is `prepare(program)`'s `Plan`; `run(..., plan=plan)` reuses it
@@ -66,7 +67,7 @@ from .executable import ExecutableError, validate_program
 from .kernels import COMPUTE_OPS, NP_DTYPES, KernelError, OperandCache, eval_epilogue, run_principal, store
 from .program import DTYPE_BYTES, Compute, DmaIn, DmaOut, LramBuffer, Program, TensorDesc, box_union, compulsory_bytes
 from .timing import (TimingError, Timeline, check_slice_sharing, dma_bytes, lram_occupancy, roofline_cycles,
-                     schedule)
+                     schedule, slices_of)
 
 _FLOATS = {"bf16", "f16", "f32"}
 
@@ -358,7 +359,7 @@ class Simulator:
         stats.cycles = timeline.makespan
         stats.latency_us = timeline.makespan / hw.clock_mhz
         stats.roofline_cycles = roofline_cycles(program, hw, stats.compulsory_bytes)
-        stats.slices_used = len({c.slice for c in program.commands if isinstance(c, Compute)})
+        stats.slices_used = len({k for c in program.commands if isinstance(c, Compute) for k in slices_of(c)})
         stats.engine_busy_cycles = dict(timeline.engine_busy)
         occupancy = lram_occupancy(program, timeline)
         stats.lram_occupancy_peak_bytes = max(b for _, b in occupancy)
@@ -376,6 +377,8 @@ class Simulator:
                          box=[[o, o + s] for o, s in zip(c.offsets, c.sizes)])
             else:
                 e.update(kind=c.op, tile=c.tile, slice=c.slice, macs=c.macs, buffer=c.result.buffer)
+                if c.split > 1:
+                    e["split"] = c.split
             events.append(e)
         return {"events": events, "lram_occupancy": [list(x) for x in lram_occupancy(program, timeline)]}
 

@@ -6,6 +6,14 @@ Contract (every number comes from `TorqHw`; nothing here is a literal):
   a `Compute` on "slice{Compute.slice}". Each engine runs its own commands in
   program order, one at a time (an in-order command queue). A program whose
   compute names a slice the device does not have is refused (`TimingError`).
+  A split compute (`Compute.split` = k > 1) runs on the k engines "slice{s}"
+  .. "slice{s + k - 1}" (s = `Compute.slice`) at once: it starts when all k
+  are free (and its dependencies are met) and occupies each of them until it
+  ends. Model: each slice computes its share of the result (the result cut
+  into k equal parts along one dim, the operands shared in LRAM: read sharing
+  needs no copy), at the same per-slice rate as an unsplit compute, after
+  the same fixed overhead; so it takes compute_overhead_cycles +
+  ceil(work / k), `work` as below. Its `CommandTime.engine` is its first slice.
 - Per-command cycles (`command_cycles`):
     DMA      = dma_setup_cycles (on its engine)
                + ceil(bytes / dma_effective_bytes_per_cycle) (on the XRAM link)
@@ -15,6 +23,7 @@ Contract (every number comes from `TorqHw`; nothing here is a literal):
     elementwise and ops without MACs
              = compute_overhead_cycles + ceil(padded elements(result) * max(1, steps)
                / min(lanes(dtype) over operands and result))
+  A split compute's part after the overhead is ceil(that / split) (see Engines).
   "Padded" is `Compute.padded_work` when the compiler recorded it (the work
   with each vector dim padded to whole vectors, narrow dims to the next power
   of two: compiler/vector_layout.py; a conv with 3 input channels costs the
@@ -54,7 +63,11 @@ Contract (every number comes from `TorqHw`; nothing here is a literal):
   command whose end gated each start (-1 when the engine order or nothing did).
 - Slices and LRAM (`check_slice_sharing`): an LRAM buffer written by computes
   of two different slices, or two buffers sharing bytes, live at overlapping
-  times and written by computes of different slices, is a `TimingError`.
+  times and written by computes of different slices, is a `TimingError`. A
+  split compute writes from its set of slices (one command writing disjoint
+  parts of its result, so its own slices never race); writers whose slice
+  sets share a slice are ordered by that slice's queue, so only writers on
+  disjoint slice sets count as different.
 - Measures (DESIGN §7): `roofline_cycles` = max(sum over computes of
   macs / macs_per_cycle(dtype) / slices, compulsory bytes /
   dma_effective_bytes_per_cycle), rounded up; `lram_occupancy` is the sum of
@@ -66,6 +79,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -88,11 +102,24 @@ def slice_engine(index: int) -> str:
 
 
 def engine_of(c) -> str:
+    """The engine of a command (a split compute's first slice)."""
     if isinstance(c, DmaIn):
         return DMA_IN
     if isinstance(c, DmaOut):
         return DMA_OUT
     return slice_engine(c.slice)
+
+
+def slices_of(c: Compute) -> range:
+    """The slices a compute runs on: `slice` .. `slice + split - 1`."""
+    return range(c.slice, c.slice + max(1, c.split))
+
+
+def engines_of(c) -> list[str]:
+    """Every engine a command occupies (all the slices of a split compute)."""
+    if isinstance(c, Compute):
+        return [slice_engine(s) for s in slices_of(c)]
+    return [engine_of(c)]
 
 
 @functools.lru_cache(maxsize=256)
@@ -157,10 +184,11 @@ def compute_work_cycles(c: Compute, hw: TorqHw) -> int:
 
 
 def command_cycles(c, program: Program, hw: TorqHw) -> tuple[int, int]:
-    """(fixed cycles, work cycles): DMA setup and link transfer, or compute overhead and work."""
+    """(fixed cycles, work cycles): DMA setup and link transfer, or compute overhead and work
+    (a split compute: each slice's share, ceil(work / split))."""
     if isinstance(c, (DmaIn, DmaOut)):
         return hw.dma_setup_cycles, ceil_div(dma_bytes(c, program), hw.dma_effective_bytes_per_cycle)
-    return hw.compute_overhead_cycles, compute_work_cycles(c, hw)
+    return hw.compute_overhead_cycles, -(-compute_work_cycles(c, hw) // max(1, c.split))
 
 
 # --------------------------------------------------------------------------
@@ -331,9 +359,11 @@ def _accesses(c) -> tuple[list[int], list[int]]:
 def schedule(program: Program, hw: TorqHw) -> Timeline:
     """Start and end cycle of every command of `program` on `hw` (see module docstring)."""
     for i, c in enumerate(program.commands):
-        if isinstance(c, Compute) and not 0 <= c.slice < hw.slices:
+        if isinstance(c, Compute) and not (0 <= c.slice and c.slice + max(1, c.split) <= hw.slices):
+            where = (f"slice {c.slice}" if c.split <= 1 else
+                     f"slices {c.slice}..{c.slice + c.split - 1} (split over {c.split})")
             raise TimingError(
-                f"command {i} ({c.op}) runs on slice {c.slice} but the device ({hw.spec}) has "
+                f"command {i} ({c.op}) runs on {where} but the device ({hw.spec}) has "
                 f"{hw.slices} slice{'' if hw.slices == 1 else 's'}; recompile for this device"
             )
     lram = _LramState(program)
@@ -345,8 +375,9 @@ def schedule(program: Program, hw: TorqHw) -> Timeline:
     spans: dict[int, tuple[int, int]] = {}
     for i, c in enumerate(program.commands):
         engine = engine_of(c)
+        engines = engines_of(c)
         reads, writes = _accesses(c)
-        ready, who = engine_free.get(engine, 0), -1
+        ready, who = max(engine_free.get(e, 0) for e in engines), -1
         deps = [lram.ready(b, False) for b in reads] + [lram.ready(b, True) for b in writes]
         if isinstance(c, (DmaIn, DmaOut)):
             deps.append(ddr.ready(c))
@@ -367,8 +398,9 @@ def schedule(program: Program, hw: TorqHw) -> Timeline:
             lram.write(b, end, i)
         if isinstance(c, (DmaIn, DmaOut)):
             ddr.record(c, end, i)
-        engine_free[engine] = end
-        busy[engine] = busy.get(engine, 0) + end - start
+        for e in engines:
+            engine_free[e] = end
+            busy[e] = busy.get(e, 0) + end - start
         times.append(CommandTime(i, engine, start, end, first, who))
         for b in {*reads, *writes}:
             s0, e0 = spans.get(b, (start, end))
@@ -382,21 +414,26 @@ def schedule(program: Program, hw: TorqHw) -> Timeline:
 
 
 def check_slice_sharing(program: Program, timeline: Timeline) -> None:
-    """Raises TimingError if two slices write one live buffer, or byte-sharing buffers at overlapping times."""
-    writers: dict[int, set[int]] = {}
-    first: dict[tuple[int, int], int] = {}
+    """Raises TimingError if two slices write one live buffer, or byte-sharing buffers at overlapping times.
+
+    A writer is the slice set of a compute (one slice, or all the slices of a split
+    compute); two writers differ when their slice sets are disjoint (no slice queue
+    orders them)."""
+    writers: dict[int, list[range]] = {}
+    first: dict[tuple[int, range], int] = {}
     for i, c in enumerate(program.commands):
         if isinstance(c, Compute):
-            writers.setdefault(c.result.buffer, set()).add(c.slice)
-            first.setdefault((c.result.buffer, c.slice), i)
-    for b, slices in writers.items():
-        if len(slices) > 1:
-            s = sorted(slices)
-            cmds = ", ".join(str(first[(b, x)]) for x in s)
-            raise TimingError(
-                f"LRAM buffer {b} is written by slices {' and '.join(map(str, s))} while live "
-                f"(commands {cmds}); each slice needs its own buffers"
-            )
+            group = slices_of(c)
+            if group not in writers.setdefault(c.result.buffer, []):
+                writers[c.result.buffer].append(group)
+            first.setdefault((c.result.buffer, group), i)
+    for b, groups in writers.items():
+        for g, h in itertools.combinations(groups, 2):
+            if _disjoint(g, h):
+                raise TimingError(
+                    f"LRAM buffer {b} is written by slices {_name(g)} and {_name(h)} while live "
+                    f"(commands {first[(b, g)]}, {first[(b, h)]}); each slice needs its own buffers"
+                )
     bufs = {b.id: b for b in program.buffers}
     written = sorted((timeline.buffer_spans[b] + (b,) for b in writers if b in timeline.buffer_spans))
     active: list[tuple[int, int, int]] = []
@@ -404,14 +441,24 @@ def check_slice_sharing(program: Program, timeline: Timeline) -> None:
         active = [a for a in active if a[1] > start]
         for _, a_end, a in active:
             x, y = bufs[a], bufs[b]
-            (sa,), (sb,) = writers[a], writers[b]
-            if sa != sb and x.offset < y.offset + y.size and y.offset < x.offset + x.size:
+            pair = next(((g, h) for g in writers[a] for h in writers[b] if _disjoint(g, h)), None)
+            if pair and x.offset < y.offset + y.size and y.offset < x.offset + x.size:
+                sa, sb = map(_name, pair)
                 raise TimingError(
                     f"LRAM buffers {a} (slice {sa}) and {b} (slice {sb}) share bytes "
                     f"[{max(x.offset, y.offset)}, {min(x.offset + x.size, y.offset + y.size)}) and are both "
                     f"live during cycles [{start}, {min(a_end, end)})"
                 )
         active.append((start, end, b))
+
+
+def _disjoint(g: range, h: range) -> bool:
+    return g.stop <= h.start or h.stop <= g.start
+
+
+def _name(g: range) -> str:
+    """A slice set as in messages: "1", or "0-1" for a split compute."""
+    return str(g.start) if len(g) == 1 else f"{g.start}-{g.stop - 1}"
 
 
 def roofline_cycles(program: Program, hw: TorqHw, compulsory_bytes: int) -> int:

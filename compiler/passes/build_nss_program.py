@@ -10,16 +10,26 @@ function body is replaced by one `torq_nss.*` op per tensor, buffer and
 command (see `nss_ir`), with the program-level facts on the function
 (`torq.program`).
 
-Slices: the iterations of each tile body are distributed over
-`TorqHw.slices` with `PassOptions.slice_distribution` (see
-`slice_distribution`: cyclic by default, block, block-cyclic:B; when a body
-has at most as many tiles as slices, tile k runs on slice k whatever the
-strategy). Every compute of an iteration runs on that iteration's slice.
-The function gets `torq.distribution`: {"strategy", "slices", "bodies":
-[{"tiles", "form", "slices_used"}]} with form "exact", "oversubscribed" or
-"general". Buffers keep the offsets `torq-assign-lram-addresses` gave them,
-so tiles on different slices that reuse the same bytes are ordered by the
-simulator's dependency rules (see runtime/timing.py).
+Slices: a tile body planned with several buffer sets (`torq.lram_sets` >= 2)
+has its iterations distributed over `TorqHw.slices` with
+`PassOptions.slice_distribution` (see `slice_distribution`: cyclic by
+default, block, block-cyclic:B; when a body has at most as many tiles as
+slices, tile k runs on slice k whatever the strategy); every compute of an
+iteration runs on that iteration's slice. A body with one buffer set (its
+tiles reuse the same LRAM bytes, so they would run one after the other
+whatever slice they are on; also the function body) instead
+splits each compute over all the slices (`Compute.split` = slices, from
+slice 0): each slice computes a disjoint part of the result, cut along the
+result's outermost dim whose extent is a multiple of the slice count (equal
+parts, so the timing model's ceil(work / split) per slice is exact), from
+the shared operand buffers: no extra DMA byte, no extra LRAM. A compute
+whose result has no such dim runs on slice 0 alone. The function gets
+`torq.distribution`: {"strategy", "slices", "bodies": [{"tiles", "form",
+"slices_used"}]} with form "exact", "oversubscribed", "general" or "split"
+(then also "split_computes": how many were split). Buffers keep the offsets
+`torq-assign-lram-addresses` gave them, so tiles on different slices that
+reuse the same bytes are ordered by the simulator's dependency rules (see
+runtime/timing.py).
 
 Padding (`torq.pad`, see torq-fold-padding): a box of a padded view is a box
 of the source tensor that may reach past its edges. The DMA-in moves only
@@ -116,6 +126,7 @@ class _Builder:
         self.tile_iteration: list[int] = []  # tile index -> its iteration index within its body
         self.resident: dict[tuple, int] = {}  # (body, value, outer loop indices) -> buffer (_resident_key)
         self.loop_ivs: dict[int, list] = {}  # body -> induction variables of its loops, innermost first
+        self.body_sets: dict[int, int] = {}  # body -> LRAM buffer sets its tiles cycle through (1 if absent)
         ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
         host_args = self._host_types("torq.host_arg_types", list(ftype.inputs))
         host_res = self._host_types("torq.host_result_types", list(ftype.results))
@@ -407,6 +418,7 @@ class _Builder:
                     else [0] * len(offsets))
         sets = ir.IntegerAttr(op.attributes["torq.lram_sets"]).value if "torq.lram_sets" in op.attributes else 1
         body = self.tile_bodies[tile]
+        self.body_sets[body] = max(sets, self.body_sets.get(body, 1))
         shift = (self.tile_iteration[tile] % sets) * (ir.IntegerAttr(op.attributes["torq.lram_set_stride"]).value
                                            if sets > 1 else 0)
         operands = []
@@ -537,19 +549,35 @@ class _Builder:
             c.offsets, c.sizes = tuple(new_off), tuple(new_sizes)
 
     def distribute(self, dist: Distribution) -> dict:
-        """Sets the slice of every compute from its tile's iteration index in its body."""
+        """Sets the slice (and split) of every compute: from its tile's iteration index in
+        its body, or split over all slices in a body with one buffer set (module docstring)."""
         slices = self.options.hw.slices
         slice_of_tile: dict[int, int] = {}
+        split_body = {body: slices > 1 and self.body_sets.get(body, 1) == 1 and self.bodies[body] is not _COPY_BODY
+                      for body in range(len(self.bodies))}
+        computes: dict[int, list[Compute]] = {}
+        for c in self.commands:
+            if isinstance(c, Compute):
+                computes.setdefault(self.tile_bodies[c.tile], []).append(c)
         summary = []
         for body in range(len(self.bodies)):
             tiles = [t for t, b in enumerate(self.tile_bodies) if b == body]
             n = len(tiles)
+            if split_body[body]:
+                split = 0
+                for c in computes.get(body, []):
+                    c.slice = 0
+                    if _split_dim(c.result.shape, slices) is not None:
+                        c.split = slices
+                        split += 1
+                summary.append({"tiles": n, "form": "split", "slices_used": slices if split else 1,
+                                "split_computes": split})
+                continue
             for k, t in enumerate(tiles):
                 slice_of_tile[t] = slice_of(k, n, slices, dist)
             summary.append({"tiles": n, "form": form(n, slices),
                             "slices_used": len({slice_of_tile[t] for t in tiles})})
-        for c in self.commands:
-            if isinstance(c, Compute):
+            for c in computes.get(body, []):
                 c.slice = slice_of_tile.get(c.tile, 0)
         return {"strategy": dist.spec, "slices": slices, "bodies": summary}
 
@@ -573,6 +601,12 @@ class _Builder:
                 self._keep_layout(rbuf, tuple(sizes))
                 self.commands.append(DmaOut(rbuf, tensor, base, sizes))
                 return
+
+
+def _split_dim(shape: tuple[int, ...], slices: int) -> int | None:
+    """The dim a compute's result is split along over `slices` slices: the outermost
+    whose extent is a multiple of `slices` (equal parts), None when there is none."""
+    return next((d for d, n in enumerate(shape) if n >= slices and n % slices == 0), None)
 
 
 def _is_copy(v: ir.Value) -> bool:

@@ -2,8 +2,12 @@
 // compile time and replaced by one torq_nss op per DDR tensor, LRAM buffer
 // and command. Per tile, in order: a DMA-in for each operand not produced in
 // the tile (just before the compute that first needs it), the compute at the
-// assigned offsets, a DMA-out of each result used outside the tile. Tiles go
-// to slices cyclically (tile i on slice i % slices).
+// assigned offsets, a DMA-out of each result used outside the tile. Tiles of
+// a body with several LRAM buffer sets go to slices cyclically (tile i on
+// slice i % slices); in a body with one set (the function body, or a loop
+// whose tiles reuse the same bytes) each compute is split over all slices
+// instead (`split` = slices, from slice 0), along its result's outermost dim
+// whose extent the slice count divides.
 // RUN: torq-opt %s --pass-pipeline='builtin.module(torq-build-nss-program)' | FileCheck %s
 // RUN: torq-opt %s --torq-hw=SL2610:slices=1 --pass-pipeline='builtin.module(torq-build-nss-program)' | FileCheck %s --check-prefix=ONE
 
@@ -22,6 +26,8 @@
 // 50 >= 32 rounds up to 2 x 32 = 64, so every buffer is 64 x 2 = 128 bytes
 // (shape [50] stored in padded_shape [64]) and each compute's padded work is
 // 64 result elements (the DMAs still move 50 elements).
+// The function body has one buffer set: both computes are split over the 2
+// slices (50 = 2 x 25 elements each); with one slice there is no split.
 // CHECK-LABEL: func.func @one_tile()
 // CHECK-SAME: torq.original_type = (tensor<50xbf16>, tensor<50xbf16>) -> tensor<50xbf16>
 // CHECK-SAME: torq.program = "{\22name\22: \22one_tile\22, \22tiles\22: 1, \22lram_peak\22: 300, \22hw\22: {\22name\22: \22SL2610\22,
@@ -36,9 +42,9 @@
 // CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:4,\22offset\22:128,\22size\22:128,\22live_start\22:4,\22live_end\22:5,\22shape\22:[50],\22padded_shape\22:[64]}"}
 // CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0],\22sizes\22:[50],\22buffer\22:0}"}
 // CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:1,\22offsets\22:[0],\22sizes\22:[50],\22buffer\22:1}"}
-// CHECK-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[{\22buffer\22:0,{{.*}}},{\22buffer\22:1,{{.*}}}],\22result\22:{\22buffer\22:2,{{.*}}\22op\22:\22add\22{{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0,\22padded_work\22:64}"}
+// CHECK-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[{\22buffer\22:0,{{.*}}},{\22buffer\22:1,{{.*}}}],\22result\22:{\22buffer\22:2,{{.*}}\22op\22:\22add\22{{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0,\22padded_work\22:64,\22split\22:2}"}
 // CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:3,\22offsets\22:[0],\22sizes\22:[50],\22buffer\22:3}"}
-// CHECK-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[{\22buffer\22:2,{{.*}}},{\22buffer\22:3,{{.*}}}],\22result\22:{\22buffer\22:4,{{.*}}\22op\22:\22mul\22{{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0,\22padded_work\22:64}"}
+// CHECK-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[{\22buffer\22:2,{{.*}}},{\22buffer\22:3,{{.*}}}],\22result\22:{\22buffer\22:4,{{.*}}\22op\22:\22mul\22{{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0,\22padded_work\22:64,\22split\22:2}"}
 // CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:4,\22tensor\22:2,\22offsets\22:[0],\22sizes\22:[50]}"}
 // CHECK-NEXT: return
 // CHECK-NEXT: }
@@ -49,11 +55,16 @@ func.func @one_tile(%a: tensor<50xbf16>, %b: tensor<50xbf16>) -> tensor<50xbf16>
   return %1 : tensor<50xbf16>
 }
 
+// ONE-LABEL: func.func @one_tile()
+// ONE: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0,\22padded_work\22:64}"}
+// ONE: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0,\22padded_work\22:64}"}
+
 // Two tiles of 2 rows (scf.for 0 to 4 step 2): the loop is unrolled, each
 // tile is dma_in (its 2x16 box of the input, at row 0 then row 2), compute,
-// dma_out (the same box of the output), with fresh buffers at the same
-// offsets. Tile 0 runs on slice 0, tile 1 on slice 1; with one slice both
-// run on slice 0. No host type records: host dtypes are the bf16 types.
+// dma_out (the same box of the output), with fresh buffers; two buffer sets
+// 128 bytes apart (torq.lram_sets), so tile 1's buffers sit at 128 and 192.
+// Tile 0 runs on slice 0, tile 1 on slice 1; with one slice both run on
+// slice 0. No host type records: host dtypes are the bf16 types.
 // CHECK-LABEL: func.func @two_tiles()
 // CHECK-SAME: torq.original_type = (tensor<4x16xbf16>) -> tensor<4x16xbf16>
 // CHECK-SAME: torq.program = "{\22name\22: \22two_tiles\22, \22tiles\22: 2, \22lram_peak\22: 128,
@@ -61,8 +72,8 @@ func.func @one_tile(%a: tensor<50xbf16>, %b: tensor<50xbf16>) -> tensor<50xbf16>
 // CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:1,\22kind\22:\22output\22,\22shape\22:[4,16],\22dtype\22:\22bf16\22,\22host_dtype\22:\22bf16\22,\22arg_index\22:0}"}
 // CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:0,\22offset\22:0,\22size\22:64,\22live_start\22:0,\22live_end\22:1}"}
 // CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:1,\22offset\22:64,\22size\22:64,\22live_start\22:1,\22live_end\22:2}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:2,\22offset\22:0,\22size\22:64,\22live_start\22:3,\22live_end\22:4}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:3,\22offset\22:64,\22size\22:64,\22live_start\22:4,\22live_end\22:5}"}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:2,\22offset\22:128,\22size\22:64,\22live_start\22:3,\22live_end\22:4}"}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:3,\22offset\22:192,\22size\22:64,\22live_start\22:4,\22live_end\22:5}"}
 // CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0],\22sizes\22:[2,16],\22buffer\22:0}"}
 // CHECK-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[{\22buffer\22:0,\22shape\22:[2,16],\22dtype\22:\22bf16\22}],\22result\22:{\22buffer\22:1,\22shape\22:[2,16],\22dtype\22:\22bf16\22},{{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0}"}
 // CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:1,\22tensor\22:1,\22offsets\22:[0,0],\22sizes\22:[2,16]}"}
@@ -74,16 +85,44 @@ func.func @one_tile(%a: tensor<50xbf16>, %b: tensor<50xbf16>) -> tensor<50xbf16>
 // ONE-LABEL: func.func @two_tiles()
 // ONE: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0}"}
 // ONE: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:1}"}
-func.func @two_tiles(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> attributes {torq.lram_end = 128 : i64, torq.lram_peak = 128 : i64} {
+func.func @two_tiles(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> attributes {torq.lram_end = 256 : i64, torq.lram_peak = 128 : i64} {
   %c0 = arith.constant 0 : index
   %c2 = arith.constant 2 : index
   %c4 = arith.constant 4 : index
   %e = tensor.empty() : tensor<4x16xbf16>
   %r = scf.for %i = %c0 to %c4 step %c2 iter_args(%acc = %e) -> (tensor<4x16xbf16>) {
     %s = tensor.extract_slice %x[%i, 0] [2, 16] [1, 1] : tensor<4x16xbf16> to tensor<2x16xbf16>
-    %t = "torq_hl.elementwise"(%s) {epilogue = "{\22steps\22: [{\22op\22: \22add\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0, 1], \22const\22: 0.0}, {\22kind\22: \22const\22, \22index\22: 0, \22axes\22: [], \22const\22: 1.0}]}], \22result\22: 0}", macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 64 : i64} : (tensor<2x16xbf16>) -> tensor<2x16xbf16>
+    %t = "torq_hl.elementwise"(%s) {epilogue = "{\22steps\22: [{\22op\22: \22add\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0, 1], \22const\22: 0.0}, {\22kind\22: \22const\22, \22index\22: 0, \22axes\22: [], \22const\22: 1.0}]}], \22result\22: 0}", macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 64 : i64, torq.lram_resident = [0], torq.lram_set_stride = 128 : i64, torq.lram_sets = 2 : i64} : (tensor<2x16xbf16>) -> tensor<2x16xbf16>
     %u = tensor.insert_slice %t into %acc[%i, 0] [2, 16] [1, 1] : tensor<2x16xbf16> into tensor<4x16xbf16>
     scf.yield %u : tensor<4x16xbf16>
   }
   return %r : tensor<4x16xbf16>
+}
+
+// The same two tiles with one buffer set (tile 1 reuses tile 0's bytes, so
+// the tiles run one after the other whatever their slices): each compute is
+// split over both slices (its 2x16 result cut along rows, one row each), on
+// slice 0. A result with no dim the slice count divides (3x5) is not split.
+// With one slice nothing is split.
+// CHECK-LABEL: func.func @one_set()
+// CHECK-SAME: torq.distribution = "{\22strategy\22: \22cyclic\22, \22slices\22: 2, \22bodies\22: [{\22tiles\22: 1, \22form\22: \22split\22, \22slices_used\22: 1, \22split_computes\22: 0}, {\22tiles\22: 2, \22form\22: \22split\22, \22slices_used\22: 2, \22split_computes\22: 2}]}"
+// CHECK: "torq_nss.compute"() {{.*}}\22shape\22:[3,5]{{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0,\22padded_work\22:24}"}
+// CHECK: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:1,\22split\22:2}"}
+// CHECK: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:2,\22split\22:2}"}
+// ONE-LABEL: func.func @one_set()
+// ONE-SAME: \22bodies\22: [{\22tiles\22: 1, \22form\22: \22exact\22, \22slices_used\22: 1}, {\22tiles\22: 2, \22form\22: \22general\22, \22slices_used\22: 1}]
+// ONE-NOT: split
+func.func @one_set(%x: tensor<4x16xbf16>, %z: tensor<3x5xbf16>) -> (tensor<4x16xbf16>, tensor<3x5xbf16>) attributes {torq.lram_end = 128 : i64, torq.lram_peak = 128 : i64} {
+  %c0 = arith.constant 0 : index
+  %c2 = arith.constant 2 : index
+  %c4 = arith.constant 4 : index
+  %w = "torq_hl.elementwise"(%z) {epilogue = "{\22steps\22: [{\22op\22: \22neg\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0, 1], \22const\22: 0.0}]}], \22result\22: 0}", macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 64 : i64} : (tensor<3x5xbf16>) -> tensor<3x5xbf16>
+  %e = tensor.empty() : tensor<4x16xbf16>
+  %r = scf.for %i = %c0 to %c4 step %c2 iter_args(%acc = %e) -> (tensor<4x16xbf16>) {
+    %s = tensor.extract_slice %x[%i, 0] [2, 16] [1, 1] : tensor<4x16xbf16> to tensor<2x16xbf16>
+    %t = "torq_hl.elementwise"(%s) {epilogue = "{\22steps\22: [{\22op\22: \22add\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0, 1], \22const\22: 0.0}, {\22kind\22: \22const\22, \22index\22: 0, \22axes\22: [], \22const\22: 1.0}]}], \22result\22: 0}", macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 64 : i64, torq.lram_resident = [0], torq.lram_set_stride = 128 : i64, torq.lram_sets = 1 : i64} : (tensor<2x16xbf16>) -> tensor<2x16xbf16>
+    %u = tensor.insert_slice %t into %acc[%i, 0] [2, 16] [1, 1] : tensor<2x16xbf16> into tensor<4x16xbf16>
+    scf.yield %u : tensor<4x16xbf16>
+  }
+  return %r, %w : tensor<4x16xbf16>, tensor<3x5xbf16>
 }

@@ -5,16 +5,16 @@
 // in execution order, 0, 1, 2: a tile is numbered when its first compute is
 // emitted, not when its block ends (before, the function-body compute and
 // the first loop tile both got tile 0).
-// Slices are dealt per tile body: the function body's single tile runs on
-// slice 0; the loop body has 2 tiles <= 2 slices, so its iteration k runs on
-// slice k: slices 0, 0, 1.
+// Slices are dealt per tile body: the function body (one buffer set) splits
+// its compute over both slices from slice 0; the loop body (two buffer sets)
+// has 2 tiles <= 2 slices, so its iteration k runs on slice k: slices 0, 0, 1.
 // RUN: torq-opt %s --pass-pipeline='builtin.module(torq-build-nss-program)' | FileCheck %s
 
 // CHECK-LABEL: func.func @body_then_loop()
 // CHECK-SAME: \22tiles\22: 3,
 // CHECK: "torq_nss.tensor"() {spec = "{\22index\22:2,\22kind\22:\22scratch\22,\22shape\22:[4,16],
 // CHECK: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0],\22sizes\22:[4,16],
-// CHECK-NEXT: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0}"}
+// CHECK-NEXT: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0,\22split\22:2}"}
 // CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:1,\22tensor\22:2,\22offsets\22:[0,0],\22sizes\22:[4,16]}"}
 // CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:2,\22offsets\22:[0,0],\22sizes\22:[2,16],
 // CHECK-NEXT: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:1}"}
@@ -31,7 +31,7 @@ func.func @body_then_loop(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> attributes
   %e = tensor.empty() : tensor<4x16xbf16>
   %r = scf.for %i = %c0 to %c4 step %c2 iter_args(%acc = %e) -> (tensor<4x16xbf16>) {
     %s = tensor.extract_slice %y[%i, 0] [2, 16] [1, 1] : tensor<4x16xbf16> to tensor<2x16xbf16>
-    %t = "torq_hl.elementwise"(%s) {epilogue = "{\22steps\22: [{\22op\22: \22add\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0, 1], \22const\22: 0.0}, {\22kind\22: \22const\22, \22index\22: 0, \22axes\22: [], \22const\22: 1.0}]}], \22result\22: 0}", macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 64 : i64} : (tensor<2x16xbf16>) -> tensor<2x16xbf16>
+    %t = "torq_hl.elementwise"(%s) {epilogue = "{\22steps\22: [{\22op\22: \22add\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0, 1], \22const\22: 0.0}, {\22kind\22: \22const\22, \22index\22: 0, \22axes\22: [], \22const\22: 1.0}]}], \22result\22: 0}", macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 64 : i64, torq.lram_resident = [0], torq.lram_set_stride = 128 : i64, torq.lram_sets = 2 : i64} : (tensor<2x16xbf16>) -> tensor<2x16xbf16>
     %u = tensor.insert_slice %t into %acc[%i, 0] [2, 16] [1, 1] : tensor<2x16xbf16> into tensor<4x16xbf16>
     scf.yield %u : tensor<4x16xbf16>
   }

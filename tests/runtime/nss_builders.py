@@ -134,6 +134,7 @@ class ProgramBuilder:
         tile: int = 0,
         result_buffer: int | None = None,
         slice: int = 0,
+        split: int = 1,
     ) -> int:
         if result_buffer is None:
             result_buffer = self.buffer(math.prod(result_shape) * DTYPE_BYTES[result_dtype])
@@ -143,7 +144,7 @@ class ProgramBuilder:
         self._use(result_buffer)
         self.commands.append(
             Compute(op, ops, Operand(result_buffer, tuple(result_shape), result_dtype), dict(attrs or {}),
-                    Epilogue(list(steps or [])), slice=slice, macs=macs, tile=tile)
+                    Epilogue(list(steps or [])), slice=slice, macs=macs, tile=tile, split=split)
         )  # fmt: skip
         return result_buffer
 

@@ -34,6 +34,7 @@ def rich_program():
     c.attrs.update({"name": "conv", "scale": 0.125, "scales": [0.5, 1.5], "empty": [], "neg": -7})
     c.epilogue.steps.append(step("cast", val(3), to="bf16"))
     c.epilogue.result = 3
+    c.split = 2  # a compute split over both slices
     p.tensors.append(dataclasses.replace(p.tensors[0], index=len(p.tensors), kind="scratch", arg_index=-1))
     p.lram_peak = 1584
     return p
@@ -47,6 +48,17 @@ def test_round_trip_exact(make):
     assert q == p
     assert serialize_program(q) == blob
     assert parse_executable(memoryview(bytearray(blob))) == p
+
+
+def test_blob_without_split_reads_one_slice():
+    # Serialized before Compute.split existed (tests/runtime/test_inplace_outputs.py): every
+    # compute reads split = 1; a program with no split compute writes no split field.
+    old = parse_executable((Path(__file__).parent / "data" / "conv_tiled_relu6_v1.torqx").read_bytes())
+    assert [c.split for c in old.commands if isinstance(c, Compute)] == [1, 1]
+    p = conv_tiled_program()
+    blob = serialize_program(p)
+    p.commands[3].split = 2
+    assert len(serialize_program(p)) > len(blob) and parse_executable(serialize_program(p)).commands[3].split == 2
 
 
 def test_round_trip_completes_partial_hw_dict():
@@ -140,6 +152,7 @@ def corrupt(mutate) -> bytes:
         (lambda p: setattr(p.commands[2], "tensor", 9), r"command 2: DmaIn names unknown tensor 9"),
         (lambda p: setattr(p.commands[4], "tensor", 1), r"command 4: DmaOut on tensor 1 of kind constant"),
         (lambda p: setattr(p.buffers[0], "live_end", 8), r"buffer 0 has live range \[0, 8\] outside commands 0..7"),
+        (lambda p: setattr(p.commands[3], "split", 0), r"command 3: split over 0 slices \(at least 1\)"),
     ],
 )
 def test_inconsistent_contents(mutate, message):

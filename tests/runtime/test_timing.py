@@ -61,7 +61,7 @@ def test_single_dma():
     assert s.cycles == 225
 
 
-def single_conv_program():
+def single_conv_program(split: int = 1):
     pb = ProgramBuilder("one_conv", HW)
     x = pb.input((1, 4, 10, 10))  # 800 B
     tw = pb.constant(weights(), "bf16")  # 8*4*3*3*2 = 576 B
@@ -69,7 +69,7 @@ def single_conv_program():
     bx = pb.dma_in(x)
     bw = pb.dma_in(tw)
     by = pb.compute("conv2d", [(bx, (1, 4, 10, 10), "bf16"), (bw, (8, 4, 3, 3), "bf16")], (1, 8, 8, 8), "bf16",
-                    CONV_ATTRS, macs=8 * 8 * 8 * 4 * 9)
+                    CONV_ATTRS, macs=8 * 8 * 8 * 4 * 9, split=split)
     pb.dma_out(by, y)
     return pb.build()
 
@@ -92,6 +92,81 @@ def test_single_conv():
     # Waits: the conv started when its last input (cmd 1) arrived; the DmaOut after the conv.
     waits = {e["cmd"]: e["waited_for"] for e in s.timeline["events"]}
     assert waits[2] == 1 and waits[3] == 2
+
+
+def test_split_conv_takes_half_the_mac_cycles_on_both_slices():
+    (y,), s = run(single_conv_program(split=2))
+    # As test_single_conv, but the conv is split over slices 0 and 1 (4 output channels each):
+    # cmd 2 conv: 5 overhead + ceil(18432 / 64 / 2) = 5 + 144 = 149 on both slices -> [364, 513)
+    # cmd 3 DmaOut: 266 -> [513, 779)
+    assert spans(s) == {0: ("dma_in", 0, 210), 1: ("dma_in", 210, 364), 2: ("slice0", 364, 513),
+                        3: ("dma_out", 513, 779)}
+    assert s.cycles == 779 == 923 - 144
+    assert s.engine_busy_cycles == {"dma_in": 364, "dma_out": 266, "slice0": 149, "slice1": 149}
+    assert s.timeline["events"][2]["split"] == 2 and s.slices_used == 2
+    # Roofline unchanged: max(144, 600) = 600; no extra DMA bytes, no extra LRAM.
+    assert s.roofline_cycles == 600
+    assert s.dma_bytes_in == 800 + 576 and s.dma_bytes_out == 1024 and s.lram_peak_bytes == 2400
+    # Numerics unchanged: the kernel runs once on the whole result.
+    np.testing.assert_allclose(y, reference_conv(np.random.default_rng(0).standard_normal((1, 4, 10, 10))
+                                                 .astype(np.float32)), rtol=2e-2, atol=5e-2)
+
+
+def split_after_busy_slice1_program(split: int):
+    """x (64 bf16) in; a 4-step elementwise on slice 1; then a 1-step elementwise on
+    slice 0 (split = 1) or on slices 0 and 1 (split = 2), both reading x."""
+    pb = ProgramBuilder("split_waits", HW)
+    x, y1, y2 = pb.input((64,)), pb.output((64,)), pb.output((64,))
+    bx = pb.dma_in(x)
+    chain = [step("mul", opnd(0), const(2.0)), step("add", val(0), const(1.0)), step("mul", val(1), const(0.5)),
+             step("sub", val(2), const(3.0))]
+    b1 = pb.compute("elementwise", [(bx, (64,), "bf16")], (64,), "bf16", steps=chain, slice=1)
+    b2 = pb.compute("elementwise", [(bx, (64,), "bf16")], (64,), "bf16", steps=[step("neg", opnd(0))],
+                    split=split)
+    pb.dma_out(b1, y1)
+    pb.dma_out(b2, y2)
+    return pb.build()
+
+
+def test_split_compute_waits_for_all_its_slices():
+    x = np.arange(64, dtype=np.float32)
+    (_, one), s1 = Simulator(HW).run(split_after_busy_slice1_program(1), [x], record_timeline=True)
+    (_, two), s2 = Simulator(HW).run(split_after_busy_slice1_program(2), [x], record_timeline=True)
+    # cmd 0 DmaIn x: 10 + 128/4 = 42 -> [0, 42)
+    # cmd 1 on slice 1: 64 elements x 4 steps / 32 lanes: 5 + 8 = 13 -> [42, 55)
+    # cmd 2 unsplit on slice 0: 5 + 64/32 = 7, starts when x lands -> [42, 49)
+    # cmd 2 split over slices 0-1: 5 + ceil(2 / 2) = 6, but slice 1 is busy until 55 -> [55, 61)
+    assert spans(s1)[2] == ("slice0", 42, 49)
+    assert spans(s2)[2] == ("slice0", 55, 61)
+    assert s2.engine_busy_cycles["slice0"] == 6 and s2.engine_busy_cycles["slice1"] == 13 + 6
+    np.testing.assert_array_equal(one, two)
+    np.testing.assert_array_equal(two, -x)
+
+
+def test_split_compute_writes_accepted_by_slice_sharing_check():
+    # A buffer written by a split compute (slices 0-1) and later in place by slice 0: the
+    # slice-0 queue orders them, so it is no race; a slice-1-only writer next to slice 0 still is.
+    pb = ProgramBuilder("split_writes", HW)
+    x, y = pb.input((64,)), pb.output((64,))
+    b0 = pb.dma_in(x)
+    b1 = pb.compute("elementwise", [(b0, (64,), "bf16")], (64,), "bf16", steps=[step("mul", opnd(0), const(2.0))],
+                    split=2)
+    pb.compute("elementwise", [(b1, (64,), "bf16")], (64,), "bf16", steps=[step("add", opnd(0), const(1.0))],
+               result_buffer=b1)
+    pb.dma_out(b1, y)
+    (out,), s = Simulator(HW).run(pb.build(), [np.arange(64, dtype=np.float32)])
+    np.testing.assert_array_equal(out, bf16_round(np.arange(64) * 2.0 + 1.0))
+    pb.commands[1].slice, pb.commands[1].split = 1, 1
+    with pytest.raises(SimulatorError, match=r"LRAM buffer 1 is written by slices 1 and 0 while live"):
+        Simulator(HW).run(pb.build(), [np.zeros(64, np.float32)])
+
+
+def test_split_beyond_device_refused():
+    one_slice = TorqHw(**{**HW.to_dict(), "slices": 1})
+    p = single_conv_program(split=2)
+    with pytest.raises(SimulatorError, match=r"command 2 \(conv2d\) runs on slices 0..1 \(split over 2\) but the "
+                                             r"device .* has 1 slice;"):
+        Simulator(one_slice).run(p, [np.zeros((1, 4, 10, 10), np.float32)])
 
 
 def test_maxpool_runs_on_lanes_not_mac_array():
@@ -315,7 +390,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from torq.runtime.program import (Compute, DmaIn, DmaOut, Epilogue, EpilogueStep, LramBuffer, Operand,  # noqa: E402
                                   Program, Ref, TensorDesc)
-from torq.runtime.timing import command_cycles  # noqa: E402
+from torq.runtime.timing import command_cycles, engines_of  # noqa: E402
 
 
 @st.composite
@@ -330,9 +405,10 @@ def random_programs(draw):
         b = draw(st.integers(0, n_buf - 1))
         if kind == "compute":
             r = draw(st.integers(0, n_buf - 1))
+            sl = draw(st.integers(0, 1))
             commands.append(Compute("elementwise", [Operand(b, (32,), "bf16")], Operand(r, (32,), "bf16"), {},
                                     Epilogue([EpilogueStep("neg", [Ref("operand", 0)])]),
-                                    slice=draw(st.integers(0, 1))))
+                                    slice=sl, split=draw(st.integers(1, 2 - sl))))
         else:
             off = draw(st.integers(0, 48))
             size = draw(st.integers(1, 64 - off))
@@ -370,7 +446,7 @@ def test_schedule_respects_every_hazard_brute_force(p):
             if isinstance(ci, (DmaIn, DmaOut)) and isinstance(cj, (DmaIn, DmaOut)) and ci.tensor == cj.tensor:
                 boxes = ci.offsets[0] < cj.offsets[0] + cj.sizes[0] and cj.offsets[0] < ci.offsets[0] + ci.sizes[0]
                 ddr_hazard = boxes and (isinstance(ci, DmaOut) or isinstance(cj, DmaOut))
-            same_engine = t[i].engine == t[j].engine
+            same_engine = bool(set(engines_of(ci)) & set(engines_of(cj)))  # a split compute holds all its slices
             if lram_hazard or ddr_hazard or same_engine:
                 assert t[j].start >= t[i].end, (i, j, t[i], t[j])
     # Each command lasts at least its cycles; a DMA's transfer starts after its setup.

@@ -135,7 +135,14 @@ class Compute(object):
             return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
         return 0
 
-def ComputeStart(builder): builder.StartObject(9)
+    # Compute
+    def Split(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return 1
+
+def ComputeStart(builder): builder.StartObject(10)
 def Start(builder):
     return ComputeStart(builder)
 def ComputeAddOp(builder, op): builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(op), 0)
@@ -171,6 +178,9 @@ def AddTile(builder, tile):
 def ComputeAddPaddedWork(builder, paddedWork): builder.PrependInt64Slot(8, paddedWork, 0)
 def AddPaddedWork(builder, paddedWork):
     return ComputeAddPaddedWork(builder, paddedWork)
+def ComputeAddSplit(builder, split): builder.PrependInt64Slot(9, split, 1)
+def AddSplit(builder, split):
+    return ComputeAddSplit(builder, split)
 def ComputeEnd(builder): return builder.EndObject()
 def End(builder):
     return ComputeEnd(builder)
