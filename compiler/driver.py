@@ -42,7 +42,7 @@ class CompileOptions:
     iree_flags: list[str] = field(default_factory=list)
     keep_f32: bool = False
     strategy: str = "default"
-    traffic_slack: float = 0.05
+    traffic_slack: float = 0.0
     slice_distribution: str = "cyclic"
     compile_to: str = ""
     print_ir_after_all: bool = False

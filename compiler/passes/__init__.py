@@ -14,7 +14,9 @@ class PassOptions:
     super_tiling_strategy: str = "default"
     # Default strategy: extra DDR bytes (fraction of the least-traffic tiling's) a tiling may
     # move when it is predicted faster (--torq-tiling-traffic-slack; see super_tiling._parallel_sizes).
-    tiling_traffic_slack: float = 0.05
+    # 0 by default: a body whose buffers fill LRAM splits each compute over the slices
+    # (torq-build-nss-program), so no halo re-reads are needed to use both slices.
+    tiling_traffic_slack: float = 0.0
     # When a list, torq-super-tiling appends one record per tiled root (--torq-dump-tiling).
     tiling_log: list | None = None
     slice_distribution: str = "cyclic"  # see slice_distribution.py: cyclic | block | block-cyclic[:B]

@@ -47,16 +47,18 @@ def test_bad_spec(bad):
         parse_distribution(bad)
 
 
-# Five tiles of 2 rows (scf.for 0 to 10 step 2), one elementwise op per tile.
+# Five tiles of 2 rows (scf.for 0 to 10 step 2), one elementwise op per tile, two LRAM
+# buffer sets (a body with one set splits each compute over the slices instead:
+# tests/compiler/build_nss_program.mlir).
 FIVE_TILES = """
-func.func @five(%x: tensor<10x16xbf16>) -> tensor<10x16xbf16> attributes {torq.lram_end = 128 : i64, torq.lram_peak = 128 : i64} {
+func.func @five(%x: tensor<10x16xbf16>) -> tensor<10x16xbf16> attributes {torq.lram_end = 256 : i64, torq.lram_peak = 128 : i64} {
   %c0 = arith.constant 0 : index
   %c2 = arith.constant 2 : index
   %c10 = arith.constant 10 : index
   %e = tensor.empty() : tensor<10x16xbf16>
   %r = scf.for %i = %c0 to %c10 step %c2 iter_args(%acc = %e) -> (tensor<10x16xbf16>) {
     %s = tensor.extract_slice %x[%i, 0] [2, 16] [1, 1] : tensor<10x16xbf16> to tensor<2x16xbf16>
-    %t = "torq_hl.elementwise"(%s) {epilogue = "{\\"steps\\": [{\\"op\\": \\"add\\", \\"to\\": \\"\\", \\"args\\": [{\\"kind\\": \\"operand\\", \\"index\\": 0, \\"axes\\": [0, 1], \\"const\\": 0.0}, {\\"kind\\": \\"const\\", \\"index\\": 0, \\"axes\\": [], \\"const\\": 1.0}]}], \\"result\\": 0}", macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 64 : i64} : (tensor<2x16xbf16>) -> tensor<2x16xbf16>
+    %t = "torq_hl.elementwise"(%s) {epilogue = "{\\"steps\\": [{\\"op\\": \\"add\\", \\"to\\": \\"\\", \\"args\\": [{\\"kind\\": \\"operand\\", \\"index\\": 0, \\"axes\\": [0, 1], \\"const\\": 0.0}, {\\"kind\\": \\"const\\", \\"index\\": 0, \\"axes\\": [], \\"const\\": 1.0}]}], \\"result\\": 0}", macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 64 : i64, torq.lram_resident = [0], torq.lram_set_stride = 128 : i64, torq.lram_sets = 2 : i64} : (tensor<2x16xbf16>) -> tensor<2x16xbf16>
     %u = tensor.insert_slice %t into %acc[%i, 0] [2, 16] [1, 1] : tensor<2x16xbf16> into tensor<10x16xbf16>
     scf.yield %u : tensor<10x16xbf16>
   }
