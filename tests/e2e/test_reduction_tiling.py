@@ -48,18 +48,24 @@ def check_fit(cm, hw: str) -> None:
     assert stats and all(s["lram_peak_bytes"] <= budget for s in stats), (budget, stats)
 
 
+def run_against_torch(model, x, hw: str, tmp_path):
+    """Compiles and runs `model` on `x`, checks it against torch fp32 (bf16 bounds);
+    returns the compiled module and the tiling dump."""
+    with torch.no_grad():
+        ref = model(x).numpy()
+    cm, y, dump = compile_and_run(model, [x], hw, tmp_path)
+    rel_l2, cosine = error_figures(y, ref)
+    assert rel_l2 <= 1e-2 and cosine >= 0.9999, (rel_l2, cosine)
+    return cm, dump
+
+
 def test_linear_4096_to_64_splits_k(tmp_path):
     # One output column reads 4096 x 2 B of weights and the 4 x 4096 input is
     # 32 KiB: nothing fits the 16 KiB budget without splitting K.
     hw = "SL2610:lram_kb=16,reserved_kb=0"
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4096, 64), torch.nn.ReLU()).eval()
-    x = torch.randn(4, 4096)
-    with torch.no_grad():
-        ref = model(x).numpy()
-    cm, y, dump = compile_and_run(model, [x], hw, tmp_path)
-    rel_l2, cosine = error_figures(y, ref)
-    assert rel_l2 <= 1e-2 and cosine >= 0.9999, (rel_l2, cosine)
+    cm, dump = run_against_torch(model, torch.randn(4, 4096), hw, tmp_path)
     root = reduction_root(dump)
     assert root["reduction_extents"] == [4096] and 1 <= root["reduction_tile_sizes"][0] < 4096
     assert root["reduction_steps"] == 4096 // root["reduction_tile_sizes"][0]
@@ -74,12 +80,7 @@ def test_conv_splits_input_channels(tmp_path):
     hw = "SL2610:lram_kb=1,reserved_kb=0"
     torch.manual_seed(1)
     model = torch.nn.Sequential(torch.nn.Conv2d(64, 8, 3, padding=1), torch.nn.ReLU()).eval()
-    x = torch.randn(1, 64, 6, 6)
-    with torch.no_grad():
-        ref = model(x).numpy()
-    cm, y, dump = compile_and_run(model, [x], hw, tmp_path)
-    rel_l2, cosine = error_figures(y, ref)
-    assert rel_l2 <= 1e-2 and cosine >= 0.9999, (rel_l2, cosine)
+    cm, dump = run_against_torch(model, torch.randn(1, 64, 6, 6), hw, tmp_path)
     root = reduction_root(dump)
     assert root["reduction_extents"][0] == 64 and root["reduction_tile_sizes"][0] < 64  # input channels first
     check_fit(cm, hw)
