@@ -31,7 +31,7 @@ patterns match (torq-decompose-attention); one it cannot decompose is
 Operands that are constants at the flow level (`arith.constant`, or
 `util.global.load` of an immutable global with a constant initial value that
 nothing stores) stay function arguments, but their values are known
-(`ExtractedDispatch.constant_arg`, read-only and on demand), so
+(`FlowModuleFacts.constant`, read-only and on demand), so
 `lower_requantization` can read weights, biases and per-channel scales: it
 replaces a float requantization after an integer contraction with an exact
 integer rescale (`requant.py`), drops the arguments this leaves unread, and
@@ -46,6 +46,7 @@ padding it does not fuse) and the dispatch reads the padded tensor.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 from iree.compiler import ir
@@ -79,7 +80,7 @@ class ExtractedDispatch:
     result_updates: list[tuple[int, list[int] | None]]
     # Per function result: elementwise ops the host applies to the NPU result.
     host_tails: dict[int, HostTail] = field(default_factory=dict)
-    # The flow-level value of each function argument (for constant_arg).
+    # The flow-level value of each function argument (`FlowModuleFacts.constant` reads them).
     arg_values: list[ir.Value] = field(default_factory=list)
     # Per dispatch result: the type of the read-write operand it updates and the sizes
     # of the box it stores (per dim of that operand: unit dims the result drops too), else None.
@@ -88,10 +89,6 @@ class ExtractedDispatch:
     # Function results the NPU writes in place into their read-write operand
     # (`mark_in_place_updates`), in the order the call passes those operands.
     in_place: list[int] = field(default_factory=list)
-
-    def constant_arg(self, k: int) -> np.ndarray | None:
-        """The value of function argument k if the dispatch operand is a known constant."""
-        return resolve_constant(self.arg_values[k])
 
 
 def _tied_operands(dispatch: ir.Operation) -> list[int]:
@@ -226,40 +223,51 @@ def mark_in_place_updates(ex: ExtractedDispatch, func: ir.Operation) -> None:
         func.attributes[IN_PLACE_RESULTS] = ir.ArrayAttr.get(entries)
 
 
-def resolve_constant(v: ir.Value) -> np.ndarray | None:
-    """The value of flow-level `v` if it is an `arith.constant` or a `util.global.load`
-    of an immutable global with a constant initial value that no op stores; else None."""
-    op = v.owner
-    if isinstance(op, ir.Block):
-        return None
-    if op.name == "arith.constant":
-        return constant_value(op.attributes["value"])
-    if op.name != "util.global.load" or "is_immutable" not in op.attributes:
-        return None
-    module = op
-    while module is not None and module.name != "builtin.module":
-        module = module.parent
-    if module is None:
-        return None
-    name = ir.FlatSymbolRefAttr(op.attributes["global"]).value
-    try:
-        glob = ir.SymbolTable(module)[name]
-    except KeyError:
-        return None
-    glob = glob.operation if hasattr(glob, "operation") else glob
-    if glob.name != "util.global" or "is_mutable" in glob.attributes or "initial_value" not in glob.attributes:
-        return None
-    init = glob.attributes["initial_value"]
-    if not isinstance(init, (ir.DenseElementsAttr, ir.DenseResourceElementsAttr)):
-        return None
-    # An immutable global may still be set once by an initializer.
-    for other in walk_ops(module):
-        if other.name == "util.global.store" and ir.FlatSymbolRefAttr(other.attributes["global"]).value == name:
+class FlowModuleFacts:
+    """Read-only facts of the flow-level module the Torq target runs on, each worked out
+    once, on first use (the target only replaces dispatches: it adds no global and no
+    store, so they hold for the whole run)."""
+
+    def __init__(self, module_op: ir.Operation):
+        self.module_op = module_op
+
+    @cached_property
+    def constant_globals(self) -> dict[str, ir.Attribute]:
+        """Immutable globals with a constant initial value that no op stores (an immutable
+        global may still be set once by an initializer): name -> initial value."""
+        stored = {ir.FlatSymbolRefAttr(o.attributes["global"]).value
+                  for o in walk_ops(self.module_op) if o.name == "util.global.store"}
+        out = {}
+        for op in self.module_op.regions[0].blocks[0].operations:
+            op = op.operation
+            if op.name != "util.global" or "is_mutable" in op.attributes or "initial_value" not in op.attributes:
+                continue
+            name = ir.StringAttr(op.attributes["sym_name"]).value
+            init = op.attributes["initial_value"]
+            if name not in stored and isinstance(init, (ir.DenseElementsAttr, ir.DenseResourceElementsAttr)):
+                out[name] = init
+        return out
+
+    @cached_property
+    def host_float(self):
+        """The module's llvm-cpu float semantics (`requant.host_float_semantics`)."""
+        return host_float_semantics(self.module_op)
+
+    def constant(self, v: ir.Value) -> np.ndarray | None:
+        """The value of flow-level `v` if it is an `arith.constant` or a `util.global.load`
+        of one of `constant_globals`; else None."""
+        op = v.owner
+        if isinstance(op, ir.Block):
             return None
-    return constant_value(init)
+        if op.name == "arith.constant":
+            return constant_value(op.attributes["value"])
+        if op.name != "util.global.load" or "is_immutable" not in op.attributes:
+            return None
+        init = self.constant_globals.get(ir.FlatSymbolRefAttr(op.attributes["global"]).value)
+        return constant_value(init) if init is not None else None
 
 
-def lower_requantization(ex: ExtractedDispatch, func: ir.Operation, module_op: ir.Operation) -> list[str]:
+def lower_requantization(ex: ExtractedDispatch, func: ir.Operation, facts: FlowModuleFacts) -> list[str]:
     """Float requantizations after integer contractions in `func` become exact integer
     rescales (`requant.lower_float_requantization`); returns one line per rewrite.
 
@@ -269,7 +277,7 @@ def lower_requantization(ex: ExtractedDispatch, func: ir.Operation, module_op: i
     """
     had_users = set(range(len(func.regions[0].blocks[0].arguments))) - set(unused_arguments(func))
     try:
-        done = lower_float_requantization(func, _ConstantArgs(ex), _HostSemantics(module_op))
+        done = lower_float_requantization(func, _ConstantArgs(ex, facts), lambda: facts.host_float)
     except NotExact as e:
         raise Unsupported(str(e)) from None
     if not done.rescaled:
@@ -290,24 +298,14 @@ def lower_requantization(ex: ExtractedDispatch, func: ir.Operation, module_op: i
 class _ConstantArgs:
     """Function argument index -> constant value (or None), resolved on first use."""
 
-    def __init__(self, ex: ExtractedDispatch):
-        self.ex = ex
+    def __init__(self, ex: ExtractedDispatch, facts: FlowModuleFacts):
+        self.ex, self.facts = ex, facts
         self.cache: dict[int, np.ndarray | None] = {}
 
     def get(self, k: int) -> np.ndarray | None:
         if k not in self.cache:
-            self.cache[k] = self.ex.constant_arg(k)
+            self.cache[k] = self.facts.constant(self.ex.arg_values[k])
         return self.cache[k]
-
-
-class _HostSemantics:
-    """The module's host float semantics, read only if a requantization needs them."""
-
-    def __init__(self, module_op: ir.Operation):
-        self.module_op = module_op
-
-    def __call__(self):
-        return host_float_semantics(self.module_op)
 
 
 def host_tail_dispatch(value: ir.Value, tail: HostTail, element_type: ir.Type) -> ir.Value:

@@ -111,7 +111,10 @@ def host_float_semantics(module_op: ir.Operation) -> HostFloat | None:
     for op in module_op.regions[0].blocks[0].operations:
         op = op.operation
         if op.name == "util.global" and "initial_value" in op.attributes:
-            s = str(op.attributes["initial_value"])
+            init = op.attributes["initial_value"]
+            if isinstance(init, (ir.DenseElementsAttr, ir.DenseResourceElementsAttr)):
+                continue  # a tensor (e.g. a weight): printing it could take long and finds no target
+            s = str(init)
             if s.startswith("#hal.device.target"):
                 targets += re.findall(r'#hal\.executable\.target<"llvm-cpu".*?target_triple = "([^"]*)"', s)
                 features = re.findall(r'cpu_features = "([^"]*)"', s)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from iree.compiler import ir, passmanager
 
-from .dispatch_extraction import (ExtractedDispatch, box_copy_dispatch, extract_dispatch_function,
+from .dispatch_extraction import (ExtractedDispatch, FlowModuleFacts, box_copy_dispatch, extract_dispatch_function,
                                   hoist_input_pads, host_tail_dispatch, lower_requantization, mark_in_place_updates)
 from .ir_utils import CompileError, location_str, walk_ops
 from .macs import count_macs
@@ -261,6 +261,7 @@ class TorqTarget:
         pipeline = dispatch_pipeline(self.stop_after_phase)[1:]  # PRE_PASSES ran already
         declared: set = set()
         dispatches = [op for op in walk_ops(module_op) if op.name == "flow.dispatch.workgroups"]
+        facts = FlowModuleFacts(module_op)
         for i, dispatch in enumerate(dispatches):
             name = f"{_enclosing_function_name(dispatch)}_dispatch_{i}"
             macs = count_macs(dispatch)  # read-only, before the dispatch is replaced
@@ -271,7 +272,7 @@ class TorqTarget:
                 ex = extract_dispatch_function(dispatch, name, scratch)
                 passmanager.PassManager.parse(f"builtin.module({PRE_PASSES})").run(scratch.operation)
                 # A float requantization after an int8 contraction becomes an exact integer one, or host.
-                lower_requantization(ex, scratch.body.operations[0].operation, module_op)
+                lower_requantization(ex, scratch.body.operations[0].operation, facts)
                 mark_in_place_updates(ex, scratch.body.operations[0].operation)
                 n_in = len(ex.input_operands) + len(ex.in_place)
                 if n_in > MAX_INPUTS or len(dispatch.results) > MAX_RESULTS:
