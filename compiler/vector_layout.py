@@ -55,11 +55,8 @@ from __future__ import annotations
 import math
 
 from torq.hw import TorqHw
-from torq.runtime.program import DTYPE_BYTES
+from torq.runtime.program import nbytes
 
-# Compute ops and how many leading operands are principal (the rest are epilogue operands).
-PRINCIPAL_OPERANDS = {"conv2d": 2, "matmul": 2, "depthwise_conv2d": 2, "maxpool2d": 1, "avg_pool2d": 1,
-                      "reduce": 1, "elementwise": 0}
 RESULT = -1  # the role index of an op's result
 
 
@@ -115,10 +112,6 @@ def role_layout(op: str, attrs: dict, role: int, shape: tuple[int, ...], dtype: 
                 hw: TorqHw) -> tuple[int, ...]:
     """The padded LRAM shape of `shape` used as operand `role` of `op`."""
     return padded_shape(tuple(shape), vector_dim(op, attrs, role, len(shape)), vector_width(hw, dtype))
-
-
-def nbytes(shape: tuple[int, ...], dtype: str) -> int:
-    return math.prod(shape) * DTYPE_BYTES[dtype]
 
 
 def padded_work(op: str, attrs: dict, operands: list[tuple[tuple[int, ...], str]],

@@ -38,6 +38,7 @@ from torq.hw import TorqHw
 
 from .program import (
     DTYPE_BYTES,
+    nbytes,
     EPILOGUE_INT_TYPES,
     EPILOGUE_OPS,
     Command,
@@ -804,13 +805,6 @@ _ARITY = {"neg": 1, "cast": 1, "trunc": 1, "zext": 1, "select_gt": 4, "select_lt
 _TENSOR_KIND_NAMES = tuple(_TENSOR_KINDS)
 
 
-def _nbytes(shape: tuple[int, ...], dtype: str) -> int:
-    n = DTYPE_BYTES[dtype]
-    for d in shape:
-        n *= d
-    return n
-
-
 # Compute ops whose attrs and operand shapes determine the result shape and
 # MAC count; the validator checks them before anything runs.
 _SHAPED_OPS = ("depthwise_conv2d", "maxpool2d", "avg_pool2d", "reduce")
@@ -863,7 +857,7 @@ class _Validator:
         written: dict[int, int] = {}
         for c in self.p.commands:
             if isinstance(c, DmaOut):
-                written[c.tensor] = written.get(c.tensor, 0) + _nbytes(tuple(c.sizes), self.tensors[c.tensor].dtype)
+                written[c.tensor] = written.get(c.tensor, 0) + nbytes(tuple(c.sizes), self.tensors[c.tensor].dtype)
         for t in self.p.tensors:
             if t.kind == "output" and t.aliases < 0 and written.get(t.index, 0) < t.nbytes:
                 self.fail(
@@ -972,7 +966,7 @@ class _Validator:
             self.fail(f"{what} has layout {tuple(b.shape)} that does not fit its padded shape "
                       f"{tuple(b.padded_shape)}")
 
-    def use_buffer(self, i: int, buffer: int, nbytes: int, what: str, shape: tuple | None = None,
+    def use_buffer(self, i: int, buffer: int, size: int, what: str, shape: tuple | None = None,
                    dtype: str = "") -> None:
         b = self.buffers.get(buffer)
         if b is None:
@@ -988,9 +982,9 @@ class _Validator:
             if [d for d in shape if d != 1] != [d for d in b.shape if d != 1]:
                 self.fail(f"command {i}: {what} of shape {tuple(shape)} does not match the layout "
                           f"{tuple(b.shape)} of LRAM buffer {buffer}")
-            nbytes = _nbytes(tuple(b.padded_shape), dtype)
-        if nbytes > b.size:
-            self.fail(f"command {i}: {what} needs {nbytes} bytes but LRAM buffer {buffer} has {b.size}")
+            size = nbytes(tuple(b.padded_shape), dtype)
+        if size > b.size:
+            self.fail(f"command {i}: {what} needs {size} bytes but LRAM buffer {buffer} has {b.size}")
 
     def check_box(self, i: int, c: DmaIn | DmaOut) -> None:
         kind = type(c).__name__
@@ -1011,12 +1005,12 @@ class _Validator:
             if o < 0 or s < 0 or o + s > d:
                 box = ", ".join(f"{o}:{o + s}" for o, s in zip(c.offsets, c.sizes))
                 self.fail(f"command {i}: {kind} box [{box}] outside tensor {t.index} of shape {tuple(t.shape)}")
-        self.use_buffer(i, c.buffer, _nbytes(tuple(c.sizes), t.dtype), kind, tuple(c.sizes), t.dtype)
+        self.use_buffer(i, c.buffer, nbytes(tuple(c.sizes), t.dtype), kind, tuple(c.sizes), t.dtype)
 
     def check_operand(self, i: int, o: Operand, what: str) -> None:
         self.check_dtype(o.dtype, f"command {i} {what}")
         self.check_shape(o.shape, f"command {i} {what}")
-        self.use_buffer(i, o.buffer, _nbytes(tuple(o.shape), o.dtype), what, tuple(o.shape), o.dtype)
+        self.use_buffer(i, o.buffer, nbytes(tuple(o.shape), o.dtype), what, tuple(o.shape), o.dtype)
 
     def check_command(self, i: int, c: Command) -> None:
         if isinstance(c, (DmaIn, DmaOut)):

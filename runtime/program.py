@@ -108,6 +108,15 @@ from typing import Union
 
 DTYPE_BYTES = {"bf16": 2, "f32": 4, "i8": 1, "i16": 2, "i32": 4, "f16": 2, "i1": 1}
 
+
+
+def nbytes(shape, dtype: str) -> int:
+    """Bytes of a dense row-major array of `shape` in `dtype`."""
+    n = DTYPE_BYTES[dtype]
+    for d in shape:
+        n *= d
+    return n
+
 # Epilogue step ops. Each step reads refs and writes a new value.
 #   binary: add sub mul div max min ; unary: neg
 #   "select_gt" a b c d : (a > b) ? c : d     (relu/clamp written as cmp+select)
@@ -190,10 +199,7 @@ class TensorDesc:
 
     @property
     def nbytes(self) -> int:
-        n = DTYPE_BYTES[self.dtype]
-        for d in self.shape:
-            n *= d
-        return n
+        return nbytes(self.shape, self.dtype)
 
 
 @dataclass

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 from dataclasses import dataclass
 
@@ -65,7 +64,7 @@ from torq.hw import TorqHw
 
 from .executable import ExecutableError, validate_program
 from .kernels import COMPUTE_OPS, NP_DTYPES, KernelError, OperandCache, eval_epilogue, run_principal, store
-from .program import DTYPE_BYTES, Compute, DmaIn, DmaOut, LramBuffer, Program, TensorDesc, box_union, compulsory_bytes
+from .program import Compute, DmaIn, DmaOut, LramBuffer, Program, TensorDesc, box_union, compulsory_bytes, nbytes
 from .timing import (TimingError, Timeline, check_slice_sharing, dma_bytes, lram_occupancy, roofline_cycles,
                      schedule, slices_of)
 
@@ -132,10 +131,6 @@ def measure_lram_peak(buffers: list[LramBuffer], n_commands: int) -> int:
     return peak
 
 
-def _nbytes(shape: tuple[int, ...], dtype: str) -> int:
-    return math.prod(shape) * DTYPE_BYTES[dtype]
-
-
 @dataclass(eq=False)
 class Plan:
     """What running `program` on a device needs that does not depend on the inputs.
@@ -189,9 +184,9 @@ class Simulator:
         )
         for c in program.commands:
             if isinstance(c, DmaIn):
-                stats.dma_bytes_in += _nbytes(tuple(c.sizes), tensors[c.tensor].dtype)
+                stats.dma_bytes_in += nbytes(tuple(c.sizes), tensors[c.tensor].dtype)
             elif isinstance(c, DmaOut):
-                stats.dma_bytes_out += _nbytes(tuple(c.sizes), tensors[c.tensor].dtype)
+                stats.dma_bytes_out += nbytes(tuple(c.sizes), tensors[c.tensor].dtype)
             else:
                 stats.macs += c.macs
         self._add_timing(program, timeline, stats)
@@ -286,9 +281,9 @@ class Simulator:
         layout = None
         if buf.padded_shape:
             layout = (tuple(buf.padded_shape), tuple(slice(0, d) for d in buf.shape))
-            n = _nbytes(tuple(buf.padded_shape), dtype)
+            n = nbytes(tuple(buf.padded_shape), dtype)
         else:
-            n = _nbytes(shape, dtype)
+            n = nbytes(shape, dtype)
         if n > buf.size or buf.offset < 0 or buf.offset + n > self.hw.lram_bytes:  # validated; defensive
             raise SimulatorError(f"LRAM access of {n} bytes outside buffer {buf.id} [{buf.offset}, +{buf.size})")
         return buf.offset, n, NP_DTYPES[dtype], shape, layout

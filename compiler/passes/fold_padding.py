@@ -40,7 +40,6 @@ def fold_function(func: ir.Operation) -> None:
             planned.append((op, padding_fold(op)))
         except Unsupported as e:
             raise CompileError(f"{location_str(op)}: error: tensor.pad: {e}") from None
-    i64 = ir.IntegerType.get_signless(64)
     for op, p in planned:
         elt = ir.RankedTensorType(op.results[0].type).element_type
         value = (ir.FloatAttr.get(elt, p.value) if not isinstance(elt, ir.IntegerType)
