@@ -147,7 +147,7 @@ def padded_work(op: str, attrs: dict, operands: list[tuple[tuple[int, ...], str]
 
 # -- IR values ---------------------------------------------------------------------------
 
-def _ir_attrs(op) -> dict:
+def string_attrs(op) -> dict:
     """String attrs of a torq_hl op (the dims strings `vector_dim` reads)."""
     from iree.compiler import ir
 
@@ -167,11 +167,11 @@ def value_roles(v) -> list[tuple[str, dict, int]]:
     roles = []
     owner = v.owner
     if not isinstance(owner, ir.Block) and owner.name.startswith("torq_hl."):
-        roles.append((owner.name.split(".", 1)[1], _ir_attrs(owner), RESULT))
+        roles.append((owner.name.split(".", 1)[1], string_attrs(owner), RESULT))
     for use in v.uses:
         user = use.owner
         if user.name.startswith("torq_hl."):
-            roles.append((user.name.split(".", 1)[1], _ir_attrs(user), use.operand_number))
+            roles.append((user.name.split(".", 1)[1], string_attrs(user), use.operand_number))
     return roles
 
 

@@ -90,7 +90,7 @@ from ..patterns import PAD_VIEW, epilogue_from_json
 from ..slice_distribution import Distribution, form, parse_distribution, slice_of
 from ..tile_schedule import ACCUMULATE, enclosing_loops, is_reduction_loop, is_torq_hl, stays_in_body
 from torq.runtime.kernels import ACCUMULATOR_OPERAND
-from ..vector_layout import RESULT, padded_value_nbytes, padded_work, role_layout
+from ..vector_layout import RESULT, padded_value_nbytes, padded_work, role_layout, string_attrs
 from . import PassOptions
 
 NAME = "torq-build-nss-program"
@@ -126,7 +126,8 @@ class _Builder:
         self.tile_iteration: list[int] = []  # tile index -> its iteration index within its body
         self.resident: dict[tuple, int] = {}  # (body, value, outer loop indices) -> buffer (_resident_key)
         self.loop_ivs: dict[int, list] = {}  # body -> induction variables of its loops, innermost first
-        self.body_sets: dict[int, int] = {}  # body -> LRAM buffer sets its tiles cycle through (1 if absent)
+        self.body_sets: dict[int, int] = {}
+        self.buffer_layouts: dict[tuple, tuple] = {}  # _buffer's (size, layout) per value, op, role, shape  # body -> LRAM buffer sets its tiles cycle through (1 if absent)
         ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
         host_args = self._host_types("torq.host_arg_types", list(ftype.inputs))
         host_res = self._host_types("torq.host_result_types", list(ftype.results))
@@ -330,7 +331,6 @@ class _Builder:
             self.tensor_of[init] = self.tensor_of[res]
             self.tensor_of[arg] = self.tensor_of[res]
         for i in range(lb, ub, step):
-            self.env = {k: v for k, v in self.env.items() if k is not iv}
             self.env[iv] = i
             self._clear_body_env(body)
             self.run_block(body)
@@ -345,48 +345,42 @@ class _Builder:
         iv, acc = body.arguments[0], body.arguments[1]
         acc_buffer = local[op.operands[3]]
         for i in range(lb, ub, step):
-            self.env = {k: v for k, v in self.env.items() if k is not iv}
             self.env[iv] = i
-            self._clear_body_env(body)
-            self._forget_locals(body, local)
+            self._clear_body_env(body, local)  # the previous step's values and buffers
             local[acc] = acc_buffer
             self.run_block(body, local, tile)
         local[op.results[0]] = acc_buffer
 
-    def _forget_locals(self, body: ir.Block, local: dict) -> None:
-        """Drops the buffers of values defined in `body` (the previous step's)."""
-        for o in body.operations:
-            for r in o.operation.results:
-                local.pop(r, None)
-            for region in o.operation.regions:
-                for b in region.blocks:
-                    for a in b.arguments:
-                        local.pop(a, None)
-                    self._forget_locals(b, local)
-
-    def _clear_body_env(self, body: ir.Block):
+    def _clear_body_env(self, body: ir.Block, local: dict | None = None):
+        """Forgets what the previous iteration of `body` bound to the values it defines
+        (and, with `local`, their buffers and those of nested block arguments)."""
         for o in body.operations:
             for r in o.operation.results:
                 self.env.pop(r, None)
                 self.views.pop(r, None)
                 self.valid.pop(r, None)
+                if local is not None:
+                    local.pop(r, None)
             for region in o.operation.regions:
                 for b in region.blocks:
-                    self._clear_body_env(b)
+                    if local is not None:
+                        for a in b.arguments:
+                            local.pop(a, None)
+                    self._clear_body_env(b, local)
 
     def _buffer(self, offset: int, v: ir.Value, op: ir.Operation, role: int, shape: tuple) -> int:
         """A buffer for value `v` sized like torq-assign-lram-addresses sized it (padded,
         `vector_layout`), laid out for its first access: `shape` as `role` of `op`."""
         idx = len(self.buffers)
         n = len(self.commands)
-        hw = self.options.hw
-        size = padded_value_nbytes(v, hw)
-        attrs = {k: a.value for k, a in ((k, op.attributes[k]) for k in
-                                         [a if isinstance(a, str) else a.name for a in op.attributes])
-                 if isinstance(a, ir.StringAttr)}
-        padded = role_layout(op.name.split(".", 1)[1], attrs, role, tuple(shape),
-                             mlir_dtype(element_type(v.type)), hw)
-        layout = (tuple(shape), padded) if padded != tuple(shape) else ((), ())
+        key = (v, op, role, tuple(shape))
+        if key not in self.buffer_layouts:  # the same for every iteration of a tile body
+            hw = self.options.hw
+            padded = role_layout(op.name.split(".", 1)[1], string_attrs(op), role, tuple(shape),
+                                 mlir_dtype(element_type(v.type)), hw)
+            self.buffer_layouts[key] = (padded_value_nbytes(v, hw),
+                                        (tuple(shape), padded) if padded != tuple(shape) else ((), ()))
+        size, layout = self.buffer_layouts[key]
         self.buffers.append(LramBuffer(idx, offset, size, n, n, *layout))
         return idx
 
