@@ -31,6 +31,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torq.hw import TorqHw  # noqa: E402
 from common import (MODEL_SIZES, build_model, machine_info, machine_markdown, one_line, progress,  # noqa: E402
                     run_worker, worker_main)
 
@@ -89,7 +90,7 @@ COLUMNS = ["model", "LRAM KiB (usable)", "strategy", "DDR traffic ratio", "DMA M
 
 
 def table_row(r: dict) -> list[str]:
-    head = [r["label"], f"{r['lram_kb']} ({(r['lram_kb'] - 14)})", r["strategy"]]
+    head = [r["label"], f"{r['lram_kb']} ({TorqHw(lram_kb=r['lram_kb']).available_lram_bytes // 1024})", r["strategy"]]
     if "error" in r:
         return head + [f"**failed**: {one_line(r['error'], 220)}"] + [""] * (len(COLUMNS) - 6) + \
             [f"{r.get('compile_s', 0):.1f}", ""]
@@ -157,7 +158,7 @@ def markdown(rows: list[dict], depth: list[dict], info: dict, args, exports: dic
     lines += ["", "DDR traffic ratio = predicted DMA bytes (in + out) of the NPU dispatches' final NSS programs / "
               "their compulsory bytes (each input, weight and output once), summed over NPU dispatches, from "
               "`--torq-dump-tiling`. LRAM peak = largest allocator peak of a dispatch; overflows = dispatches whose "
-              "peak exceeds the usable budget (LRAM minus 14 KiB reserved). tiles = sum of tiles over NPU "
+              f"peak exceeds the usable budget (LRAM minus {TorqHw().reserved_kb} KiB reserved). tiles = sum of tiles over NPU "
               "dispatches (in brackets: dispatches with more than one tile). Overflows: compile-time refused = "
               "dispatches whose tiling the LRAM allocator refused (`--torq-host-fallback-on-error` keeps them on "
               "host, so the rest is still measured; the seed's estimate does this), run = dispatches whose peak "

@@ -26,7 +26,9 @@ def test_run_quick_mlp(tmp_path):
     assert "Machine:" in text and "iree-base-compiler 3.13.0" in text
     header = _rows(text, "| model")[0]
     (row,) = _rows(text, "| mlp")
-    fields = dict(zip(header, row))
+    assert len(header) == len(row)
+    fields = dict(zip(header, row))  # the later of the two "ratio" columns: simulator vs llvm-cpu run
+    assert re.fullmatch(r"\d+\.\d×", row[header.index("ratio")])  # torq-compile vs iree-compile
     assert fields["NPU share of MACs"] == "100.0%"  # three Linear layers, all on the NPU
     assert fields["dispatches torq/host"] == "3/0"
     assert float(fields["rel L2 vs torch"]) <= 1e-2 and float(fields["cosine vs torch"]) >= 0.9999

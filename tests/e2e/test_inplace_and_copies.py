@@ -122,8 +122,7 @@ def test_pad_as_model_output(value, relu):
     np.testing.assert_array_equal(out[interior], exact[interior])
     border = np.ones(out.shape, bool)
     border[interior] = False
-    np.testing.assert_allclose(out[border], value, rtol=1e-7)  # IREE's f32 constant of the float
-    assert not np.isin(out[border], bf16(value)).any() or bf16(value) == np.float32(value)
+    np.testing.assert_allclose(out[border], value, rtol=1e-7)  # IREE's f32 constant of the float, not bf16
     (s,) = cm.last_stats
     assert s["dma_bytes_in"] == s["dma_bytes_out"] == 4 * 8 * 16 * 2  # only the box moves
 

@@ -134,8 +134,9 @@ def test_default_saves_cycles_within_its_traffic_slack(sample, tmp_path, hw):
     # buffer sets, so DMA overlaps compute) only where that moves no more DDR bytes
     # (slack 0 by default). Cycles here are the simulator's, measured on the whole
     # model: both strategies split the computes of a one-set body over the two
-    # slices; default's extra tiles still save ~20% (measured 79,232 vs 99,018
-    # cycles at 512 KiB, 79,232 vs 99,597 at 64 KiB).
+    # slices; default's extra tiles still save cycles (about 20% when measured:
+    # 79,232 vs 99,018 at 512 KiB; the bound below is only "fewer", not that figure,
+    # which is our own output).
     cm_t, y_t, _ = compile_with("traffic", sample, tmp_path, hw)
     cm_d, y_d, _ = compile_with("default", sample, tmp_path, hw)
     t = {s["name"]: s for s in cm_t.last_stats if s["executor"] == "torq"}
@@ -144,7 +145,7 @@ def test_default_saves_cycles_within_its_traffic_slack(sample, tmp_path, hw):
     for name in t:
         assert (d[name]["dma_bytes_in"] + d[name]["dma_bytes_out"]
                 <= t[name]["dma_bytes_in"] + t[name]["dma_bytes_out"])
-    assert sum(s["cycles"] for s in d.values()) < 0.85 * sum(s["cycles"] for s in t.values())
+    assert sum(s["cycles"] for s in d.values()) < sum(s["cycles"] for s in t.values())
     assert max(s["slices_used"] for s in d.values()) == 2
     rel_l2, cosine = error_figures(y_d, sample[2])
     assert rel_l2 <= 1e-2 and cosine >= 0.9999

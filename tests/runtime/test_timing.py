@@ -390,7 +390,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from torq.runtime.program import (Compute, DmaIn, DmaOut, Epilogue, EpilogueStep, LramBuffer, Operand,  # noqa: E402
                                   Program, Ref, TensorDesc)
-from torq.runtime.timing import command_cycles, engines_of  # noqa: E402
+from torq.runtime.timing import command_cycles  # noqa: E402
 
 
 @st.composite
@@ -415,6 +415,16 @@ def random_programs(draw):
             tensor = 1 if kind == "out" else draw(st.integers(0, 1))
             commands.append(DmaIn(tensor, (off,), (size,), b) if kind == "in" else DmaOut(b, tensor, (off,), (size,)))
     return Program("random", HW.to_dict(), tensors, buffers, commands)
+
+
+def _engines(c) -> set[str]:
+    """The engines a command holds, from the program model (not runtime/timing.py's own
+    lookup): its DMA engine, or the slices Compute.slice .. slice + split - 1."""
+    if isinstance(c, DmaIn):
+        return {"dma_in"}
+    if isinstance(c, DmaOut):
+        return {"dma_out"}
+    return {f"slice{s}" for s in range(c.slice, c.slice + c.split)}
 
 
 def _accesses(c):
@@ -446,7 +456,7 @@ def test_schedule_respects_every_hazard_brute_force(p):
             if isinstance(ci, (DmaIn, DmaOut)) and isinstance(cj, (DmaIn, DmaOut)) and ci.tensor == cj.tensor:
                 boxes = ci.offsets[0] < cj.offsets[0] + cj.sizes[0] and cj.offsets[0] < ci.offsets[0] + ci.sizes[0]
                 ddr_hazard = boxes and (isinstance(ci, DmaOut) or isinstance(cj, DmaOut))
-            same_engine = bool(set(engines_of(ci)) & set(engines_of(cj)))  # a split compute holds all its slices
+            same_engine = bool(_engines(ci) & _engines(cj))  # a split compute holds all its slices
             if lram_hazard or ddr_hazard or same_engine:
                 assert t[j].start >= t[i].end, (i, j, t[i], t[j])
     # Each command lasts at least its cycles; a DMA's transfer starts after its setup.
