@@ -20,8 +20,6 @@ masks with at least one attended key per row;
 import os
 import sys
 
-import iree.compiler as ireec
-import iree.runtime as ireert
 import iree.turbine.aot as aot
 import numpy as np
 import torch
@@ -33,6 +31,7 @@ import torq
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
 from cnn import error_figures  # noqa: E402
 
+from llvm_cpu import llvm_cpu  # noqa: E402
 from test_attention import SMALL_LRAM, qkv, run_on_torq  # noqa: E402
 
 
@@ -127,14 +126,6 @@ def test_multihead_attention_bool_attn_mask():
     blocked = ~keep_mask((16, 16), seed=26)
     cm, host = run_on_torq(SelfAttention(mha).eval(), (x, blocked))
     assert not host, host
-
-
-def llvm_cpu(mlir: str, *xs: np.ndarray) -> np.ndarray:
-    vmfb = ireec.compile_str(mlir, target_backends=["llvm-cpu"], extra_args=["--iree-llvmcpu-target-cpu=host"])
-    config = ireert.Config("local-task")
-    ctx = ireert.SystemContext(config=config)
-    ctx.add_vm_module(ireert.VmModule.copy_buffer(config.vm_instance, vmfb))
-    return np.asarray(ctx.modules.module.main(*xs))
 
 
 def test_fully_masked_row_is_nan_like_llvm_cpu():

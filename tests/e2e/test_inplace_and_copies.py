@@ -25,13 +25,12 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from iree import compiler as ireec
-from iree import runtime as ireert
 
 import torq
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
 from cnn import error_figures  # noqa: E402
+from llvm_cpu import TOSA, llvm_cpu  # noqa: E402
 
 
 def bf16(x) -> np.ndarray:
@@ -150,7 +149,6 @@ def test_standalone_pad_fills_its_border(hw):
         assert pads[0]["tiles"] > 2 and pads[0]["lram_peak_bytes"] <= 1024
 
 
-TOSA = ["--iree-input-type=tosa"]
 # int8 pad as an output (a host fill of -5 + an NPU copy), concat on the channel dim
 # (two NPU copies), and a pad of 7 that a clamp reads (a tensor.pad dispatch: the NPU
 # writes the border).
@@ -169,20 +167,12 @@ func.func @main(%x: tensor<1x6x7x16xi8>, %y: tensor<1x6x7x8xi8>)
 """
 
 
-def llvm_cpu(mlir: str, *xs: np.ndarray) -> list[np.ndarray]:
-    vmfb = ireec.compile_str(mlir, target_backends=["llvm-cpu"], extra_args=TOSA + ["--iree-llvmcpu-target-cpu=host"])
-    config = ireert.Config("local-task")
-    ctx = ireert.SystemContext(config=config)
-    ctx.add_vm_module(ireert.VmModule.copy_buffer(config.vm_instance, vmfb))
-    return [np.asarray(r) for r in ctx.modules.module.main(*xs)]
-
-
 @pytest.mark.parametrize("hw", ["SL2610", "SL2610:lram_kb=15"])
 def test_int8_tosa_pad_and_concat_bit_exact(hw):
     rng = np.random.default_rng(4)
     x = rng.integers(-128, 128, (1, 6, 7, 16)).astype(np.int8)
     y = rng.integers(-128, 128, (1, 6, 7, 8)).astype(np.int8)
-    refs = llvm_cpu(TOSA_PAD_CONCAT, x, y)
+    refs = llvm_cpu(TOSA_PAD_CONCAT, x, y, flags=TOSA)
     cm = all_on_torq(TOSA_PAD_CONCAT, hw=hw, flags=TOSA)
     outs = cm(x, y)
     for out, ref in zip(outs, refs):

@@ -9,23 +9,16 @@ import os
 
 import numpy as np
 import pytest
-from iree import compiler as ireec
-from iree import runtime as ireert
 
 import torq
+from llvm_cpu import TOSA, llvm_cpu
 from tosa_int8 import conv_rescale_clamp, two_layer_net
 
 BUDGETS = ["SL2610", "SL2610:lram_kb=64"]
-TOSA = ["--iree-input-type=tosa"]
 
 
 def llvm_cpu_reference(mlir: str, *xs: np.ndarray) -> np.ndarray:
-    vmfb = ireec.compile_str(mlir, target_backends=["llvm-cpu"],
-                             extra_args=TOSA + ["--iree-llvmcpu-target-cpu=host"])
-    config = ireert.Config("local-task")
-    ctx = ireert.SystemContext(config=config)
-    ctx.add_vm_module(ireert.VmModule.copy_buffer(config.vm_instance, vmfb))
-    return np.asarray(ctx.modules.module.main(*xs))
+    return llvm_cpu(mlir, *xs, flags=TOSA)
 
 
 def random_int8(shape, seed):

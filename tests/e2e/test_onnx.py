@@ -171,8 +171,7 @@ def qdq_conv_model(seed=0) -> onnx.ModelProto:
 
 
 def test_qdq_int8_conv_bit_exact_vs_llvm_cpu():
-    from iree import compiler as ireec
-    from iree import runtime as ireert
+    from llvm_cpu import llvm_cpu
     from torq.compiler.onnx_import import import_onnx
 
     model = qdq_conv_model()
@@ -181,11 +180,7 @@ def test_qdq_int8_conv_bit_exact_vs_llvm_cpu():
 
     # Reference: IREE llvm-cpu on the same imported module.
     imported = import_onnx(data, "qdq.onnx")
-    vmfb = ireec.compile_str(imported, target_backends=["llvm-cpu"], extra_args=["--iree-llvmcpu-target-cpu=host"])
-    config = ireert.Config("local-task")
-    ctx = ireert.SystemContext(config=config)
-    ctx.add_vm_module(ireert.VmModule.copy_buffer(config.vm_instance, vmfb))
-    ref = np.asarray(ctx.modules.module[GRAPH](x))
+    ref = llvm_cpu(imported, x, function=GRAPH)
 
     remarks = []
 

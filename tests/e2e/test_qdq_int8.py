@@ -23,6 +23,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 import torq  # noqa: E402
 from torq.compiler import requant  # noqa: E402
 from torq.compiler.onnx_import import import_onnx  # noqa: E402
+from llvm_cpu import llvm_cpu  # noqa: E402
 
 GRAPH = "main_graph"
 # Per output channel: weights on input channels 0 and 1 (one is +-1: every accumulator occurs).
@@ -83,16 +84,8 @@ def every_int8_pair(gemm: bool = False) -> np.ndarray:
     return np.stack([x0, x1])[None]
 
 
-def llvm_cpu(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
-    from iree import compiler as ireec
-    from iree import runtime as ireert
-
-    vmfb = ireec.compile_str(import_onnx(model.SerializeToString(), "m.onnx"), target_backends=["llvm-cpu"],
-                             extra_args=["--iree-llvmcpu-target-cpu=host"])
-    config = ireert.Config("local-task")
-    ctx = ireert.SystemContext(config=config)
-    ctx.add_vm_module(ireert.VmModule.copy_buffer(config.vm_instance, vmfb))
-    return np.asarray(ctx.modules.module[GRAPH](x))
+def onnx_on_llvm_cpu(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    return llvm_cpu(import_onnx(model.SerializeToString(), "m.onnx"), x, function=GRAPH)
 
 
 class Remarks:
@@ -116,7 +109,7 @@ _REFERENCES: dict = {}
 def compile_and_compare(model, x):
     key = model.SerializeToString()
     if key not in _REFERENCES:
-        _REFERENCES[key] = llvm_cpu(model, x)
+        _REFERENCES[key] = onnx_on_llvm_cpu(model, x)
     ref = _REFERENCES[key]
     remarks = Remarks()
     cm = torq.compile(model, remarks=remarks)
@@ -337,8 +330,6 @@ def test_chain_emulation_matches_llvm_cpu_at_step_points():
     """requant.Chain evaluates the ONNX requantization body exactly as llvm-cpu does (on an
     FMA host: mulf + addf fused, one rounding), right at the step points, where a single
     f32 rounding decides the level; the separately rounded emulation would not match."""
-    from iree import compiler as ireec
-    from iree import runtime as ireert
     from iree.compiler import ir
 
     corr, bias = 1234, np.float32(0.8535)
@@ -357,14 +348,9 @@ def test_chain_emulation_matches_llvm_cpu_at_step_points():
         points = np.unique(np.concatenate(points))
         want = {fma: chain(points) for fma, chain in chains.items()}
     assert int((want[True] != want[False]).sum()) > 0  # the two models disagree somewhere
-    vmfb = ireec.compile_str(CHAIN_MLIR.format(n=len(points)), target_backends=["llvm-cpu"],
-                             extra_args=["--iree-llvmcpu-target-cpu=host"])
-    config = ireert.Config("local-task")
-    ctx = ireert.SystemContext(config=config)
-    ctx.add_vm_module(ireert.VmModule.copy_buffer(config.vm_instance, vmfb))
     n = len(points)
-    got = np.asarray(ctx.modules.module.main(points.astype(np.int32), np.full(n, corr, np.int32),
-                                             np.full(n, bias, np.float32))).astype(np.int64)
+    got = llvm_cpu(CHAIN_MLIR.format(n=n), points.astype(np.int32), np.full(n, corr, np.int32),
+                   np.full(n, bias, np.float32)).astype(np.int64)
     expected = want[_host_has_fma()]
     assert np.array_equal(got, expected), f"{int((got != expected).sum())} of {n} step-point levels differ"
 
@@ -403,14 +389,7 @@ def test_torch_quantized_decomposed_conv():
     exec(TORCH_QDQ, ns)
     mlir = str(aot.export(ns["QdqConv"](), torch.zeros(1, 4, 8, 8)).mlir_module)
     x = (np.random.default_rng(0).standard_normal((1, 4, 8, 8)) * 3).astype(np.float32)
-    from iree import compiler as ireec
-    from iree import runtime as ireert
-
-    vmfb = ireec.compile_str(mlir, target_backends=["llvm-cpu"], extra_args=["--iree-llvmcpu-target-cpu=host"])
-    config = ireert.Config("local-task")
-    ctx = ireert.SystemContext(config=config)
-    ctx.add_vm_module(ireert.VmModule.copy_buffer(config.vm_instance, vmfb))
-    ref = np.asarray(ctx.modules.module.main(x))
+    ref = llvm_cpu(mlir, x)
     cm = torq.compile(mlir, remarks=None)
     conv = contraction_dispatches(cm, 8 * 8 * 8 * 4 * 9)
     assert len(conv) == 1 and conv[0].executor == "torq", cm.report.dispatches

@@ -29,11 +29,10 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import HealthCheck, event, example, given, note, settings
 from hypothesis import strategies as st
-from iree import compiler as ireec
-from iree import runtime as ireert
 from numpy.lib.stride_tricks import sliding_window_view
 
 import torq
+from llvm_cpu import TOSA, llvm_cpu
 from tosa_int8 import TosaBuilder
 
 EXAMPLES = int(os.environ.get("TORQ_HYPOTHESIS_EXAMPLES", "10"))
@@ -205,15 +204,6 @@ def int8_model(case: Case) -> tuple[str, np.ndarray, None]:
     return b.function(case.shape, v, shape), x, None
 
 
-def llvm_cpu(mlir: str, x: np.ndarray) -> np.ndarray:
-    vmfb = ireec.compile_str(mlir, target_backends=["llvm-cpu"],
-                             extra_args=["--iree-input-type=tosa", "--iree-llvmcpu-target-cpu=host"])
-    config = ireert.Config("local-task")
-    ctx = ireert.SystemContext(config=config)
-    ctx.add_vm_module(ireert.VmModule.copy_buffer(config.vm_instance, vmfb))
-    return np.asarray(ctx.modules.module.main(x))
-
-
 # --- random cases ---------------------------------------------------------------------
 
 @st.composite
@@ -307,7 +297,7 @@ def test_tiling_fits_or_says_why(case: Case):
     budget = case.budget_kb * 1024
     flags = [f"--torq-super-tiling-strategy={case.strategy}"]
     if case.family == "int8":
-        flags.append("--iree-input-type=tosa")
+        flags += TOSA
     try:
         cm = torq.compile(mlir, hw=f"SL2610:lram_kb={case.budget_kb},reserved_kb=0", flags=flags)
     except torq.TorqCompileError as e:
@@ -330,7 +320,7 @@ def test_tiling_fits_or_says_why(case: Case):
     if case.expect == "tiled":
         assert tiled
     if case.family == "int8":
-        expected = llvm_cpu(mlir, x)
+        expected = llvm_cpu(mlir, x, flags=TOSA)
         assert y.shape == expected.shape and int((y != expected).sum()) == 0
     else:
         assert y.shape == ref.shape
