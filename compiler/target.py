@@ -282,15 +282,13 @@ class TorqTarget:
                 if reason:
                     raise Unsupported(reason)
                 run_passes(scratch, pipeline, self.options, self.print_after_all)
-            except Unsupported as e:
-                self.remark(dispatch, f"dispatch {name} stays on host: {e}")
-                report.dispatches.append(DispatchDecision(name, "host", str(e), macs=macs))
-                _hoist_pads_for_host(dispatch)
-                continue
-            except CompileError as e:
-                if not self.options.host_fallback_on_error:
+            except (Unsupported, CompileError) as e:
+                # Unsupported: no Torq form, host by design; CompileError: a failed Torq
+                # compile, a user error unless --torq-host-fallback-on-error.
+                failed = not isinstance(e, Unsupported)
+                if failed and not self.options.host_fallback_on_error:
                     raise CompileError(f"{location_str(dispatch)}: dispatch {name}: {e}") from None
-                reason = f"Torq compile failed: {e}"
+                reason = f"Torq compile failed: {e}" if failed else str(e)
                 self.remark(dispatch, f"dispatch {name} stays on host: {reason}")
                 report.dispatches.append(DispatchDecision(name, "host", reason, macs=macs))
                 _hoist_pads_for_host(dispatch)
