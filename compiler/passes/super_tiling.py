@@ -310,35 +310,31 @@ def tile_reduction(module_op: ir.Operation, sizes: list[int]) -> None:
     an scf.for per tiled loop, innermost, whose iter_arg is the accumulator, initialised
     from the op's init (the group's fill, outside the loop); the group's epilogue ops
     stay after the loop, so they run once on the full sum."""
-    n_loops = sum(1 for s in sizes if s)
-    loops = ", ".join(["!transform.any_op"] * n_loops)
-    seq = ir.Module.parse(f"""
-module attributes {{transform.with_named_sequence}} {{
-  transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.readonly}}) {{
-    %op = transform.structured.match attributes {{{TILE_REDUCTION}}} in %root : (!transform.any_op) -> !transform.any_op
-    %tiled, %loops:{n_loops} = transform.structured.tile_using_for %op tile_sizes {sizes}
-        : (!transform.any_op) -> (!transform.any_op, {loops})
-    transform.yield
-  }}
-}}""")
-    interpreter.apply_named_sequence(module_op, seq.body.operations[0], seq)
-    passmanager.PassManager.parse("builtin.module(canonicalize,cse)").run(module_op)
+    _apply_tiling(module_op, TILE_REDUCTION, "tile_using_for", sizes, "", "canonicalize,cse")
 
 
 def _fuse(module_op: ir.Operation, loop_sizes: list[int], interchange: list[int] | None) -> None:
-    n_loops = sum(1 for s in loop_sizes if s)
-    loops = ", ".join(["!transform.any_op"] * n_loops)
+    _apply_tiling(module_op, TILE_ROOT, "fuse", loop_sizes, f" interchange {interchange}" if interchange else "",
+                  "canonicalize,cse,loop-invariant-code-motion")
+
+
+def _apply_tiling(module_op: ir.Operation, tag: str, transform: str, sizes: list[int], options: str,
+                  cleanup: str) -> None:
+    """Runs transform.structured.`transform` (fuse / tile_using_for) with `sizes` on the op
+    tagged `tag` in `module_op` (one loop per nonzero size), then the `cleanup` passes."""
+    n_loops = sum(1 for s in sizes if s)
+    loops = "".join([", !transform.any_op"] * n_loops)
     seq = ir.Module.parse(f"""
 module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.readonly}}) {{
-    %op = transform.structured.match attributes {{{TILE_ROOT}}} in %root : (!transform.any_op) -> !transform.any_op
-    %tiled{', %loops:' + str(n_loops) if n_loops else ''} = transform.structured.fuse %op tile_sizes {loop_sizes}{' interchange ' + str(interchange) if interchange else ''}
-        : (!transform.any_op) -> (!transform.any_op{', ' + loops if n_loops else ''})
+    %op = transform.structured.match attributes {{{tag}}} in %root : (!transform.any_op) -> !transform.any_op
+    %tiled{f', %loops:{n_loops}' if n_loops else ''} = transform.structured.{transform} %op tile_sizes {sizes}{options}
+        : (!transform.any_op) -> (!transform.any_op{loops})
     transform.yield
   }}
 }}""")
     interpreter.apply_named_sequence(module_op, seq.body.operations[0], seq)
-    passmanager.PassManager.parse("builtin.module(canonicalize,cse,loop-invariant-code-motion)").run(module_op)
+    passmanager.PassManager.parse(f"builtin.module({cleanup})").run(module_op)
 
 
 def _root_loop(func: ir.Operation) -> ir.Operation | None:
