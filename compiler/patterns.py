@@ -1113,14 +1113,17 @@ def _fold_division(epi: Epilogue, count: int) -> Epilogue | None:
                     epi.result - 1 if epi.result > 0 else epi.result)
 
 
-def _init_steps(op: ir.Operation, p: Contraction, inputs: list[ir.Value]) -> tuple[ir.Operation, list[EpilogueStep]]:
+def init_steps(op: ir.Operation, p: Contraction, inputs: list[ir.Value],
+               init: ir.Value | None = None) -> tuple[ir.Operation, list[EpilogueStep]]:
     """The accumulator init of principal `op` and the epilogue steps it implies.
 
     A fill with the identity of the op adds nothing. A contraction may also
     start from a broadcast tensor (IREE puts a grouped conv's bias there): that
-    is an epilogue add of the broadcast's input, appended to `inputs`.
+    is an epilogue add of the broadcast's input (a constant if it has one
+    element), appended to `inputs`. `init` defaults to the op's own init; a tiled
+    reduction passes the init of its loop nest.
     """
-    init = op.operands[n_inputs(op)]
+    init = op.operands[n_inputs(op)] if init is None else init
     init_op = None if isinstance(init.owner, ir.Block) else init.owner
     what = "a zero fill" if p.identity == "zero" else "a fill with the lowest value"
     if init_op is None:
@@ -1268,7 +1271,7 @@ def match_group(op: ir.Operation) -> Match | None:
             inputs = [None]  # the prologue's result / the gathered box, made by the rewrite
         else:
             inputs = list(op.operands[: con.n_inputs])
-        init_op, pre = _init_steps(op, con, inputs)
+        init_op, pre = init_steps(op, con, inputs)
         ops = [op, init_op]
         bottom = op
         epi = Epilogue(pre, len(pre) if pre else 0)

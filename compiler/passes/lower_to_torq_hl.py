@@ -32,9 +32,9 @@ from iree.compiler import ir
 
 from torq.runtime.program import Epilogue, EpilogueStep, Ref
 from ..ir_utils import CompileError, element_type, indexing_maps, location_str, n_inputs, static_shape, walk_ops
-from ..patterns import (PAD_VIEW, Gather, Match, Unsupported, box_read, classify_principal, epilogue_to_json,
+from ..patterns import (PAD_VIEW, Gather, Match, Unsupported, box_read, classify_principal, epilogue_to_json, init_steps,
                         is_zero_fill, match_group)
-from ..patterns import _axes, _broadcast_source, _epilogue_of, _int_width, _is_elementwise, _is_identity_like
+from ..patterns import _epilogue_of, _is_elementwise, _is_identity_like
 from ..tile_schedule import ACCUMULATE
 from . import PassOptions
 
@@ -145,21 +145,6 @@ def _reduction_nest(loop: ir.Operation) -> tuple[list[ir.Operation], ir.Operatio
     return None
 
 
-def _accumulator_init(init_op: ir.Operation | None, inputs: list[ir.Value]) -> list[EpilogueStep]:
-    """Epilogue steps implied by the accumulator init outside the reduction loop: none for a
-    zero fill; for a broadcast (a bias IREE put into the init) an add of its input, which
-    is appended to `inputs`."""
-    if init_op is not None and is_zero_fill(init_op):
-        return []
-    b = _broadcast_source(init_op) if init_op is not None else None
-    if b is None:
-        raise Unsupported("tiled reduction whose accumulator is not a zero fill or a broadcast")
-    src, in_map, out_map = b
-    bias = Ref("operand", index=len(inputs), axes=_axes(in_map, out_map))
-    inputs.append(src)
-    return [EpilogueStep("add", [Ref("value", 0), bias], to=_int_width(element_type(init_op.results[0])))]
-
-
 def _elementwise(operands: list[ir.Value], epilogue: Epilogue, result: ir.Type) -> ir.Operation:
     return ir.Operation.create("torq_hl.elementwise", results=[result], operands=operands,
                                attributes={"epilogue": ir.StringAttr.get(epilogue_to_json(epilogue)),
@@ -186,10 +171,8 @@ def lower_reduction_nest(loops: list[ir.Operation], principal: ir.Operation) -> 
     integer = isinstance(element_type(principal.operands[0]), ir.IntegerType)
     elt = ir.IntegerType.get_signless(32) if integer else ir.F32Type.get()
     acc_type = ir.RankedTensorType.get(list(static_shape(principal.results[0].type)), elt)
-    init = outer.operands[3]
-    init_op = None if isinstance(init.owner, ir.Block) else init.owner
     inputs: list[ir.Value] = []
-    pre = _accumulator_init(init_op, inputs)
+    init_op, pre = init_steps(principal, con, inputs, init=outer.operands[3])
     result = outer.results[0]
     user = [u.owner for u in result.uses]
     user = user[0] if len(user) == 1 else None
