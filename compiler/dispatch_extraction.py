@@ -52,7 +52,7 @@ import numpy as np
 from iree.compiler import ir
 from iree.compiler.dialects import arith, flow, iree_tensor_ext
 
-from .ir_utils import block_ops, constant_value, int_array, static_shape, walk_ops
+from .ir_utils import block_ops, constant_value, int_array, region_ops, static_shape, walk_ops
 from .passes import decompose_attention
 from .patterns import Unsupported
 from .requant import HostTail, NotExact, host_float_semantics, lower_float_requantization, unused_arguments
@@ -656,7 +656,7 @@ def _kept_dims(box: _Box, result: tuple[int, ...]) -> list[int | None] | None:
 
 def _pad_value(pad: ir.Operation) -> ir.Attribute | None:
     """The scalar `arith.constant` attribute `pad` yields, or None."""
-    ops = [o.operation for o in pad.regions[0].blocks[0].operations]
+    ops = region_ops(pad)
     if len(ops) != 1 or ops[0].name != "tensor.yield":
         return None
     owner = ops[0].operands[0].owner

@@ -64,6 +64,11 @@ def block_ops(block: ir.Block) -> list[ir.Operation]:
     return [o.operation for o in block.operations]
 
 
+def region_ops(op: ir.Operation) -> list[ir.Operation]:
+    """The ops of the first block of `op`'s first region (a linalg body, a function, a loop body)."""
+    return block_ops(op.regions[0].blocks[0])
+
+
 def indexing_maps(op: ir.Operation) -> list[ir.AffineMap]:
     """The `indexing_maps` of a linalg structured op (ins then outs)."""
     return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]

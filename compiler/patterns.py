@@ -63,7 +63,7 @@ import numpy as np
 from iree.compiler import ir
 
 from torq.runtime.program import EPILOGUE_INT_TYPES, Epilogue, EpilogueStep, Ref
-from .ir_utils import constant_of, indexing_maps, int_array, mlir_dtype, n_inputs, static_shape
+from .ir_utils import constant_of, indexing_maps, int_array, mlir_dtype, n_inputs, region_ops, static_shape
 
 FUSE_GROUP = "torq-fuse-group"
 FUSE_GROUP_ID = "torq-fuse-group-id"
@@ -152,13 +152,9 @@ def _iterators(op: ir.Operation) -> list[str]:
     return [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(op.attributes["iterator_types"])]
 
 
-def _body_ops(op: ir.Operation) -> list[ir.Operation]:
-    return [o.operation for o in op.regions[0].blocks[0].operations]
-
-
 def _is_mul_add_body(op: ir.Operation) -> bool:
     """Body is `out + a*b`, optionally with casts of a and b first."""
-    names = [o.name for o in _body_ops(op)]
+    names = [o.name for o in region_ops(op)]
     core = [n for n in names if n not in ("arith.extsi", "arith.extf", "arith.sitofp", "arith.extui")]
     return core in (["arith.mulf", "arith.addf", "linalg.yield"], ["arith.muli", "arith.addi", "linalg.yield"])
 
@@ -395,7 +391,7 @@ def classify_reduction(op: ir.Operation) -> Contraction | None:
     if op.name != "linalg.generic" or len(op.results) != 1 or "reduction" not in _iterators(op):
         return None
     n = n_inputs(op)
-    body = _body_ops(op)
+    body = region_ops(op)
     if len(body) < 2 or body[-2].name not in _REDUCE_BODIES or body[-1].name != "linalg.yield":
         return None
     args = list(op.regions[0].blocks[0].arguments)
@@ -542,7 +538,7 @@ def classify_gather_reduction(op: ir.Operation) -> Contraction | None:
     """
     if op.name != "linalg.generic" or "reduction" not in _iterators(op) or n_inputs(op) > 1:
         return None
-    body = _body_ops(op)
+    body = region_ops(op)
     extracts = [b for b in body if b.name == "tensor.extract"]
     if len(extracts) != 1 or body[-1].name != "linalg.yield" or len(op.results) < 1:
         return None
@@ -745,7 +741,7 @@ def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: i
             acc = Ref("value", index=len(steps) - 1 + value_base)
         values[body_op.results[0].get_name()] = acc
 
-    for body_op in _body_ops(op):
+    for body_op in region_ops(op):
         name = body_op.name
         at_stop = stop is not None and body_op == stop
         if name == "linalg.yield" or at_stop:
@@ -862,7 +858,7 @@ def padding_fold(op: ir.Operation) -> Padding:
         raise Unsupported("padding with dynamic amounts") from None
     if len(op.operands) != 1 or any(x < 0 for x in low + high):
         raise Unsupported("padding with dynamic or negative amounts")
-    body = _body_ops(op)
+    body = region_ops(op)
     value = constant_of(body[-1].operands[0]) if body and body[-1].name == "tensor.yield" else None
     if value is None or value.ndim != 0:
         raise Unsupported("padding with a value that is not a constant")
@@ -905,7 +901,7 @@ def data_movement_reason(func: ir.Operation) -> str:
     either: torq-build-nss-program DMAs the source box through LRAM into the
     result (tiled to fit LRAM) and fills a padding's border with its value.
     """
-    ret = [o.operation for o in func.regions[0].blocks[0].operations][-1]
+    ret = region_ops(func)[-1]
     for i, v in enumerate(ret.operands):
         owner = v.owner
         if _copy_of_argument(v):
@@ -938,7 +934,7 @@ def fill_value(op: ir.Operation):
     if op.name == "linalg.fill":
         c = constant_of(op.operands[0])
     elif op.name == "linalg.generic" and n_inputs(op) <= 1:
-        body = _body_ops(op)
+        body = region_ops(op)
         if len(body) != 1 or body[0].name != "linalg.yield":
             return None
         v = body[0].operands[0]
@@ -964,7 +960,7 @@ def _broadcast_source(op: ir.Operation) -> tuple[ir.Value, ir.AffineMap, ir.Affi
         return None
     if any(it != "parallel" for it in _iterators(op)) or static_shape(op.operands[0].type) is None:
         return None
-    body = _body_ops(op)
+    body = region_ops(op)
     if len(body) != 1 or body[0].name != "linalg.yield":
         return None
     v = body[0].operands[0]
@@ -1132,7 +1128,7 @@ def init_steps(op: ir.Operation, p: Contraction, inputs: list[ir.Value],
     elt = ir.RankedTensorType(op.results[0].type).element_type
     if c is not None and (float(c) == 0.0 if p.identity == "zero" else _is_lowest(c, elt)):
         return init_op, []
-    if c is not None and p.identity == "lowest" and _body_ops(op)[-2].name == "arith.maxnumf" \
+    if c is not None and p.identity == "lowest" and region_ops(op)[-2].name == "arith.maxnumf" \
             and math.isnan(float(c)):
         return init_op, []  # maxnumf ignores NaN: IREE's softmax decomposition starts max from NaN
     b = _broadcast_source(init_op) if p.kind in ("conv2d", "depthwise_conv2d", "matmul") else None
@@ -1167,7 +1163,7 @@ def _prologue_of(op: ir.Operation) -> tuple[list[ir.Value], Epilogue, ir.Type]:
             continue
         refs[i] = Ref("operand", index=len(inputs), axes=tuple(_dim(e) for e in maps[i].results))
         inputs.append(v)
-    body = _body_ops(op)
+    body = region_ops(op)
     combiner = body[-2]
     acc = op.regions[0].blocks[0].arguments[n]
     x = next(v for v in combiner.operands if v != acc)
@@ -1201,7 +1197,7 @@ def box_read(op: ir.Operation) -> BoxRead | None:
         return None
     if any(it != "parallel" for it in _iterators(op)):
         return None
-    body = _body_ops(op)
+    body = region_ops(op)
     if len(body) != 1 or body[0].name != "linalg.yield" or body[0].operands[0] != \
             op.regions[0].blocks[0].arguments[0]:
         return None

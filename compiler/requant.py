@@ -76,7 +76,7 @@ from fractions import Fraction
 import numpy as np
 from iree.compiler import ir
 
-from .ir_utils import constant_of, indexing_maps, map_dims, n_inputs, static_shape
+from .ir_utils import constant_of, indexing_maps, map_dims, n_inputs, region_ops, static_shape
 
 # Widths the emitted arithmetic must stay within (TOSA rescale's envelope).
 _MAX_MULTIPLIER = (1 << 31) - 1
@@ -516,14 +516,10 @@ class RequantLowering:
     host_tails: dict[int, HostTail] = field(default_factory=dict)  # function result -> tail
 
 
-def _body(op) -> list[ir.Operation]:
-    return [o.operation for o in op.regions[0].blocks[0].operations]
-
-
 def _is_float_requant(op: ir.Operation) -> bool:
     if op.name != "linalg.generic" or len(op.results) != 1:
         return False
-    names = {o.name for o in _body(op)}
+    names = {o.name for o in region_ops(op)}
     return "arith.sitofp" in names and "arith.fptosi" in names
 
 
@@ -625,7 +621,7 @@ def _channel_values(op: ir.Operation, acc_index: int, known: _Known, range_dims:
 
 def _split_tail(op: ir.Operation) -> tuple[ir.Operation, list[ir.Operation]]:
     """(the fptosi giving the quantized value, the ops after it up to the yield)."""
-    body = _body(op)
+    body = region_ops(op)
     fptosi = [o for o in body if o.name == "arith.fptosi"]
     if len(fptosi) != 1:
         raise NotExact("the chain has several float -> int conversions")
@@ -709,7 +705,7 @@ def _plan(op: ir.Operation, known: _Known, host) -> _Plan | None:
     acc_dims = map_dims(maps[acc_index])
     if out is None or sorted(out) != list(range(len(out))) or acc_dims is None or sorted(acc_dims) != sorted(out):
         raise NotExact("the requantization reads the accumulator through a non-permutation map")
-    body = _body(op)
+    body = region_ops(op)
     block = op.regions[0].blocks[0]
     yield_v = body[-1].operands[0]
     tail = None

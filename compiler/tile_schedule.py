@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from iree.compiler import ir
 
-from .ir_utils import tensor_nbytes
+from .ir_utils import region_ops, tensor_nbytes
 from .lram_allocator import BufferRequest, allocate, align
 
 
@@ -69,7 +69,7 @@ def is_reduction_loop(op) -> bool:
     that body's tile, on its buffers)."""
     if isinstance(op, ir.Block) or op.name != "scf.for" or len(op.results) != 1:
         return False
-    yielded = [o.operation for o in op.regions[0].blocks[0].operations][-1].operands[0].owner
+    yielded = region_ops(op)[-1].operands[0].owner
     if isinstance(yielded, ir.Block):
         return False
     return (is_torq_hl(yielded) and ACCUMULATE in yielded.attributes) or is_reduction_loop(yielded)

@@ -49,7 +49,7 @@ from __future__ import annotations
 from iree.compiler import ir
 from iree.compiler.dialects import arith, linalg, tensor
 
-from ..ir_utils import CompileError, indexing_maps, location_str, map_dims, static_shape
+from ..ir_utils import CompileError, indexing_maps, location_str, map_dims, region_ops, static_shape
 from . import PassOptions
 
 NAME = "torq-decompose-attention"
@@ -93,7 +93,7 @@ def unsupported_reason(op: ir.Operation) -> str:
     maps = indexing_maps(op)
     if len(maps) != len(op.operands):
         return "attention whose indexing maps do not match its operands"
-    body = [o.operation for o in op.regions[0].blocks[0].operations]
+    body = region_ops(op)
     args = list(op.regions[0].blocks[0].arguments)
     if len(body) != 1 or len(args) != 1 or list(body[0].operands) != args:
         return "attention with a score modification region has no Torq lowering"

@@ -103,8 +103,8 @@ from dataclasses import dataclass
 from iree.compiler import ir, passmanager
 from iree.compiler.dialects.transform import interpreter
 
-from ..ir_utils import (CompileError, element_type, indexing_maps, location_str, mlir_dtype, static_shape,
-                        tensor_nbytes, walk_ops)
+from ..ir_utils import (CompileError, element_type, indexing_maps, location_str, mlir_dtype, region_ops,
+                        static_shape, tensor_nbytes, walk_ops)
 from ..patterns import FUSE_GROUP, FUSE_GROUP_ID, Unsupported, _linear_terms, _loop_ranges, classify_principal
 from ..traffic import Traffic, program_traffic
 from . import PassOptions
@@ -137,10 +137,6 @@ def _groups(op: ir.Operation) -> set[int]:
     return {ir.IntegerAttr(a).value for a in ir.ArrayAttr(op.attributes[FUSE_GROUP])}
 
 
-def _top_ops(func: ir.Operation) -> list[ir.Operation]:
-    return [o.operation for o in func.regions[0].blocks[0].operations]
-
-
 def _users(op: ir.Operation) -> list[ir.Operation]:
     out = []
     for r in op.results:
@@ -166,7 +162,7 @@ def post_order(func: ir.Operation) -> list[ir.Operation]:
     edges started from each op in block order, an op listed after all its users."""
     seen: set = set()
     order: list[ir.Operation] = []
-    for first in _top_ops(func):
+    for first in region_ops(func):
         if first in seen or not _is_tileable(first):
             continue
         seen.add(first)
@@ -339,7 +335,7 @@ module attributes {{transform.with_named_sequence}} {{
 
 def _root_loop(func: ir.Operation) -> ir.Operation | None:
     """The outermost tile loop holding the TILE_ROOT op (after tiling it)."""
-    for op in _top_ops(func):
+    for op in region_ops(func):
         if op.name == "scf.for" and any(TILE_ROOT in o.attributes for o in walk_ops(op)):
             return op
     return None
@@ -361,7 +357,7 @@ def root_slice(func: ir.Operation) -> ir.Module:
     scratch, clone = _clone(func)
     root = next(op for op in walk_ops(clone) if TILE_ROOT in op.attributes)
     value = root.results[0]
-    ret = _top_ops(clone)[-1]
+    ret = region_ops(clone)[-1]
     with ir.InsertionPoint(ret), ret.location:
         ir.Operation.create("func.return", operands=[value])
     inputs = list(ir.FunctionType(ir.TypeAttr(clone.attributes["function_type"]).value).inputs)
@@ -769,7 +765,7 @@ def seed_footprints(func: ir.Operation, ops: list[ir.Operation], options: PassOp
     """(footprint, available memory) of each op of `ops`, as the seed estimates them on
     the untiled function: a group's bottom op counts the group's input tensors and
     its output, its other ops 0; an op outside any group its tensor operands."""
-    top = _top_ops(func)
+    top = region_ops(func)
     out = []
     for op in ops:
         g = _groups(op)
@@ -834,7 +830,7 @@ def seed_tile_sizes(func: ir.Operation, root: Root, table: list[tuple[int, int]]
 
 def _outside_op(func: ir.Operation, order: int) -> ir.Operation | None:
     """The op with ORDER `order` in the function body (not in a tile loop), if any."""
-    for op in _top_ops(func):
+    for op in region_ops(func):
         if ORDER in op.attributes and ir.IntegerAttr(op.attributes[ORDER]).value == order:
             return op
     return None
