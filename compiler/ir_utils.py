@@ -3,12 +3,35 @@
 from __future__ import annotations
 
 import ctypes
+import importlib.util
+import sys
+import types
 from typing import Iterable, Iterator
 
 import numpy as np
 from iree.compiler import ir
 
 from torq.runtime.program import DTYPE_BYTES
+
+
+# Dialects that have no Python module in iree.compiler.dialects. Whenever the
+# bindings wrap one of their ops (walking, iterating a block) they try to import
+# `iree.compiler.dialects.<namespace>`, and a failed import is not remembered, so
+# every op searched the file system again (issue 15's profile: most of a compile).
+# An empty module per namespace is found once and remembered; ops of these
+# dialects stay generic `OpView`s, as before.
+_DIALECTS_WITHOUT_MODULE = ("torq", "torq_hl", "torq_nss", "torch", "torch_c", "iree_linalg_ext",
+                            "ml_program", "bufferization")
+
+
+def _register_empty_dialect_modules() -> None:
+    for ns in _DIALECTS_WITHOUT_MODULE:
+        name = f"iree.compiler.dialects.{ns}"
+        if name not in sys.modules and importlib.util.find_spec(name) is None:
+            sys.modules[name] = types.ModuleType(name, f"no Python op classes for the '{ns}' dialect")
+
+
+_register_empty_dialect_modules()
 
 
 class CompileError(Exception):
@@ -49,11 +72,16 @@ def tensor_nbytes(t: ir.Type) -> int:
 
 
 def walk_ops(op: ir.Operation) -> Iterator[ir.Operation]:
-    """Pre-order walk over `op` and all nested ops (materialised first)."""
+    """Pre-order walk over `op` and all nested ops (materialised first).
+
+    The callback keeps the `ir.Operation` it is given: asking for its `opview`
+    looks up a Python module for the op's dialect, which for a dialect with
+    none (torq_hl, flow, util, ...) searches the file system on every op.
+    """
     out: list[ir.Operation] = []
 
     def cb(o):
-        out.append(o.opview.operation if hasattr(o, "opview") else o)
+        out.append(o)
         return ir.WalkResult.ADVANCE
 
     op.walk(cb, ir.WalkOrder.PRE_ORDER)
