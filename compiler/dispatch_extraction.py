@@ -55,7 +55,8 @@ from iree.compiler.dialects import arith, flow, iree_tensor_ext
 from .ir_utils import block_ops, constant_value, int_array, region_ops, static_shape, walk_ops
 from .passes import decompose_attention
 from .patterns import Unsupported
-from .requant import HostTail, NotExact, host_float_semantics, lower_float_requantization, unused_arguments
+from .requant import (HostTail, NotExact, RequantSummary, host_float_semantics, lower_float_requantization,
+                      unused_arguments)
 
 
 def _tensor_of(binding_type: ir.Type) -> ir.Type:
@@ -267,17 +268,19 @@ class FlowModuleFacts:
         return constant_value(init) if init is not None else None
 
 
-def lower_requantization(ex: ExtractedDispatch, func: ir.Operation, facts: FlowModuleFacts) -> list[str]:
-    """Float requantizations after integer contractions in `func` become exact integer
-    rescales (`requant.lower_float_requantization`); returns one line per rewrite.
+def lower_requantization(ex: ExtractedDispatch, func: ir.Operation, facts: FlowModuleFacts,
+                         nearest: bool = True) -> list[RequantSummary]:
+    """Float requantizations after integer contractions in `func` become integer rescales
+    (`requant.lower_float_requantization`: exact, or with `nearest` the nearest within one
+    output step); returns one summary per rewrite.
 
-    Raises Unsupported, with `func` unchanged, when one cannot be exact. Arguments
+    Raises Unsupported, with `func` unchanged, when one cannot be reproduced. Arguments
     the rewrite leaves unread are removed (from `func` and `ex.input_operands`),
     and dequantize tails cut off become `ex.host_tails`.
     """
     had_users = set(range(len(func.regions[0].blocks[0].arguments))) - set(unused_arguments(func))
     try:
-        done = lower_float_requantization(func, _ConstantArgs(ex, facts), lambda: facts.host_float)
+        done = lower_float_requantization(func, _ConstantArgs(ex, facts), lambda: facts.host_float, nearest)
     except NotExact as e:
         raise Unsupported(str(e)) from None
     if not done.rescaled:

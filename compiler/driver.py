@@ -48,18 +48,22 @@ class CompileOptions:
     print_ir_after_all: bool = False
     dump_tiling: str = ""  # path of the JSON written by --torq-dump-tiling
     host_fallback_on_error: bool = False
+    requant: str = "nearest"  # --torq-requant
+    dump_quant: str = ""  # path of the JSON written by --torq-dump-quant
 
     def pass_options(self) -> PassOptions:
         return PassOptions(hw=self.hw, keep_f32=self.keep_f32, super_tiling_strategy=self.strategy,
                            tiling_traffic_slack=self.traffic_slack,
                            slice_distribution=self.slice_distribution,
                            tiling_log=[] if self.dump_tiling else None,
-                           host_fallback_on_error=self.host_fallback_on_error)
+                           host_fallback_on_error=self.host_fallback_on_error, requant=self.requant)
 
 
 TORQ_FLAGS = {"--torq-hw", "--torq-keep-f32", "--torq-super-tiling-strategy", "--torq-slice-distribution",
               "--torq-tiling-traffic-slack",
-              "--torq-print-ir-after-all", "--torq-quiet", "--torq-dump-tiling", "--torq-host-fallback-on-error"}
+              "--torq-print-ir-after-all", "--torq-quiet", "--torq-dump-tiling", "--torq-host-fallback-on-error",
+              "--torq-requant", "--torq-dump-quant"}
+REQUANT_MODES = ("nearest", "exact")
 
 
 def parse_torq_flags(argv: list[str]) -> tuple[CompileOptions, list[str], bool]:
@@ -105,6 +109,14 @@ def parse_torq_flags(argv: list[str]) -> tuple[CompileOptions, list[str], bool]:
                 if not value:
                     raise UsageError("--torq-dump-tiling needs a path: --torq-dump-tiling=tiling.json")
                 opts.dump_tiling = value
+            elif key == "--torq-requant":
+                if value not in REQUANT_MODES:
+                    raise UsageError(f"unknown --torq-requant '{value}' ({', '.join(REQUANT_MODES)})")
+                opts.requant = value
+            elif key == "--torq-dump-quant":
+                if not value:
+                    raise UsageError("--torq-dump-quant needs a path: --torq-dump-quant=quant.json")
+                opts.dump_quant = value
             elif key == "--torq-host-fallback-on-error":
                 opts.host_fallback_on_error = value in ("", "true", "1")
             elif key == "--torq-print-ir-after-all":
@@ -172,7 +184,9 @@ def compile_source(source: str | bytes, options: CompileOptions, source_name: st
     try:
         result = _compile_in_session(session, source, options, source_name, remarks)
         if options.dump_tiling:
-            _write_tiling_dump(options.dump_tiling, result.report)
+            _write_json_dump(options.dump_tiling, "--torq-dump-tiling", {"dispatches": result.report.tiling})
+        if options.dump_quant:
+            _write_json_dump(options.dump_quant, "--torq-dump-quant", result.report.quant_dump())
         return result
     except (CompileError, UsageError) as e:
         error = type(e)(str(e))
@@ -186,13 +200,13 @@ def compile_source(source: str | bytes, options: CompileOptions, source_name: st
     raise error
 
 
-def _write_tiling_dump(path: str, report: TargetReport) -> None:
+def _write_json_dump(path: str, flag: str, data: dict) -> None:
     import json
 
     try:
-        write_atomically(path, (json.dumps({"dispatches": report.tiling}, indent=1) + "\n").encode())
+        write_atomically(path, (json.dumps(data, indent=1) + "\n").encode())
     except OSError as e:
-        raise UsageError(f"cannot write --torq-dump-tiling file '{path}': {e.strerror}") from None
+        raise UsageError(f"cannot write {flag} file '{path}': {e.strerror}") from None
 
 
 class InternalCompilerError(CompileError):

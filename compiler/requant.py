@@ -1,4 +1,4 @@
-"""Float requantization after an int8 contraction, made exact integer arithmetic.
+"""Float requantization after an int8 contraction, made integer arithmetic.
 
 A QDQ int8 model (ONNX QuantizeLinear / DequantizeLinear, torch's
 quantize_per_tensor / dequantize_per_tensor) reaches dispatch creation as an
@@ -15,10 +15,14 @@ rescale lowers to), per output channel c:
 
     q = clamp(((a + C_c) * M_c + R_c) >> S_c, lo_c, hi_c)
 
-when, and only when, it equals the f32 chain for *every* accumulator value
-the contraction can produce; otherwise the dispatch stays on host with a
-remark naming the channel (`Unsupported`). Nothing is approximated. A
-dequantize tail after the int8 value (f32 compute) is cut off and left to a
+exactly equal to the f32 chain for *every* accumulator value the
+contraction can produce where such a rescale exists, and otherwise (the
+default, --torq-requant=nearest) the nearest one: at most one output step
+off anywhere on the reachable range, with the number of accumulator values
+on which it differs measured exactly per channel and reported
+(`RequantSummary`; compiler/rescale_fit.py). With --torq-requant=exact, or
+when even the nearest rescale is more than one step off, the dispatch stays
+on host with a remark naming the channel (`Unsupported`). A dequantize tail after the int8 value (f32 compute) is cut off and left to a
 host dispatch (`HostTail`), so the NPU result is the int8 tensor.
 
 Exactness argument:
@@ -58,8 +62,9 @@ Exactness argument:
    and every T_k - 1, T_k: two monotone functions that agree at both ends of
    each constant piece of q agree on the whole range.
 When no (M, S, R) with |M| < 2^31, S <= 62 and no i64 overflow satisfies the
-inequalities (the f32 rounding moved some step points off every line), the
-dispatch stays on host and the remark says which channel and why. That is
+inequalities (the f32 rounding moved some step points off every line), no
+exact rescale exists: --torq-requant=exact leaves the dispatch on host and
+the remark says which channel and why, the default takes the nearest. That is
 common when step points lie at large accumulators (f32 keeps 24 bits: near
 |a| ~ 10^6 the rounding of a * sx * sw moves a step by a good part of one
 accumulator unit) and when scales are round numbers (sx * sw / sy = 1/80
@@ -71,26 +76,16 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 import numpy as np
 from iree.compiler import ir
 
 from .ir_utils import constant_of, indexing_maps, map_dims, n_inputs, region_ops, static_shape
-
-# Widths the emitted arithmetic must stay within (TOSA rescale's envelope).
-_MAX_MULTIPLIER = (1 << 31) - 1
-_MAX_SHIFT = 62
-_I64 = 1 << 63
-# Candidate multipliers tried per shift (the feasible ones form an interval).
-_CANDIDATES = 48
+from .rescale_fit import (ChannelFit, NotExact, Rescale, brute_force_step_points, derive_rescale,  # noqa: F401
+                          fit_channel, fit_rescale, step_points)
 
 _INT_RANGE = {"i1": (0, 1), "i8": (-128, 127), "i16": (-(1 << 15), (1 << 15) - 1), "i32": (-(1 << 31), (1 << 31) - 1),
               "i64": (-(1 << 63), (1 << 63) - 1)}
-
-
-class NotExact(Exception):
-    """The chain cannot be reproduced exactly; the message says why."""
 
 
 # --- host float semantics -------------------------------------------------------
@@ -191,11 +186,41 @@ _CMPF = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt",
 _CMPI = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
 
 
-def _type_name(t: ir.Type) -> str:
-    s = str(t)
+def _type_name(t) -> str:
+    s = t if isinstance(t, str) else str(t)
     if s == "f32" or s in _INT_RANGE:
         return s
     raise NotExact(f"the chain computes in {s}")
+
+
+class _ChainValue:
+    """An SSA value of the chain, read from the IR once (evaluation runs per channel and per
+    bisection step: reading types, users and constants from the bindings each time was most
+    of a QDQ model's compile)."""
+    __slots__ = ("type", "owner", "n_uses", "const", "label")
+
+    def __init__(self, v: ir.Value, owner: "_ChainOp | None"):
+        self.type, self.owner, self.n_uses, self.label = str(v.type), owner, len(list(v.uses)), v.get_name()
+        self.const = constant_of(v) if owner is None or owner.name == "arith.constant" else None
+
+
+class _ChainOp:
+    __slots__ = ("name", "operands", "results", "predicate")
+
+    def __init__(self, op: ir.Operation, values: dict):
+        self.name = op.name
+        self.predicate = ir.IntegerAttr(op.attributes["predicate"]).value if "predicate" in op.attributes else None
+        self.operands = [_chain_value(v, values) for v in op.operands]
+        self.results = []
+        for r in op.results:
+            values[r] = _ChainValue(r, self)
+            self.results.append(values[r])
+
+
+def _chain_value(v: ir.Value, values: dict) -> _ChainValue:
+    if v not in values:  # a block argument or a value defined outside the chain
+        values[v] = _ChainValue(v, None)
+    return values[v]
 
 
 class Chain:
@@ -208,18 +233,22 @@ class Chain:
     """
 
     def __init__(self, ops: list[ir.Operation], result: ir.Value, acc: ir.Value, host: HostFloat):
-        self.ops, self.result, self.acc, self.host = ops, result, acc, host
+        self.values: dict = {}
+        self.acc = _chain_value(acc, self.values)
+        self.ops = [_ChainOp(op, self.values) for op in ops]
+        self.result, self.host = self.values[result], host
         self.args: dict = {}
         uses: dict = {}
-        for op in ops:
+        for op in self.ops:
             for v in op.operands:
                 uses[v] = uses.get(v, 0) + 1
         self.uses = uses
 
     def for_channel(self, args: dict) -> "Chain":
+        """The chain with block argument values `args` ({ir.Value: scalar})."""
         c = Chain.__new__(Chain)
         c.__dict__.update(self.__dict__)
-        c.args = args
+        c.args = {self.values[k]: v for k, v in args.items() if k in self.values}
         return c
 
     def __call__(self, a: np.ndarray, check: bool = False) -> np.ndarray:
@@ -243,9 +272,9 @@ class Chain:
             if v in self.args:
                 c = self.args[v]
             else:
-                c = constant_of(v)
+                c = v.const
                 if c is None or c.size != 1:
-                    raise NotExact(f"value {v.get_name()} of the chain is neither a constant nor per channel")
+                    raise NotExact(f"value {v.label} of the chain is neither a constant nor per channel")
             c = np.asarray(c).reshape(())
             return _Val(np.float32(c) if t == "f32" else np.int64(c), 0, t)
 
@@ -263,9 +292,8 @@ class Chain:
             res = op.results[0]
             t = _type_name(res.type)
             if name in ("arith.addf", "arith.subf") and self.host.fma and op not in fused:
-                prods = [v for v in op.operands if not isinstance(v.owner, ir.Block)
-                         and v.owner.name == "arith.mulf" and v in env]
-                single = [v for v in prods if self.uses.get(v, 0) == 1 and len(list(v.uses)) == 1]
+                prods = [v for v in op.operands if v.owner is not None and v.owner.name == "arith.mulf" and v in env]
+                single = [v for v in prods if self.uses.get(v, 0) == 1 and v.n_uses == 1]
                 if len(prods) > 1 or len(prods) != len(single):
                     raise NotExact("llvm-cpu may fuse either product of this sum into an FMA")
                 if single:
@@ -331,7 +359,7 @@ class Chain:
                 env[res] = _Val(_MAXMIN[name](x.v, y.v), _combine(x.dir, y.dir), t)
             elif name in ("arith.cmpf", "arith.cmpi"):
                 names = _CMPF if name == "arith.cmpf" else _CMPI
-                full = names[ir.IntegerAttr(op.attributes["predicate"]).value]
+                full = names[op.predicate]
                 pred = full[1:] if name == "arith.cmpf" or full[0] == "s" else full
                 x, y = ref(op.operands[0]), ref(op.operands[1])
                 if pred not in ("gt", "ge", "lt", "le"):  # (unsigned integer comparisons included)
@@ -356,143 +384,6 @@ class Chain:
         return env[self.result]
 
 
-# --- step points and the integer rescale ---------------------------------------------
-
-def step_points(f, lo: int, hi: int) -> tuple[int, int, np.ndarray]:
-    """(q(lo), q(hi), T) of a monotone non-decreasing integer function on [lo, hi]:
-    T[i] = min{a in [lo, hi] : f(a) >= q(lo) + 1 + i}, by bisection."""
-    ends = f(np.array([lo, hi], np.int64))
-    qlo, qhi = int(ends[0]), int(ends[1])
-    if qhi < qlo:
-        raise NotExact("the chain is not non-decreasing")
-    ks = np.arange(qlo + 1, qhi + 1, dtype=np.int64)
-    left = np.full(ks.shape, lo, np.int64)  # f(left) < k
-    right = np.full(ks.shape, hi, np.int64)  # f(right) >= k
-    while np.any(right - left > 1):
-        mid = left + (right - left) // 2
-        fm = f(mid)
-        below = fm < ks
-        left = np.where(below, mid, left)
-        right = np.where(below, right, mid)
-    return qlo, qhi, right
-
-
-def brute_force_step_points(f, lo: int, hi: int) -> tuple[int, int, np.ndarray]:
-    """The same as `step_points`, by evaluating f at every integer of [lo, hi] (tests)."""
-    a = np.arange(lo, hi + 1, dtype=np.int64)
-    q = f(a)
-    if np.any(np.diff(q) < 0):
-        raise NotExact("the chain is not non-decreasing")
-    qlo, qhi = int(q[0]), int(q[-1])
-    return qlo, qhi, lo + np.searchsorted(q, np.arange(qlo + 1, qhi + 1), side="left").astype(np.int64)
-
-
-@dataclass
-class Rescale:
-    """q = clamp(((a + offset) * multiplier + rounding) >> shift, qmin, qmax), exactly (i64)."""
-    offset: int
-    multiplier: int
-    rounding: int
-    shift: int
-    qmin: int
-    qmax: int
-
-    def __call__(self, a: np.ndarray) -> np.ndarray:
-        a = np.asarray(a, np.int64)
-        v = ((a + self.offset) * self.multiplier + self.rounding) >> self.shift
-        return np.clip(v, self.qmin, self.qmax)
-
-
-def _slope_interval(ks: np.ndarray, ts: np.ndarray) -> tuple[Fraction, Fraction | None]:
-    """Open interval of slopes m of lines with m T_k + r >= k > m (T_k - 1) + r for all k:
-    m > (j - k) / (T_j - T_k + 1) and m < (j - k) / (T_j - T_k - 1) for every j > k."""
-    i, j = np.triu_indices(len(ks), 1)
-    dk = ks[j] - ks[i]
-    dt = ts[j] - ts[i]
-
-    def extreme(num, den, largest):
-        if len(num) == 0:
-            return None
-        best = int(np.argmax(num / den) if largest else np.argmin(num / den))
-        frac = Fraction(int(num[best]), int(den[best]))
-        while True:  # float ratios may tie: confirm with exact cross-multiplication
-            worse = (num * frac.denominator > frac.numerator * den) if largest else \
-                (num * frac.denominator < frac.numerator * den)
-            if not worse.any():
-                return frac
-            k = int(np.nonzero(worse)[0][0])
-            frac = Fraction(int(num[k]), int(den[k]))
-
-    lo = extreme(dk, dt + 1, True) or Fraction(0)
-    steep = dt >= 2
-    hi = extreme(dk[steep], dt[steep] - 1, False)
-    return lo, hi
-
-
-def fit_rescale(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int) -> Rescale:
-    """An exact `Rescale` of the non-decreasing step function with values qlo..qhi and
-    step points `ts` on [lo, hi]; raises NotExact when none exists (module docstring)."""
-    if qlo == qhi:
-        return Rescale(0, 0, 0, 0, qlo, qlo)
-    ks = np.arange(qlo + 1, qhi + 1, dtype=np.int64)
-    m_lo, m_hi = _slope_interval(ks, ts)
-    if m_hi is not None and m_lo >= m_hi:
-        raise NotExact(f"its {len(ks)} step points lie on no line (f32 rounding moved some off the "
-                       f"exact scale), so no integer multiplier/shift reproduces them; not approximated")
-    top = m_hi if m_hi is not None else m_lo * 2 + 1
-    shift = max(0, min(_MAX_SHIFT, int(math.floor(math.log2(_MAX_MULTIPLIER / float(top))))))
-    tried = 0
-    for s in range(shift, -1, -1):
-        lo_m = math.floor(m_lo * (1 << s))
-        hi_m = math.ceil(top * (1 << s))
-        cands = range(max(lo_m, 1), min(hi_m, _MAX_MULTIPLIER) + 1)
-        if len(cands) > _CANDIDATES:
-            mid, step = len(cands) // 2, len(cands) // _CANDIDATES
-            cands = sorted({cands[mid + d * step] for d in range(-(_CANDIDATES // 2), _CANDIDATES // 2)})
-        for m in cands:
-            tried += 1
-            two_s = 1 << s
-            # Python ints: k 2^s can exceed i64 before the (checked) emitted arithmetic does.
-            r_low = max(int(k) * two_s - m * int(t) for k, t in zip(ks, ts))
-            r_high = min(int(k) * two_s - 1 - m * (int(t) - 1) for k, t in zip(ks, ts))
-            if r_low > r_high:
-                continue
-            offset = r_low // m
-            rounding = r_low - offset * m
-            if not (-(1 << 31) <= offset < (1 << 31)):
-                continue
-            if max(abs((lo + offset) * m + rounding), abs((hi + offset) * m + rounding)) >= _I64:
-                continue
-            return Rescale(offset, m, rounding, s, qlo, qhi)
-        if tried > 40 * _CANDIDATES:
-            break
-    raise NotExact(f"no multiplier below 2^31 reproduces its {len(ks)} step points "
-                   f"(slopes between {float(m_lo):.9g} and {float(top):.9g} per accumulator unit)")
-
-
-def derive_rescale(f, lo: int, hi: int, direction: int) -> Rescale:
-    """The exact rescale of monotone `f` on [lo, hi] (direction +1, -1 or 0); raises NotExact.
-
-    A non-increasing f is fitted as g(b) = f(-b) and mirrored (negative multiplier).
-    """
-    if direction >= 0:
-        qlo, qhi, ts = step_points(f, lo, hi)
-        r = fit_rescale(qlo, qhi, ts, lo, hi)
-        checks = np.unique(np.concatenate([[lo, hi], ts, ts - 1]).clip(lo, hi))
-        got, want = r(checks), f(checks)
-    else:
-        g = (lambda b: f(-b))
-        qlo, qhi, ts = step_points(g, -hi, -lo)
-        gr = fit_rescale(qlo, qhi, ts, -hi, -lo)
-        r = Rescale(-gr.offset, -gr.multiplier, gr.rounding, gr.shift, gr.qmin, gr.qmax)
-        checks = np.unique(np.concatenate([[lo, hi], -ts, -(ts - 1)]).clip(lo, hi))
-        got, want = r(checks), f(checks)
-    if not np.array_equal(got, want):  # cannot happen if fit_rescale is right: never emit it unchecked
-        bad = int(checks[np.nonzero(got != want)[0][0]])
-        raise NotExact(f"internal check failed at accumulator {bad}")
-    return r
-
-
 # --- the IR rewrite ---------------------------------------------------------------------
 
 @dataclass
@@ -512,7 +403,7 @@ class HostTail:
 @dataclass
 class RequantLowering:
     """What `lower_float_requantization` did to one dispatch function."""
-    rescaled: list[str] = field(default_factory=list)  # one line per rewritten generic
+    rescaled: list["RequantSummary"] = field(default_factory=list)  # one per rewritten generic
     host_tails: dict[int, HostTail] = field(default_factory=dict)  # function result -> tail
 
 
@@ -665,6 +556,46 @@ def _tail_text(q: ir.Operation, tail: list[ir.Operation]) -> HostTail:
 
 
 @dataclass
+class RequantSummary:
+    """How one float requantization was compiled: per channel, the accumulator values on
+    which the integer rescale's level differs from the f32 chain's (0: exact) and the
+    span of accumulator values over which the chain's level changes."""
+    kind: str  # the contraction it follows: conv2d, depthwise_conv2d, matmul, ...
+    differing: list[int]
+    step_span: list[int]
+
+    @property
+    def channels(self) -> int:
+        return len(self.differing)
+
+    @property
+    def exact_channels(self) -> int:
+        return sum(d == 0 for d in self.differing)
+
+    @property
+    def differing_share(self) -> float:
+        """Differing accumulator values / accumulator values where the level changes."""
+        span = sum(self.step_span)
+        return sum(self.differing) / span if span else 0.0
+
+    def line(self) -> str:
+        n = self.channels
+        head = f"{self.kind}: f32 requantization -> integer rescale, {self.exact_channels} of {n} channel" \
+               f"{'s' if n > 1 else ''} exact"
+        if self.exact_channels == n:
+            return head
+        worst = max(d / s for d, s in zip(self.differing, self.step_span) if s)
+        return (f"{head}, the others nearest (one output step off on {sum(self.differing)} of "
+                f"{sum(self.step_span)} accumulator values where the level changes, "
+                f"{100 * self.differing_share:.3g}%; worst channel {100 * worst:.3g}%)")
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "channels": self.channels, "exact_channels": self.exact_channels,
+                "differing_share": self.differing_share, "differing": self.differing,
+                "step_span": self.step_span}
+
+
+@dataclass
 class _Plan:
     op: ir.Operation  # the float requantization generic
     acc_index: int
@@ -673,12 +604,13 @@ class _Plan:
     q_type: str  # element type of the integer result
     tail: HostTail | None
     result_index: int  # function result it feeds (tail only), else -1
-    summary: str
+    summary: RequantSummary
 
 
-def _plan(op: ir.Operation, known: _Known, host) -> _Plan | None:
+def _plan(op: ir.Operation, known: _Known, host, nearest: bool) -> _Plan | None:
     """The rewrite of float requantization `op`, or None when `op` does not follow an integer
-    contraction (then it is not ours). Raises NotExact when it does but cannot be exact."""
+    contraction (then it is not ours). Raises NotExact when it does but cannot be reproduced
+    (exactly, or with `nearest` within one output step per channel)."""
     from .patterns import classify_contraction, is_zero_fill
 
     maps = indexing_maps(op)
@@ -727,18 +659,16 @@ def _plan(op: ir.Operation, known: _Known, host) -> _Plan | None:
         raise NotExact(f"the {kind} accumulator can wrap (i32 overflow)")
     chan, channels = _channel_values(op, acc_index, known, range_dims, acc_lo, acc_hi, acc_dims)
     chain = Chain(ops, result, block.arguments[acc_index], host)
-    rescales = []
+    fits: list[ChannelFit] = []
     for ch, (vals, lo, hi) in enumerate(channels):
         f = chain.for_channel(vals)
         try:
-            rescales.append(derive_rescale(f, lo, hi, f.direction(lo, hi)))
+            fits.append(fit_channel(f, lo, hi, f.direction(lo, hi), nearest))
         except NotExact as e:
             where = f"channel {ch}" if chan is not None else "the tensor"
             raise NotExact(f"{kind} float requantization, {where} (accumulator range [{lo}, {hi}]): {e}") from None
-    steps = sum(r.qmax - r.qmin for r in rescales)
-    summary = (f"{kind}: f32 requantization -> exact integer rescale ({len(rescales)} channel"
-               f"{'s' if len(rescales) > 1 else ''}, {steps} step points checked)")
-    return _Plan(op, acc_index, chan, rescales, q_type, tail, result_index, summary)
+    summary = RequantSummary(kind, [x.differing for x in fits], [x.step_span for x in fits])
+    return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary)
 
 
 _PARAMS = ("offset", "multiplier", "rounding", "shift", "qmin", "qmax")
@@ -809,9 +739,10 @@ func.func @rescale(%acc: {acc_t}) -> {res_t} {{
 }}"""
 
 
-def lower_float_requantization(func: ir.Operation, arg_constants, host) -> RequantLowering:
+def lower_float_requantization(func: ir.Operation, arg_constants, host, nearest: bool = True) -> RequantLowering:
     """Rewrites every float requantization after an integer contraction in `func` (see the
-    module docstring); raises NotExact, leaving `func` untouched, if one cannot be exact.
+    module docstring); raises NotExact, leaving `func` untouched, if one cannot be
+    reproduced: exactly, or with `nearest` (--torq-requant=nearest) within one output step.
 
     `arg_constants.get(k)` is the known value of function argument k, or None;
     `host` the host's `HostFloat` (or a callable giving it, asked only when a
@@ -825,7 +756,7 @@ def lower_float_requantization(func: ir.Operation, arg_constants, host) -> Requa
     plans = []
     for op in [o.operation for o in block.operations]:
         if _is_float_requant(op):
-            plan = _plan(op, known, host)
+            plan = _plan(op, known, host, nearest)
             if plan is not None:
                 plans.append(plan)
     # Everything is decided; only now is IR changed (no handles into erased IR survive).

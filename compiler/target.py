@@ -52,6 +52,8 @@ class DispatchDecision:
     # Multiply-accumulates of the dispatch's linalg ops (compiler/macs.py), torq or
     # host alike; None when a contraction has a dynamic loop range.
     macs: int | None = None
+    # Per float requantization compiled to an integer rescale (requant.RequantSummary.as_dict).
+    requant: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -63,6 +65,11 @@ class TargetReport:
     # With a Torq stop phase: the NPU dispatches at that phase, one func each
     # (text: the IR objects die with the compiler session).
     stopped_ir: str = ""
+
+    def quant_dump(self) -> dict:
+        """--torq-dump-quant: per NPU dispatch, how each float requantization was compiled."""
+        return {"dispatches": [{"dispatch": d.name, "requantizations": d.requant}
+                               for d in self.dispatches if d.requant]}
 
     @property
     def total_macs(self) -> int:
@@ -271,8 +278,9 @@ class TorqTarget:
             try:
                 ex = extract_dispatch_function(dispatch, name, scratch)
                 passmanager.PassManager.parse(f"builtin.module({PRE_PASSES})").run(scratch.operation)
-                # A float requantization after an int8 contraction becomes an exact integer one, or host.
-                lower_requantization(ex, scratch.body.operations[0].operation, facts)
+                # A float requantization after an int8 contraction becomes an integer rescale, or host.
+                requant = lower_requantization(ex, scratch.body.operations[0].operation, facts,
+                                               nearest=self.options.requant == "nearest")
                 mark_in_place_updates(ex, scratch.body.operations[0].operation)
                 n_in = len(ex.input_operands) + len(ex.in_place)
                 if n_in > MAX_INPUTS or len(dispatch.results) > MAX_RESULTS:
@@ -305,9 +313,13 @@ class TorqTarget:
             meta = json.loads(ir.StringAttr(func.attributes["torq.program"]).value)
             if log is not None:
                 report.tiling.append(_tiling_record(name, blob, self.options, log[first_record:]))
+            for summary in requant:
+                if summary.exact_channels < summary.channels:
+                    self.remark(dispatch, f"dispatch {name}: {summary.line()}")
             callee = _declare(module_op, len(ex.input_operands) + len(ex.in_place), len(dispatch.results), declared)
             _replace_with_call(dispatch, ex, blob, callee)
-            report.dispatches.append(DispatchDecision(name, "torq", "", meta["tiles"], meta["lram_peak"], macs))
+            report.dispatches.append(DispatchDecision(name, "torq", "", meta["tiles"], meta["lram_peak"], macs,
+                                                      [s.as_dict() for s in requant]))
         if stopped is not None:
             report.stopped_ir = str(stopped)
         return report

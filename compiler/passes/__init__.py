@@ -23,3 +23,7 @@ class PassOptions:
     # --torq-host-fallback-on-error: a dispatch the Torq pipeline fails on stays on host
     # with a remark (the error text) instead of failing the compile.
     host_fallback_on_error: bool = False
+    # --torq-requant: "nearest" compiles a float (QDQ) requantization to the integer rescale
+    # nearest the f32 chain (at most one output step off, measured); "exact" keeps only rescales
+    # equal to it on every accumulator (the rest stay on host).
+    requant: str = "nearest"

@@ -12,6 +12,7 @@ one channel, so every accumulator value a channel can produce occurs, and
 with it every step point of the requantization (an off-by-one anywhere shows).
 """
 
+import json
 from fractions import Fraction
 
 import numpy as np
@@ -106,13 +107,13 @@ class Remarks:
 _REFERENCES: dict = {}
 
 
-def compile_and_compare(model, x):
-    key = model.SerializeToString()
+def compile_and_compare(model, x, flags=()):
+    key = (model.SerializeToString(), x.tobytes())
     if key not in _REFERENCES:
         _REFERENCES[key] = onnx_on_llvm_cpu(model, x)
     ref = _REFERENCES[key]
     remarks = Remarks()
-    cm = torq.compile(model, remarks=remarks)
+    cm = torq.compile(model, remarks=remarks, flags=flags)
     y = cm(x)
     assert y.dtype == ref.dtype and y.shape == ref.shape
     return cm, y, ref, remarks.text
@@ -139,13 +140,15 @@ def test_pointwise_qdq_bit_exact_on_torq(per_channel, relu, gemm):
 
 def test_off_by_one_rescale_is_caught(monkeypatch):
     """The exhaustive input sees every step point: moving them by one accumulator fails."""
-    exact = requant.derive_rescale
+    fit = requant.fit_channel
 
     def off_by_one(*args, **kw):
-        r = exact(*args, **kw)
-        return requant.Rescale(r.offset + 1, r.multiplier, r.rounding, r.shift, r.qmin, r.qmax)
+        c = fit(*args, **kw)
+        r = c.rescale
+        return requant.ChannelFit(requant.Rescale(r.offset + 1, r.multiplier, r.rounding, r.shift, r.qmin, r.qmax),
+                                  c.differing, c.step_span)
 
-    monkeypatch.setattr(requant, "derive_rescale", off_by_one)
+    monkeypatch.setattr(requant, "fit_channel", off_by_one)
     model = pointwise_qdq_model(per_channel=True, relu=True)  # the reference is cached from above
     cm, y, ref, _ = compile_and_compare(model, every_int8_pair())
     assert contraction_dispatches(cm, 256 * 256 * 2 * len(WEIGHTS))[0].executor == "torq"
@@ -154,16 +157,40 @@ def test_off_by_one_rescale_is_caught(monkeypatch):
     assert differ > 6 * 50, differ
 
 
-def test_no_exact_rescale_stays_on_host():
-    """Big accumulator range, fine output scale: f32 rounding moves step points off every line."""
+def test_no_exact_rescale_stays_on_host_with_requant_exact():
+    """Big accumulator range, fine output scale: f32 rounding moves step points off every line,
+    and --torq-requant=exact keeps the dispatch on host."""
     model = wide_conv_qdq_model()
     x = np.random.default_rng(3).standard_normal((1, 32, 10, 10)).astype(np.float32) * 2
-    cm, y, ref, remarks = compile_and_compare(model, x)
+    cm, y, ref, remarks = compile_and_compare(model, x, flags=("--torq-requant=exact",))
     conv = contraction_dispatches(cm, 10 * 10 * 8 * 32 * 9)
     assert len(conv) == 1 and conv[0].executor == "host", cm.report.dispatches
     assert "lie on no line" in conv[0].reason and "channel " in conv[0].reason, conv[0].reason
     assert "conv: remark: dispatch" in remarks and "stays on host: conv2d float requantization, channel" in remarks
     assert np.array_equal(y, ref)  # on host: llvm-cpu's own f32 chain
+
+
+def test_nearest_rescale_within_one_step_of_llvm_cpu(tmp_path):
+    """The same conv by default: the nearest integer rescale on the NPU, every output within one
+    step of llvm-cpu's f32 chain, and the compile report's measure of how often it differs."""
+    model = wide_conv_qdq_model()
+    x = np.random.default_rng(3).standard_normal((1, 32, 10, 10)).astype(np.float32) * 2
+    dump = tmp_path / "quant.json"
+    cm, y, ref, remarks = compile_and_compare(model, x, flags=(f"--torq-dump-quant={dump}",))
+    conv = contraction_dispatches(cm, 10 * 10 * 8 * 32 * 9)
+    assert len(conv) == 1 and conv[0].executor == "torq", (cm.report.dispatches, remarks)
+    steps = np.round((y - ref) / np.float32(0.2)).astype(np.int64)
+    assert np.abs(steps).max() <= 1
+    assert np.allclose(y - ref, steps * np.float32(0.2), atol=1e-6)  # whole steps: the same output grid
+    summary = conv[0].requant[0]
+    # Per-tensor scales, but each output channel has its own weights and so its own accumulator range.
+    assert summary["kind"] == "conv2d" and summary["channels"] == 8 and summary["exact_channels"] < 8, summary
+    assert 0 < summary["differing_share"] < 0.01, summary
+    assert "the others nearest (one output step off on" in remarks
+    dumped = json.loads(dump.read_text())["dispatches"]
+    assert [d["requantizations"] for d in dumped] == [[summary]]
+    # Measured share vs observed share: the outputs that differ are few, as the report says.
+    assert (steps != 0).mean() <= 0.05, (steps != 0).mean()
 
 
 def wide_conv_qdq_model(seed=1) -> onnx.ModelProto:

@@ -1,0 +1,280 @@
+"""Integer rescales of a monotone step function: the exact one, or the nearest.
+
+A requantization maps an accumulator a (an integer on [lo, hi]) to an output
+level q(a), a monotone step function (compiler/requant.py evaluates the f32
+chain and proves it monotone). The NPU computes, per output channel,
+
+    g(a) = clamp(((a + offset) * multiplier + rounding) >> shift, qmin, qmax)
+
+in 64-bit integers (TOSA rescale's arithmetic with a free rounding term).
+
+- `fit_rescale` finds (offset, multiplier, rounding, shift) with g == q on
+  the whole range, or says that none exists (NotExact): the step points
+  T_k = min{a : q(a) >= k} must lie on one line (the inequalities in
+  requant.py's docstring).
+- `nearest_rescale` is used when none exists (f32 rounding moved some step
+  points off every line, the common case for ONNX / torch QDQ scales): it
+  takes the least-squares slope of the step points and, around it, the
+  multiplier and rounding that put the most step points of g on those of q
+  (a sweep over the rounding terms each step point admits), the least total
+  step displacement breaking ties (DESIGN "Quantized arithmetic").
+- `disagreement` measures the result exactly: the number of accumulator
+  values on which g and q differ and the largest difference in output steps,
+  from both functions' step points (two monotone step functions are constant
+  between consecutive step points of either).
+`fit_channel` is the entry point: exact when it can be, else the nearest
+(when allowed), never more than one output step off anywhere on [lo, hi].
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+# Widths the emitted arithmetic must stay within (TOSA rescale's envelope).
+_MAX_MULTIPLIER = (1 << 31) - 1
+_MAX_SHIFT = 62
+_I64 = 1 << 63
+# Candidate multipliers tried per shift (the feasible ones form an interval).
+_CANDIDATES = 48
+
+
+class NotExact(Exception):
+    """The chain cannot be reproduced (exactly, or within one step); the message says why."""
+
+
+def step_points(f, lo: int, hi: int) -> tuple[int, int, np.ndarray]:
+    """(q(lo), q(hi), T) of a monotone non-decreasing integer function on [lo, hi]:
+    T[i] = min{a in [lo, hi] : f(a) >= q(lo) + 1 + i}, by bisection."""
+    ends = f(np.array([lo, hi], np.int64))
+    qlo, qhi = int(ends[0]), int(ends[1])
+    if qhi < qlo:
+        raise NotExact("the chain is not non-decreasing")
+    ks = np.arange(qlo + 1, qhi + 1, dtype=np.int64)
+    left = np.full(ks.shape, lo, np.int64)  # f(left) < k
+    right = np.full(ks.shape, hi, np.int64)  # f(right) >= k
+    while np.any(right - left > 1):
+        mid = left + (right - left) // 2
+        fm = f(mid)
+        below = fm < ks
+        left = np.where(below, mid, left)
+        right = np.where(below, right, mid)
+    return qlo, qhi, right
+
+
+def brute_force_step_points(f, lo: int, hi: int) -> tuple[int, int, np.ndarray]:
+    """The same as `step_points`, by evaluating f at every integer of [lo, hi] (tests)."""
+    a = np.arange(lo, hi + 1, dtype=np.int64)
+    q = f(a)
+    if np.any(np.diff(q) < 0):
+        raise NotExact("the chain is not non-decreasing")
+    qlo, qhi = int(q[0]), int(q[-1])
+    return qlo, qhi, lo + np.searchsorted(q, np.arange(qlo + 1, qhi + 1), side="left").astype(np.int64)
+
+
+@dataclass
+class Rescale:
+    """q = clamp(((a + offset) * multiplier + rounding) >> shift, qmin, qmax), exactly (i64)."""
+    offset: int
+    multiplier: int
+    rounding: int
+    shift: int
+    qmin: int
+    qmax: int
+
+    def __call__(self, a: np.ndarray) -> np.ndarray:
+        a = np.asarray(a, np.int64)
+        v = ((a + self.offset) * self.multiplier + self.rounding) >> self.shift
+        return np.clip(v, self.qmin, self.qmax)
+
+
+def _slope_interval(ks: np.ndarray, ts: np.ndarray) -> tuple[Fraction, Fraction | None]:
+    """Open interval of slopes m of lines with m T_k + r >= k > m (T_k - 1) + r for all k:
+    m > (j - k) / (T_j - T_k + 1) and m < (j - k) / (T_j - T_k - 1) for every j > k."""
+    i, j = np.triu_indices(len(ks), 1)
+    dk = ks[j] - ks[i]
+    dt = ts[j] - ts[i]
+
+    def extreme(num, den, largest):
+        if len(num) == 0:
+            return None
+        best = int(np.argmax(num / den) if largest else np.argmin(num / den))
+        frac = Fraction(int(num[best]), int(den[best]))
+        while True:  # float ratios may tie: confirm with exact cross-multiplication
+            worse = (num * frac.denominator > frac.numerator * den) if largest else \
+                (num * frac.denominator < frac.numerator * den)
+            if not worse.any():
+                return frac
+            k = int(np.nonzero(worse)[0][0])
+            frac = Fraction(int(num[k]), int(den[k]))
+
+    lo = extreme(dk, dt + 1, True) or Fraction(0)
+    steep = dt >= 2
+    hi = extreme(dk[steep], dt[steep] - 1, False)
+    return lo, hi
+
+
+def fit_rescale(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int) -> Rescale:
+    """An exact `Rescale` of the non-decreasing step function with values qlo..qhi and
+    step points `ts` on [lo, hi]; raises NotExact when none exists (module docstring)."""
+    if qlo == qhi:
+        return Rescale(0, 0, 0, 0, qlo, qlo)
+    ks = np.arange(qlo + 1, qhi + 1, dtype=np.int64)
+    m_lo, m_hi = _slope_interval(ks, ts)
+    if m_hi is not None and m_lo >= m_hi:
+        raise NotExact(f"its {len(ks)} step points lie on no line (f32 rounding moved some off the "
+                       f"exact scale), so no integer multiplier/shift reproduces them; not approximated")
+    top = m_hi if m_hi is not None else m_lo * 2 + 1
+    shift = max(0, min(_MAX_SHIFT, int(math.floor(math.log2(_MAX_MULTIPLIER / float(top))))))
+    tried = 0
+    for s in range(shift, -1, -1):
+        lo_m = math.floor(m_lo * (1 << s))
+        hi_m = math.ceil(top * (1 << s))
+        cands = range(max(lo_m, 1), min(hi_m, _MAX_MULTIPLIER) + 1)
+        if len(cands) > _CANDIDATES:
+            mid, step = len(cands) // 2, len(cands) // _CANDIDATES
+            cands = sorted({cands[mid + d * step] for d in range(-(_CANDIDATES // 2), _CANDIDATES // 2)})
+        for m in cands:
+            tried += 1
+            two_s = 1 << s
+            # Python ints: k 2^s can exceed i64 before the (checked) emitted arithmetic does.
+            r_low = max(int(k) * two_s - m * int(t) for k, t in zip(ks, ts))
+            r_high = min(int(k) * two_s - 1 - m * (int(t) - 1) for k, t in zip(ks, ts))
+            if r_low > r_high:
+                continue
+            offset = r_low // m
+            rounding = r_low - offset * m
+            if not (-(1 << 31) <= offset < (1 << 31)):
+                continue
+            if max(abs((lo + offset) * m + rounding), abs((hi + offset) * m + rounding)) >= _I64:
+                continue
+            return Rescale(offset, m, rounding, s, qlo, qhi)
+        if tried > 40 * _CANDIDATES:
+            break
+    raise NotExact(f"no multiplier below 2^31 reproduces its {len(ks)} step points "
+                   f"(slopes between {float(m_lo):.9g} and {float(top):.9g} per accumulator unit)")
+
+
+def _mirror(r: Rescale) -> Rescale:
+    """The rescale of a -> g(-a) for the rescale g of a non-decreasing function."""
+    return Rescale(-r.offset, -r.multiplier, r.rounding, r.shift, r.qmin, r.qmax)
+
+
+def derive_rescale(f, lo: int, hi: int, direction: int) -> Rescale:
+    """The exact rescale of monotone `f` on [lo, hi] (direction +1, -1 or 0); raises NotExact."""
+    return fit_channel(f, lo, hi, direction, nearest=False).rescale
+
+
+@dataclass
+class ChannelFit:
+    """The rescale of one channel and how far it is from the chain it replaces."""
+    rescale: Rescale
+    differing: int  # accumulator values in [lo, hi] where the rescale's level differs from the chain's
+    step_span: int  # accumulator values from the first step point to the last (where levels change)
+
+    @property
+    def exact(self) -> bool:
+        return self.differing == 0
+
+
+def fit_channel(f, lo: int, hi: int, direction: int, nearest: bool = True) -> ChannelFit:
+    """The rescale of monotone `f` on [lo, hi]: exact when one exists, else (with `nearest`)
+    the nearest, checked to be at most one output step off everywhere; raises NotExact.
+
+    A non-increasing f is fitted as g(b) = f(-b) and mirrored (negative multiplier).
+    """
+    g = f if direction >= 0 else (lambda b: f(-b))
+    glo, ghi = (lo, hi) if direction >= 0 else (-hi, -lo)
+    qlo, qhi, ts = step_points(g, glo, ghi)
+    span = int(ts[-1] - ts[0] + 1) if len(ts) else 0
+    exact = True
+    try:
+        r = fit_rescale(qlo, qhi, ts, glo, ghi)
+    except NotExact:
+        if not nearest:
+            raise
+        r, exact = nearest_rescale(qlo, qhi, ts, glo, ghi), False
+    differing, worst = disagreement(ts, first_reaching(r, np.arange(qlo + 1, qhi + 1), glo, ghi), glo, ghi)
+    if exact and differing:  # cannot happen if fit_rescale is right: never emit it unchecked
+        raise NotExact(f"internal check failed: the exact rescale differs on {differing} accumulator values")
+    if worst > 1:
+        raise NotExact(f"no integer rescale within one output step (the nearest is {worst} steps off)")
+    return ChannelFit(r if direction >= 0 else _mirror(r), differing, span)
+
+
+def first_reaching(f, ks: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Per level k: min{a in [lo, hi] : f(a) >= k} of non-decreasing f, or hi + 1 if none."""
+    left = np.full(ks.shape, lo - 1, np.int64)  # f(left) < k (lo - 1 stands for -inf)
+    right = np.full(ks.shape, hi + 1, np.int64)  # f(right) >= k (hi + 1 stands for +inf)
+    while np.any(right - left > 1):
+        mid = left + (right - left) // 2
+        below = f(mid) < ks
+        left = np.where(below, mid, left)
+        right = np.where(below, right, mid)
+    return right
+
+
+def disagreement(ts: np.ndarray, us: np.ndarray, lo: int, hi: int) -> tuple[int, int]:
+    """(accumulator values in [lo, hi] where q and g differ, max |g - q| in steps), for
+    non-decreasing q and g with the same level at lo and step points `ts` and `us`
+    (level qlo + 1 + i first reached at ts[i] / us[i]; hi + 1 when never)."""
+    ts, us = np.sort(ts), np.sort(us)
+    pts = np.unique(np.concatenate([[lo], ts, us]))
+    pts = pts[pts <= hi]
+    ends = np.append(pts[1:], hi + 1)
+    d = np.searchsorted(us, pts, "right") - np.searchsorted(ts, pts, "right")
+    return int((ends - pts)[d != 0].sum()), int(np.abs(d).max(initial=0))
+
+
+# Multipliers tried around the least-squares slope, in both directions.
+_NEAREST_MULTIPLIERS = 32
+# Rounding terms (those matching the most step points) whose exact cost is compared.
+_NEAREST_ROUNDINGS = 4
+
+
+def nearest_rescale(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int) -> Rescale:
+    """The rescale whose step points U_k are nearest the step points `ts` of a non-decreasing
+    step function with levels qlo..qhi on [lo, hi] (least sum |U_k - T_k|, see the module
+    docstring); raises NotExact when the step points span no slope."""
+    ks = np.arange(qlo + 1, qhi + 1, dtype=np.int64)
+    ts = np.asarray(ts, np.int64)
+    if len(ks) < 2 or ts[-1] == ts[0]:
+        raise NotExact("its levels change at a single accumulator value; no slope to fit")
+    slope = 1.0 / np.polyfit(ks.astype(np.float64), ts.astype(np.float64), 1)[0]  # levels per unit
+    if not slope > 0:
+        raise NotExact("its step points do not increase with the level")
+    reach = max(abs(lo), abs(hi), 1)
+    kmax = int(np.abs(ks).max()) + 1
+    # Largest shift keeping the multiplier below 2^31 and every product of the search in i64.
+    shift = min(_MAX_SHIFT, int(math.floor(math.log2(_MAX_MULTIPLIER / slope))),
+                60 - kmax.bit_length(), int(math.floor(math.log2((1 << 60) / (slope * reach)))))
+    if shift < 0:
+        raise NotExact(f"its slope ({slope:.6g} levels per accumulator unit) needs a multiplier above 2^31")
+    m0 = int(round(slope * (1 << shift)))
+    width = max(1, int(ts[-1] - ts[0]))
+    spread = max(1, int(math.ceil(m0 * 2.0 / width)))  # the least-squares slope is this uncertain
+    js = np.arange(-_NEAREST_MULTIPLIERS, _NEAREST_MULTIPLIERS + 1)
+    mults = np.unique(np.clip(m0 + (spread * js) // _NEAREST_MULTIPLIERS, 1, _MAX_MULTIPLIER))
+    best = None
+    for m in (int(x) for x in mults):
+        # Level k is reached at T_k exactly when R is in [c_k, c_k + m): the R in most of these
+        # intervals is one of the c_k (a sweep), and among those the least sum |U_k - T_k| wins.
+        c = np.sort(ks * (1 << shift) - m * ts)
+        inside = np.arange(1, len(c) + 1) - np.searchsorted(c + m, c, "right")
+        rs = c[np.argsort(-inside, kind="stable")[:_NEAREST_ROUNDINGS]]
+        us = -((rs[:, None] - ks[None, :] * (1 << shift)) // m)  # ceil((k 2^s - R) / m)
+        cost = np.abs(np.clip(us, lo, hi + 1) - ts[None, :]).sum(1)
+        k = int(np.argmin(cost))
+        key = (int(cost[k]), abs(m - m0))
+        if best is None or key < best[0]:
+            best = (key, m, int(rs[k]))
+    _, m, total = best
+    offset = total // m  # a + offset stays an i32 (an accumulator-sized intercept); 0 <= rounding < m
+    r = Rescale(offset, m, total - offset * m, shift, qlo, qhi)
+    if not (-(1 << 31) <= offset < (1 << 31)) or \
+            max(abs((lo + offset) * m + r.rounding), abs((hi + offset) * m + r.rounding)) >= _I64:
+        raise NotExact("the nearest rescale's intercept does not fit the 32-bit offset")
+    return r
