@@ -1,0 +1,75 @@
+"""A model quantized as users do it: torch -> ONNX -> onnxruntime quantize_static (QDQ).
+
+Per-channel int8 weights, int8 activations, calibrated on random inputs. The
+conv's float requantization compiles to the nearest integer rescale, so the
+dispatch runs on the NPU; every output must be within one output step of IREE
+llvm-cpu on the same imported MLIR (DESIGN §7), and the compile report says
+how many accumulator values its rescale gets one step off.
+"""
+
+import io
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort_quant = pytest.importorskip("onnxruntime.quantization")
+torch = pytest.importorskip("torch")
+
+import torq  # noqa: E402
+from torq.compiler.onnx_import import import_onnx  # noqa: E402
+from llvm_cpu import llvm_cpu  # noqa: E402
+
+
+class ConvBnRelu(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 16, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(16)
+        with torch.no_grad():  # random statistics: the folded scales are not round numbers
+            self.bn.running_mean.uniform_(-0.2, 0.2)
+            self.bn.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+def ort_quantized_model(tmp_path):
+    torch.manual_seed(0)
+    model = ConvBnRelu().eval()
+    x = torch.randn(1, 8, 24, 24)
+    fp32, q = tmp_path / "m.onnx", tmp_path / "m_q.onnx"
+    torch.onnx.export(model, (x,), str(fp32), dynamo=False, input_names=["x"], output_names=["y"],
+                      opset_version=17)
+
+    class Calibration(ort_quant.CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(1)
+            self.data = iter([{"x": rng.standard_normal((1, 8, 24, 24)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.data, None)
+
+    ort_quant.quantize_static(str(fp32), str(q), Calibration(), quant_format=ort_quant.QuantFormat.QDQ,
+                              per_channel=True, activation_type=ort_quant.QuantType.QInt8,
+                              weight_type=ort_quant.QuantType.QInt8)
+    return q, x.numpy()
+
+
+def test_ort_quantized_conv_on_npu_within_one_step(tmp_path):
+    path, x = ort_quantized_model(tmp_path)
+    ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
+    remarks = io.StringIO()
+    cm = torq.compile(str(path), remarks=remarks)
+    y = cm(x)
+    convs = [d for d in cm.report.dispatches if d.macs == 24 * 24 * 16 * 8 * 9]
+    assert len(convs) == 1 and convs[0].executor == "torq", (cm.report.dispatches, remarks.getvalue())
+    (summary,) = convs[0].requant
+    assert summary["kind"] == "conv2d" and summary["channels"] == 16
+    assert 0 <= summary["differing_share"] < 1e-3, summary
+    # The output is dequantized on the host: one output step is the distance between its levels.
+    step = np.diff(np.unique(ref)).min()
+    assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
+    exact = torq.compile(str(path), remarks=io.StringIO(), flags=("--torq-requant=exact",))
+    if summary["exact_channels"] < summary["channels"]:  # not exact: the exact mode leaves it on host
+        assert [d.executor for d in exact.report.dispatches if d.macs == convs[0].macs] == ["host"]
