@@ -55,8 +55,8 @@ from iree.compiler.dialects import arith, flow, iree_tensor_ext
 from .ir_utils import block_ops, constant_value, int_array, region_ops, static_shape, walk_ops
 from .passes import decompose_attention
 from .patterns import Unsupported
-from .requant import (HostTail, NotExact, RequantSummary, host_float_semantics, lower_float_requantization,
-                      unused_arguments)
+from .f32_chain import host_float_semantics
+from .requant import HostTail, NotExact, RequantSummary, lower_float_requantization, unused_arguments
 
 
 def _tensor_of(binding_type: ir.Type) -> ir.Type:

@@ -20,7 +20,14 @@ contraction can produce where such a rescale exists, and otherwise (the
 default, --torq-requant=nearest) the nearest one: at most one output step
 off anywhere on the reachable range, with the number of accumulator values
 on which it differs measured exactly per channel and reported
-(`RequantSummary`; compiler/rescale_fit.py). With --torq-requant=exact, or
+(`RequantSummary`; compiler/rescale_fit.py). A residual add in the same
+body (ONNX Runtime's QDQ form of ResNet's `relu(conv(x) + r)`: the rescaled
+int8 value and an int8 tensor r, both dequantized, added and quantized
+again) becomes an integer rescale of the sum of the two int8 values,
+clamp((u * Mu + r * Mr + R) >> S), fitted on all 65,536 pairs and at most
+one step off any of them (`rescale_fit.fit_sum`; the pairs it misses are
+counted and reported). The f32 chain itself is evaluated by
+compiler/f32_chain.py. With --torq-requant=exact, or
 when even the nearest rescale is more than one step off, the dispatch stays
 on host with a remark naming the channel (`Unsupported`). A dequantize tail after the int8 value (f32 compute) is cut off and left to a
 host dispatch (`HostTail`), so the NPU result is the int8 tensor.
@@ -74,315 +81,14 @@ exactly puts every step point on a tie that f32 noise breaks either way).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 from iree.compiler import ir
 
+from .f32_chain import EITHER_FMA, INT_RANGE, Chain, type_name
 from .ir_utils import constant_of, indexing_maps, map_dims, n_inputs, region_ops, static_shape
-from .rescale_fit import (ChannelFit, NotExact, Rescale, brute_force_step_points, derive_rescale,  # noqa: F401
-                          fit_channel, fit_rescale, step_points)
-
-_INT_RANGE = {"i1": (0, 1), "i8": (-128, 127), "i16": (-(1 << 15), (1 << 15) - 1), "i32": (-(1 << 31), (1 << 31) - 1),
-              "i64": (-(1 << 63), (1 << 63) - 1)}
-
-
-# --- host float semantics -------------------------------------------------------
-
-@dataclass(frozen=True)
-class HostFloat:
-    """How the host (IREE llvm-cpu) evaluates f32 bodies: whether it fuses mul + add."""
-    fma: bool
-
-
-def host_float_semantics(module_op: ir.Operation) -> HostFloat | None:
-    """The f32 semantics of the module's llvm-cpu target, or None when unknown.
-
-    x86-64 fuses a single-use fmul into its fadd when the CPU has FMA
-    ("+fma" in cpu_features); AArch64 always has it. Other targets: unknown.
-    """
-    targets = []
-    for op in module_op.regions[0].blocks[0].operations:
-        op = op.operation
-        if op.name == "util.global" and "initial_value" in op.attributes:
-            init = op.attributes["initial_value"]
-            if isinstance(init, (ir.DenseElementsAttr, ir.DenseResourceElementsAttr)):
-                continue  # a tensor (e.g. a weight): printing it could take long and finds no target
-            s = str(init)
-            if s.startswith("#hal.device.target"):
-                targets += re.findall(r'#hal\.executable\.target<"llvm-cpu".*?target_triple = "([^"]*)"', s)
-                features = re.findall(r'cpu_features = "([^"]*)"', s)
-    if len(targets) != 1:
-        return None
-    triple = targets[0]
-    if triple.startswith("x86_64"):
-        return HostFloat(fma="+fma" in (features[0].split(",") if features else []))
-    if triple.startswith(("aarch64", "arm64")):
-        return HostFloat(fma=True)
-    return None
-
-
-# --- exact f32 evaluation ---------------------------------------------------------
-
-def fma_f32(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
-    """x * y + z rounded once to f32 (nearest even), for f32 x, y, z.
-
-    x * y is exact in f64 (48 significant bits); TwoSum gives the f64 sum s
-    and its exact error e. Rounding s to f32 is the correctly rounded result
-    unless s is exactly halfway between two f32 numbers (then e decides).
-    """
-    x, y, z = (np.asarray(v, np.float64) for v in (x, y, z))
-    p = x * y
-    s = p + z
-    bb = s - p
-    e = (p - (s - bb)) + (z - bb)
-    r = s.astype(np.float32)
-    other = np.where(r.astype(np.float64) < s, np.nextafter(r, np.float32(np.inf)),
-                     np.nextafter(r, np.float32(-np.inf)))
-    tie = (np.abs(r.astype(np.float64) - s) == np.abs(other.astype(np.float64) - s)) & (e != 0)
-    toward = np.where(e > 0, np.maximum(r, other), np.minimum(r, other))
-    return np.where(tie, toward, r).astype(np.float32)
-
-
-@dataclass
-class _Val:
-    v: np.ndarray
-    dir: int | None  # +1 / -1: monotone in a; 0: constant; None: not monotone
-    t: str  # "f32" or an integer type name
-
-
-def _combine(d1, d2):
-    if d1 is None or d2 is None:
-        return None
-    if d1 == 0 or d2 == 0 or d1 == d2:
-        return d1 or d2
-    return None
-
-
-def _sign(x) -> int:
-    x = float(np.asarray(x).reshape(-1)[0])
-    return (x > 0) - (x < 0)
-
-
-def _mul_dir(x: "_Val", y: "_Val") -> int | None:
-    """Direction of x * y: monotone only when one factor is a constant."""
-    if x.dir is None or y.dir is None or (x.dir and y.dir):
-        return None
-    return x.dir * _sign(y.v) if y.dir == 0 else y.dir * _sign(x.v)
-
-
-def _neg(d: int | None) -> int | None:
-    return None if d is None else -d
-
-
-_FLOAT_BIN = {"arith.addf": np.add, "arith.subf": np.subtract, "arith.mulf": np.multiply,
-              "arith.divf": np.divide}
-_MAXMIN = {"arith.maxnumf": np.fmax, "arith.minnumf": np.fmin, "arith.maximumf": np.maximum,
-           "arith.minimumf": np.minimum, "arith.maxsi": np.maximum, "arith.minsi": np.minimum}
-_ROUND = {"math.roundeven": np.rint, "math.floor": np.floor, "math.ceil": np.ceil, "math.trunc": np.trunc}
-_CMPF = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult", "ule",
-         "une", "uno", "true"]
-_CMPI = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
-
-
-def _type_name(t) -> str:
-    s = t if isinstance(t, str) else str(t)
-    if s == "f32" or s in _INT_RANGE:
-        return s
-    raise NotExact(f"the chain computes in {s}")
-
-
-class _ChainValue:
-    """An SSA value of the chain, read from the IR once (evaluation runs per channel and per
-    bisection step: reading types, users and constants from the bindings each time was most
-    of a QDQ model's compile)."""
-    __slots__ = ("type", "owner", "n_uses", "const", "label")
-
-    def __init__(self, v: ir.Value, owner: "_ChainOp | None"):
-        self.type, self.owner, self.n_uses, self.label = str(v.type), owner, len(list(v.uses)), v.get_name()
-        self.const = constant_of(v) if owner is None or owner.name == "arith.constant" else None
-
-
-class _ChainOp:
-    __slots__ = ("name", "operands", "results", "predicate")
-
-    def __init__(self, op: ir.Operation, values: dict):
-        self.name = op.name
-        self.predicate = ir.IntegerAttr(op.attributes["predicate"]).value if "predicate" in op.attributes else None
-        self.operands = [_chain_value(v, values) for v in op.operands]
-        self.results = []
-        for r in op.results:
-            values[r] = _ChainValue(r, self)
-            self.results.append(values[r])
-
-
-def _chain_value(v: ir.Value, values: dict) -> _ChainValue:
-    if v not in values:  # a block argument or a value defined outside the chain
-        values[v] = _ChainValue(v, None)
-    return values[v]
-
-
-class Chain:
-    """The body of a requantization generic, as a function of the accumulator.
-
-    `ops` are the body ops up to and including `result_op` (whose first
-    result is the value computed); `acc` is the block argument of the
-    accumulator; `scalars` maps each other block argument to its value for
-    the channel being evaluated (set with `for_channel`).
-    """
-
-    def __init__(self, ops: list[ir.Operation], result: ir.Value, acc: ir.Value, host: HostFloat):
-        self.values: dict = {}
-        self.acc = _chain_value(acc, self.values)
-        self.ops = [_ChainOp(op, self.values) for op in ops]
-        self.result, self.host = self.values[result], host
-        self.args: dict = {}
-        uses: dict = {}
-        for op in self.ops:
-            for v in op.operands:
-                uses[v] = uses.get(v, 0) + 1
-        self.uses = uses
-
-    def for_channel(self, args: dict) -> "Chain":
-        """The chain with block argument values `args` ({ir.Value: scalar})."""
-        c = Chain.__new__(Chain)
-        c.__dict__.update(self.__dict__)
-        c.args = {self.values[k]: v for k, v in args.items() if k in self.values}
-        return c
-
-    def __call__(self, a: np.ndarray, check: bool = False) -> np.ndarray:
-        return self.evaluate(a, check).v
-
-    def direction(self, lo: int, hi: int) -> int:
-        """+1 / -1 / 0 if the chain is monotone on [lo, hi] (checked at both ends); raises NotExact."""
-        r = self.evaluate(np.array([lo, hi], np.int64), check=True)
-        if r.dir is None:
-            raise NotExact("the chain is not monotone in the accumulator")
-        return r.dir
-
-    def evaluate(self, a: np.ndarray, check: bool = False) -> _Val:
-        env: dict = {self.acc: _Val(np.asarray(a, np.int64), 1, _type_name(self.acc.type))}
-        cmps: dict = {}
-
-        def ref(v: ir.Value) -> _Val:
-            if v in env:
-                return env[v]
-            t = _type_name(v.type)
-            if v in self.args:
-                c = self.args[v]
-            else:
-                c = v.const
-                if c is None or c.size != 1:
-                    raise NotExact(f"value {v.label} of the chain is neither a constant nor per channel")
-            c = np.asarray(c).reshape(())
-            return _Val(np.float32(c) if t == "f32" else np.int64(c), 0, t)
-
-        def int_result(x: np.ndarray, t: str) -> np.ndarray:
-            lo, hi = _INT_RANGE[t]
-            if check and (np.any(x < lo) or np.any(x > hi)):
-                raise NotExact(f"the chain's {t} arithmetic wraps on the accumulator range")
-            return x
-
-        fused: set = set()
-        for op in self.ops:
-            name = op.name
-            if name == "arith.constant":
-                continue
-            res = op.results[0]
-            t = _type_name(res.type)
-            if name in ("arith.addf", "arith.subf") and self.host.fma and op not in fused:
-                prods = [v for v in op.operands if v.owner is not None and v.owner.name == "arith.mulf" and v in env]
-                single = [v for v in prods if self.uses.get(v, 0) == 1 and v.n_uses == 1]
-                if len(prods) > 1 or len(prods) != len(single):
-                    raise NotExact("llvm-cpu may fuse either product of this sum into an FMA")
-                if single:
-                    p = single[0].owner
-                    x, y = ref(p.operands[0]), ref(p.operands[1])
-                    z = ref(op.operands[1] if op.operands[0] == single[0] else op.operands[0])
-                    pd = _mul_dir(x, y)
-                    if name == "arith.subf" and op.operands[0] == single[0]:  # x*y - z
-                        r, d = fma_f32(x.v, y.v, -z.v), _combine(pd, _neg(z.dir))
-                    elif name == "arith.subf":  # z - x*y
-                        r, d = fma_f32(-x.v, y.v, z.v), _combine(_neg(pd), z.dir)
-                    else:
-                        r, d = fma_f32(x.v, y.v, z.v), _combine(pd, z.dir)
-                    env[res] = _Val(r, d, t)
-                    continue
-            if name in _FLOAT_BIN:
-                x, y = ref(op.operands[0]), ref(op.operands[1])
-                with np.errstate(all="ignore"):
-                    r = _FLOAT_BIN[name](np.float32(x.v) if np.ndim(x.v) == 0 else x.v,
-                                         np.float32(y.v) if np.ndim(y.v) == 0 else y.v).astype(np.float32)
-                if name == "arith.addf":
-                    d = _combine(x.dir, y.dir)
-                elif name == "arith.subf":
-                    d = _combine(x.dir, _neg(y.dir))
-                elif name == "arith.mulf":
-                    d = _mul_dir(x, y)
-                else:  # x / c only
-                    d = None if x.dir is None or y.dir != 0 else x.dir * _sign(y.v)
-                env[res] = _Val(r, d, t)
-            elif name == "arith.negf":
-                x = ref(op.operands[0])
-                env[res] = _Val(-x.v, _neg(x.dir), t)
-            elif name in ("arith.addi", "arith.subi", "arith.muli"):
-                x, y = ref(op.operands[0]), ref(op.operands[1])
-                if name == "arith.addi":
-                    r, d = x.v + y.v, _combine(x.dir, y.dir)
-                elif name == "arith.subi":
-                    r, d = x.v - y.v, _combine(x.dir, _neg(y.dir))
-                else:
-                    r, d = x.v * y.v, _mul_dir(x, y)
-                env[res] = _Val(int_result(r, t), d, t)
-            elif name in ("arith.extsi", "arith.trunci"):
-                x = ref(op.operands[0])
-                env[res] = _Val(int_result(x.v, t), x.dir, t)
-            elif name == "arith.sitofp":
-                x = ref(op.operands[0])
-                env[res] = _Val(np.asarray(x.v, np.int64).astype(np.float32), x.dir, t)
-            elif name == "arith.fptosi":
-                x = ref(op.operands[0])
-                lo, hi = _INT_RANGE[t]
-                if np.any(~np.isfinite(x.v)) or np.any(x.v <= lo - 1) or np.any(x.v >= hi + 1):
-                    raise NotExact(f"arith.fptosi to {t} of a value out of range (undefined)")
-                env[res] = _Val(np.trunc(x.v).astype(np.int64), x.dir, t)
-            elif name in _ROUND:
-                x = ref(op.operands[0])
-                env[res] = _Val(_ROUND[name](x.v).astype(np.float32), x.dir, t)
-            elif name == "math.round":  # half away from zero, exactly (f32 -> f64 is exact)
-                x = ref(op.operands[0])
-                x64 = np.asarray(x.v, np.float64)
-                env[res] = _Val((np.sign(x64) * np.floor(np.abs(x64) + 0.5)).astype(np.float32), x.dir, t)
-            elif name in _MAXMIN:
-                x, y = ref(op.operands[0]), ref(op.operands[1])
-                env[res] = _Val(_MAXMIN[name](x.v, y.v), _combine(x.dir, y.dir), t)
-            elif name in ("arith.cmpf", "arith.cmpi"):
-                names = _CMPF if name == "arith.cmpf" else _CMPI
-                full = names[op.predicate]
-                pred = full[1:] if name == "arith.cmpf" or full[0] == "s" else full
-                x, y = ref(op.operands[0]), ref(op.operands[1])
-                if pred not in ("gt", "ge", "lt", "le"):  # (unsigned integer comparisons included)
-                    raise NotExact(f"comparison '{pred}' in the chain")
-                fn = {"gt": np.greater, "ge": np.greater_equal, "lt": np.less, "le": np.less_equal}[pred]
-                if name == "arith.cmpf" and check and (np.any(np.isnan(x.v)) or np.any(np.isnan(y.v))):
-                    raise NotExact("the chain compares NaN")
-                cmps[res] = (op.operands[0], op.operands[1], fn(x.v, y.v), x.dir == y.dir == 0)
-            elif name == "arith.select":
-                if op.operands[0] not in cmps:
-                    raise NotExact("arith.select whose condition is no comparison")
-                cx, cy, cond, cond_fixed = cmps[op.operands[0]]
-                tv, fv = ref(op.operands[1]), ref(op.operands[2])
-                # select(x > y, x, y) is max(x, y), select(x > y, y, x) min: monotone.
-                maxmin = {op.operands[1], op.operands[2]} == {cx, cy}
-                d = _combine(tv.dir, fv.dir) if maxmin else (0 if tv.dir == fv.dir == 0 and cond_fixed else None)
-                env[res] = _Val(np.where(cond, tv.v, fv.v), d, t)
-            else:
-                raise NotExact(f"'{name}' in the chain")
-            if t == "f32" and check and np.any(~np.isfinite(env[res].v)):
-                raise NotExact("the chain overflows f32 on the accumulator range")
-        return env[self.result]
-
+from .rescale_fit import ChannelFit, NotExact, Rescale, SumRescale, fit_channel, fit_sum
 
 # --- the IR rewrite ---------------------------------------------------------------------
 
@@ -447,7 +153,7 @@ def _accumulator_range(con: ir.Operation, known: _Known) -> tuple[np.ndarray, np
         t = str(ir.RankedTensorType(con.operands[i].type).element_type)
         if t not in ("i8", "i16"):
             raise NotExact(f"contraction operand {i} is {t}, not i8/i16")
-        bounds.append(_INT_RANGE[t])
+        bounds.append(INT_RANGE[t])
     const_i = next((i for i in (1, 0) if known(con.operands[i]) is not None and map_dims(maps[i]) is not None), None)
     total = math.prod(ranges[d] for d in red)
     if const_i is None:
@@ -468,7 +174,7 @@ def _accumulator_range(con: ir.Operation, known: _Known) -> tuple[np.ndarray, np
 
 
 def _channel_values(op: ir.Operation, acc_index: int, known: _Known, range_dims: list[int],
-                    acc_lo: np.ndarray, acc_hi: np.ndarray, acc_map_dims: list[int]):
+                    acc_lo: np.ndarray, acc_hi: np.ndarray, acc_map_dims: list[int], residual: int = -1):
     """Per channel: ({block arg: scalar}, lo, hi). The channel dim is the one result dim
     every per-channel value (operands, accumulator bounds) varies along, if any."""
     maps = indexing_maps(op)
@@ -478,7 +184,7 @@ def _channel_values(op: ir.Operation, acc_index: int, known: _Known, range_dims:
     per: dict = {}
     chan_dims = set()
     for i in range(n_inputs(op)):
-        if i == acc_index:
+        if i in (acc_index, residual):
             continue
         c = known(op.operands[i])
         d = map_dims(maps[i])
@@ -563,6 +269,10 @@ class RequantSummary:
     kind: str  # the contraction it follows: conv2d, depthwise_conv2d, matmul, ...
     differing: list[int]
     step_span: list[int]
+    # A residual add after the rescale (`requant_sum`): input pairs on which its integer
+    # form differs from the f32 chain, of all int8 pairs.
+    sum_differing: int | None = None
+    sum_pairs: int | None = None
 
     @property
     def channels(self) -> int:
@@ -582,17 +292,24 @@ class RequantSummary:
         n = self.channels
         head = f"{self.kind}: f32 requantization -> integer rescale, {self.exact_channels} of {n} channel" \
                f"{'s' if n > 1 else ''} exact"
-        if self.exact_channels == n:
-            return head
-        worst = max(d / s for d, s in zip(self.differing, self.step_span) if s)
-        return (f"{head}, the others nearest (one output step off on {sum(self.differing)} of "
-                f"{sum(self.step_span)} accumulator values where the level changes, "
-                f"{100 * self.differing_share:.3g}%; worst channel {100 * worst:.3g}%)")
+        if self.exact_channels < n:
+            worst = max(d / s for d, s in zip(self.differing, self.step_span) if s)
+            head += (f", the others nearest (one output step off on {sum(self.differing)} of "
+                     f"{sum(self.step_span)} accumulator values where the level changes, "
+                     f"{100 * self.differing_share:.3g}%; worst channel {100 * worst:.3g}%)")
+        if self.sum_pairs:
+            head += (f"; then a residual add as an integer rescale of the sum, one output step off on "
+                     f"{self.sum_differing} of {self.sum_pairs} int8 input pairs")
+        return head
+
+    @property
+    def approximate(self) -> bool:
+        return self.exact_channels < self.channels or bool(self.sum_differing)
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "channels": self.channels, "exact_channels": self.exact_channels,
                 "differing_share": self.differing_share, "differing": self.differing,
-                "step_span": self.step_span}
+                "step_span": self.step_span, "sum_differing": self.sum_differing, "sum_pairs": self.sum_pairs}
 
 
 @dataclass
@@ -605,6 +322,10 @@ class _Plan:
     tail: HostTail | None
     result_index: int  # function result it feeds (tail only), else -1
     summary: RequantSummary
+    # A residual add after the rescale: the operand index of the int8 tensor added, and the
+    # integer rescale of the sum (stage-1 level, residual) -> output level.
+    residual_index: int = -1
+    sum_rescale: SumRescale | None = None
 
 
 def _plan(op: ir.Operation, known: _Known, host, nearest: bool) -> _Plan | None:
@@ -651,13 +372,21 @@ def _plan(op: ir.Operation, known: _Known, host, nearest: bool) -> _Plan | None:
         result_index = next(u.operand_number for u in op.results[0].uses)
     else:
         result, ops, result_index = yield_v, body[:-1], -1
-    q_type = _type_name(result.type)
+    q_type = type_name(result.type)
     if q_type not in ("i8", "i16"):
         raise NotExact(f"the requantized value is {q_type}, not i8/i16")
     acc_lo, acc_hi, range_dims = _accumulator_range(con, known)
     if max(abs(int(np.min(acc_lo))), abs(int(np.max(acc_hi)))) >= 1 << 31:
         raise NotExact(f"the {kind} accumulator can wrap (i32 overflow)")
-    chan, channels = _channel_values(op, acc_index, known, range_dims, acc_lo, acc_hi, acc_dims)
+    residual = _residual_operand(op, acc_index, known)
+    sum_rescale = sum_fit = None
+    if residual >= 0:
+        if tail is not None:
+            raise NotExact("a residual add whose result is dequantized to f32")
+        ops, result, sum_fit = _split_residual_add(ops, result, block.arguments[acc_index],
+                                                   block.arguments[residual], host, q_type, nearest)
+        sum_rescale = sum_fit.rescale
+    chan, channels = _channel_values(op, acc_index, known, range_dims, acc_lo, acc_hi, acc_dims, residual)
     chain = Chain(ops, result, block.arguments[acc_index], host)
     fits: list[ChannelFit] = []
     for ch, (vals, lo, hi) in enumerate(channels):
@@ -667,11 +396,80 @@ def _plan(op: ir.Operation, known: _Known, host, nearest: bool) -> _Plan | None:
         except NotExact as e:
             where = f"channel {ch}" if chan is not None else "the tensor"
             raise NotExact(f"{kind} float requantization, {where} (accumulator range [{lo}, {hi}]): {e}") from None
-    summary = RequantSummary(kind, [x.differing for x in fits], [x.step_span for x in fits])
-    return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary)
+    summary = RequantSummary(kind, [x.differing for x in fits], [x.step_span for x in fits],
+                             sum_fit.differing if sum_fit else None, sum_fit.pairs if sum_fit else None)
+    return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary,
+                 residual, sum_rescale)
+
+
+def _residual_operand(op: ir.Operation, acc_index: int, known: _Known) -> int:
+    """The operand index of an int8 tensor the requantization adds (read like its result), or -1."""
+    maps = indexing_maps(op)
+    tensors = [i for i in range(n_inputs(op)) if i != acc_index and known(op.operands[i]) is None]
+    if not tensors:
+        return -1
+    i = tensors[0]
+    if len(tensors) > 1 or str(ir.RankedTensorType(op.operands[i].type).element_type) != "i8" \
+            or maps[i] != maps[-1]:
+        raise NotExact(f"operand {tensors[0]} of the requantization is not a constant")
+    return i
+
+
+def _backward_slice(ops: list[ir.Operation], v: ir.Value) -> list[ir.Operation]:
+    """The ops of `ops` that `v` depends on, in order."""
+    need, out = {v}, []
+    for op in reversed(ops):
+        if any(r in need for r in op.results):
+            out.append(op)
+            need.update(op.operands)
+    return out[::-1]
+
+
+def _reads(ops: list[ir.Operation], v: ir.Value) -> bool:
+    return any(x == v for op in ops for x in op.operands)
+
+
+def _split_residual_add(ops, result, acc, res, host, q_type, nearest):
+    """(the ops and value of the stage-1 rescale of `acc`, the fit of the add): a body that
+    requantizes the accumulator to int8 (stage 1), dequantizes it and the int8 residual `res`,
+    adds them and requantizes the sum. The add is evaluated on every pair of int8 values
+    (both ways llvm-cpu may contract it, when it may) and fitted by `fit_sum`."""
+    final = _backward_slice(ops, result)
+    stages = [o for o in final if o.name == "arith.fptosi" and o.results[0] != result
+              and not _reads(_backward_slice(ops, o.results[0]), res)]
+    if len(stages) != 1 or not _reads(_backward_slice(ops, stages[0].results[0]), acc):
+        raise NotExact("the requantization mixes the accumulator and another tensor before its int8 value")
+    stage1 = _backward_slice(ops, stages[0].results[0])
+    rest = [o for o in final if o not in stage1]
+    if _reads(rest, acc):
+        raise NotExact("the residual add reads the accumulator besides its int8 value")
+    u, v = (g.ravel() for g in np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij"))
+    add = Chain(rest, result, stages[0].results[0], host, extra=(res,))
+    try:
+        qs = [add.evaluate(u, extra=(v,)).v]
+    except NotExact as e:
+        if str(e) != EITHER_FMA:
+            raise
+        qs = [add.with_fma_pick(k).evaluate(u, extra=(v,)).v for k in (0, 1)]
+    lo, hi = INT_RANGE[q_type]
+    fit = fit_sum(u, v, [np.asarray(q, np.int64) for q in qs], lo, hi)
+    if fit.differing and not nearest:
+        raise NotExact(f"the residual add's integer rescale differs on {fit.differing} of {fit.pairs} input pairs")
+    return stage1, stages[0].results[0], fit
 
 
 _PARAMS = ("offset", "multiplier", "rounding", "shift", "qmin", "qmax")
+
+
+def _sum_lines(r: SumRescale, u: str) -> list[str]:
+    """Body lines computing the residual add's integer rescale of (`u`, %r) into %sum_q (i64)."""
+    return [f"%su_m = arith.constant {r.mu} : i64", f"%sv_m = arith.constant {r.mv} : i64",
+            f"%s_r = arith.constant {r.rounding} : i64", f"%s_s = arith.constant {r.shift} : i64",
+            f"%s_lo = arith.constant {r.qmin} : i64", f"%s_hi = arith.constant {r.qmax} : i64",
+            "%r64 = arith.extsi %r : i8 to i64", f"%su = arith.muli {u}, %su_m : i64",
+            "%sv = arith.muli %r64, %sv_m : i64", "%ss = arith.addi %su, %sv : i64",
+            "%sr = arith.addi %ss, %s_r : i64", "%sd = arith.shrsi %sr, %s_s : i64",
+            "%sa = arith.maxsi %sd, %s_lo : i64", "%sum_q = arith.minsi %sa, %s_hi : i64"]
 
 
 def _rescale_generic(plan: _Plan) -> str:
@@ -679,7 +477,7 @@ def _rescale_generic(plan: _Plan) -> str:
     op = plan.op
     acc_t = op.operands[plan.acc_index].type
     shape = static_shape(op.results[0].type)
-    res_t = f"tensor<{'x'.join(map(str, shape))}x{plan.q_type}>"
+    out_t = f"tensor<{'x'.join(map(str, shape))}x{plan.q_type}>"
     rank = len(shape)
     dims = ", ".join(f"d{k}" for k in range(rank))
     ident = f"affine_map<({dims}) -> ({dims})>"
@@ -695,10 +493,13 @@ def _rescale_generic(plan: _Plan) -> str:
     n = len(plan.rescales)
     chan_map = f"affine_map<({dims}) -> (d{plan.chan})>" if plan.chan is not None else ""
     consts = "\n".join(f"  %{p} = arith.constant dense<{vals}> : tensor<{n}xi32>" for p, vals in tensors)
-    ins = ", ".join(["%acc"] + [f"%{p}" for p, _ in tensors])
-    in_types = ", ".join([str(acc_t)] + [f"tensor<{n}xi32>"] * len(tensors))
-    maps = ", ".join([acc_map] + [chan_map] * len(tensors) + [ident])
-    args = ", ".join(["%a: i32"] + [f"%in_{p}: i32" for p, _ in tensors] + [f"%out: {plan.q_type}"])
+    res = plan.residual_index >= 0
+    res_t = str(op.operands[plan.residual_index].type) if res else ""
+    ins = ", ".join(["%acc"] + ["%res"] * res + [f"%{p}" for p, _ in tensors])
+    in_types = ", ".join([str(acc_t)] + [res_t] * res + [f"tensor<{n}xi32>"] * len(tensors))
+    maps = ", ".join([acc_map] + [ident] * res + [chan_map] * len(tensors) + [ident])
+    args = ", ".join(["%a: i32"] + ["%r: i8"] * res + [f"%in_{p}: i32" for p, _ in tensors] +
+                     [f"%out: {plan.q_type}"])
     lines = ["%a64 = arith.extsi %a : i32 to i64"]
 
     def param(p):
@@ -722,20 +523,23 @@ def _rescale_generic(plan: _Plan) -> str:
         v = "%down"
     lines.append(f"%above = arith.maxsi {v}, {param('qmin')} : i64")
     lines.append(f"%below = arith.minsi %above, {param('qmax')} : i64")
-    lines.append(f"%q = arith.trunci %below : i64 to {plan.q_type}")
+    if res:
+        lines += _sum_lines(plan.sum_rescale, "%below")
+    lines.append(f"%q = arith.trunci {'%sum_q' if res else '%below'} : i64 to {plan.q_type}")
     lines.append(f"linalg.yield %q : {plan.q_type}")
     body = "\n    ".join(lines)
     parallel = ", ".join(['"parallel"'] * rank)
+    res_arg = f", %res: {res_t}" if res else ""
     return f"""
-func.func @rescale(%acc: {acc_t}) -> {res_t} {{
+func.func @rescale(%acc: {acc_t}{res_arg}) -> {out_t} {{
 {consts}
-  %e = tensor.empty() : {res_t}
-  %r = linalg.generic {{indexing_maps = [{maps}], iterator_types = [{parallel}]}}
-      ins({ins} : {in_types}) outs(%e : {res_t}) {{
+  %e = tensor.empty() : {out_t}
+  %g = linalg.generic {{indexing_maps = [{maps}], iterator_types = [{parallel}]}}
+      ins({ins} : {in_types}) outs(%e : {out_t}) {{
   ^bb0({args}):
     {body}
-  }} -> {res_t}
-  return %r : {res_t}
+  }} -> {out_t}
+  return %g : {out_t}
 }}"""
 
 
@@ -770,7 +574,8 @@ def lower_float_requantization(func: ir.Operation, arg_constants, host, nearest:
         new = cloned[-1]
         new.operands[0] = plan.op.operands[plan.acc_index]
         for k in range(1, len(new.operands)):
-            new.operands[k] = clones[tops[-1].operands[k]]
+            t = tops[-1].operands[k]
+            new.operands[k] = plan.op.operands[plan.residual_index] if isinstance(t.owner, ir.Block) else clones[t]
         old = plan.op.results[0]
         old.replace_all_uses_with(new.results[0])
         if plan.tail is not None:

@@ -278,3 +278,79 @@ def nearest_rescale(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int) -> Res
             max(abs((lo + offset) * m + r.rounding), abs((hi + offset) * m + r.rounding)) >= _I64:
         raise NotExact("the nearest rescale's intercept does not fit the 32-bit offset")
     return r
+
+
+# --- two int8 inputs: an add of two rescaled values --------------------------------------------
+
+@dataclass
+class SumRescale:
+    """q = clamp((u * mu + v * mv + rounding) >> shift, qmin, qmax) of two integer inputs, in i64:
+    the integer form of requantizing the sum of two dequantized int8 tensors (a residual add)."""
+    mu: int
+    mv: int
+    rounding: int
+    shift: int
+    qmin: int
+    qmax: int
+
+    def __call__(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        s = np.asarray(u, np.int64) * self.mu + np.asarray(v, np.int64) * self.mv + self.rounding
+        return np.clip(s >> self.shift, self.qmin, self.qmax)
+
+
+@dataclass
+class SumFit:
+    rescale: SumRescale
+    differing: int  # input pairs (of `pairs`) on which the rescale's level differs from the chain's
+    pairs: int
+
+
+# Multipliers tried around the least-squares scales, per input and direction.
+_SUM_MULTIPLIERS = 3
+
+
+def fit_sum(u: np.ndarray, v: np.ndarray, qs: list[np.ndarray], qmin: int, qmax: int) -> SumFit:
+    """The `SumRescale` nearest the chain whose results on the input pairs (u, v) are each of `qs`
+    (one per way the host may evaluate it: every one must be matched within one step), fitted
+    on all pairs; raises NotExact when none is within one output step of every q in `qs`."""
+    q = qs[0]
+    free = (q > qmin) & (q < qmax)  # pairs not clamped carry the scales
+    if free.sum() < 3:
+        raise NotExact("too few unclamped results to fit the scales of the sum")
+    design = np.stack([u[free], v[free], np.ones(int(free.sum()))], 1).astype(np.float64)
+    (alpha, beta, gamma), *_ = np.linalg.lstsq(design, q[free].astype(np.float64), rcond=None)
+    big = max(abs(alpha), abs(beta), 1e-12)
+    shift = min(_MAX_SHIFT - 8, int(math.floor(math.log2(_MAX_MULTIPLIER / big))),
+                int(math.floor(math.log2((1 << 53) / (big * 256 + abs(gamma) + 1)))))
+    if shift < 8:
+        raise NotExact(f"the scales of the sum ({alpha:.6g}, {beta:.6g}) need multipliers above 2^31")
+    one = 1 << shift
+    mu0, mv0 = int(round(alpha * one)), int(round(beta * one))
+    spread = max(1, one >> 14)  # the least-squares scales are this uncertain
+    best = None
+    for du in range(-_SUM_MULTIPLIERS, _SUM_MULTIPLIERS + 1):
+        for dv in range(-_SUM_MULTIPLIERS, _SUM_MULTIPLIERS + 1):
+            mu, mv = mu0 + du * spread, mv0 + dv * spread
+            r, matched = _best_rounding(u * mu + v * mv, q, qmin, qmax, one)
+            key = (-matched, abs(du) + abs(dv))
+            if best is None or key < best[0]:
+                best = (key, SumRescale(mu, mv, r, shift, qmin, qmax))
+    g = best[1](u, v)
+    worst = max(int(np.abs(g - x).max()) for x in qs)
+    if worst > 1:
+        raise NotExact(f"no integer rescale of the sum within one output step (the nearest is {worst} off)")
+    return SumFit(best[1], max(int((g != x).sum()) for x in qs), len(u))
+
+
+def _best_rounding(s: np.ndarray, q: np.ndarray, qmin: int, qmax: int, one: int) -> tuple[int, int]:
+    """(R, pairs matched): the rounding term R with (s + R) >> shift, clamped, equal to q on the most
+    pairs. Pair i matches for R in [q one - s, (q + 1) one - s), open-ended where q is clamped;
+    a sweep over the interval ends finds the R inside the most intervals."""
+    lo_end = np.where(q <= qmin, np.iinfo(np.int64).min // 4, q * one - s)
+    hi_end = np.where(q >= qmax, np.iinfo(np.int64).max // 4, (q + 1) * one - s)
+    events = np.concatenate([lo_end, hi_end])
+    delta = np.concatenate([np.ones(len(q), np.int64), -np.ones(len(q), np.int64)])
+    order = np.lexsort((delta, events))  # at equal positions an interval's end comes before a start
+    inside = np.cumsum(delta[order])
+    k = int(np.argmax(inside))
+    return int(events[order][k]), int(inside[k])

@@ -22,7 +22,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import torq  # noqa: E402
-from torq.compiler import requant  # noqa: E402
+from torq.compiler import f32_chain, requant, rescale_fit  # noqa: E402
 from torq.compiler.onnx_import import import_onnx  # noqa: E402
 from llvm_cpu import llvm_cpu  # noqa: E402
 
@@ -145,8 +145,9 @@ def test_off_by_one_rescale_is_caught(monkeypatch):
     def off_by_one(*args, **kw):
         c = fit(*args, **kw)
         r = c.rescale
-        return requant.ChannelFit(requant.Rescale(r.offset + 1, r.multiplier, r.rounding, r.shift, r.qmin, r.qmax),
-                                  c.differing, c.step_span)
+        return rescale_fit.ChannelFit(
+            rescale_fit.Rescale(r.offset + 1, r.multiplier, r.rounding, r.shift, r.qmin, r.qmax),
+            c.differing, c.step_span)
 
     monkeypatch.setattr(requant, "fit_channel", off_by_one)
     model = pointwise_qdq_model(per_channel=True, relu=True)  # the reference is cached from above
@@ -225,7 +226,7 @@ def numpy_chain(sx, sw, b, sy, zy, relu, fma):
 
     def f(a):
         t = np.asarray(a).astype(np.float32) * sx
-        t = requant.fma_f32(t, sw, b) if fma else (t * sw).astype(np.float32) + b
+        t = f32_chain.fma_f32(t, sw, b) if fma else (t * sw).astype(np.float32) + b
         if relu:
             t = np.where(t > 0, t, np.float32(0))
         t = np.rint((t / sy).astype(np.float32)) + zy
@@ -260,8 +261,8 @@ def test_step_points_and_rescale_against_brute_force():
         span = 1_000_000 if wide else 6000
         lo, hi = -int(rng.integers(span // 3, span)), int(rng.integers(span // 3, span))
         a = np.arange(lo, hi + 1)
-        qlo, qhi, ts = requant.step_points(f, lo, hi)
-        bqlo, bqhi, bts = requant.brute_force_step_points(f, lo, hi)
+        qlo, qhi, ts = rescale_fit.step_points(f, lo, hi)
+        bqlo, bqhi, bts = rescale_fit.brute_force_step_points(f, lo, hi)
         assert (qlo, qhi) == (bqlo, bqhi) and np.array_equal(ts, bts)
         # Brute force, independently: a step point is where the value first reaches a level.
         q = f(a)
@@ -269,8 +270,8 @@ def test_step_points_and_rescale_against_brute_force():
         ks = np.arange(qlo + 1, qhi + 1)
         assert np.all(q[ts - lo] >= ks) and np.all((ts == lo) | (q[np.maximum(ts - 1 - lo, 0)] < ks))
         try:
-            r = requant.derive_rescale(f, lo, hi, 1)
-        except requant.NotExact:
+            r = rescale_fit.derive_rescale(f, lo, hi, 1)
+        except rescale_fit.NotExact:
             refused += 1
             assert no_line_certificate(bts, bqlo)
             continue
@@ -283,11 +284,11 @@ def test_step_points_and_rescale_against_brute_force():
 def test_decreasing_and_constant_chains():
     f = numpy_chain(0.0513, -0.0107, 0.1234, 0.0217, 3, relu=False, fma=True)  # a negative weight scale
     lo, hi = -5000, 5000
-    r = requant.derive_rescale(f, lo, hi, -1)
+    r = rescale_fit.derive_rescale(f, lo, hi, -1)
     a = np.arange(lo, hi + 1)
     assert r.multiplier < 0 and np.array_equal(r(a), f(a))
     g = numpy_chain(0.05, 0.01, -100.0, 0.02, 3, relu=False, fma=True)  # saturated everywhere
-    rc = requant.derive_rescale(g, lo, hi, 1)
+    rc = rescale_fit.derive_rescale(g, lo, hi, 1)
     assert rc.multiplier == 0 and np.array_equal(rc(a), g(a)) and np.all(g(a) == -128)
 
 
@@ -298,7 +299,7 @@ def test_fma_emulation_is_correctly_rounded():
     z = (rng.standard_normal(2000) * 1e-3).astype(np.float32)
     # Ties: x*y exactly halfway between f32 neighbours of z-sized sums.
     x[:100], y[:100], z[:100] = np.float32(1 + 2 ** -12), np.float32(1 + 2 ** -12), np.float32(2 ** -30)
-    got = requant.fma_f32(x, y, z)
+    got = f32_chain.fma_f32(x, y, z)
 
     def exact(a, b, c):
         v = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
@@ -354,7 +355,7 @@ def _host_has_fma() -> bool:
 
 
 def test_chain_emulation_matches_llvm_cpu_at_step_points():
-    """requant.Chain evaluates the ONNX requantization body exactly as llvm-cpu does (on an
+    """f32_chain.Chain evaluates the ONNX requantization body exactly as llvm-cpu does (on an
     FMA host: mulf + addf fused, one rounding), right at the step points, where a single
     f32 rounding decides the level; the separately rounded emulation would not match."""
     from iree.compiler import ir
@@ -366,11 +367,11 @@ def test_chain_emulation_matches_llvm_cpu_at_step_points():
                    if op.operation.name == "linalg.generic"][0]
         ops = [o.operation for o in generic.regions[0].blocks[0].operations]
         args = generic.regions[0].blocks[0].arguments
-        chains = {fma: requant.Chain(ops[:-1], ops[-2].results[0], args[0], requant.HostFloat(fma))
+        chains = {fma: f32_chain.Chain(ops[:-1], ops[-2].results[0], args[0], f32_chain.HostFloat(fma))
                   .for_channel({args[1]: np.int64(corr), args[2]: bias}) for fma in (True, False)}
         points = []
         for chain in chains.values():
-            _, _, ts = requant.step_points(chain, -600_000, 600_000)
+            _, _, ts = rescale_fit.step_points(chain, -600_000, 600_000)
             points.append(np.concatenate([ts - 1, ts, ts + 1]))
         points = np.unique(np.concatenate(points))
         want = {fma: chain(points) for fma, chain in chains.items()}

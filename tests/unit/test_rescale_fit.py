@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from torq.compiler.rescale_fit import (NotExact, Rescale, brute_force_step_points, disagreement, fit_channel,
+from torq.compiler.rescale_fit import (NotExact, Rescale, brute_force_step_points, disagreement, fit_channel, fit_sum,
                                        fit_rescale, first_reaching, nearest_rescale, step_points)
 
 
@@ -117,3 +117,48 @@ def test_step_points_agree_with_brute_force_on_a_qdq_chain():
     f = qdq_chain(0.02, 0.003, 0.05, 3, 0.1)
     assert all(np.array_equal(x, y) for x, y in zip(step_points(f, -30_000, 30_000),
                                                      brute_force_step_points(f, -30_000, 30_000)))
+
+
+def int8_pairs():
+    u, v = np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij")
+    return u.ravel().astype(np.int64), v.ravel().astype(np.int64)
+
+
+@pytest.mark.parametrize("su,sv,sy,zu,zv,zy", [(0.0459, 0.0198, 0.0194, 43, -128, -128),
+                                               (0.0113, 0.0131, 0.0203, 0, 5, 3),
+                                               (0.3, 0.031, 0.0194, 43, -128, -128)])
+def test_fit_sum_of_two_dequantized_int8(su, sv, sy, zu, zv, zy):
+    """ONNX QDQ Add in f32: rint(((u - zu) su + (v - zv) sv) / sy) + zy, clamped to int8."""
+    u, v = int8_pairs()
+    su, sv, sy = np.float32(su), np.float32(sv), np.float32(sy)
+    t = ((u - zu).astype(np.float32) * su + (v - zv).astype(np.float32) * sv).astype(np.float32)
+    q = np.clip(np.rint((t / sy).astype(np.float32)) + zy, -128, 127).astype(np.int64)
+    fit = fit_sum(u, v, [q], -128, 127)
+    g = fit.rescale(u, v)
+    assert np.abs(g - q).max() <= 1
+    assert fit.differing == int((g != q).sum()) and fit.pairs == 65536
+    assert fit.differing < 0.002 * 65536, fit.differing
+    assert abs(fit.rescale.mu) < 2 ** 31 and abs(fit.rescale.mv) < 2 ** 31
+
+
+def test_fit_sum_refuses_a_product():
+    u, v = int8_pairs()
+    q = np.clip(np.rint(u * v / 100.0), -128, 127).astype(np.int64)  # not a sum: no line fits
+    with pytest.raises(NotExact, match="within one output step"):
+        fit_sum(u, v, [q], -128, 127)
+
+
+def test_fit_sum_with_round_scales_misses_only_ties():
+    """su / sy = 11/20 and sv / sy = 13/20 exactly: the real sum lands on a .5 tie whenever
+    11 u + 13 (v - 5) = 10 (mod 20), and f32 rounding breaks those ties either way; a linear
+    integer form breaks them (mostly) one way: its misses are ties, fewer than half of them, and
+    a handful elsewhere where a slight tilt that matches more ties costs a clamp boundary."""
+    u, v = int8_pairs()
+    t = (u.astype(np.float32) * np.float32(0.011) + (v - 5).astype(np.float32) * np.float32(0.013))
+    q = np.clip(np.rint((t.astype(np.float32) / np.float32(0.02)).astype(np.float32)) + 3, -128, 127)
+    fit = fit_sum(u, v, [q.astype(np.int64)], -128, 127)
+    ties = (11 * u + 13 * (v - 5)) % 20 == 10
+    g = fit.rescale(u, v)
+    assert np.abs(g - q).max() <= 1
+    assert 0 < fit.differing <= ties.sum() // 2
+    assert ((g != q) & ~ties).sum() <= 0.01 * ties.sum()

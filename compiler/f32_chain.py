@@ -1,0 +1,340 @@
+"""The f32 requantization chain of a linalg body, evaluated exactly as IREE llvm-cpu does.
+
+`Chain` reads the body ops once and evaluates them on numpy arrays of
+accumulator values: every f32 op correctly rounded, `sitofp` to nearest even,
+`divf` a true division, and a single-use `mulf` feeding an `addf`/`subf`
+fused into one FMA when the host has FMA (`HostFloat`, read from the
+module's llvm-cpu target), as llvm-cpu contracts them. It also tracks
+whether each value is monotone in the accumulator (compiler/requant.py's
+exactness argument, points 1 and 2) and raises NotExact on anything it
+cannot evaluate faithfully.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+from iree.compiler import ir
+
+from .ir_utils import constant_of
+from .rescale_fit import NotExact
+
+INT_RANGE = {"i1": (0, 1), "i8": (-128, 127), "i16": (-(1 << 15), (1 << 15) - 1), "i32": (-(1 << 31), (1 << 31) - 1),
+             "i64": (-(1 << 63), (1 << 63) - 1)}
+
+
+# --- host float semantics -------------------------------------------------------
+
+@dataclass(frozen=True)
+class HostFloat:
+    """How the host (IREE llvm-cpu) evaluates f32 bodies: whether it fuses mul + add."""
+    fma: bool
+
+
+def host_float_semantics(module_op: ir.Operation) -> HostFloat | None:
+    """The f32 semantics of the module's llvm-cpu target, or None when unknown.
+
+    x86-64 fuses a single-use fmul into its fadd when the CPU has FMA
+    ("+fma" in cpu_features); AArch64 always has it. Other targets: unknown.
+    """
+    targets = []
+    for op in module_op.regions[0].blocks[0].operations:
+        op = op.operation
+        if op.name == "util.global" and "initial_value" in op.attributes:
+            init = op.attributes["initial_value"]
+            if isinstance(init, (ir.DenseElementsAttr, ir.DenseResourceElementsAttr)):
+                continue  # a tensor (e.g. a weight): printing it could take long and finds no target
+            s = str(init)
+            if s.startswith("#hal.device.target"):
+                targets += re.findall(r'#hal\.executable\.target<"llvm-cpu".*?target_triple = "([^"]*)"', s)
+                features = re.findall(r'cpu_features = "([^"]*)"', s)
+    if len(targets) != 1:
+        return None
+    triple = targets[0]
+    if triple.startswith("x86_64"):
+        return HostFloat(fma="+fma" in (features[0].split(",") if features else []))
+    if triple.startswith(("aarch64", "arm64")):
+        return HostFloat(fma=True)
+    return None
+
+
+# --- exact f32 evaluation ---------------------------------------------------------
+
+def fma_f32(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """x * y + z rounded once to f32 (nearest even), for f32 x, y, z.
+
+    x * y is exact in f64 (48 significant bits); TwoSum gives the f64 sum s
+    and its exact error e. Rounding s to f32 is the correctly rounded result
+    unless s is exactly halfway between two f32 numbers (then e decides).
+    """
+    x, y, z = (np.asarray(v, np.float64) for v in (x, y, z))
+    p = x * y
+    s = p + z
+    bb = s - p
+    e = (p - (s - bb)) + (z - bb)
+    r = s.astype(np.float32)
+    other = np.where(r.astype(np.float64) < s, np.nextafter(r, np.float32(np.inf)),
+                     np.nextafter(r, np.float32(-np.inf)))
+    tie = (np.abs(r.astype(np.float64) - s) == np.abs(other.astype(np.float64) - s)) & (e != 0)
+    toward = np.where(e > 0, np.maximum(r, other), np.minimum(r, other))
+    return np.where(tie, toward, r).astype(np.float32)
+
+
+@dataclass
+class _Val:
+    v: np.ndarray
+    dir: int | None  # +1 / -1: monotone in a; 0: constant; None: not monotone
+    t: str  # "f32" or an integer type name
+
+
+def _combine(d1, d2):
+    if d1 is None or d2 is None:
+        return None
+    if d1 == 0 or d2 == 0 or d1 == d2:
+        return d1 or d2
+    return None
+
+
+def _sign(x) -> int:
+    x = float(np.asarray(x).reshape(-1)[0])
+    return (x > 0) - (x < 0)
+
+
+def _mul_dir(x: "_Val", y: "_Val") -> int | None:
+    """Direction of x * y: monotone only when one factor is a constant."""
+    if x.dir is None or y.dir is None or (x.dir and y.dir):
+        return None
+    return x.dir * _sign(y.v) if y.dir == 0 else y.dir * _sign(x.v)
+
+
+def _neg(d: int | None) -> int | None:
+    return None if d is None else -d
+
+
+_FLOAT_BIN = {"arith.addf": np.add, "arith.subf": np.subtract, "arith.mulf": np.multiply,
+              "arith.divf": np.divide}
+_MAXMIN = {"arith.maxnumf": np.fmax, "arith.minnumf": np.fmin, "arith.maximumf": np.maximum,
+           "arith.minimumf": np.minimum, "arith.maxsi": np.maximum, "arith.minsi": np.minimum}
+_ROUND = {"math.roundeven": np.rint, "math.floor": np.floor, "math.ceil": np.ceil, "math.trunc": np.trunc}
+_CMPF = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult", "ule",
+         "une", "uno", "true"]
+_CMPI = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
+
+
+EITHER_FMA = "llvm-cpu may fuse either product of this sum into an FMA"
+
+
+def type_name(t) -> str:
+    s = t if isinstance(t, str) else str(t)
+    if s == "f32" or s in INT_RANGE:
+        return s
+    raise NotExact(f"the chain computes in {s}")
+
+
+class _ChainValue:
+    """An SSA value of the chain, read from the IR once (evaluation runs per channel and per
+    bisection step: reading types, users and constants from the bindings each time was most
+    of a QDQ model's compile)."""
+    __slots__ = ("type", "owner", "n_uses", "const", "label")
+
+    def __init__(self, v: ir.Value, owner: "_ChainOp | None"):
+        self.type, self.owner, self.n_uses, self.label = str(v.type), owner, len(list(v.uses)), v.get_name()
+        self.const = constant_of(v) if owner is None or owner.name == "arith.constant" else None
+
+
+class _ChainOp:
+    __slots__ = ("name", "operands", "results", "predicate")
+
+    def __init__(self, op: ir.Operation, values: dict):
+        self.name = op.name
+        self.predicate = ir.IntegerAttr(op.attributes["predicate"]).value if "predicate" in op.attributes else None
+        self.operands = [_chain_value(v, values) for v in op.operands]
+        self.results = []
+        for r in op.results:
+            values[r] = _ChainValue(r, self)
+            self.results.append(values[r])
+
+
+def _chain_value(v: ir.Value, values: dict) -> _ChainValue:
+    if v not in values:  # a block argument or a value defined outside the chain
+        values[v] = _ChainValue(v, None)
+    return values[v]
+
+
+class Chain:
+    """The body of a requantization generic, as a function of the accumulator.
+
+    `ops` are the body ops up to and including `result_op` (whose first
+    result is the value computed); `acc` is the block argument of the
+    accumulator; `scalars` maps each other block argument to its value for
+    the channel being evaluated (set with `for_channel`).
+    """
+
+    def __init__(self, ops: list[ir.Operation], result: ir.Value, acc: ir.Value, host: HostFloat,
+                 extra: tuple = (), fma_pick: int | None = None):
+        self.values: dict = {}
+        self.acc = _chain_value(acc, self.values)
+        # Further variable inputs (a residual's int8 value), given to `evaluate` as arrays.
+        self.extra = [_chain_value(v, self.values) for v in extra]
+        # A sum of two single-use products: which one llvm-cpu fuses into an FMA (operand
+        # order), when the caller evaluates both choices; None refuses such a sum.
+        self.fma_pick = fma_pick
+        self.ops = [_ChainOp(op, self.values) for op in ops]
+        self.result, self.host = self.values[result], host
+        self.args: dict = {}
+        uses: dict = {}
+        for op in self.ops:
+            for v in op.operands:
+                uses[v] = uses.get(v, 0) + 1
+        self.uses = uses
+
+    def for_channel(self, args: dict) -> "Chain":
+        """The chain with block argument values `args` ({ir.Value: scalar})."""
+        c = Chain.__new__(Chain)
+        c.__dict__.update(self.__dict__)
+        c.args = {self.values[k]: v for k, v in args.items() if k in self.values}
+        return c
+
+    def __call__(self, a: np.ndarray, check: bool = False) -> np.ndarray:
+        return self.evaluate(a, check).v
+
+    def direction(self, lo: int, hi: int) -> int:
+        """+1 / -1 / 0 if the chain is monotone on [lo, hi] (checked at both ends); raises NotExact."""
+        r = self.evaluate(np.array([lo, hi], np.int64), check=True)
+        if r.dir is None:
+            raise NotExact("the chain is not monotone in the accumulator")
+        return r.dir
+
+    def with_fma_pick(self, pick: int) -> "Chain":
+        c = Chain.__new__(Chain)
+        c.__dict__.update(self.__dict__)
+        c.fma_pick = pick
+        return c
+
+    def evaluate(self, a: np.ndarray, check: bool = False, extra: tuple = ()) -> _Val:
+        env: dict = {self.acc: _Val(np.asarray(a, np.int64), 1, type_name(self.acc.type))}
+        for v, x in zip(self.extra, extra):
+            env[v] = _Val(np.asarray(x, np.int64), None, type_name(v.type))
+        cmps: dict = {}
+
+        def ref(v: ir.Value) -> _Val:
+            if v in env:
+                return env[v]
+            t = type_name(v.type)
+            if v in self.args:
+                c = self.args[v]
+            else:
+                c = v.const
+                if c is None or c.size != 1:
+                    raise NotExact(f"value {v.label} of the chain is neither a constant nor per channel")
+            c = np.asarray(c).reshape(())
+            return _Val(np.float32(c) if t == "f32" else np.int64(c), 0, t)
+
+        def int_result(x: np.ndarray, t: str) -> np.ndarray:
+            lo, hi = INT_RANGE[t]
+            if check and (np.any(x < lo) or np.any(x > hi)):
+                raise NotExact(f"the chain's {t} arithmetic wraps on the accumulator range")
+            return x
+
+        fused: set = set()
+        for op in self.ops:
+            name = op.name
+            if name == "arith.constant":
+                continue
+            res = op.results[0]
+            t = type_name(res.type)
+            if name in ("arith.addf", "arith.subf") and self.host.fma and op not in fused:
+                prods = [v for v in op.operands if v.owner is not None and v.owner.name == "arith.mulf" and v in env]
+                single = [v for v in prods if self.uses.get(v, 0) == 1 and v.n_uses == 1]
+                if len(prods) > 1 and len(prods) == len(single) and self.fma_pick is not None:
+                    single = [single[self.fma_pick]]
+                elif len(prods) > 1 or len(prods) != len(single):
+                    raise NotExact(EITHER_FMA)
+                if single:
+                    p = single[0].owner
+                    x, y = ref(p.operands[0]), ref(p.operands[1])
+                    z = ref(op.operands[1] if op.operands[0] == single[0] else op.operands[0])
+                    pd = _mul_dir(x, y)
+                    if name == "arith.subf" and op.operands[0] == single[0]:  # x*y - z
+                        r, d = fma_f32(x.v, y.v, -z.v), _combine(pd, _neg(z.dir))
+                    elif name == "arith.subf":  # z - x*y
+                        r, d = fma_f32(-x.v, y.v, z.v), _combine(_neg(pd), z.dir)
+                    else:
+                        r, d = fma_f32(x.v, y.v, z.v), _combine(pd, z.dir)
+                    env[res] = _Val(r, d, t)
+                    continue
+            if name in _FLOAT_BIN:
+                x, y = ref(op.operands[0]), ref(op.operands[1])
+                with np.errstate(all="ignore"):
+                    r = _FLOAT_BIN[name](np.float32(x.v) if np.ndim(x.v) == 0 else x.v,
+                                         np.float32(y.v) if np.ndim(y.v) == 0 else y.v).astype(np.float32)
+                if name == "arith.addf":
+                    d = _combine(x.dir, y.dir)
+                elif name == "arith.subf":
+                    d = _combine(x.dir, _neg(y.dir))
+                elif name == "arith.mulf":
+                    d = _mul_dir(x, y)
+                else:  # x / c only
+                    d = None if x.dir is None or y.dir != 0 else x.dir * _sign(y.v)
+                env[res] = _Val(r, d, t)
+            elif name == "arith.negf":
+                x = ref(op.operands[0])
+                env[res] = _Val(-x.v, _neg(x.dir), t)
+            elif name in ("arith.addi", "arith.subi", "arith.muli"):
+                x, y = ref(op.operands[0]), ref(op.operands[1])
+                if name == "arith.addi":
+                    r, d = x.v + y.v, _combine(x.dir, y.dir)
+                elif name == "arith.subi":
+                    r, d = x.v - y.v, _combine(x.dir, _neg(y.dir))
+                else:
+                    r, d = x.v * y.v, _mul_dir(x, y)
+                env[res] = _Val(int_result(r, t), d, t)
+            elif name in ("arith.extsi", "arith.trunci"):
+                x = ref(op.operands[0])
+                env[res] = _Val(int_result(x.v, t), x.dir, t)
+            elif name == "arith.sitofp":
+                x = ref(op.operands[0])
+                env[res] = _Val(np.asarray(x.v, np.int64).astype(np.float32), x.dir, t)
+            elif name == "arith.fptosi":
+                x = ref(op.operands[0])
+                lo, hi = INT_RANGE[t]
+                if np.any(~np.isfinite(x.v)) or np.any(x.v <= lo - 1) or np.any(x.v >= hi + 1):
+                    raise NotExact(f"arith.fptosi to {t} of a value out of range (undefined)")
+                env[res] = _Val(np.trunc(x.v).astype(np.int64), x.dir, t)
+            elif name in _ROUND:
+                x = ref(op.operands[0])
+                env[res] = _Val(_ROUND[name](x.v).astype(np.float32), x.dir, t)
+            elif name == "math.round":  # half away from zero, exactly (f32 -> f64 is exact)
+                x = ref(op.operands[0])
+                x64 = np.asarray(x.v, np.float64)
+                env[res] = _Val((np.sign(x64) * np.floor(np.abs(x64) + 0.5)).astype(np.float32), x.dir, t)
+            elif name in _MAXMIN:
+                x, y = ref(op.operands[0]), ref(op.operands[1])
+                env[res] = _Val(_MAXMIN[name](x.v, y.v), _combine(x.dir, y.dir), t)
+            elif name in ("arith.cmpf", "arith.cmpi"):
+                names = _CMPF if name == "arith.cmpf" else _CMPI
+                full = names[op.predicate]
+                pred = full[1:] if name == "arith.cmpf" or full[0] == "s" else full
+                x, y = ref(op.operands[0]), ref(op.operands[1])
+                if pred not in ("gt", "ge", "lt", "le"):  # (unsigned integer comparisons included)
+                    raise NotExact(f"comparison '{pred}' in the chain")
+                fn = {"gt": np.greater, "ge": np.greater_equal, "lt": np.less, "le": np.less_equal}[pred]
+                if name == "arith.cmpf" and check and (np.any(np.isnan(x.v)) or np.any(np.isnan(y.v))):
+                    raise NotExact("the chain compares NaN")
+                cmps[res] = (op.operands[0], op.operands[1], fn(x.v, y.v), x.dir == y.dir == 0)
+            elif name == "arith.select":
+                if op.operands[0] not in cmps:
+                    raise NotExact("arith.select whose condition is no comparison")
+                cx, cy, cond, cond_fixed = cmps[op.operands[0]]
+                tv, fv = ref(op.operands[1]), ref(op.operands[2])
+                # select(x > y, x, y) is max(x, y), select(x > y, y, x) min: monotone.
+                maxmin = {op.operands[1], op.operands[2]} == {cx, cy}
+                d = _combine(tv.dir, fv.dir) if maxmin else (0 if tv.dir == fv.dir == 0 and cond_fixed else None)
+                env[res] = _Val(np.where(cond, tv.v, fv.v), d, t)
+            else:
+                raise NotExact(f"'{name}' in the chain")
+            if t == "f32" and check and np.any(~np.isfinite(env[res].v)):
+                raise NotExact("the chain overflows f32 on the accumulator range")
+        return env[self.result]
