@@ -197,6 +197,13 @@ class Chain:
         c.args = {self.values[k]: v for k, v in args.items() if k in self.values}
         return c
 
+    def for_channels(self, args: list[dict]) -> "Chain":
+        """The chain evaluated for several channels at once: `args` per channel as in
+        `for_channel`; the accumulators given to it are (channels, points) arrays. Only values
+        (not directions) are meaningful for such a chain."""
+        keys = args[0].keys() if args else ()
+        return self.for_channel({k: np.array([a[k] for a in args]) for k in keys})
+
     def __call__(self, a: np.ndarray, check: bool = False) -> np.ndarray:
         return self.evaluate(a, check).v
 
@@ -229,7 +236,10 @@ class Chain:
                 c = v.const
                 if c is None or c.size != 1:
                     raise NotExact(f"value {v.label} of the chain is neither a constant nor per channel")
-            c = np.asarray(c).reshape(())
+            c = np.asarray(c)
+            if c.size > 1:  # one value per channel (`for_channels`): a column against a row per channel
+                return _Val(c.reshape(-1, 1).astype(np.float32 if t == "f32" else np.int64), 0, t)
+            c = c.reshape(())
             return _Val(np.float32(c) if t == "f32" else np.int64(c), 0, t)
 
         def int_result(x: np.ndarray, t: str) -> np.ndarray:

@@ -88,7 +88,7 @@ from iree.compiler import ir
 
 from .f32_chain import EITHER_FMA, INT_RANGE, Chain, type_name
 from .ir_utils import constant_of, indexing_maps, map_dims, n_inputs, region_ops, static_shape
-from .rescale_fit import ChannelFit, NotExact, Rescale, SumRescale, fit_channel, fit_sum
+from .rescale_fit import ChannelFit, NotExact, Rescale, SumRescale, channel_step_points, fit_channel, fit_sum
 
 # --- the IR rewrite ---------------------------------------------------------------------
 
@@ -389,10 +389,11 @@ def _plan(op: ir.Operation, known: _Known, host, nearest: bool) -> _Plan | None:
     chan, channels = _channel_values(op, acc_index, known, range_dims, acc_lo, acc_hi, acc_dims, residual)
     chain = Chain(ops, result, block.arguments[acc_index], host)
     fits: list[ChannelFit] = []
+    steps = _batched_step_points(chain, channels, kind)
     for ch, (vals, lo, hi) in enumerate(channels):
         f = chain.for_channel(vals)
         try:
-            fits.append(fit_channel(f, lo, hi, f.direction(lo, hi), nearest))
+            fits.append(fit_channel(f, lo, hi, steps[ch][0], nearest, steps[ch][1]))
         except NotExact as e:
             where = f"channel {ch}" if chan is not None else "the tensor"
             raise NotExact(f"{kind} float requantization, {where} (accumulator range [{lo}, {hi}]): {e}") from None
@@ -400,6 +401,30 @@ def _plan(op: ir.Operation, known: _Known, host, nearest: bool) -> _Plan | None:
                              sum_fit.differing if sum_fit else None, sum_fit.pairs if sum_fit else None)
     return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary,
                  residual, sum_rescale)
+
+
+def _batched_step_points(chain: Chain, channels: list, kind: str) -> list:
+    """Per channel: (direction, step points of the chain made non-decreasing), all channels of
+    one direction bisected together (`channel_step_points`)."""
+    dirs = []
+    for ch, (vals, lo, hi) in enumerate(channels):
+        try:
+            dirs.append(chain.for_channel(vals).direction(lo, hi))
+        except NotExact as e:
+            raise NotExact(f"{kind} float requantization, channel {ch} (accumulator range [{lo}, {hi}]): {e}") from None
+    out: list = [None] * len(channels)
+    for d in (1, -1, 0):
+        idx = [c for c in range(len(channels)) if dirs[c] == d]
+        if not idx:
+            continue
+        batch = chain.for_channels([channels[c][0] for c in idx])
+        lo = np.array([channels[c][1] for c in idx], np.int64)
+        hi = np.array([channels[c][2] for c in idx], np.int64)
+        f = batch if d >= 0 else (lambda b: batch(-b))
+        steps = channel_step_points(f, lo, hi) if d >= 0 else channel_step_points(f, -hi, -lo)
+        for c, s in zip(idx, steps):
+            out[c] = (d, s)
+    return out
 
 
 def _residual_operand(op: ir.Operation, acc_index: int, known: _Known) -> int:

@@ -65,6 +65,30 @@ def step_points(f, lo: int, hi: int) -> tuple[int, int, np.ndarray]:
     return qlo, qhi, right
 
 
+def channel_step_points(f, lo: np.ndarray, hi: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
+    """`step_points` of many channels at once: `f` maps a (channels, points) array of
+    accumulators to their levels, channel c non-decreasing on [lo[c], hi[c]]. One bisection
+    over every (channel, level) pair: a chain evaluation per step, not per channel and step."""
+    lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
+    ends = f(np.stack([lo, hi], 1))
+    qlo, qhi = ends[:, 0].astype(np.int64), ends[:, 1].astype(np.int64)
+    if np.any(qhi < qlo):
+        raise NotExact("the chain is not non-decreasing")
+    n = qhi - qlo
+    levels = np.arange(int(n.max(initial=0)))
+    valid = levels[None, :] < n[:, None]
+    ks = qlo[:, None] + 1 + levels[None, :]
+    left = np.repeat(lo[:, None], len(levels), 1)  # f(left) < k
+    right = np.repeat(hi[:, None], len(levels), 1)  # f(right) >= k
+    left = np.where(valid, left, right)  # levels a channel does not have: nothing to search
+    while np.any(right - left > 1):
+        mid = left + (right - left) // 2
+        below = f(mid) < ks
+        left = np.where(below, mid, left)
+        right = np.where(below, right, mid)
+    return [(int(qlo[c]), int(qhi[c]), right[c, :n[c]]) for c in range(len(lo))]
+
+
 def brute_force_step_points(f, lo: int, hi: int) -> tuple[int, int, np.ndarray]:
     """The same as `step_points`, by evaluating f at every integer of [lo, hi] (tests)."""
     a = np.arange(lo, hi + 1, dtype=np.int64)
@@ -180,15 +204,16 @@ class ChannelFit:
         return self.differing == 0
 
 
-def fit_channel(f, lo: int, hi: int, direction: int, nearest: bool = True) -> ChannelFit:
+def fit_channel(f, lo: int, hi: int, direction: int, nearest: bool = True, steps=None) -> ChannelFit:
     """The rescale of monotone `f` on [lo, hi]: exact when one exists, else (with `nearest`)
     the nearest, checked to be at most one output step off everywhere; raises NotExact.
 
     A non-increasing f is fitted as g(b) = f(-b) and mirrored (negative multiplier).
+    `steps` are g's `step_points` when already known (`channel_step_points`).
     """
     g = f if direction >= 0 else (lambda b: f(-b))
     glo, ghi = (lo, hi) if direction >= 0 else (-hi, -lo)
-    qlo, qhi, ts = step_points(g, glo, ghi)
+    qlo, qhi, ts = steps if steps is not None else step_points(g, glo, ghi)
     span = int(ts[-1] - ts[0] + 1) if len(ts) else 0
     exact = True
     try:
@@ -197,7 +222,7 @@ def fit_channel(f, lo: int, hi: int, direction: int, nearest: bool = True) -> Ch
         if not nearest:
             raise
         r, exact = nearest_rescale(qlo, qhi, ts, glo, ghi), False
-    differing, worst = disagreement(ts, first_reaching(r, np.arange(qlo + 1, qhi + 1), glo, ghi), glo, ghi)
+    differing, worst = disagreement(ts, _rescale_step_points(r, np.arange(qlo + 1, qhi + 1), glo, ghi), glo, ghi)
     if exact and differing:  # cannot happen if fit_rescale is right: never emit it unchecked
         raise NotExact(f"internal check failed: the exact rescale differs on {differing} accumulator values")
     if worst > 1:
@@ -209,12 +234,24 @@ def first_reaching(f, ks: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """Per level k: min{a in [lo, hi] : f(a) >= k} of non-decreasing f, or hi + 1 if none."""
     left = np.full(ks.shape, lo - 1, np.int64)  # f(left) < k (lo - 1 stands for -inf)
     right = np.full(ks.shape, hi + 1, np.int64)  # f(right) >= k (hi + 1 stands for +inf)
-    while np.any(right - left > 1):
-        mid = left + (right - left) // 2
+    while np.any(active := right - left > 1):
+        mid = np.where(active, left + (right - left) // 2, lo)  # converged pairs: any point of the range
         below = f(mid) < ks
-        left = np.where(below, mid, left)
-        right = np.where(below, right, mid)
+        left = np.where(active & below, mid, left)
+        right = np.where(active & ~below, mid, right)
     return right
+
+
+def _rescale_step_points(r: Rescale, ks: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """`first_reaching` of a non-decreasing rescale, in closed form where i64 holds it:
+    ((a + offset) m + R) >> s >= k  iff  a >= ceil((k 2^s - R) / m) - offset."""
+    one = 1 << r.shift
+    if r.multiplier <= 0 or len(ks) == 0 or \
+            max(abs(int(ks[0])), abs(int(ks[-1]))) * one + abs(r.rounding) >= 1 << 62:
+        return first_reaching(r, ks, lo, hi)
+    u = -((r.rounding - ks.astype(np.int64) * one) // r.multiplier) - r.offset  # ceil division
+    u = np.where(ks <= r.qmin, lo, np.where(ks > r.qmax, hi + 1, u))
+    return np.clip(u, lo, hi + 1)
 
 
 def disagreement(ts: np.ndarray, us: np.ndarray, lo: int, hi: int) -> tuple[int, int]:

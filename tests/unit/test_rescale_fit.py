@@ -162,3 +162,12 @@ def test_fit_sum_with_round_scales_misses_only_ties():
     assert np.abs(g - q).max() <= 1
     assert 0 < fit.differing <= ties.sum() // 2
     assert ((g != q) & ~ties).sum() <= 0.01 * ties.sum()
+
+
+@pytest.mark.parametrize("r", [Rescale(3, 5, 2, 4, -7, 9), Rescale(-40, 123457, 99, 20, -128, 127),
+                               Rescale(0, 1, 0, 0, -3, 3)])
+def test_closed_form_step_points_match_bisection(r):
+    from torq.compiler.rescale_fit import _rescale_step_points
+
+    ks = np.arange(-10, 12)
+    assert np.array_equal(_rescale_step_points(r, ks, -3000, 3000), first_reaching(r, ks, -3000, 3000))
