@@ -35,6 +35,7 @@ from .macs import count_macs
 from .passes import PassOptions
 from .patterns import Unsupported, classify_contraction, data_movement_reason, is_zero_fill, match_group
 from .pipeline import PRE_PASSES, dispatch_pipeline, run_passes
+from .requant import io_conversion_reason
 from .traffic import program_traffic
 from torq.runtime.executable import parse_executable
 from torq.runtime.module import MAX_INPUTS, MAX_RESULTS
@@ -286,7 +287,8 @@ class TorqTarget:
                 if n_in > MAX_INPUTS or len(dispatch.results) > MAX_RESULTS:
                     raise Unsupported(f"the torq module calls take at most {MAX_INPUTS} tensors and give at most "
                                       f"{MAX_RESULTS}, this dispatch needs {n_in} and {len(dispatch.results)}")
-                reason = _check_supported(scratch.body.operations[0].operation, self.options)
+                reason = io_conversion_reason(scratch.body.operations[0].operation) or \
+                    _check_supported(scratch.body.operations[0].operation, self.options)
                 if reason:
                     raise Unsupported(reason)
                 run_passes(scratch, pipeline, self.options, self.print_after_all)

@@ -64,6 +64,9 @@ def test_ort_quantized_conv_on_npu_within_one_step(tmp_path):
     y = cm(x)
     convs = [d for d in cm.report.dispatches if d.macs == 24 * 24 * 16 * 8 * 9]
     assert len(convs) == 1 and convs[0].executor == "torq", (cm.report.dispatches, remarks.getvalue())
+    # The only host dispatch is the input's QuantizeLinear (f32 arithmetic), named as such.
+    host = [d.reason for d in cm.report.dispatches if d.executor == "host"]
+    assert len(host) == 1 and host[0].startswith("quantize of an f32 tensor to i8 (the model's QuantizeLinear)"), host
     (summary,) = convs[0].requant
     assert summary["kind"] == "conv2d" and summary["channels"] == 16
     assert 0 <= summary["differing_share"] < 1e-3, summary
