@@ -12,6 +12,7 @@ cannot evaluate faithfully.
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass
 
@@ -192,8 +193,7 @@ class Chain:
 
     def for_channel(self, args: dict) -> "Chain":
         """The chain with block argument values `args` ({ir.Value: scalar})."""
-        c = Chain.__new__(Chain)
-        c.__dict__.update(self.__dict__)
+        c = copy.copy(self)
         c.args = {self.values[k]: v for k, v in args.items() if k in self.values}
         return c
 
@@ -215,8 +215,7 @@ class Chain:
         return r.dir
 
     def with_fma_pick(self, pick: int) -> "Chain":
-        c = Chain.__new__(Chain)
-        c.__dict__.update(self.__dict__)
+        c = copy.copy(self)
         c.fma_pick = pick
         return c
 

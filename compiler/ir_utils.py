@@ -75,8 +75,8 @@ def walk_ops(op: ir.Operation) -> Iterator[ir.Operation]:
     """Pre-order walk over `op` and all nested ops (materialised first).
 
     The callback keeps the `ir.Operation` it is given: asking for its `opview`
-    looks up a Python module for the op's dialect, which for a dialect with
-    none (torq_hl, flow, util, ...) searches the file system on every op.
+    builds a Python view class for every op (and, for a dialect without a
+    module, used to search the file system; see `_DIALECTS_WITHOUT_MODULE`).
     """
     out: list[ir.Operation] = []
 

@@ -88,7 +88,7 @@ from iree.compiler import ir
 
 from .f32_chain import EITHER_FMA, INT_RANGE, Chain, type_name
 from .ir_utils import constant_of, indexing_maps, map_dims, n_inputs, region_ops, static_shape
-from .rescale_fit import ChannelFit, NotExact, Rescale, SumRescale, channel_step_points, fit_channel, fit_sum
+from .rescale_fit import ChannelFit, NotExact, Rescale, SumRescale, channel_step_points, fit_steps, fit_sum
 
 # --- the IR rewrite ---------------------------------------------------------------------
 
@@ -390,10 +390,10 @@ def _plan(op: ir.Operation, known: _Known, host, nearest: bool) -> _Plan | None:
     chain = Chain(ops, result, block.arguments[acc_index], host)
     fits: list[ChannelFit] = []
     steps = _batched_step_points(chain, channels, kind)
-    for ch, (vals, lo, hi) in enumerate(channels):
-        f = chain.for_channel(vals)
+    for ch, ((_, lo, hi), (direction, st)) in enumerate(zip(channels, steps)):
+        glo, ghi = (lo, hi) if direction >= 0 else (-hi, -lo)
         try:
-            fits.append(fit_channel(f, lo, hi, steps[ch][0], nearest, steps[ch][1]))
+            fits.append(fit_steps(st, glo, ghi, direction < 0, nearest))
         except NotExact as e:
             where = f"channel {ch}" if chan is not None else "the tensor"
             raise NotExact(f"{kind} float requantization, {where} (accumulator range [{lo}, {hi}]): {e}") from None
@@ -404,8 +404,9 @@ def _plan(op: ir.Operation, known: _Known, host, nearest: bool) -> _Plan | None:
 
 
 def _batched_step_points(chain: Chain, channels: list, kind: str) -> list:
-    """Per channel: (direction, step points of the chain made non-decreasing), all channels of
-    one direction bisected together (`channel_step_points`)."""
+    """Per channel: (direction, step points of the chain made non-decreasing: of a -> f(-a) on
+    [-hi, -lo] when it decreases), all channels of one direction bisected together
+    (`channel_step_points`)."""
     dirs = []
     for ch, (vals, lo, hi) in enumerate(channels):
         try:
@@ -434,9 +435,14 @@ def _residual_operand(op: ir.Operation, acc_index: int, known: _Known) -> int:
     if not tensors:
         return -1
     i = tensors[0]
-    if len(tensors) > 1 or str(ir.RankedTensorType(op.operands[i].type).element_type) != "i8" \
-            or maps[i] != maps[-1]:
-        raise NotExact(f"operand {tensors[0]} of the requantization is not a constant")
+    elt = str(ir.RankedTensorType(op.operands[i].type).element_type)
+    if len(tensors) > 1:
+        raise NotExact(f"operands {tensors} of the requantization are tensors (one int8 residual is supported)")
+    if elt != "i8":
+        raise NotExact(f"operand {i} of the requantization is an {elt} tensor, not an int8 residual")
+    if maps[i] != maps[-1]:
+        raise NotExact(f"operand {i} of the requantization (a residual) is read through {maps[i]}, "
+                       f"not like the result ({maps[-1]})")
     return i
 
 
@@ -460,16 +466,17 @@ def _split_residual_add(ops, result, acc, res, host, q_type, nearest):
     adds them and requantizes the sum. The add is evaluated on every pair of int8 values
     (both ways llvm-cpu may contract it, when it may) and fitted by `fit_sum`."""
     final = _backward_slice(ops, result)
-    stages = [o for o in final if o.name == "arith.fptosi" and o.results[0] != result
-              and not _reads(_backward_slice(ops, o.results[0]), res)]
-    if len(stages) != 1 or not _reads(_backward_slice(ops, stages[0].results[0]), acc):
+    # The int8 values computed before the result from the accumulator alone (with their ops).
+    stages = [(o.results[0], s) for o in final if o.name == "arith.fptosi" and o.results[0] != result
+              for s in [_backward_slice(ops, o.results[0])] if not _reads(s, res)]
+    if len(stages) != 1 or not _reads(stages[0][1], acc):
         raise NotExact("the requantization mixes the accumulator and another tensor before its int8 value")
-    stage1 = _backward_slice(ops, stages[0].results[0])
+    (q1, stage1), = stages
     rest = [o for o in final if o not in stage1]
     if _reads(rest, acc):
         raise NotExact("the residual add reads the accumulator besides its int8 value")
     u, v = (g.ravel() for g in np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij"))
-    add = Chain(rest, result, stages[0].results[0], host, extra=(res,))
+    add = Chain(rest, result, q1, host, extra=(res,))
     try:
         qs = [add.evaluate(u, extra=(v,)).v]
     except NotExact as e:
@@ -480,7 +487,7 @@ def _split_residual_add(ops, result, acc, res, host, q_type, nearest):
     fit = fit_sum(u, v, [np.asarray(q, np.int64) for q in qs], lo, hi)
     if fit.differing and not nearest:
         raise NotExact(f"the residual add's integer rescale differs on {fit.differing} of {fit.pairs} input pairs")
-    return stage1, stages[0].results[0], fit
+    return stage1, q1, fit
 
 
 _PARAMS = ("offset", "multiplier", "rounding", "shift", "qmin", "qmax")
@@ -620,7 +627,8 @@ def lower_float_requantization(func: ir.Operation, arg_constants, host, nearest:
 
 def io_conversion_reason(func: ir.Operation) -> str:
     """Why a dispatch that only quantizes an f32 tensor to int8, or dequantizes an int8 tensor
-    to f32 (a model's input QuantizeLinear, its output DequantizeLinear), stays on host; "" for
+    to f32 (a model's input QuantizeLinear, its output DequantizeLinear, or one IREE left
+    between f32 data movement ops), stays on host; "" for
     any other dispatch. The slices compute no f32: in bf16 such a conversion would move values
     by a step, so the host does it in f32 as the model states it."""
     generics = [o for o in region_ops(func) if o.name == "linalg.generic"]
@@ -631,11 +639,10 @@ def io_conversion_reason(func: ir.Operation) -> str:
     dst = str(ir.RankedTensorType(op.results[0].type).element_type)
     names = {o.name for o in region_ops(op)}
     if src == "f32" and dst in ("i8", "ui8", "i16") and "arith.fptosi" in names:
-        return (f"quantize of an f32 tensor to {dst} (the model's QuantizeLinear): the slices compute no f32 "
-                f"and bf16 would move values by a step; the host quantizes, the NPU takes the {dst} result")
+        return (f"quantize of an f32 tensor to {dst} (a QuantizeLinear): the slices compute no f32 "
+                f"and bf16 would move values by a step")
     if src in ("i8", "ui8", "i16") and dst == "f32" and "arith.sitofp" in names and "arith.fptosi" not in names:
-        return (f"dequantize of an {src} tensor to f32 (the model's DequantizeLinear): the slices produce no f32; "
-                f"the host dequantizes the NPU's {src} result")
+        return f"dequantize of an {src} tensor to f32 (a DequantizeLinear): the slices produce no f32"
     return ""
 
 

@@ -23,7 +23,9 @@ in 64-bit integers (TOSA rescale's arithmetic with a free rounding term).
   from both functions' step points (two monotone step functions are constant
   between consecutive step points of either).
 `fit_channel` is the entry point: exact when it can be, else the nearest
-(when allowed), never more than one output step off anywhere on [lo, hi].
+(when allowed), never more than one output step off anywhere on [lo, hi];
+`fit_steps` is the same from step points already found (requant.py finds
+those of all channels at once with `channel_step_points`).
 """
 
 from __future__ import annotations
@@ -46,26 +48,25 @@ class NotExact(Exception):
     """The chain cannot be reproduced (exactly, or within one step); the message says why."""
 
 
+def _bisect(f, ks: np.ndarray, left: np.ndarray, right: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    """Per level k: the least a in (left, right] with f(a) >= k, for non-decreasing f with
+    f(left) < k and f(right) >= k (either end may stand outside the range, for -inf / +inf).
+    A pair that has converged is evaluated at `inside`, a point of its range, and left alone."""
+    while np.any(active := right - left > 1):
+        mid = np.where(active, left + (right - left) // 2, inside)
+        below = f(mid) < ks
+        left = np.where(active & below, mid, left)
+        right = np.where(active & ~below, mid, right)
+    return right
+
+
 def step_points(f, lo: int, hi: int) -> tuple[int, int, np.ndarray]:
     """(q(lo), q(hi), T) of a monotone non-decreasing integer function on [lo, hi]:
     T[i] = min{a in [lo, hi] : f(a) >= q(lo) + 1 + i}, by bisection."""
-    ends = f(np.array([lo, hi], np.int64))
-    qlo, qhi = int(ends[0]), int(ends[1])
-    if qhi < qlo:
-        raise NotExact("the chain is not non-decreasing")
-    ks = np.arange(qlo + 1, qhi + 1, dtype=np.int64)
-    left = np.full(ks.shape, lo, np.int64)  # f(left) < k
-    right = np.full(ks.shape, hi, np.int64)  # f(right) >= k
-    while np.any(right - left > 1):
-        mid = left + (right - left) // 2
-        fm = f(mid)
-        below = fm < ks
-        left = np.where(below, mid, left)
-        right = np.where(below, right, mid)
-    return qlo, qhi, right
+    return channel_step_points(lambda a: f(a.reshape(-1)).reshape(a.shape), [lo], [hi])[0]
 
 
-def channel_step_points(f, lo: np.ndarray, hi: np.ndarray) -> list[tuple[int, int, np.ndarray]]:
+def channel_step_points(f, lo, hi) -> list[tuple[int, int, np.ndarray]]:
     """`step_points` of many channels at once: `f` maps a (channels, points) array of
     accumulators to their levels, channel c non-decreasing on [lo[c], hi[c]]. One bisection
     over every (channel, level) pair: a chain evaluation per step, not per channel and step."""
@@ -77,16 +78,10 @@ def channel_step_points(f, lo: np.ndarray, hi: np.ndarray) -> list[tuple[int, in
     n = qhi - qlo
     levels = np.arange(int(n.max(initial=0)))
     valid = levels[None, :] < n[:, None]
-    ks = qlo[:, None] + 1 + levels[None, :]
-    left = np.repeat(lo[:, None], len(levels), 1)  # f(left) < k
-    right = np.repeat(hi[:, None], len(levels), 1)  # f(right) >= k
-    left = np.where(valid, left, right)  # levels a channel does not have: nothing to search
-    while np.any(right - left > 1):
-        mid = left + (right - left) // 2
-        below = f(mid) < ks
-        left = np.where(below, mid, left)
-        right = np.where(below, right, mid)
-    return [(int(qlo[c]), int(qhi[c]), right[c, :n[c]]) for c in range(len(lo))]
+    right = np.repeat(hi[:, None], len(levels), 1)  # f(hi) >= k
+    left = np.where(valid, lo[:, None], right)  # f(lo) < k; levels a channel lacks: nothing to search
+    ts = _bisect(f, qlo[:, None] + 1 + levels[None, :], left, right, right)
+    return [(int(qlo[c]), int(qhi[c]), ts[c, :n[c]]) for c in range(len(lo))]
 
 
 def brute_force_step_points(f, lo: int, hi: int) -> tuple[int, int, np.ndarray]:
@@ -204,16 +199,21 @@ class ChannelFit:
         return self.differing == 0
 
 
-def fit_channel(f, lo: int, hi: int, direction: int, nearest: bool = True, steps=None) -> ChannelFit:
+def fit_channel(f, lo: int, hi: int, direction: int, nearest: bool = True) -> ChannelFit:
     """The rescale of monotone `f` on [lo, hi]: exact when one exists, else (with `nearest`)
     the nearest, checked to be at most one output step off everywhere; raises NotExact.
 
     A non-increasing f is fitted as g(b) = f(-b) and mirrored (negative multiplier).
-    `steps` are g's `step_points` when already known (`channel_step_points`).
     """
     g = f if direction >= 0 else (lambda b: f(-b))
     glo, ghi = (lo, hi) if direction >= 0 else (-hi, -lo)
-    qlo, qhi, ts = steps if steps is not None else step_points(g, glo, ghi)
+    return fit_steps(step_points(g, glo, ghi), glo, ghi, direction < 0, nearest)
+
+
+def fit_steps(steps: tuple[int, int, np.ndarray], glo: int, ghi: int, mirrored: bool,
+              nearest: bool = True) -> ChannelFit:
+    """`fit_channel` from the `step_points` of g on [glo, ghi] (g(b) = f(-b) when `mirrored`)."""
+    qlo, qhi, ts = steps
     span = int(ts[-1] - ts[0] + 1) if len(ts) else 0
     exact = True
     try:
@@ -227,19 +227,14 @@ def fit_channel(f, lo: int, hi: int, direction: int, nearest: bool = True, steps
         raise NotExact(f"internal check failed: the exact rescale differs on {differing} accumulator values")
     if worst > 1:
         raise NotExact(f"no integer rescale within one output step (the nearest is {worst} steps off)")
-    return ChannelFit(r if direction >= 0 else _mirror(r), differing, span)
+    return ChannelFit(_mirror(r) if mirrored else r, differing, span)
 
 
 def first_reaching(f, ks: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """Per level k: min{a in [lo, hi] : f(a) >= k} of non-decreasing f, or hi + 1 if none."""
-    left = np.full(ks.shape, lo - 1, np.int64)  # f(left) < k (lo - 1 stands for -inf)
-    right = np.full(ks.shape, hi + 1, np.int64)  # f(right) >= k (hi + 1 stands for +inf)
-    while np.any(active := right - left > 1):
-        mid = np.where(active, left + (right - left) // 2, lo)  # converged pairs: any point of the range
-        below = f(mid) < ks
-        left = np.where(active & below, mid, left)
-        right = np.where(active & ~below, mid, right)
-    return right
+    left = np.full(ks.shape, lo - 1, np.int64)  # lo - 1 stands for -inf
+    right = np.full(ks.shape, hi + 1, np.int64)  # hi + 1 stands for +inf
+    return _bisect(f, ks, left, right, np.full(ks.shape, lo, np.int64))
 
 
 def _rescale_step_points(r: Rescale, ks: np.ndarray, lo: int, hi: int) -> np.ndarray:

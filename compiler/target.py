@@ -316,7 +316,7 @@ class TorqTarget:
             if log is not None:
                 report.tiling.append(_tiling_record(name, blob, self.options, log[first_record:]))
             for summary in requant:
-                if summary.exact_channels < summary.channels:
+                if summary.approximate:
                     self.remark(dispatch, f"dispatch {name}: {summary.line()}")
             callee = _declare(module_op, len(ex.input_operands) + len(ex.in_place), len(dispatch.results), declared)
             _replace_with_call(dispatch, ex, blob, callee)

@@ -66,13 +66,14 @@ def test_ort_quantized_conv_on_npu_within_one_step(tmp_path):
     assert len(convs) == 1 and convs[0].executor == "torq", (cm.report.dispatches, remarks.getvalue())
     # The only host dispatch is the input's QuantizeLinear (f32 arithmetic), named as such.
     host = [d.reason for d in cm.report.dispatches if d.executor == "host"]
-    assert len(host) == 1 and host[0].startswith("quantize of an f32 tensor to i8 (the model's QuantizeLinear)"), host
+    assert len(host) == 1 and host[0].startswith("quantize of an f32 tensor to i8 (a QuantizeLinear)"), host
     (summary,) = convs[0].requant
     assert summary["kind"] == "conv2d" and summary["channels"] == 16
     assert 0 <= summary["differing_share"] < 1e-3, summary
     # The output is dequantized on the host: one output step is the distance between its levels.
     step = np.diff(np.unique(ref)).min()
     assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
+    # Two of the 16 channels have no exact rescale (this seed): --torq-requant=exact leaves the conv on host.
+    assert summary["exact_channels"] < summary["channels"], summary
     exact = torq.compile(str(path), remarks=io.StringIO(), flags=("--torq-requant=exact",))
-    if summary["exact_channels"] < summary["channels"]:  # not exact: the exact mode leaves it on host
-        assert [d.executor for d in exact.report.dispatches if d.macs == convs[0].macs] == ["host"]
+    assert [d.executor for d in exact.report.dispatches if d.macs == convs[0].macs] == ["host"]

@@ -140,7 +140,7 @@ def test_pointwise_qdq_bit_exact_on_torq(per_channel, relu, gemm):
 
 def test_off_by_one_rescale_is_caught(monkeypatch):
     """The exhaustive input sees every step point: moving them by one accumulator fails."""
-    fit = requant.fit_channel
+    fit = requant.fit_steps
 
     def off_by_one(*args, **kw):
         c = fit(*args, **kw)
@@ -149,7 +149,7 @@ def test_off_by_one_rescale_is_caught(monkeypatch):
             rescale_fit.Rescale(r.offset + 1, r.multiplier, r.rounding, r.shift, r.qmin, r.qmax),
             c.differing, c.step_span)
 
-    monkeypatch.setattr(requant, "fit_channel", off_by_one)
+    monkeypatch.setattr(requant, "fit_steps", off_by_one)
     model = pointwise_qdq_model(per_channel=True, relu=True)  # the reference is cached from above
     cm, y, ref, _ = compile_and_compare(model, every_int8_pair())
     assert contraction_dispatches(cm, 256 * 256 * 2 * len(WEIGHTS))[0].executor == "torq"

@@ -57,8 +57,10 @@ def conv_residual_add_model(s1: float, k: int, seed: int = 0) -> onnx.ModelProto
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
 
 
-@pytest.mark.parametrize("s1,k", [(0.0459, 3), (0.3, 1)], ids=["3x3-sum-scale-2.4", "1x1-sum-scale-15"])
-def test_conv_residual_add_on_npu_within_one_step(s1, k):
+# (conv output scale, kernel, whether the sum's integer rescale is exact for this seed)
+@pytest.mark.parametrize("s1,k,sum_exact", [(0.0459, 3, False), (0.3, 1, True)],
+                         ids=["3x3-sum-scale-2.4", "1x1-sum-scale-15"])
+def test_conv_residual_add_on_npu_within_one_step(s1, k, sum_exact):
     model = conv_residual_add_model(s1, k)
     rng = np.random.default_rng(5)
     x, r = (rng.integers(-128, 128, (1, C, H, H)).astype(np.int8) for _ in range(2))
@@ -73,7 +75,10 @@ def test_conv_residual_add_on_npu_within_one_step(s1, k):
     steps = y.astype(np.int64) - ref.astype(np.int64)
     assert np.abs(steps).max() <= 1, np.unique(steps, return_counts=True)
     assert len(np.unique(ref)) > 50  # not trivial: many output levels
-    # --torq-requant=exact: the sum's rescale is not exact here, so the dispatch stays on host.
-    if summary["sum_differing"]:
-        exact = torq.compile(model, remarks=io.StringIO(), flags=("--torq-requant=exact",))
-        assert [d.executor for d in exact.report.dispatches if d.macs == conv.macs] == ["host"]
+    # --torq-requant=exact keeps the dispatch on the NPU only when every fit is exact.
+    assert (summary["sum_differing"] == 0) == sum_exact, summary
+    all_exact = sum_exact and summary["exact_channels"] == summary["channels"]
+    exact = torq.compile(model, remarks=io.StringIO(), flags=("--torq-requant=exact",))
+    assert [d.executor for d in exact.report.dispatches if d.macs == conv.macs] == ["torq" if all_exact else "host"]
+    if all_exact:
+        assert np.array_equal(exact(x, r), ref)
