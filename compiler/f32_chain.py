@@ -13,6 +13,7 @@ cannot evaluate faithfully.
 from __future__ import annotations
 
 import copy
+import math
 import re
 from dataclasses import dataclass
 
@@ -118,6 +119,13 @@ _FLOAT_BIN = {"arith.addf": np.add, "arith.subf": np.subtract, "arith.mulf": np.
               "arith.divf": np.divide}
 _MAXMIN = {"arith.maxnumf": np.fmax, "arith.minnumf": np.fmin, "arith.maximumf": np.maximum,
            "arith.minimumf": np.minimum, "arith.maxsi": np.maximum, "arith.minsi": np.minimum}
+# Transcendental functions, evaluated in f64 and rounded once to f32 (correctly rounded but
+# for double rounding, which cannot move a value by more than an ulp); llvm-cpu evaluates
+# them with polynomial approximations a few ulps off that, so a caller that must match it
+# evaluates the chain again with their results moved by `Chain.ulps`. Direction: +1 / -1.
+_TRANSCENDENTAL = {"math.exp": (np.exp, 1), "math.tanh": (np.tanh, 1), "math.log": (np.log, 1),
+                   "math.sqrt": (np.sqrt, 1), "math.rsqrt": (lambda x: 1.0 / np.sqrt(x), -1),
+                   "math.erf": (np.vectorize(math.erf, otypes=[np.float64]), 1)}
 _ROUND = {"math.roundeven": np.rint, "math.floor": np.floor, "math.ceil": np.ceil, "math.trunc": np.trunc}
 _CMPF = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult", "ule",
          "une", "uno", "true"]
@@ -174,7 +182,7 @@ class Chain:
     """
 
     def __init__(self, ops: list[ir.Operation], result: ir.Value, acc: ir.Value, host: HostFloat,
-                 extra: tuple = (), fma_pick: int | None = None):
+                 extra: tuple = (), fma_pick: int | None = None, fuse_shared: bool | None = None):
         self.values: dict = {}
         self.acc = _chain_value(acc, self.values)
         # Further variable inputs (a residual's int8 value), given to `evaluate` as arrays.
@@ -182,6 +190,11 @@ class Chain:
         # A sum of two single-use products: which one llvm-cpu fuses into an FMA (operand
         # order), when the caller evaluates both choices; None refuses such a sum.
         self.fma_pick = fma_pick
+        # A product with several users feeding a sum: whether llvm-cpu fuses it (True) or not
+        # (False), when the caller evaluates both choices; None refuses such a sum.
+        self.fuse_shared = fuse_shared
+        # Transcendental results moved by this many f32 ulps (see _TRANSCENDENTAL).
+        self.ulps = 0
         self.ops = [_ChainOp(op, self.values) for op in ops]
         self.result, self.host = self.values[result], host
         self.args: dict = {}
@@ -214,10 +227,41 @@ class Chain:
             raise NotExact("the chain is not monotone in the accumulator")
         return r.dir
 
-    def with_fma_pick(self, pick: int) -> "Chain":
+    def with_fma_pick(self, pick: int, fuse_shared: bool | None = None) -> "Chain":
         c = copy.copy(self)
-        c.fma_pick = pick
+        c.fma_pick, c.fuse_shared = pick, fuse_shared
         return c
+
+    @property
+    def transcendental(self) -> bool:
+        return any(op.name in _TRANSCENDENTAL for op in self.ops)
+
+    def with_ulps(self, ulps: int) -> "Chain":
+        c = copy.copy(self)
+        c.ulps = ulps
+        return c
+
+    def contraction_variants(self, a: np.ndarray, extra: tuple = (), check: bool = False) -> list[np.ndarray]:
+        """The chain's values on `a` under every way llvm-cpu may contract its products into
+        FMAs (one list entry when the chain leaves it no choice), the default choice first:
+        a shared product not fused (LLVM fuses single-use products only), the first product
+        of a sum of two."""
+        try:
+            return [self.evaluate(a, check, extra).v]
+        except NotExact as e:
+            if str(e) != EITHER_FMA:
+                raise
+        out = []
+        for shared in (False, True):
+            for pick in (0, 1):
+                try:
+                    out.append(self.with_fma_pick(pick, shared).evaluate(a, check, extra).v)
+                except NotExact as e:
+                    if str(e) != EITHER_FMA:
+                        raise
+        if not out:
+            raise NotExact(EITHER_FMA)
+        return out
 
     def evaluate(self, a: np.ndarray, check: bool = False, extra: tuple = ()) -> _Val:
         env: dict = {self.acc: _Val(np.asarray(a, np.int64), 1, type_name(self.acc.type))}
@@ -257,10 +301,14 @@ class Chain:
             if name in ("arith.addf", "arith.subf") and self.host.fma and op not in fused:
                 prods = [v for v in op.operands if v.owner is not None and v.owner.name == "arith.mulf" and v in env]
                 single = [v for v in prods if self.uses.get(v, 0) == 1 and v.n_uses == 1]
-                if len(prods) > 1 and len(prods) == len(single) and self.fma_pick is not None:
+                if len(single) != len(prods):
+                    if self.fuse_shared is None:
+                        raise NotExact(EITHER_FMA)
+                    single = prods if self.fuse_shared else single
+                if len(single) > 1:
+                    if self.fma_pick is None:
+                        raise NotExact(EITHER_FMA)
                     single = [single[self.fma_pick]]
-                elif len(prods) > 1 or len(prods) != len(single):
-                    raise NotExact(EITHER_FMA)
                 if single:
                     p = single[0].owner
                     x, y = ref(p.operands[0]), ref(p.operands[1])
@@ -315,6 +363,15 @@ class Chain:
             elif name in _ROUND:
                 x = ref(op.operands[0])
                 env[res] = _Val(_ROUND[name](x.v).astype(np.float32), x.dir, t)
+            elif name in _TRANSCENDENTAL:
+                x = ref(op.operands[0])
+                fn, sense = _TRANSCENDENTAL[name]
+                with np.errstate(all="ignore"):
+                    r = np.asarray(fn(np.asarray(x.v, np.float64))).astype(np.float32)
+                step = np.float32(np.inf if self.ulps > 0 else -np.inf)
+                for _ in range(abs(self.ulps)):
+                    r = np.nextafter(r, step)
+                env[res] = _Val(r, None if x.dir is None else x.dir * sense, t)
             elif name == "math.round":  # half away from zero, exactly (f32 -> f64 is exact)
                 x = ref(op.operands[0])
                 x64 = np.asarray(x.v, np.float64)

@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from iree.compiler import ir
 
-from torq.runtime.program import EPILOGUE_INT_TYPES, Epilogue, EpilogueStep, Ref
+from torq.runtime.program import EPILOGUE_INT_TYPES, LUT, MAX_LUT_ENTRIES, Epilogue, EpilogueStep, Ref
 from .ir_utils import constant_of, indexing_maps, int_array, mlir_dtype, n_inputs, region_ops, static_shape
 
 FUSE_GROUP = "torq-fuse-group"
@@ -691,6 +691,19 @@ def _is_identity_like(m: ir.AffineMap) -> bool:
     return None not in dims and len(set(dims)) == len(dims) and len(dims) == m.n_dims
 
 
+def _lut_step(op: ir.Operation, extract: ir.Operation, ref) -> EpilogueStep:
+    """`tensor.extract %table[%i]` from a constant 1-D integer table: a "lut" step whose
+    entries are the table (an int8 activation, compiler/requant.py)."""
+    table = constant_of(extract.operands[0])
+    width = _int_width(extract.results[0].type)
+    if table is None or table.ndim != 1 or len(extract.operands) != 2 or not width \
+            or not 1 <= table.size <= MAX_LUT_ENTRIES:
+        raise Unsupported(f"tensor.extract in {op.name} body is no lookup in a constant integer table of at "
+                          f"most {MAX_LUT_ENTRIES} entries")
+    return EpilogueStep(LUT, [ref(extract.operands[1])] + [Ref("const", const=float(t)) for t in table],
+                        to=width)
+
+
 def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: int = 0,
                        stop: ir.Operation | None = None, stop_value: ir.Value | None = None) -> Epilogue:
     """Translate an elementwise generic body into epilogue steps.
@@ -759,9 +772,11 @@ def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: i
         elif name in _SHIFTS:
             push(EpilogueStep(_SHIFTS[name], [ref(body_op.operands[0]), ref(body_op.operands[1])],
                               to=_int_width(body_op.results[0].type)), body_op.results[0])
-        elif name == "arith.extsi":
-            # Values are held sign-extended already: the wider value is the same number.
+        elif name in ("arith.extsi", "arith.index_cast"):
+            # Values are held sign-extended already: the wider value (or the index) is the same number.
             values[body_op.results[0].get_name()] = ref(body_op.operands[0])
+        elif name == "tensor.extract":
+            push(_lut_step(op, body_op, ref), body_op.results[0])
         elif name == "arith.extui":
             if _int_width(body_op.operands[0].type) in ("", "i64"):
                 raise Unsupported(f"arith.extui from {body_op.operands[0].type} in {op.name} body")

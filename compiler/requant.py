@@ -26,7 +26,10 @@ int8 value and an int8 tensor r, both dequantized, added and quantized
 again) becomes an integer rescale of the sum of the two int8 values,
 clamp((u * Mu + r * Mr + R) >> S), fitted on all 65,536 pairs and at most
 one step off any of them (`rescale_fit.fit_sum`; the pairs it misses are
-counted and reported). The f32 chain itself is evaluated by
+counted and reported). An activation in the same body (the int8 value
+dequantized, put through hardswish, hardsigmoid, sigmoid, ... and quantized
+again) becomes a lookup in a 256-entry table built from the float chain
+(compiler/requant_split.py). The f32 chain itself is evaluated by
 compiler/f32_chain.py. With --torq-requant=exact, or
 when even the nearest rescale is more than one step off, the dispatch stays
 on host with a remark naming the channel (`Unsupported`). A dequantize tail after the int8 value (f32 compute) is cut off and left to a
@@ -86,9 +89,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from iree.compiler import ir
 
-from .f32_chain import EITHER_FMA, INT_RANGE, Chain, type_name
+from .f32_chain import INT_RANGE, Chain, type_name
 from .ir_utils import constant_of, indexing_maps, map_dims, n_inputs, region_ops, static_shape
-from .rescale_fit import ChannelFit, NotExact, Rescale, SumRescale, channel_step_points, fit_steps, fit_sum
+from .requant_split import ActivationTable, split_activation_table, split_residual_add
+from .rescale_fit import ChannelFit, NotExact, Rescale, SumRescale, channel_step_points, fit_steps
 
 # --- the IR rewrite ---------------------------------------------------------------------
 
@@ -219,10 +223,7 @@ def _channel_values(op: ir.Operation, acc_index: int, known: _Known, range_dims:
 def _split_tail(op: ir.Operation) -> tuple[ir.Operation, list[ir.Operation]]:
     """(the fptosi giving the quantized value, the ops after it up to the yield)."""
     body = region_ops(op)
-    fptosi = [o for o in body if o.name == "arith.fptosi"]
-    if len(fptosi) != 1:
-        raise NotExact("the chain has several float -> int conversions")
-    q = fptosi[0]
+    q = [o for o in body if o.name == "arith.fptosi"][-1]
     k = body.index(q)
     tail = body[k + 1:-1]
     inside = {q.results[0]} | {r for o in tail for r in o.results}
@@ -273,6 +274,10 @@ class RequantSummary:
     # form differs from the f32 chain, of all int8 pairs.
     sum_differing: int | None = None
     sum_pairs: int | None = None
+    # An activation after the rescale (`requant_split.split_activation_table`): its table's
+    # entries, and those on which llvm-cpu's ways of contracting the float chain disagree.
+    table_entries: int | None = None
+    table_ambiguous: int | None = None
 
     @property
     def channels(self) -> int:
@@ -300,16 +305,22 @@ class RequantSummary:
         if self.sum_pairs:
             head += (f"; then a residual add as an integer rescale of the sum, one output step off on "
                      f"{self.sum_differing} of {self.sum_pairs} int8 input pairs")
+        if self.table_entries:
+            head += f"; then an activation through a {self.table_entries}-entry table"
+            if self.table_ambiguous:
+                head += (f" ({self.table_ambiguous} entries depend on how llvm-cpu evaluates the float chain, "
+                         f"its FMA contraction or the last ulps of its exp / tanh / erf: one output step)")
         return head
 
     @property
     def approximate(self) -> bool:
-        return self.exact_channels < self.channels or bool(self.sum_differing)
+        return self.exact_channels < self.channels or bool(self.sum_differing) or bool(self.table_ambiguous)
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "channels": self.channels, "exact_channels": self.exact_channels,
                 "differing_share": self.differing_share, "differing": self.differing,
-                "step_span": self.step_span, "sum_differing": self.sum_differing, "sum_pairs": self.sum_pairs}
+                "step_span": self.step_span, "sum_differing": self.sum_differing, "sum_pairs": self.sum_pairs,
+                "table_entries": self.table_entries, "table_ambiguous": self.table_ambiguous}
 
 
 @dataclass
@@ -326,6 +337,8 @@ class _Plan:
     # integer rescale of the sum (stage-1 level, residual) -> output level.
     residual_index: int = -1
     sum_rescale: SumRescale | None = None
+    # An activation after the rescale: the table from the stage-1 level to the output level.
+    table: ActivationTable | None = None
 
 
 def _plan(op: ir.Operation, known: _Known, host, nearest: bool) -> _Plan | None:
@@ -380,12 +393,16 @@ def _plan(op: ir.Operation, known: _Known, host, nearest: bool) -> _Plan | None:
         raise NotExact(f"the {kind} accumulator can wrap (i32 overflow)")
     residual = _residual_operand(op, acc_index, known)
     sum_rescale = sum_fit = None
+    table = None
     if residual >= 0:
-        if tail is not None:
-            raise NotExact("a residual add whose result is dequantized to f32")
-        ops, result, sum_fit = _split_residual_add(ops, result, block.arguments[acc_index],
-                                                   block.arguments[residual], host, q_type, nearest)
+        ops, result, sum_fit = split_residual_add(ops, result, block.arguments[acc_index],
+                                                  block.arguments[residual], host, q_type, nearest)
         sum_rescale = sum_fit.rescale
+    else:
+        split = split_activation_table(ops, result, block.arguments[acc_index], host, q_type, nearest)
+        if split is not None:
+            ops, result, table = split
+            table = None if table.is_identity() else table
     chan, channels = _channel_values(op, acc_index, known, range_dims, acc_lo, acc_hi, acc_dims, residual)
     chain = Chain(ops, result, block.arguments[acc_index], host)
     fits: list[ChannelFit] = []
@@ -398,9 +415,10 @@ def _plan(op: ir.Operation, known: _Known, host, nearest: bool) -> _Plan | None:
             where = f"channel {ch}" if chan is not None else "the tensor"
             raise NotExact(f"{kind} float requantization, {where} (accumulator range [{lo}, {hi}]): {e}") from None
     summary = RequantSummary(kind, [x.differing for x in fits], [x.step_span for x in fits],
-                             sum_fit.differing if sum_fit else None, sum_fit.pairs if sum_fit else None)
+                             sum_fit.differing if sum_fit else None, sum_fit.pairs if sum_fit else None,
+                             len(table.entries) if table else None, table.ambiguous if table else None)
     return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary,
-                 residual, sum_rescale)
+                 residual, sum_rescale, table)
 
 
 def _batched_step_points(chain: Chain, channels: list, kind: str) -> list:
@@ -446,50 +464,6 @@ def _residual_operand(op: ir.Operation, acc_index: int, known: _Known) -> int:
     return i
 
 
-def _backward_slice(ops: list[ir.Operation], v: ir.Value) -> list[ir.Operation]:
-    """The ops of `ops` that `v` depends on, in order."""
-    need, out = {v}, []
-    for op in reversed(ops):
-        if any(r in need for r in op.results):
-            out.append(op)
-            need.update(op.operands)
-    return out[::-1]
-
-
-def _reads(ops: list[ir.Operation], v: ir.Value) -> bool:
-    return any(x == v for op in ops for x in op.operands)
-
-
-def _split_residual_add(ops, result, acc, res, host, q_type, nearest):
-    """(the ops and value of the stage-1 rescale of `acc`, the fit of the add): a body that
-    requantizes the accumulator to int8 (stage 1), dequantizes it and the int8 residual `res`,
-    adds them and requantizes the sum. The add is evaluated on every pair of int8 values
-    (both ways llvm-cpu may contract it, when it may) and fitted by `fit_sum`."""
-    final = _backward_slice(ops, result)
-    # The int8 values computed before the result from the accumulator alone (with their ops).
-    stages = [(o.results[0], s) for o in final if o.name == "arith.fptosi" and o.results[0] != result
-              for s in [_backward_slice(ops, o.results[0])] if not _reads(s, res)]
-    if len(stages) != 1 or not _reads(stages[0][1], acc):
-        raise NotExact("the requantization mixes the accumulator and another tensor before its int8 value")
-    (q1, stage1), = stages
-    rest = [o for o in final if o not in stage1]
-    if _reads(rest, acc):
-        raise NotExact("the residual add reads the accumulator besides its int8 value")
-    u, v = (g.ravel() for g in np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij"))
-    add = Chain(rest, result, q1, host, extra=(res,))
-    try:
-        qs = [add.evaluate(u, extra=(v,)).v]
-    except NotExact as e:
-        if str(e) != EITHER_FMA:
-            raise
-        qs = [add.with_fma_pick(k).evaluate(u, extra=(v,)).v for k in (0, 1)]
-    lo, hi = INT_RANGE[q_type]
-    fit = fit_sum(u, v, [np.asarray(q, np.int64) for q in qs], lo, hi)
-    if fit.differing and not nearest:
-        raise NotExact(f"the residual add's integer rescale differs on {fit.differing} of {fit.pairs} input pairs")
-    return stage1, q1, fit
-
-
 _PARAMS = ("offset", "multiplier", "rounding", "shift", "qmin", "qmax")
 
 
@@ -502,6 +476,16 @@ def _sum_lines(r: SumRescale, u: str) -> list[str]:
             "%sv = arith.muli %r64, %sv_m : i64", "%ss = arith.addi %su, %sv : i64",
             "%sr = arith.addi %ss, %s_r : i64", "%sd = arith.shrsi %sr, %s_s : i64",
             "%sa = arith.maxsi %sd, %s_lo : i64", "%sum_q = arith.minsi %sa, %s_hi : i64"]
+
+
+def _table_lines(t: ActivationTable, level: str, q_type: str) -> list[str]:
+    """Body lines looking the stage-1 `level` (i64) up in the activation table into %q."""
+    n = len(t.entries)
+    entries = ", ".join(str(int(e)) for e in t.entries)
+    return [f"%t_first = arith.constant {-t.first} : i64", f"%t_i64 = arith.addi {level}, %t_first : i64",
+            "%t_index = arith.index_cast %t_i64 : i64 to index",
+            f"%t_table = arith.constant dense<[{entries}]> : tensor<{n}x{q_type}>",
+            f"%q = tensor.extract %t_table[%t_index] : tensor<{n}x{q_type}>"]
 
 
 def _rescale_generic(plan: _Plan) -> str:
@@ -557,7 +541,10 @@ def _rescale_generic(plan: _Plan) -> str:
     lines.append(f"%below = arith.minsi %above, {param('qmax')} : i64")
     if res:
         lines += _sum_lines(plan.sum_rescale, "%below")
-    lines.append(f"%q = arith.trunci {'%sum_q' if res else '%below'} : i64 to {plan.q_type}")
+    if plan.table is not None:
+        lines += _table_lines(plan.table, "%below", plan.q_type)
+    else:
+        lines.append(f"%q = arith.trunci {'%sum_q' if res else '%below'} : i64 to {plan.q_type}")
     lines.append(f"linalg.yield %q : {plan.q_type}")
     body = "\n    ".join(lines)
     parallel = ", ".join(['"parallel"'] * rank)

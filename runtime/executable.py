@@ -50,6 +50,8 @@ from .program import (
     LramBuffer,
     Operand,
     Program,
+    LUT,
+    MAX_LUT_ENTRIES,
     TABLE_OPS,
     Ref,
     TensorDesc,
@@ -1113,6 +1115,20 @@ class _Validator:
             self.fail(f"{what}: attr {key} must be two positive ints, got {v!r}")
         return v[0], v[1]
 
+    def check_lut(self, what: str, s: EpilogueStep) -> None:
+        """A lookup: an index and 1..MAX_LUT_ENTRIES constant integer entries of width `to`."""
+        entries = s.args[1:]
+        if not 1 <= len(entries) <= MAX_LUT_ENTRIES:
+            self.fail(f"{what}: {len(entries)} table entries, expected 1 to {MAX_LUT_ENTRIES}")
+        if s.to not in EPILOGUE_INT_TYPES:
+            self.fail(f"{what}: table entries of width {s.to!r}, not one of {', '.join(EPILOGUE_INT_TYPES)}")
+        bits = EPILOGUE_INT_TYPES[s.to]
+        for j, r in enumerate(entries):
+            if r.kind != "const":
+                self.fail(f"{what}: table entry {j} is a {r.kind}, not a constant")
+            if not float(r.const).is_integer() or not -(1 << (bits - 1)) <= r.const < (1 << (bits - 1)):
+                self.fail(f"{what}: table entry {j} = {r.const!r} is no {s.to} value")
+
     def check_epilogue(self, i: int, c: Compute) -> None:
         e = c.epilogue
         values = 0 if c.op == "elementwise" else 1
@@ -1121,7 +1137,9 @@ class _Validator:
             what = f"command {i} epilogue step {k} ({s.op})"
             if s.op not in EPILOGUE_OPS:
                 self.fail(f"{what}: unknown op")
-            if len(s.args) != _ARITY.get(s.op, 2):
+            if s.op == LUT:
+                self.check_lut(what, s)
+            elif len(s.args) != _ARITY.get(s.op, 2):
                 self.fail(f"{what}: {len(s.args)} arguments, expected {_ARITY.get(s.op, 2)}")
             if s.op == "cast":
                 self.check_dtype(s.to, what)

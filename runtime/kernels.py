@@ -50,7 +50,7 @@ import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .program import EPILOGUE_INT_TYPES, TABLE_OPS, Epilogue, Ref
+from .program import EPILOGUE_INT_TYPES, LUT, TABLE_OPS, Epilogue, Ref
 
 NP_DTYPES: dict[str, np.dtype] = {
     "bf16": np.dtype(ml_dtypes.bfloat16),
@@ -678,9 +678,21 @@ def table_lookup(fn: str, a: np.ndarray) -> np.ndarray:
     return table(fn)[bits]
 
 
+def lut_lookup(index: np.ndarray, entries: list[np.ndarray]) -> np.ndarray:
+    """Step "lut": entry `index` of the table `entries` (integer constants)."""
+    if not _is_int(index) or not all(_is_int(e) for e in entries):
+        raise KernelError("lut step: the index and the entries must be integers")
+    index = np.asarray(index, dtype=np.int64)
+    if np.any((index < 0) | (index >= len(entries))):
+        raise KernelError(f"lut step: index outside [0, {len(entries)})")
+    return np.asarray(entries, dtype=np.int64).reshape(-1)[index]
+
+
 def _step(op: str, args: list[np.ndarray], to: str) -> np.ndarray:
     if op == "cast":
         return _cast(args[0], to)
+    if op == LUT:
+        return lut_lookup(args[0], args[1:])
     if op in TABLE_OPS:
         if to:
             raise KernelError(f"table step {op} with integer width {to!r}")

@@ -147,9 +147,18 @@ def nbytes(shape, dtype: str) -> int:
 #   Special values as IEEE: exp(-inf) = 0, rsqrt(0) = inf, log(0) = -inf,
 #   sqrt/rsqrt/log of a negative number = nan; results beyond the bf16 range
 #   round to +-inf.
+# An integer function of a quantized value is a lookup in a table the program
+# carries (the slice's activation table, loaded with the program):
+#   "lut" i t_0 ... t_{n-1} : t_i, for an integer i in [0, n) (an int8 value
+#     plus 128 indexes 256 entries); the entries are the step's constant
+#     arguments, integers of the width `to`. An int8 activation (hardswish,
+#     sigmoid, ...) between two quantizations is exact this way: its float
+#     chain is evaluated on all 256 inputs when the table is built.
 TABLE_OPS = frozenset({"exp", "log", "tanh", "erf", "rsqrt", "sqrt"})
+LUT = "lut"
+MAX_LUT_ENTRIES = 256
 EPILOGUE_OPS = {"add", "sub", "mul", "div", "max", "min", "neg", "select_gt", "select_lt",
-                "select_ge", "select_le", "cast", "shl", "shr_s", "shr_u", "trunc", "zext"} | TABLE_OPS
+                "select_ge", "select_le", "cast", "shl", "shr_s", "shr_u", "trunc", "zext", LUT} | TABLE_OPS
 EPILOGUE_INT_TYPES = {"i1": 1, "i8": 8, "i16": 16, "i32": 32, "i64": 64}
 
 

@@ -34,9 +34,25 @@ class ConvBnRelu(torch.nn.Module):
         return torch.relu(self.bn(self.conv(x)))
 
 
-def ort_quantized_model(tmp_path):
+class ConvActivations(torch.nn.Module):
+    """MobileNetV3's activations between int8 convolutions: each runs as a 256-entry table
+    after its convolution's integer rescale."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(8, 16, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(16, 16, 1)
+        self.conv3 = torch.nn.Conv2d(16, 8, 1)
+
+    def forward(self, x):
+        x = torch.nn.functional.hardswish(self.conv1(x))
+        x = torch.sigmoid(self.conv2(x))
+        return self.conv3(x)
+
+
+def ort_quantized_model(tmp_path, model_class=ConvBnRelu):
     torch.manual_seed(0)
-    model = ConvBnRelu().eval()
+    model = model_class().eval()
     x = torch.randn(1, 8, 24, 24)
     fp32, q = tmp_path / "m.onnx", tmp_path / "m_q.onnx"
     torch.onnx.export(model, (x,), str(fp32), dynamo=False, input_names=["x"], output_names=["y"],
@@ -77,3 +93,21 @@ def test_ort_quantized_conv_on_npu_within_one_step(tmp_path):
     assert summary["exact_channels"] < summary["channels"], summary
     exact = torq.compile(str(path), remarks=io.StringIO(), flags=("--torq-requant=exact",))
     assert [d.executor for d in exact.report.dispatches if d.macs == convs[0].macs] == ["host"]
+
+
+def test_ort_quantized_activations_run_as_tables_within_one_step(tmp_path):
+    """conv -> hardswish and conv -> sigmoid, quantized by onnxruntime: the activation
+    between the two quantizations becomes a 256-entry table after the conv's rescale, so
+    the conv runs on the NPU; every output within one step of llvm-cpu."""
+    path, x = ort_quantized_model(tmp_path, ConvActivations)
+    ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
+    remarks = io.StringIO()
+    cm = torq.compile(str(path), remarks=remarks)
+    y = cm(x)
+    convs = [d for d in cm.report.dispatches if d.macs]
+    assert len(convs) == 3 and all(d.executor == "torq" for d in convs), (cm.report.dispatches, remarks.getvalue())
+    tables = [s["table_entries"] for d in convs for s in d.requant]
+    assert tables == [256, 256, None], tables  # hardswish, sigmoid; the last conv has no activation
+    assert "activation through a 256-entry table" in remarks.getvalue()
+    step = np.diff(np.unique(ref)).min()
+    assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nss_builders import ProgramBuilder, conv_tiled_program, step, val
+from nss_builders import ProgramBuilder, const, conv_tiled_program, step, val
 from torq.hw import TorqHw
 from torq.runtime import executable
 from torq.runtime.executable import (
@@ -153,6 +153,12 @@ def corrupt(mutate) -> bytes:
         (lambda p: setattr(p.commands[4], "tensor", 1), r"command 4: DmaOut on tensor 1 of kind constant"),
         (lambda p: setattr(p.buffers[0], "live_end", 8), r"buffer 0 has live range \[0, 8\] outside commands 0..7"),
         (lambda p: setattr(p.commands[3], "split", 0), r"command 3: split over 0 slices \(at least 1\)"),
+        (lambda p: p.commands[3].epilogue.steps.append(step("lut", val(1), *[const(0)] * 257, to="i8")),
+         r"step 1 \(lut\): 257 table entries, expected 1 to 256"),
+        (lambda p: p.commands[3].epilogue.steps.append(step("lut", val(1), const(0), const(200), to="i8")),
+         r"step 1 \(lut\): table entry 1 = 200.0 is no i8 value"),
+        (lambda p: p.commands[3].epilogue.steps.append(step("lut", val(1), const(0), val(0), to="i8")),
+         r"step 1 \(lut\): table entry 1 is a value, not a constant"),
     ],
 )
 def test_inconsistent_contents(mutate, message):

@@ -95,3 +95,19 @@ def test_shift_out_of_range_is_an_error(amount):
 def test_zext_from_64_bits_is_an_error():
     with pytest.raises(KernelError, match="64-bit"):
         run_step("zext", -1, 0, "i64")
+
+
+def test_lut_step_reads_the_entry_at_its_index():
+    """Step "lut": value i -> entry i of its constant arguments (an int8 activation's table)."""
+    table = [(v * max(0, min(6, v + 3))) // 6 for v in range(-128, 128)]  # an integer hardswish
+    idx = np.arange(256, dtype=np.int64)
+    e = Epilogue([EpilogueStep("lut", [Ref("operand", 0)] + [Ref("const", const=float(t)) for t in table], to="i8")], 0)
+    out = eval_epilogue(e, None, [idx], (256,))
+    assert out.tolist() == table
+
+
+@pytest.mark.parametrize("index", [-1, 3])
+def test_lut_index_outside_the_table_is_an_error(index):
+    e = Epilogue([EpilogueStep("lut", [Ref("operand", 0)] + [Ref("const", const=1.0)] * 3, to="i8")], 0)
+    with pytest.raises(KernelError, match=r"lut step: index outside \[0, 3\)"):
+        eval_epilogue(e, None, [np.array([index], np.int64)], (1,))

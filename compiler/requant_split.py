@@ -1,0 +1,132 @@
+"""What follows the first integer rescale in a float requantization body.
+
+compiler/requant.py fits an integer rescale to the part of a QDQ body that
+turns the contraction's accumulator into its first int8 value (stage 1, the
+contraction's own output quantization). What the body computes from that
+value afterwards is split off here:
+
+- a residual add (`split_residual_add`): the stage-1 level and an int8
+  tensor r, both dequantized, added and quantized again (ONNX Runtime's
+  form of ResNet's relu(conv(x) + r)); it becomes an integer rescale of the
+  sum of the two int8 values, fitted on all 65,536 pairs
+  (`rescale_fit.fit_sum`);
+- an activation (`split_activation_table`): the stage-1 level dequantized,
+  put through any float function (hardswish, hardsigmoid, sigmoid, ...) and
+  quantized again, a function of one int8 value; it becomes a 256-entry
+  table (the "lut" epilogue step), evaluated here on all 256 inputs as
+  llvm-cpu evaluates the chain, so it is exact wherever llvm-cpu's result
+  does not depend on how it contracts products into FMAs or on the last
+  ulps of its exp / tanh / erf approximations (the entries where it may are
+  counted and reported).
+
+Both return the ops of stage 1 and its int8 value, which requant.py then
+fits as it fits a plain requantization.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from iree.compiler import ir
+
+from torq.runtime.program import MAX_LUT_ENTRIES
+
+from .f32_chain import INT_RANGE, Chain, type_name
+from .rescale_fit import NotExact, SumFit, fit_sum
+
+
+def backward_slice(ops: list[ir.Operation], v: ir.Value) -> list[ir.Operation]:
+    """The ops of `ops` that `v` depends on, in order."""
+    need, out = {v}, []
+    for op in reversed(ops):
+        if any(r in need for r in op.results):
+            out.append(op)
+            need.update(op.operands)
+    return out[::-1]
+
+
+def _reads(ops: list[ir.Operation], v: ir.Value) -> bool:
+    return any(x == v for op in ops for x in op.operands)
+
+
+def split_residual_add(ops, result, acc, res, host, q_type, nearest) -> tuple[list, ir.Value, SumFit]:
+    """(the ops and value of the stage-1 rescale of `acc`, the fit of the add): a body that
+    requantizes the accumulator to int8 (stage 1), dequantizes it and the int8 residual `res`,
+    adds them and requantizes the sum. The add is evaluated on every pair of int8 values
+    (every way llvm-cpu may contract it) and fitted by `fit_sum`."""
+    final = backward_slice(ops, result)
+    # The int8 values computed before the result from the accumulator alone (with their ops).
+    stages = [(o.results[0], s) for o in final if o.name == "arith.fptosi" and o.results[0] != result
+              for s in [backward_slice(ops, o.results[0])] if not _reads(s, res)]
+    if len(stages) != 1 or not _reads(stages[0][1], acc):
+        raise NotExact("the requantization mixes the accumulator and another tensor before its int8 value")
+    (q1, stage1), = stages
+    rest = [o for o in final if o not in stage1]
+    if _reads(rest, acc):
+        raise NotExact("the residual add reads the accumulator besides its int8 value")
+    u, v = (g.ravel() for g in np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij"))
+    qs = Chain(rest, result, q1, host, extra=(res,)).contraction_variants(u, extra=(v,))
+    lo, hi = INT_RANGE[q_type]
+    fit = fit_sum(u, v, [np.asarray(q, np.int64) for q in qs], lo, hi)
+    if fit.differing and not nearest:
+        raise NotExact(f"the residual add's integer rescale differs on {fit.differing} of {fit.pairs} input pairs")
+    return stage1, q1, fit
+
+
+# How far (f32 ulps) llvm-cpu's polynomial exp / tanh / erf / log may be from the correctly
+# rounded value: table entries that move when the function's result moves this far are
+# counted as ambiguous (possibly one output step from llvm-cpu's).
+TRANSCENDENTAL_ULPS = 4
+
+
+@dataclass
+class ActivationTable:
+    """Output level per stage-1 level: `entries[i]` for level `first + i`."""
+    first: int
+    entries: np.ndarray
+    # Entries on which the ways llvm-cpu may evaluate the float chain disagree: how it
+    # contracts products into FMAs, and its transcendental functions' last ulps (the table
+    # holds LLVM's default contraction, single-use products fused and shared ones not, and
+    # correctly rounded functions).
+    ambiguous: int
+
+    def is_identity(self) -> bool:
+        return bool(np.array_equal(self.entries, np.arange(self.first, self.first + len(self.entries))))
+
+
+def split_activation_table(ops, result, acc, host, q_type, nearest) -> tuple[list, ir.Value, ActivationTable] | None:
+    """(the ops and value of stage 1, the table of the rest) for a body that computes its
+    result from a first int value of the accumulator through further float arithmetic, or
+    None when the result is that first value (nothing to tabulate)."""
+    final = backward_slice(ops, result)
+    firsts = [o.results[0] for o in final if o.name == "arith.fptosi" and o.results[0] != result]
+    if not firsts:
+        return None
+    q1 = firsts[0]
+    stage1 = backward_slice(ops, q1)
+    rest = [o for o in final if o not in stage1]
+    if _reads(rest, acc):
+        raise NotExact("the activation after the int8 value reads the accumulator too")
+    lo, hi = INT_RANGE[type_name(q1.type)]
+    if hi - lo + 1 > MAX_LUT_ENTRIES:
+        raise NotExact(f"the activation's input is {q1.type}: a table of {hi - lo + 1} entries "
+                       f"(the slices hold {MAX_LUT_ENTRIES})")
+    levels = np.arange(lo, hi + 1, dtype=np.int64)
+    chain = Chain(rest, result, q1, host)
+    try:
+        variants = [np.asarray(q, np.int64)
+                    for ulps in ((0, -TRANSCENDENTAL_ULPS, TRANSCENDENTAL_ULPS) if chain.transcendental else (0,))
+                    for q in chain.with_ulps(ulps).contraction_variants(levels, check=True)]
+    except NotExact as e:
+        raise NotExact(f"the activation after the int8 value: {e}") from None
+    table = variants[0]
+    spread = max(int(np.max(np.abs(q - table))) for q in variants)
+    ambiguous = int(np.sum(np.any([q != table for q in variants], axis=0)))
+    if spread > 1 or (ambiguous and not nearest):
+        raise NotExact(f"the activation's float chain gives {ambiguous} of {len(levels)} entries that depend "
+                       f"on how llvm-cpu contracts it into FMAs (up to {spread} output steps)")
+    qlo, qhi = INT_RANGE[q_type]
+    if np.any(table < qlo) or np.any(table > qhi):
+        raise NotExact(f"the activation's table leaves the {q_type} range")
+    return stage1, q1, ActivationTable(lo, table, ambiguous)
