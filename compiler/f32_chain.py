@@ -146,11 +146,15 @@ class _ChainValue:
     """An SSA value of the chain, read from the IR once (evaluation runs per channel and per
     bisection step: reading types, users and constants from the bindings each time was most
     of a QDQ model's compile)."""
-    __slots__ = ("type", "owner", "n_uses", "const", "label")
+    __slots__ = ("type", "owner", "n_uses", "const", "value")
 
     def __init__(self, v: ir.Value, owner: "_ChainOp | None"):
-        self.type, self.owner, self.n_uses, self.label = str(v.type), owner, len(list(v.uses)), v.get_name()
+        self.type, self.owner, self.n_uses, self.value = str(v.type), owner, len(list(v.uses)), v
         self.const = constant_of(v) if owner is None or owner.name == "arith.constant" else None
+
+    @property
+    def label(self) -> str:  # for messages only: get_name() numbers the whole module
+        return self.value.get_name()
 
 
 class _ChainOp:

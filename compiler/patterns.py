@@ -716,27 +716,28 @@ def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: i
     body: what its combiner accumulates).
     """
     block = op.regions[0].blocks[0]
-    values: dict[str, Ref] = {}
+    # Keyed by the values themselves: Value.get_name() numbers the whole enclosing module
+    # each time (it made decoding quadratic in the module's size).
+    values: dict[ir.Value, Ref] = {}
     for i, arg in enumerate(block.arguments):
         if i in arg_refs:
-            values[arg.get_name()] = arg_refs[i]
+            values[arg] = arg_refs[i]
     steps: list[EpilogueStep] = []
-    cmps: dict[str, tuple[str, Ref, Ref]] = {}
+    cmps: dict[ir.Value, tuple[str, Ref, Ref]] = {}
 
     def ref(v: ir.Value) -> Ref:
-        name = v.get_name()
-        if name in values:
-            return values[name]
+        if v in values:
+            return values[v]
         c = constant_of(v)
         if c is not None and c.ndim == 0:
             if c.dtype.kind in "iu" and abs(int(c)) > _MAX_EXACT_INT:
                 raise Unsupported(f"integer constant {int(c)} in {op.name} body is wider than 53 bits")
             return Ref("const", const=float(c))
-        raise Unsupported(f"value {name} used in the body of {op.name} comes from outside the op")
+        raise Unsupported(f"value {v.get_name()} used in the body of {op.name} comes from outside the op")
 
     def push(step: EpilogueStep, result: ir.Value):
         steps.append(step)
-        values[result.get_name()] = Ref("value", index=len(steps) - 1 + value_base)
+        values[result] = Ref("value", index=len(steps) - 1 + value_base)
 
     def push_powi(body_op: ir.Operation):
         """x ** n as repeated f32 multiplication (a division for n < 0)."""
@@ -752,7 +753,7 @@ def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: i
         if n < 0:
             steps.append(EpilogueStep("div", [Ref("const", const=1.0), acc]))
             acc = Ref("value", index=len(steps) - 1 + value_base)
-        values[body_op.results[0].get_name()] = acc
+        values[body_op.results[0]] = acc
 
     for body_op in region_ops(op):
         name = body_op.name
@@ -774,7 +775,7 @@ def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: i
                               to=_int_width(body_op.results[0].type)), body_op.results[0])
         elif name in ("arith.extsi", "arith.index_cast"):
             # Values are held sign-extended already: the wider value (or the index) is the same number.
-            values[body_op.results[0].get_name()] = ref(body_op.operands[0])
+            values[body_op.results[0]] = ref(body_op.operands[0])
         elif name == "tensor.extract":
             push(_lut_step(op, body_op, ref), body_op.results[0])
         elif name == "arith.extui":
@@ -797,10 +798,10 @@ def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: i
             pred = _cmp_predicate(body_op)
             if pred not in _CMP or (name == "arith.cmpi" and pred.startswith("u")):
                 raise Unsupported(f"comparison '{pred}' in {op.name} body")
-            cmps[body_op.results[0].get_name()] = (_CMP[pred], ref(body_op.operands[0]),
+            cmps[body_op.results[0]] = (_CMP[pred], ref(body_op.operands[0]),
                                                    ref(body_op.operands[1]))
         elif name == "arith.select":
-            cond = body_op.operands[0].get_name()
+            cond = body_op.operands[0]
             if cond in cmps:
                 pred, a, b = cmps[cond]
             elif str(body_op.operands[0].type) == "i1" and cond in values:
@@ -1288,7 +1289,9 @@ def match_group(op: ir.Operation) -> Match | None:
         epi = Epilogue(pre, len(pre) if pre else 0)
         user = _single_user(op.results[0])
         perm = None  # a matmul writes its result in the order its epilogue reads it
-        if user is not None and _is_elementwise(user) and _is_identity_like(indexing_maps(user)[-1]):
+        # (An elementwise user with several results stays a group of its own, and is refused there.)
+        if user is not None and _is_elementwise(user) and len(user.results) == 1 \
+                and _is_identity_like(indexing_maps(user)[-1]):
             perm = _transposed_read(user, op.results[0]) if con.kind == "matmul" and not pre else None
             try:
                 tail = _epilogue_of(user, op.results[0], inputs_probe := list(inputs), principal_value=len(pre),
@@ -1327,6 +1330,9 @@ def match_group(op: ir.Operation) -> Match | None:
     if _is_elementwise(op):
         if _is_epilogue_of_producer(op):
             return None  # matched as part of that principal's group
+        if len(op.results) != 1:
+            raise Unsupported(f"elementwise op with {len(op.results)} results has no Torq pattern "
+                              f"(one TorqHL op writes one result)")
         inputs: list[ir.Value] = []
         epi = _epilogue_of(op, None, inputs)
         return Match("elementwise", op, [op] + _box_reads_of(inputs, [op]), op, inputs, {}, epi, 0)

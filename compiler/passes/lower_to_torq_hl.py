@@ -236,19 +236,26 @@ def lower_function(func: ir.Operation) -> None:
     lower_box_reads(func)
     lower_reduction_loops(func)
     changed = True
-    while changed:
+    while changed:  # until a walk rewrites nothing (a rewrite may make an earlier op matchable)
         changed = False
-        for op in walk_ops(func):
-            if not op.name.startswith("linalg."):
+        # One walk per round, not per group (that was quadratic in a tiled function's size):
+        # the ops a rewrite consumed are skipped, as their handles may be erased.
+        # (Positions, not handles: an erased op's handle no longer compares equal.)
+        ops = [o for o in walk_ops(func) if o.name.startswith("linalg.")
+               and not o.parent.name.startswith("linalg.")]  # not linalg.yield / index in bodies
+        position = {op: i for i, op in enumerate(ops)}
+        consumed: set[int] = set()
+        for i, op in enumerate(ops):
+            if i in consumed:
                 continue
             try:
                 match = match_group(op)
             except Unsupported as e:
                 raise CompileError(f"{location_str(op)}: error: {op.name}: {e}") from None
             if match is not None:
+                consumed.update(position[o.operation] for o in [*match.ops, match.bottom] if o.operation in position)
                 rewrite_group(match)
                 changed = True
-                break  # the walk list is stale after a rewrite
     leftovers = [op for op in walk_ops(func) if op.name.startswith("linalg.")]
     if leftovers:
         op = leftovers[0]
