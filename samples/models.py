@@ -2,6 +2,8 @@
 
 - `mobilenet_v2(width=1.0)`: MobileNetV2 (inverted residual blocks, depthwise
   3x3 convs, ReLU6), 1000 classes.
+- `mobilenet_v3()`: MobileNetV3-Large (squeeze-excite, hardswish and
+  hardsigmoid), 1000 classes.
 - `resnet18()`: ResNet-18 (basic blocks, max pool, global average pool, fc).
 - `bert_encoder_layer(hidden=768, heads=12, ffn=3072)`: one BERT-base encoder
   layer (self-attention + GELU feed-forward, post-layer-norm); `layers=N`
@@ -69,6 +71,57 @@ class MobileNetV2(nn.Module):
         return self.classifier(self.features(x).mean((2, 3)))
 
 
+class SqueezeExcite(nn.Module):
+    def __init__(self, channels: int, squeeze: int):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Conv2d(channels, squeeze, 1), nn.Conv2d(squeeze, channels, 1)
+
+    def forward(self, x):
+        s = torch.relu(self.fc1(x.mean((2, 3), keepdim=True)))
+        return x * nn.functional.hardsigmoid(self.fc2(s))
+
+
+class MobileNetV3Block(nn.Module):
+    """Inverted residual with an optional squeeze-excite and ReLU or hardswish."""
+
+    def __init__(self, cin: int, k: int, expanded: int, cout: int, se: bool, act: type, stride: int):
+        super().__init__()
+        layers = [] if expanded == cin else [_conv_bn(cin, expanded, 1, act=act)]
+        layers.append(_conv_bn(expanded, expanded, k, stride, groups=expanded, act=act))
+        if se:
+            layers.append(SqueezeExcite(expanded, _divisible(expanded / 4)))
+        layers.append(_conv_bn(expanded, cout, 1, act=None))
+        self.block = nn.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        y = self.block(x)
+        return x + y if self.residual else y
+
+
+class MobileNetV3Large(nn.Module):
+    # (input, kernel, expanded, output, squeeze-excite, activation, stride), from the paper
+    SETTINGS = [(16, 3, 16, 16, False, nn.ReLU, 1), (16, 3, 64, 24, False, nn.ReLU, 2),
+                (24, 3, 72, 24, False, nn.ReLU, 1), (24, 5, 72, 40, True, nn.ReLU, 2),
+                (40, 5, 120, 40, True, nn.ReLU, 1), (40, 5, 120, 40, True, nn.ReLU, 1),
+                (40, 3, 240, 80, False, nn.Hardswish, 2), (80, 3, 200, 80, False, nn.Hardswish, 1),
+                (80, 3, 184, 80, False, nn.Hardswish, 1), (80, 3, 184, 80, False, nn.Hardswish, 1),
+                (80, 3, 480, 112, True, nn.Hardswish, 1), (112, 3, 672, 112, True, nn.Hardswish, 1),
+                (112, 5, 672, 160, True, nn.Hardswish, 2), (160, 5, 960, 160, True, nn.Hardswish, 1),
+                (160, 5, 960, 160, True, nn.Hardswish, 1)]
+
+    def __init__(self, classes: int = 1000):
+        super().__init__()
+        layers = [_conv_bn(3, 16, 3, 2, act=nn.Hardswish)]
+        layers += [MobileNetV3Block(*s) for s in self.SETTINGS]
+        layers.append(_conv_bn(160, 960, 1, act=nn.Hardswish))
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(nn.Linear(960, 1280), nn.Hardswish(), nn.Linear(1280, classes))
+
+    def forward(self, x):
+        return self.classifier(self.features(x).mean((2, 3)))
+
+
 class BasicBlock(nn.Module):
     def __init__(self, cin: int, cout: int, stride: int):
         super().__init__()
@@ -131,6 +184,11 @@ def make_mobilenet_v2(size: int = 224, width: float = 1.0, seed: int = 0):
     return _init(MobileNetV2(width), seed), torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(seed))
 
 
+def make_mobilenet_v3(size: int = 224, seed: int = 0):
+    torch.manual_seed(seed)
+    return _init(MobileNetV3Large(), seed), torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(seed))
+
+
 def make_resnet18(size: int = 224, seed: int = 0):
     torch.manual_seed(seed)
     return _init(ResNet18(), seed), torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(seed))
@@ -151,5 +209,5 @@ def make_mlp(batch: int = 8, features: int = 784, hidden: int = 1024, classes: i
     return model.eval(), torch.randn(batch, features, generator=torch.Generator().manual_seed(seed))
 
 
-MODELS = {"mobilenet_v2": make_mobilenet_v2, "resnet18": make_resnet18, "bert": make_bert_encoder_layer,
+MODELS = {"mobilenet_v2": make_mobilenet_v2, "mobilenet_v3": make_mobilenet_v3, "resnet18": make_resnet18, "bert": make_bert_encoder_layer,
           "mlp": make_mlp}

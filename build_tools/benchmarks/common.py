@@ -34,8 +34,13 @@ MODEL_SIZES = {
     "mlp": ({"batch": 8, "features": 784, "hidden": 1024}, {"batch": 2, "features": 64, "hidden": 64}),
     "cnn": ({"size": 224}, {"size": 16}),
     "mobilenet_v2": ({"size": 224}, {"size": 64}),
+    "mobilenet_v3": ({"size": 224}, {"size": 64}),
     "resnet18": ({"size": 224}, {"size": 64}),
     "bert": ({"seq": 128}, {"seq": 32}),
+    # The same CNNs quantized to int8 by onnxruntime (int8.py).
+    "mobilenet_v2_int8": ({"size": 224}, {"size": 64}),
+    "mobilenet_v3_int8": ({"size": 224}, {"size": 64}),
+    "resnet18_int8": ({"size": 224}, {"size": 64}),
 }
 
 

@@ -4,9 +4,11 @@
     nice -n 10 .venv/bin/python build_tools/benchmarks/run.py            # full sizes -> RESULTS.md
     .venv/bin/python build_tools/benchmarks/run.py --quick --models mlp,cnn --output /tmp/r.md
 
-Models, side by side: an MLP, the sample CNN (samples/cnn.py), MobileNetV2 and
-ResNet-18 at 224x224, a BERT-base encoder layer at sequence 128
-(samples/models.py, random weights). Per model, in its own child process
+Models, side by side: an MLP, the sample CNN (samples/cnn.py), MobileNetV2,
+MobileNetV3-Large and ResNet-18 at 224x224, a BERT-base encoder layer at
+sequence 128 (samples/models.py, random weights), and the three CNNs again
+quantized to int8 by onnxruntime (`<name>_int8`: a second table, int8.py).
+Per model, in its own child process
 (`--timeout` each; a failure or timeout is a row with the error):
 1. export with iree-turbine to torch-dialect MLIR (once; both compilers get it);
 2. `torq.compile` of that MLIR (in process, seconds) and `iree-compile` with
@@ -37,6 +39,8 @@ from collections import Counter
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (MODEL_SIZES, build_model, machine_info, machine_markdown, one_line, progress,  # noqa: E402
                     run_worker, worker_main)
+from int8 import is_int8, measure_int8  # noqa: E402
+from int8 import markdown as int8_markdown  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOST_FLAGS = ["--iree-llvmcpu-target-cpu=host"]  # as torq's host side (compiler/driver.py HOST_FLAGS)
@@ -65,6 +69,8 @@ def llvm_cpu(mlir: str, x) -> tuple[float, float, object]:
 
 def measure(spec: dict) -> dict:
     """One model: both compiles, both runs, the simulated figures and the errors."""
+    if is_int8(spec["model"]):
+        return measure_int8(spec, build_model, simulated_figures)
     import numpy as np
     import torch
 
@@ -73,7 +79,7 @@ def measure(spec: dict) -> dict:
     from run_model import export_mlir
 
     model, x, label = build_model(spec["model"], spec["kwargs"])
-    row: dict = {"label": label}
+    row: dict = {"label": label, "model": spec["model"]}
     with torch.no_grad():
         ref = model(x).numpy()
     t0 = time.perf_counter()
@@ -101,16 +107,20 @@ def measure(spec: dict) -> dict:
         row["sim_run_s"] = time.perf_counter() - t0
     except torq.TorqRuntimeError as e:
         return {**row, "error": f"torq run: {one_line(e, 300)}"}
-    stats = cm.last_stats
+    row.update(simulated_figures(cm))
+    row["rel_l2"], row["cosine"] = error_figures(y, ref)
+    return row
 
-    rep = cm.report
+
+def simulated_figures(cm) -> dict:
+    """The figures of the last call of compiled model `cm` (DESIGN §7) and its dispatch split."""
+    stats, rep = cm.last_stats, cm.report
     cycles = sum(s["cycles"] for s in stats)
     roofline = sum(s["roofline_cycles"] for s in stats)
     dma = sum(s["dma_bytes_in"] + s["dma_bytes_out"] for s in stats)
     compulsory = sum(s["compulsory_bytes"] for s in stats)
-    rel_l2, cosine = error_figures(y, ref)
     host = [d for d in rep.dispatches if d.executor == "host"]
-    row.update(
+    return dict(
         cycles=cycles, latency_ms=cycles / (cm.hw.clock_mhz * 1e3), clock_mhz=cm.hw.clock_mhz,
         efficiency=roofline / cycles if cycles else None,
         traffic_ratio=dma / compulsory if compulsory else None,
@@ -118,9 +128,7 @@ def measure(spec: dict) -> dict:
         mac_share=rep.npu_mac_share, total_macs=rep.total_macs,
         torq_dispatches=len(rep.dispatches) - len(host), host_dispatches=len(host),
         host_with_macs=[(d.name, d.macs, d.reason) for d in host if d.macs],
-        host_reasons=dict(Counter(d.reason for d in host)),
-        rel_l2=rel_l2, cosine=cosine)
-    return row
+        host_reasons=dict(Counter(d.reason for d in host)))
 
 
 def _ratio(a, b) -> str:
@@ -156,7 +164,7 @@ def markdown(rows: list[dict], info: dict, args) -> str:
              f"`build_tools/benchmarks/run.py{' --quick' if args.quick else ''}` on `--torq-hw={args.hw}`. "
              + machine_markdown(info), "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(table_row(r)) + " |" for r in rows]
+    lines += ["| " + " | ".join(table_row(r)) + " |" for r in rows if not r.get("int8")]
     lines += ["", "Columns: torq-compile = `torq.compile` of the exported MLIR in process; iree-compile = the "
               "`iree-compile` binary, llvm-cpu backend, same MLIR and `--iree-llvmcpu-target-cpu=host`. Simulator "
               "run = one call after a warm-up (NPU dispatches simulated in numpy, host dispatches on llvm-cpu); "
@@ -168,7 +176,7 @@ def markdown(rows: list[dict], info: dict, args) -> str:
               "0.9999). wall s = the whole measurement of that model, export included.", ""]
     notes = []
     for r in rows:
-        if "cycles" not in r:
+        if "cycles" not in r or r.get("int8"):
             continue
         ref = (f"llvm-cpu vs torch rel L2 {r['cpu_rel_l2']:.1e}, cosine {r['cpu_cosine']:.6f}"
                if "cpu_error" not in r else f"llvm-cpu failed: {r['cpu_error']}")
@@ -180,7 +188,7 @@ def markdown(rows: list[dict], info: dict, args) -> str:
     if notes:
         lines += ["Per model (reference error of llvm-cpu itself, host dispatches and why they stay on the host):",
                   "", *notes, ""]
-    return "\n".join(lines)
+    return "\n".join(lines + int8_markdown(rows))
 
 
 def main(argv=None) -> int:

@@ -189,8 +189,9 @@ def main(argv=None) -> int:
     if argv[:1] == ["--worker"]:
         return worker_main(argv[1:], measure)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    known = [m for m in MODEL_SIZES if not m.endswith("_int8")]  # the int8 rows are run.py's
     p.add_argument("--models", default=",".join(DEFAULT_MODELS), help=f"comma-separated subset of "
-                   f"{','.join(MODEL_SIZES)} (default: {','.join(DEFAULT_MODELS)})")
+                   f"{','.join(known)} (default: {','.join(DEFAULT_MODELS)})")
     p.add_argument("--budgets", default=",".join(map(str, BUDGETS_KIB)), help="LRAM sizes in KiB (default 64..512)")
     p.add_argument("--strategies", default=",".join(STRATEGIES), help="seed,traffic,default")
     p.add_argument("--quick", action="store_true", help="small sizes (smoke tests)")
@@ -204,7 +205,7 @@ def main(argv=None) -> int:
         budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
     except ValueError:
         p.error(f"--budgets: expected KiB numbers like 64,128, got '{args.budgets}'")
-    bad = [m for m in names if m not in MODEL_SIZES] + [s for s in strategies if s not in STRATEGIES]
+    bad = [m for m in names if m not in known] + [s for s in strategies if s not in STRATEGIES]
     if bad:
         p.error(f"unknown model or strategy: {', '.join(bad)}")
     size = 1 if args.quick else 0

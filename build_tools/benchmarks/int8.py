@@ -1,0 +1,110 @@
+"""The int8 rows of the benchmark suite (run.py): models quantized as users quantize them.
+
+Per model (samples/models.py, random weights): `torch.onnx.export`, then
+onnxruntime `quantize_static` (QDQ, per-channel int8 weights, int8
+activations; samples/ort_int8.py), then `torq.compile` of the quantized ONNX
+file, IREE llvm-cpu on the same imported MLIR and onnxruntime on the file.
+Reported beside the bf16 row of the same architecture in the same run:
+simulated cycles and their int8 / bf16 ratio (the slices do 256 int8 MACs per
+cycle and 64 bf16 ones), the share of MACs on the NPU, the host dispatches,
+and the error of the dequantized output vs llvm-cpu and vs onnxruntime
+(relative L2, and how many outputs are 0, 1, 2+ output steps from
+llvm-cpu's), with the requantizations that are not exact.
+"""
+
+from __future__ import annotations
+
+import io
+import tempfile
+import time
+
+INT8_SUFFIX = "_int8"
+
+
+def is_int8(name: str) -> bool:
+    return name.endswith(INT8_SUFFIX)
+
+
+def measure_int8(spec: dict, build_model, simulated_figures) -> dict:
+    """One int8 row: quantize, both compiles, both references, the simulated figures."""
+    import numpy as np
+
+    import torq
+    from ort_int8 import int8_error_figures, quantize_with_ort, references
+
+    base = spec["model"][: -len(INT8_SUFFIX)]
+    model, x, label = build_model(base, spec["kwargs"])
+    row: dict = {"label": f"int8 {label}", "model": base, "int8": True}
+    xs = x.numpy()
+    with tempfile.TemporaryDirectory(prefix="torq-int8-") as tmp:
+        t0 = time.perf_counter()
+        path = quantize_with_ort(model, x, tmp)
+        row["quantize_s"] = time.perf_counter() - t0
+        cpu, onnxrt, row["iree_compile_s"] = references(path, xs)
+        t0 = time.perf_counter()
+        try:
+            cm = torq.compile(str(path), hw=spec["hw"], remarks=io.StringIO())
+        except torq.TorqCompileError as e:
+            return {**row, "error": f"torq compile: {' '.join(str(e).split())[:300]}"}
+        row["torq_compile_s"] = time.perf_counter() - t0
+    cm(xs)  # warm-up
+    t0 = time.perf_counter()
+    y = np.asarray(cm(xs))
+    row["sim_run_s"] = time.perf_counter() - t0
+    row.update(simulated_figures(cm))
+    row.update(int8_error_figures(y, cpu, onnxrt))
+    summaries = [s for d in cm.report.dispatches if d.executor == "torq" for s in d.requant]
+    row["requant_channels"] = sum(s["channels"] for s in summaries)
+    row["requant_exact_channels"] = sum(s["exact_channels"] for s in summaries)
+    row["tables"] = sum(bool(s.get("table_entries")) for s in summaries)
+    row["residual_adds"] = sum(bool(s.get("sum_pairs")) for s in summaries)
+    return row
+
+
+COLUMNS = ["model", "torq-compile s", "iree-compile llvm-cpu s", "ratio", "simulated cycles",
+           "int8 / bf16 cycles", "efficiency vs roofline", "DDR traffic ratio", "NPU share of MACs",
+           "dispatches torq/host", "rel L2 vs llvm-cpu", "rel L2 vs onnxruntime", "llvm-cpu vs onnxruntime",
+           "outputs 0 / 1 / 2+ steps off", "exact rescale channels", "wall s"]
+
+
+def _row(r: dict, bf16: dict | None) -> list[str]:
+    if "cycles" not in r:
+        return [r.get("label", "?"), f"**failed**: {' '.join(str(r.get('error')).split())[:160]}"] + \
+            [""] * (len(COLUMNS) - 2)
+    hist = r["step_histogram"] + [0, 0]
+    ratio = f"{r['cycles'] / bf16['cycles']:.3f}" if bf16 and bf16.get("cycles") else "-"
+    ch = r["requant_channels"]
+    return [r["label"], f"{r['torq_compile_s']:.1f}", f"{r['iree_compile_s']:.1f}",
+            f"{r['torq_compile_s'] / r['iree_compile_s']:.1f}×", f"{r['cycles']:,}", ratio,
+            f"{100 * r['efficiency']:.1f}%" if r["efficiency"] else "-",
+            f"{r['traffic_ratio']:.3f}" if r["traffic_ratio"] else "-", f"{100 * r['mac_share']:.2f}%",
+            f"{r['torq_dispatches']}/{r['host_dispatches']}", f"{r['rel_l2_cpu']:.2e}", f"{r['rel_l2_ort']:.2e}",
+            f"{r['cpu_vs_ort']:.2e}", f"{hist[0]} / {hist[1]} / {sum(hist[2:])}",
+            f"{r['requant_exact_channels']:,} of {ch:,}" if ch else "-", f"{r.get('wall_s', 0):.0f}"]
+
+
+def markdown(rows: list[dict]) -> list[str]:
+    """The int8 table (empty when the run had no int8 rows)."""
+    int8 = [r for r in rows if r.get("int8")]
+    if not int8:
+        return []
+    bf16 = {r.get("model"): r for r in rows if not r.get("int8")}
+    lines = ["## int8 (onnxruntime QDQ)", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(_row(r, bf16.get(r.get("model")))) + " |" for r in int8]
+    lines += ["", "Each model is the bf16 row's architecture and weights, exported with `torch.onnx.export` and "
+              "quantized by onnxruntime `quantize_static` (QDQ, per-channel int8 weights, int8 activations, 4 "
+              "random calibration inputs; samples/ort_int8.py). torq-compile and iree-compile (llvm-cpu) read the "
+              "same quantized ONNX file. int8 / bf16 cycles = this row's simulated cycles / the bf16 row's of the "
+              "same model in this run. Errors: the dequantized output vs IREE llvm-cpu and onnxruntime on the same "
+              "model (relative L2; DESIGN §7 asks ≤ 1e-2), and the outputs 0, 1, 2+ output steps from llvm-cpu's; "
+              "a requantization whose f32 chain no integer rescale reproduces on every accumulator value takes the "
+              "nearest (one step off on the values the compile report counts): exact rescale channels = channels "
+              "reproduced exactly / all requantized channels on the NPU.", ""]
+    for r in int8:
+        if "cycles" in r:
+            lines.append(f"- {r['label']}: {r['tables']} activation tables, {r['residual_adds']} residual adds; "
+                         f"quantization {r['quantize_s']:.1f} s.")
+            for reason, n in sorted(r["host_reasons"].items(), key=lambda kv: -kv[1]):
+                lines.append(f"  - {n} host dispatch{'es' if n > 1 else ''}: {' '.join(reason.split())[:200]}")
+    return lines + [""]

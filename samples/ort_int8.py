@@ -1,0 +1,79 @@
+"""A torch model quantized the way users quantize it, and the references to judge it by.
+
+`quantize_with_ort` exports the model with `torch.onnx.export` and quantizes
+it with onnxruntime's `quantize_static`: QDQ format, per-channel int8
+weights, int8 activations, calibrated on a few seeded random inputs (no
+downloads). `references` runs the quantized model on IREE llvm-cpu (the same
+imported MLIR torq-compile reads) and on onnxruntime; `int8_error_figures`
+compares a Torq output with both (DESIGN §7: within one output step per layer,
+whole-model relative L2 reported).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def quantize_with_ort(model, x, directory: Path, calibration: int = 4, seed: int = 1) -> Path:
+    """The QDQ int8 ONNX file of `model` (input "x", output "y"), written in `directory`."""
+    import onnxruntime.quantization as ort_quant
+    import torch
+
+    directory = Path(directory)
+    fp32, q = directory / "model_fp32.onnx", directory / "model_int8.onnx"
+    with torch.no_grad():
+        torch.onnx.export(model, (x,), str(fp32), dynamo=False, input_names=["x"], output_names=["y"],
+                          opset_version=17)
+    shape = tuple(x.shape)
+
+    class Calibration(ort_quant.CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(seed)
+            self.data = iter([{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(calibration)])
+
+        def get_next(self):
+            return next(self.data, None)
+
+    ort_quant.quantize_static(str(fp32), str(q), Calibration(), quant_format=ort_quant.QuantFormat.QDQ,
+                              per_channel=True, activation_type=ort_quant.QuantType.QInt8,
+                              weight_type=ort_quant.QuantType.QInt8)
+    return q
+
+
+def references(path: Path, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """(IREE llvm-cpu output, onnxruntime output, llvm-cpu compile seconds) of a quantized ONNX file."""
+    import time
+
+    import onnxruntime as ort
+    from iree import compiler as ireec
+    from iree import runtime as ireert
+
+    from torq.compiler.onnx_import import import_onnx
+
+    mlir = import_onnx(Path(path).read_bytes(), Path(path).name)
+    t0 = time.perf_counter()
+    vmfb = ireec.compile_str(mlir, target_backends=["llvm-cpu"], extra_args=["--iree-llvmcpu-target-cpu=host"])
+    compile_s = time.perf_counter() - t0
+    config = ireert.Config("local-task")
+    ctx = ireert.SystemContext(config=config)
+    ctx.add_vm_module(ireert.VmModule.copy_buffer(config.vm_instance, vmfb))
+    cpu = np.asarray(ctx.modules.module["main_graph"](x))
+    onnxrt = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    return cpu, onnxrt, compile_s
+
+
+def _rel_l2(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def int8_error_figures(y: np.ndarray, cpu: np.ndarray, onnxrt: np.ndarray) -> dict:
+    """Relative L2 of `y` vs llvm-cpu and vs onnxruntime (and of llvm-cpu vs onnxruntime), and
+    how many output elements are 0, 1, 2, ... output steps from llvm-cpu's (the step: the
+    distance between the dequantized output's levels)."""
+    levels = np.unique(cpu)
+    step = float(np.diff(levels).min()) if len(levels) > 1 else 1.0
+    steps = np.rint(np.abs(y - cpu) / step).astype(np.int64)
+    return {"rel_l2_cpu": _rel_l2(y, cpu), "rel_l2_ort": _rel_l2(y, onnxrt), "cpu_vs_ort": _rel_l2(cpu, onnxrt),
+            "step_histogram": np.bincount(steps.ravel()).tolist()}
