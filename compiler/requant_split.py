@@ -50,6 +50,15 @@ def _reads(ops: list[ir.Operation], v: ir.Value) -> bool:
     return any(x == v for op in ops for x in op.operands)
 
 
+def _rest(final: list, stage1: list, acc, what: str) -> list:
+    """The ops of `final` after `stage1` (the ops of the first int value), which must read the
+    accumulator only through that value."""
+    rest = [o for o in final if o not in stage1]
+    if _reads(rest, acc):
+        raise NotExact(f"the {what} reads the accumulator besides its int8 value")
+    return rest
+
+
 def split_residual_add(ops, result, acc, res, host, q_type, nearest) -> tuple[list, ir.Value, SumFit]:
     """(the ops and value of the stage-1 rescale of `acc`, the fit of the add): a body that
     requantizes the accumulator to int8 (stage 1), dequantizes it and the int8 residual `res`,
@@ -62,9 +71,7 @@ def split_residual_add(ops, result, acc, res, host, q_type, nearest) -> tuple[li
     if len(stages) != 1 or not _reads(stages[0][1], acc):
         raise NotExact("the requantization mixes the accumulator and another tensor before its int8 value")
     (q1, stage1), = stages
-    rest = [o for o in final if o not in stage1]
-    if _reads(rest, acc):
-        raise NotExact("the residual add reads the accumulator besides its int8 value")
+    rest = _rest(final, stage1, acc, "residual add")
     u, v = (g.ravel() for g in np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij"))
     qs = Chain(rest, result, q1, host, extra=(res,)).contraction_variants(u, extra=(v,))
     lo, hi = INT_RANGE[q_type]
@@ -92,7 +99,9 @@ class ActivationTable:
     ambiguous: int
 
     def is_identity(self) -> bool:
-        return bool(np.array_equal(self.entries, np.arange(self.first, self.first + len(self.entries))))
+        """Nothing to look up: every entry is its own level, whatever llvm-cpu's evaluation."""
+        return not self.ambiguous and \
+            bool(np.array_equal(self.entries, np.arange(self.first, self.first + len(self.entries))))
 
 
 def split_activation_table(ops, result, acc, host, q_type, nearest) -> tuple[list, ir.Value, ActivationTable] | None:
@@ -105,9 +114,7 @@ def split_activation_table(ops, result, acc, host, q_type, nearest) -> tuple[lis
         return None
     q1 = firsts[0]
     stage1 = backward_slice(ops, q1)
-    rest = [o for o in final if o not in stage1]
-    if _reads(rest, acc):
-        raise NotExact("the activation after the int8 value reads the accumulator too")
+    rest = _rest(final, stage1, acc, "activation after the int8 value")
     lo, hi = INT_RANGE[type_name(q1.type)]
     if hi - lo + 1 > MAX_LUT_ENTRIES:
         raise NotExact(f"the activation's input is {q1.type}: a table of {hi - lo + 1} entries "
@@ -125,7 +132,8 @@ def split_activation_table(ops, result, acc, host, q_type, nearest) -> tuple[lis
     ambiguous = int(np.sum(np.any([q != table for q in variants], axis=0)))
     if spread > 1 or (ambiguous and not nearest):
         raise NotExact(f"the activation's float chain gives {ambiguous} of {len(levels)} entries that depend "
-                       f"on how llvm-cpu contracts it into FMAs (up to {spread} output steps)")
+                       f"on how llvm-cpu evaluates it, its FMA contraction or the last ulps of its "
+                       f"transcendental functions (up to {spread} output steps)")
     qlo, qhi = INT_RANGE[q_type]
     if np.any(table < qlo) or np.any(table > qhi):
         raise NotExact(f"the activation's table leaves the {q_type} range")

@@ -3,9 +3,9 @@
 `quantize_with_ort` exports the model with `torch.onnx.export` and quantizes
 it with onnxruntime's `quantize_static`: QDQ format, per-channel int8
 weights, int8 activations, calibrated on a few seeded random inputs (no
-downloads). `references` runs the quantized model on IREE llvm-cpu (the same
-imported MLIR torq-compile reads) and on onnxruntime; `int8_error_figures`
-compares a Torq output with both (DESIGN §7: within one output step per layer,
+downloads). `onnxruntime_output` runs the quantized model on onnxruntime;
+`int8_error_figures` compares a Torq output with it and with IREE llvm-cpu on
+the same imported MLIR (DESIGN §7: within one output step per layer,
 whole-model relative L2 reported).
 """
 
@@ -42,38 +42,22 @@ def quantize_with_ort(model, x, directory: Path, calibration: int = 4, seed: int
     return q
 
 
-def references(path: Path, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """(IREE llvm-cpu output, onnxruntime output, llvm-cpu compile seconds) of a quantized ONNX file."""
-    import time
-
+def onnxruntime_output(path: Path, x: np.ndarray) -> np.ndarray:
+    """The quantized model's output on onnxruntime (CPU)."""
     import onnxruntime as ort
-    from iree import compiler as ireec
-    from iree import runtime as ireert
 
-    from torq.compiler.onnx_import import import_onnx
-
-    mlir = import_onnx(Path(path).read_bytes(), Path(path).name)
-    t0 = time.perf_counter()
-    vmfb = ireec.compile_str(mlir, target_backends=["llvm-cpu"], extra_args=["--iree-llvmcpu-target-cpu=host"])
-    compile_s = time.perf_counter() - t0
-    config = ireert.Config("local-task")
-    ctx = ireert.SystemContext(config=config)
-    ctx.add_vm_module(ireert.VmModule.copy_buffer(config.vm_instance, vmfb))
-    cpu = np.asarray(ctx.modules.module["main_graph"](x))
-    onnxrt = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    return cpu, onnxrt, compile_s
-
-
-def _rel_l2(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
 
 
 def int8_error_figures(y: np.ndarray, cpu: np.ndarray, onnxrt: np.ndarray) -> dict:
     """Relative L2 of `y` vs llvm-cpu and vs onnxruntime (and of llvm-cpu vs onnxruntime), and
     how many output elements are 0, 1, 2, ... output steps from llvm-cpu's (the step: the
     distance between the dequantized output's levels)."""
+    from cnn import error_figures
+
     levels = np.unique(cpu)
     step = float(np.diff(levels).min()) if len(levels) > 1 else 1.0
     steps = np.rint(np.abs(y - cpu) / step).astype(np.int64)
-    return {"rel_l2_cpu": _rel_l2(y, cpu), "rel_l2_ort": _rel_l2(y, onnxrt), "cpu_vs_ort": _rel_l2(cpu, onnxrt),
+    return {"rel_l2_cpu": error_figures(y, cpu)[0], "rel_l2_ort": error_figures(y, onnxrt)[0],
+            "cpu_vs_ort": error_figures(cpu, onnxrt)[0],
             "step_histogram": np.bincount(steps.ravel()).tolist()}

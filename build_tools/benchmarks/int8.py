@@ -25,12 +25,16 @@ def is_int8(name: str) -> bool:
     return name.endswith(INT8_SUFFIX)
 
 
-def measure_int8(spec: dict, build_model, simulated_figures) -> dict:
-    """One int8 row: quantize, both compiles, both references, the simulated figures."""
+def measure_int8(spec: dict, build_model, simulated_figures, llvm_cpu) -> dict:
+    """One int8 row: quantize, both compiles, both references, the simulated figures
+    (`build_model`, `simulated_figures` and `llvm_cpu` are run.py's)."""
+    from pathlib import Path
+
     import numpy as np
 
     import torq
-    from ort_int8 import int8_error_figures, quantize_with_ort, references
+    from ort_int8 import int8_error_figures, onnxruntime_output, quantize_with_ort
+    from torq.compiler.onnx_import import import_onnx
 
     base = spec["model"][: -len(INT8_SUFFIX)]
     model, x, label = build_model(base, spec["kwargs"])
@@ -40,7 +44,9 @@ def measure_int8(spec: dict, build_model, simulated_figures) -> dict:
         t0 = time.perf_counter()
         path = quantize_with_ort(model, x, tmp)
         row["quantize_s"] = time.perf_counter() - t0
-        cpu, onnxrt, row["iree_compile_s"] = references(path, xs)
+        row["iree_compile_s"], _, cpu = llvm_cpu(import_onnx(Path(path).read_bytes(), Path(path).name), xs,
+                                                 function="main_graph")
+        onnxrt = onnxruntime_output(path, xs)
         t0 = time.perf_counter()
         try:
             cm = torq.compile(str(path), hw=spec["hw"], remarks=io.StringIO())

@@ -46,7 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 HOST_FLAGS = ["--iree-llvmcpu-target-cpu=host"]  # as torq's host side (compiler/driver.py HOST_FLAGS)
 
 
-def llvm_cpu(mlir: str, x) -> tuple[float, float, object]:
+def llvm_cpu(mlir: str | bytes, x, function: str = "main") -> tuple[float, float, object]:
     """iree-compile (llvm-cpu) seconds, median run seconds of 5 calls after a warm-up, and the output."""
     import iree.runtime as rt
     import numpy as np
@@ -57,7 +57,7 @@ def llvm_cpu(mlir: str, x) -> tuple[float, float, object]:
     compile_s = time.perf_counter() - t0
     ctx = rt.SystemContext(config=rt.Config("local-task"))
     ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
-    main = ctx.modules.module["main"]
+    main = ctx.modules.module[function]
     np.asarray(main(x))
     samples = []
     for _ in range(5):
@@ -70,7 +70,7 @@ def llvm_cpu(mlir: str, x) -> tuple[float, float, object]:
 def measure(spec: dict) -> dict:
     """One model: both compiles, both runs, the simulated figures and the errors."""
     if is_int8(spec["model"]):
-        return measure_int8(spec, build_model, simulated_figures)
+        return measure_int8(spec, build_model, simulated_figures, llvm_cpu)
     import numpy as np
     import torch
 
