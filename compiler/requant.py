@@ -26,7 +26,10 @@ int8 value and an int8 tensor r, both dequantized, added and quantized
 again) becomes an integer rescale of the sum of the two int8 values,
 clamp((u * Mu + r * Mr + R) >> S), fitted on all 65,536 pairs and at most
 one step off any of them (`rescale_fit.fit_sum`; the pairs it misses are
-counted and reported). An activation in the same body (the int8 value
+counted and reported). In a downsampling block the residual is the i32
+accumulator of the main path's last conv (IREE fuses its requantization
+into this dispatch): it gets its own per-channel rescale to int8 first,
+fitted on |r| <= 2^30 since its producer is another dispatch. An activation in the same body (the int8 value
 dequantized, put through hardswish, hardsigmoid, sigmoid, ... and quantized
 again) becomes a lookup in a 256-entry table built from the float chain
 (compiler/requant_split.py). The f32 chain itself is evaluated by
@@ -91,6 +94,7 @@ from iree.compiler import ir
 
 from .f32_chain import INT_RANGE, Chain, type_name
 from .ir_utils import constant_of, indexing_maps, map_dims, n_inputs, region_ops, static_shape
+from .requant_emit import rescale_generic
 from .requant_split import ActivationTable, split_activation_table, split_residual_add
 from .rescale_fit import ChannelFit, NotExact, Rescale, SumRescale, channel_step_points, fit_steps
 
@@ -278,6 +282,9 @@ class RequantSummary:
     # entries, and those on which llvm-cpu's ways of contracting the float chain disagree.
     table_entries: int | None = None
     table_ambiguous: int | None = None
+    # An i32 residual's own rescale to int8, per channel as `differing` / `step_span`.
+    residual_differing: list[int] | None = None
+    residual_step_span: list[int] | None = None
 
     @property
     def channels(self) -> int:
@@ -294,14 +301,10 @@ class RequantSummary:
         return sum(self.differing) / span if span else 0.0
 
     def line(self) -> str:
-        n = self.channels
-        head = f"{self.kind}: f32 requantization -> integer rescale, {self.exact_channels} of {n} channel" \
-               f"{'s' if n > 1 else ''} exact"
-        if self.exact_channels < n:
-            worst = max(d / s for d, s in zip(self.differing, self.step_span) if s)
-            head += (f", the others nearest (one output step off on {sum(self.differing)} of "
-                     f"{sum(self.step_span)} accumulator values where the level changes, "
-                     f"{100 * self.differing_share:.3g}%; worst channel {100 * worst:.3g}%)")
+        head = f"{self.kind}: f32 requantization -> integer rescale, " + _channels_text(self.differing, self.step_span)
+        if self.residual_differing is not None:
+            head += "; the i32 residual's own rescale to int8, " + \
+                _channels_text(self.residual_differing, self.residual_step_span)
         if self.sum_pairs:
             head += (f"; then a residual add as an integer rescale of the sum, one output step off on "
                      f"{self.sum_differing} of {self.sum_pairs} int8 input pairs")
@@ -314,13 +317,27 @@ class RequantSummary:
 
     @property
     def approximate(self) -> bool:
-        return self.exact_channels < self.channels or bool(self.sum_differing) or bool(self.table_ambiguous)
+        return self.exact_channels < self.channels or bool(self.sum_differing) or bool(self.table_ambiguous) \
+            or any(self.residual_differing or ())
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "channels": self.channels, "exact_channels": self.exact_channels,
                 "differing_share": self.differing_share, "differing": self.differing,
                 "step_span": self.step_span, "sum_differing": self.sum_differing, "sum_pairs": self.sum_pairs,
-                "table_entries": self.table_entries, "table_ambiguous": self.table_ambiguous}
+                "table_entries": self.table_entries, "table_ambiguous": self.table_ambiguous,
+                "residual_differing": self.residual_differing, "residual_step_span": self.residual_step_span}
+
+
+def _channels_text(differing: list[int], step_span: list[int]) -> str:
+    """"k of n channels exact[, the others nearest (...)]" for one fitted rescale."""
+    n, exact = len(differing), sum(d == 0 for d in differing)
+    text = f"{exact} of {n} channel{'s' if n > 1 else ''} exact"
+    if exact < n:
+        span = sum(step_span)
+        worst = max(d / s for d, s in zip(differing, step_span) if s)
+        text += (f", the others nearest (one output step off on {sum(differing)} of {span} accumulator values "
+                 f"where the level changes, {100 * sum(differing) / span:.3g}%; worst channel {100 * worst:.3g}%)")
+    return text
 
 
 @dataclass
@@ -339,6 +356,8 @@ class _Plan:
     sum_rescale: SumRescale | None = None
     # An activation after the rescale: the table from the stage-1 level to the output level.
     table: ActivationTable | None = None
+    # An i32 residual: its own per-channel rescale to int8 before the add.
+    residual_rescales: list[Rescale] | None = None
 
 
 def _plan(op: ir.Operation, known: _Known, host, nearest: bool) -> _Plan | None:
@@ -394,9 +413,11 @@ def _plan(op: ir.Operation, known: _Known, host, nearest: bool) -> _Plan | None:
     residual = _residual_operand(op, acc_index, known)
     sum_rescale = sum_fit = None
     table = None
+    res_split = None
     if residual >= 0:
-        ops, result, sum_fit = split_residual_add(ops, result, block.arguments[acc_index],
-                                                  block.arguments[residual], host, q_type, nearest)
+        res_split = split_residual_add(ops, result, block.arguments[acc_index], block.arguments[residual],
+                                       host, q_type, nearest)
+        ops, result, sum_fit = res_split.stage1, res_split.q1, res_split.fit
         sum_rescale = sum_fit.rescale
     else:
         split = split_activation_table(ops, result, block.arguments[acc_index], host, q_type, nearest)
@@ -404,7 +425,29 @@ def _plan(op: ir.Operation, known: _Known, host, nearest: bool) -> _Plan | None:
             ops, result, table = split
             table = None if table.is_identity() else table
     chan, channels = _channel_values(op, acc_index, known, range_dims, acc_lo, acc_hi, acc_dims, residual)
-    chain = Chain(ops, result, block.arguments[acc_index], host)
+    fits = _fit_channels(Chain(ops, result, block.arguments[acc_index], host), channels, chan, kind, nearest)
+    res_fits = None
+    if res_split is not None and res_split.res_stage is not None:
+        # The i32 residual's reachable range is another dispatch's business: fitted on all
+        # |r| <= 2^30 (a contraction reaching it sums 65,536 full-scale int8 products).
+        res_channels = [(vals, -RESIDUAL_I32_BOUND, RESIDUAL_I32_BOUND) for vals, _, _ in channels]
+        res_chain = Chain(res_split.res_stage, res_split.q_res, block.arguments[residual], host)
+        res_fits = _fit_channels(res_chain, res_channels, chan, f"{kind} residual (i32)", nearest)
+    summary = RequantSummary(kind, [x.differing for x in fits], [x.step_span for x in fits],
+                             sum_fit.differing if sum_fit else None, sum_fit.pairs if sum_fit else None,
+                             len(table.entries) if table else None, table.ambiguous if table else None,
+                             [x.differing for x in res_fits] if res_fits else None,
+                             [x.step_span for x in res_fits] if res_fits else None)
+    return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary,
+                 residual, sum_rescale, table, [x.rescale for x in res_fits] if res_fits else None)
+
+
+# The accumulator range an i32 residual (from another dispatch) is fitted on.
+RESIDUAL_I32_BOUND = 1 << 30
+
+
+def _fit_channels(chain: Chain, channels: list, chan: int | None, kind: str, nearest: bool) -> list[ChannelFit]:
+    """The rescale of each channel of `chain` (exact, or with `nearest` the nearest)."""
     fits: list[ChannelFit] = []
     steps = _batched_step_points(chain, channels, kind)
     for ch, ((_, lo, hi), (direction, st)) in enumerate(zip(channels, steps)):
@@ -414,11 +457,7 @@ def _plan(op: ir.Operation, known: _Known, host, nearest: bool) -> _Plan | None:
         except NotExact as e:
             where = f"channel {ch}" if chan is not None else "the tensor"
             raise NotExact(f"{kind} float requantization, {where} (accumulator range [{lo}, {hi}]): {e}") from None
-    summary = RequantSummary(kind, [x.differing for x in fits], [x.step_span for x in fits],
-                             sum_fit.differing if sum_fit else None, sum_fit.pairs if sum_fit else None,
-                             len(table.entries) if table else None, table.ambiguous if table else None)
-    return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary,
-                 residual, sum_rescale, table)
+    return fits
 
 
 def _batched_step_points(chain: Chain, channels: list, kind: str) -> list:
@@ -447,7 +486,8 @@ def _batched_step_points(chain: Chain, channels: list, kind: str) -> list:
 
 
 def _residual_operand(op: ir.Operation, acc_index: int, known: _Known) -> int:
-    """The operand index of an int8 tensor the requantization adds (read like its result), or -1."""
+    """The operand index of a tensor the requantization adds (read like its result), or -1: an
+    int8 tensor, or an i32 one (another contraction's accumulator) it requantizes first."""
     maps = indexing_maps(op)
     tensors = [i for i in range(n_inputs(op)) if i != acc_index and known(op.operands[i]) is None]
     if not tensors:
@@ -456,110 +496,12 @@ def _residual_operand(op: ir.Operation, acc_index: int, known: _Known) -> int:
     elt = str(ir.RankedTensorType(op.operands[i].type).element_type)
     if len(tensors) > 1:
         raise NotExact(f"operands {tensors} of the requantization are tensors (one int8 residual is supported)")
-    if elt != "i8":
-        raise NotExact(f"operand {i} of the requantization is an {elt} tensor, not an int8 residual")
+    if elt not in ("i8", "i32"):
+        raise NotExact(f"operand {i} of the requantization is an {elt} tensor, not an int8 or i32 residual")
     if maps[i] != maps[-1]:
         raise NotExact(f"operand {i} of the requantization (a residual) is read through {maps[i]}, "
                        f"not like the result ({maps[-1]})")
     return i
-
-
-_PARAMS = ("offset", "multiplier", "rounding", "shift", "qmin", "qmax")
-
-
-def _sum_lines(r: SumRescale, u: str) -> list[str]:
-    """Body lines computing the residual add's integer rescale of (`u`, %r) into %sum_q (i64)."""
-    return [f"%su_m = arith.constant {r.mu} : i64", f"%sv_m = arith.constant {r.mv} : i64",
-            f"%s_r = arith.constant {r.rounding} : i64", f"%s_s = arith.constant {r.shift} : i64",
-            f"%s_lo = arith.constant {r.qmin} : i64", f"%s_hi = arith.constant {r.qmax} : i64",
-            "%r64 = arith.extsi %r : i8 to i64", f"%su = arith.muli {u}, %su_m : i64",
-            "%sv = arith.muli %r64, %sv_m : i64", "%ss = arith.addi %su, %sv : i64",
-            "%sr = arith.addi %ss, %s_r : i64", "%sd = arith.shrsi %sr, %s_s : i64",
-            "%sa = arith.maxsi %sd, %s_lo : i64", "%sum_q = arith.minsi %sa, %s_hi : i64"]
-
-
-def _table_lines(t: ActivationTable, level: str, q_type: str) -> list[str]:
-    """Body lines looking the stage-1 `level` (i64) up in the activation table into %q."""
-    n = len(t.entries)
-    entries = ", ".join(str(int(e)) for e in t.entries)
-    return [f"%t_first = arith.constant {-t.first} : i64", f"%t_i64 = arith.addi {level}, %t_first : i64",
-            "%t_index = arith.index_cast %t_i64 : i64 to index",
-            f"%t_table = arith.constant dense<[{entries}]> : tensor<{n}x{q_type}>",
-            f"%q = tensor.extract %t_table[%t_index] : tensor<{n}x{q_type}>"]
-
-
-def _rescale_generic(plan: _Plan) -> str:
-    """A module whose function holds the integer requantization of `plan` (text)."""
-    op = plan.op
-    acc_t = op.operands[plan.acc_index].type
-    shape = static_shape(op.results[0].type)
-    out_t = f"tensor<{'x'.join(map(str, shape))}x{plan.q_type}>"
-    rank = len(shape)
-    dims = ", ".join(f"d{k}" for k in range(rank))
-    ident = f"affine_map<({dims}) -> ({dims})>"
-    # The accumulator is read like the original op read it.
-    acc_map = str(ir.AffineMapAttr.get(indexing_maps(op)[plan.acc_index]))
-    tensors, scalars = [], {}
-    for p in _PARAMS:
-        vals = [getattr(r, p) for r in plan.rescales]
-        if len(set(vals)) == 1:
-            scalars[p] = vals[0]
-        else:
-            tensors.append((p, vals))
-    n = len(plan.rescales)
-    chan_map = f"affine_map<({dims}) -> (d{plan.chan})>" if plan.chan is not None else ""
-    consts = "\n".join(f"  %{p} = arith.constant dense<{vals}> : tensor<{n}xi32>" for p, vals in tensors)
-    res = plan.residual_index >= 0
-    res_t = str(op.operands[plan.residual_index].type) if res else ""
-    ins = ", ".join(["%acc"] + ["%res"] * res + [f"%{p}" for p, _ in tensors])
-    in_types = ", ".join([str(acc_t)] + [res_t] * res + [f"tensor<{n}xi32>"] * len(tensors))
-    maps = ", ".join([acc_map] + [ident] * res + [chan_map] * len(tensors) + [ident])
-    args = ", ".join(["%a: i32"] + ["%r: i8"] * res + [f"%in_{p}: i32" for p, _ in tensors] +
-                     [f"%out: {plan.q_type}"])
-    lines = ["%a64 = arith.extsi %a : i32 to i64"]
-
-    def param(p):
-        if p in scalars:
-            lines.append(f"%{p}64 = arith.constant {scalars[p]} : i64")
-        else:
-            lines.append(f"%{p}64 = arith.extsi %in_{p} : i32 to i64")
-        return f"%{p}64"
-
-    v = "%a64"
-    if scalars.get("offset") != 0:
-        lines.append(f"%shifted = arith.addi {v}, {param('offset')} : i64")
-        v = "%shifted"
-    lines.append(f"%scaled = arith.muli {v}, {param('multiplier')} : i64")
-    v = "%scaled"
-    if scalars.get("rounding") != 0:
-        lines.append(f"%rounded = arith.addi {v}, {param('rounding')} : i64")
-        v = "%rounded"
-    if scalars.get("shift") != 0:
-        lines.append(f"%down = arith.shrsi {v}, {param('shift')} : i64")
-        v = "%down"
-    lines.append(f"%above = arith.maxsi {v}, {param('qmin')} : i64")
-    lines.append(f"%below = arith.minsi %above, {param('qmax')} : i64")
-    if res:
-        lines += _sum_lines(plan.sum_rescale, "%below")
-    if plan.table is not None:
-        lines += _table_lines(plan.table, "%below", plan.q_type)
-    else:
-        lines.append(f"%q = arith.trunci {'%sum_q' if res else '%below'} : i64 to {plan.q_type}")
-    lines.append(f"linalg.yield %q : {plan.q_type}")
-    body = "\n    ".join(lines)
-    parallel = ", ".join(['"parallel"'] * rank)
-    res_arg = f", %res: {res_t}" if res else ""
-    return f"""
-func.func @rescale(%acc: {acc_t}{res_arg}) -> {out_t} {{
-{consts}
-  %e = tensor.empty() : {out_t}
-  %g = linalg.generic {{indexing_maps = [{maps}], iterator_types = [{parallel}]}}
-      ins({ins} : {in_types}) outs(%e : {out_t}) {{
-  ^bb0({args}):
-    {body}
-  }} -> {out_t}
-  return %g : {out_t}
-}}"""
 
 
 def lower_float_requantization(func: ir.Operation, arg_constants, host, nearest: bool = True) -> RequantLowering:
@@ -585,7 +527,7 @@ def lower_float_requantization(func: ir.Operation, arg_constants, host, nearest:
     # Everything is decided; only now is IR changed (no handles into erased IR survive).
     done = RequantLowering()
     for plan in plans:
-        template = ir.Module.parse(_rescale_generic(plan))
+        template = ir.Module.parse(rescale_generic(plan))
         tops = [o.operation for o in template.body.operations[0].regions[0].blocks[0].operations][:-1]
         ip = ir.InsertionPoint(plan.op)
         cloned = [t.clone(ip=ip) for t in tops]  # constants, tensor.empty, the generic

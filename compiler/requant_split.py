@@ -9,7 +9,10 @@ value afterwards is split off here:
   tensor r, both dequantized, added and quantized again (ONNX Runtime's
   form of ResNet's relu(conv(x) + r)); it becomes an integer rescale of the
   sum of the two int8 values, fitted on all 65,536 pairs
-  (`rescale_fit.fit_sum`);
+  (`rescale_fit.fit_sum`). When r is an i32 tensor (a downsample block:
+  IREE fuses the requantization of the main path's conv into the
+  projection conv's dispatch and leaves that accumulator unrequantized),
+  r's own rescale to int8 is split off too and fitted like stage 1;
 - an activation (`split_activation_table`): the stage-1 level dequantized,
   put through any float function (hardswish, hardsigmoid, sigmoid, ...) and
   quantized again, a function of one int8 value; it becomes a 256-entry
@@ -59,26 +62,52 @@ def _rest(final: list, stage1: list, acc, what: str) -> list:
     return rest
 
 
-def split_residual_add(ops, result, acc, res, host, q_type, nearest) -> tuple[list, ir.Value, SumFit]:
-    """(the ops and value of the stage-1 rescale of `acc`, the fit of the add): a body that
-    requantizes the accumulator to int8 (stage 1), dequantizes it and the int8 residual `res`,
+@dataclass
+class ResidualSplit:
+    """A residual add after stage 1, split off (`split_residual_add`)."""
+    stage1: list  # the ops of the accumulator's stage-1 rescale
+    q1: ir.Value  # its int8 value
+    fit: SumFit  # the integer rescale of the sum (stage-1 level, residual level)
+    # An i32 residual (another conv's accumulator, left unrequantized by IREE) is requantized
+    # on its own first: the ops and int8 value of that rescale; None for an int8 residual.
+    res_stage: list | None = None
+    q_res: ir.Value | None = None
+
+
+def _first_ints(ops, final, result) -> list[tuple[ir.Value, list]]:
+    """(int8 value, its backward slice) for each float-to-int conversion before `result`."""
+    return [(o.results[0], backward_slice(ops, o.results[0])) for o in final
+            if o.name == "arith.fptosi" and o.results[0] != result]
+
+
+def split_residual_add(ops, result, acc, res, host, q_type, nearest) -> ResidualSplit:
+    """A body that requantizes the accumulator to int8 (stage 1), dequantizes it and the
+    residual `res` (an int8 tensor, or an i32 one it first requantizes to int8 on its own),
     adds them and requantizes the sum. The add is evaluated on every pair of int8 values
     (every way llvm-cpu may contract it) and fitted by `fit_sum`."""
     final = backward_slice(ops, result)
-    # The int8 values computed before the result from the accumulator alone (with their ops).
-    stages = [(o.results[0], s) for o in final if o.name == "arith.fptosi" and o.results[0] != result
-              for s in [backward_slice(ops, o.results[0])] if not _reads(s, res)]
+    firsts = _first_ints(ops, final, result)
+    # The int8 values computed from the accumulator alone (with their ops).
+    stages = [(q, s) for q, s in firsts if not _reads(s, res)]
     if len(stages) != 1 or not _reads(stages[0][1], acc):
         raise NotExact("the requantization mixes the accumulator and another tensor before its int8 value")
     (q1, stage1), = stages
-    rest = _rest(final, stage1, acc, "residual add")
+    res_stage = q_res = None
+    if type_name(res.type) == "i32":
+        own = [(q, s) for q, s in firsts if _reads(s, res) and not _reads(s, acc)]
+        if len(own) != 1 or type_name(own[0][0].type) != "i8":
+            raise NotExact("the i32 residual is not requantized to int8 on its own before the add")
+        (q_res, res_stage), = own
+    rest = _rest(final, stage1 + (res_stage or []), acc, "residual add")
+    if res_stage is not None and _reads(rest, res):
+        raise NotExact("the residual add reads the i32 residual besides its int8 value")
     u, v = (g.ravel() for g in np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij"))
-    qs = Chain(rest, result, q1, host, extra=(res,)).contraction_variants(u, extra=(v,))
+    qs = Chain(rest, result, q1, host, extra=(q_res or res,)).contraction_variants(u, extra=(v,))
     lo, hi = INT_RANGE[q_type]
     fit = fit_sum(u, v, [np.asarray(q, np.int64) for q in qs], lo, hi)
     if fit.differing and not nearest:
         raise NotExact(f"the residual add's integer rescale differs on {fit.differing} of {fit.pairs} input pairs")
-    return stage1, q1, fit
+    return ResidualSplit(stage1, q1, fit, res_stage, q_res)
 
 
 # How far (f32 ulps) llvm-cpu's polynomial exp / tanh / erf / log may be from the correctly

@@ -50,6 +50,19 @@ class ConvActivations(torch.nn.Module):
         return self.conv3(x)
 
 
+class DownsampleBlock(torch.nn.Module):
+    """ResNet's downsampling block: relu(bn(conv(relu(bn(conv_s2(x))))) + bn(conv1x1_s2(x)))."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.conv2 = torch.nn.Conv2d(16, 16, 3, padding=1)
+        self.down = torch.nn.Conv2d(8, 16, 1, stride=2)
+
+    def forward(self, x):
+        return torch.relu(self.conv2(torch.relu(self.conv1(x))) + self.down(x))
+
+
 def ort_quantized_model(tmp_path, model_class=ConvBnRelu):
     torch.manual_seed(0)
     model = model_class().eval()
@@ -111,3 +124,21 @@ def test_ort_quantized_activations_run_as_tables_within_one_step(tmp_path):
     assert "activation through a 256-entry table" in remarks.getvalue()
     step = np.diff(np.unique(ref)).min()
     assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
+
+
+def test_ort_quantized_downsample_block_within_one_step(tmp_path):
+    """IREE fuses the main path's requantization into the projection conv's dispatch and
+    leaves that conv's accumulator as an i32 tensor: the residual add then requantizes two
+    accumulators (each its own integer rescale) before the sum's rescale, all on the NPU."""
+    path, x = ort_quantized_model(tmp_path, DownsampleBlock)
+    ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
+    remarks = io.StringIO()
+    cm = torq.compile(str(path), remarks=remarks)
+    y = cm(x)
+    convs = [d for d in cm.report.dispatches if d.macs]
+    assert len(convs) == 3 and all(d.executor == "torq" for d in convs), (cm.report.dispatches, remarks.getvalue())
+    (block_end,) = [s for d in convs for s in d.requant if s["residual_differing"] is not None]
+    assert len(block_end["residual_differing"]) == 16 and block_end["sum_pairs"] == 256 * 256, block_end
+    step = np.diff(np.unique(ref)).min()
+    assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
+    assert len(np.unique(ref)) > 50  # not trivial: many output levels
