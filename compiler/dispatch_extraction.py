@@ -56,7 +56,8 @@ from .ir_utils import block_ops, constant_value, int_array, region_ops, static_s
 from .passes import decompose_attention
 from .patterns import Unsupported
 from .f32_chain import host_float_semantics
-from .requant import HostTail, NotExact, RequantSummary, lower_float_requantization, unused_arguments
+from .requant import HostTail, Known, NotExact, RequantSummary, lower_float_requantization, unused_arguments
+from .requant_elementwise import is_int8_arithmetic, lower_int8_arithmetic
 
 
 def _tensor_of(binding_type: ir.Type) -> ir.Type:
@@ -279,8 +280,11 @@ def lower_requantization(ex: ExtractedDispatch, func: ir.Operation, facts: FlowM
     and dequantize tails cut off become `ex.host_tails`.
     """
     had_users = set(range(len(func.regions[0].blocks[0].arguments))) - set(unused_arguments(func))
+    constants = _ConstantArgs(ex, facts)
     try:
-        done = lower_float_requantization(func, _ConstantArgs(ex, facts), lambda: facts.host_float, nearest)
+        done = lower_float_requantization(func, constants, lambda: facts.host_float, nearest)
+        if not done.rescaled and is_int8_arithmetic(func, Known(constants)):
+            done.rescaled = lower_int8_arithmetic(func, Known(constants), lambda: facts.host_float, nearest)
     except NotExact as e:
         raise Unsupported(str(e)) from None
     if not done.rescaled:

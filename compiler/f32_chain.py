@@ -199,6 +199,9 @@ class Chain:
         self.fuse_shared = fuse_shared
         # Transcendental results moved by this many f32 ulps (see _TRANSCENDENTAL).
         self.ulps = 0
+        # An f32 `acc` standing for an integer sum S times a constant (a pooled sum of
+        # dequantized int8 values): the chain is evaluated on fl32(S * acc_scale).
+        self.acc_scale: float | None = None
         self.ops = [_ChainOp(op, self.values) for op in ops]
         self.result, self.host = self.values[result], host
         self.args: dict = {}
@@ -240,6 +243,12 @@ class Chain:
     def transcendental(self) -> bool:
         return any(op.name in _TRANSCENDENTAL for op in self.ops)
 
+    def of_scaled_sum(self, scale: float) -> "Chain":
+        """The chain as a function of the integer S its f32 input `acc` holds times `scale`."""
+        c = copy.copy(self)
+        c.acc_scale = float(scale)
+        return c
+
     def with_ulps(self, ulps: int) -> "Chain":
         c = copy.copy(self)
         c.ulps = ulps
@@ -268,7 +277,11 @@ class Chain:
         return out
 
     def evaluate(self, a: np.ndarray, check: bool = False, extra: tuple = ()) -> _Val:
-        env: dict = {self.acc: _Val(np.asarray(a, np.int64), 1, type_name(self.acc.type))}
+        if self.acc_scale is None:
+            env: dict = {self.acc: _Val(np.asarray(a, np.int64), 1, type_name(self.acc.type))}
+        else:  # S * scale is exact in f64 (|S| < 2^29, a 24-bit scale), then rounded once
+            env = {self.acc: _Val((np.asarray(a, np.float64) * self.acc_scale).astype(np.float32),
+                                  _sign(self.acc_scale), "f32")}
         for v, x in zip(self.extra, extra):
             env[v] = _Val(np.asarray(x, np.int64), None, type_name(v.type))
         cmps: dict = {}

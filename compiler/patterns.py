@@ -371,7 +371,7 @@ def _classify_matmul(its, in_dims, w_dims, out_dims, ranges) -> Contraction | No
 
 # --- pooling and reductions --------------------------------------------------------
 
-_REDUCE_BODIES = {"arith.addf": "sum", "arith.maximumf": "max", "arith.maxnumf": "max",
+_REDUCE_BODIES = {"arith.addf": "sum", "arith.addi": "sum", "arith.maximumf": "max", "arith.maxnumf": "max",
                   "arith.maxsi": "max"}
 
 
@@ -1274,8 +1274,9 @@ def match_group(op: ir.Operation) -> Match | None:
     con = classify_principal(op)
     if con is not None:
         elt = str(ir.RankedTensorType(op.results[0].type).element_type)
+        # An integer sum accumulates in the i32 accumulator: a narrower result would wrap.
         if con.kind in ("avg_pool2d", "reduce") and con.attrs.get("mode", "sum") == "sum" \
-                and elt in EPILOGUE_INT_TYPES:
+                and elt in EPILOGUE_INT_TYPES and (elt != "i32" or con.kind == "avg_pool2d"):
             raise Unsupported(f"integer sum {'pooling' if con.kind == 'avg_pool2d' else 'reduction'} "
                               f"({elt}) has no Torq lowering")
         prologue = _prologue_of(op) if con.prologue else None

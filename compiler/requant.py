@@ -128,7 +128,7 @@ def _is_float_requant(op: ir.Operation) -> bool:
     return "arith.sitofp" in names and "arith.fptosi" in names
 
 
-class _Known:
+class Known:
     """Constant values of a function's tensors: arith.constant or a resolved argument."""
 
     def __init__(self, arg_constants):
@@ -143,7 +143,7 @@ class _Known:
         return constant_of(v)
 
 
-def _accumulator_range(con: ir.Operation, known: _Known) -> tuple[np.ndarray, np.ndarray, list[int]]:
+def _accumulator_range(con: ir.Operation, known: Known) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """(lo, hi, dims): bounds of the contraction's i32 result, as arrays over its
     result dims `dims` (the parallel dims its constant weight varies along; [] if uniform)."""
     maps = indexing_maps(con)
@@ -181,31 +181,14 @@ def _accumulator_range(con: ir.Operation, known: _Known) -> tuple[np.ndarray, np
     return lo, hi, [out_dims.index(w_dims[k]) for k in par]
 
 
-def _channel_values(op: ir.Operation, acc_index: int, known: _Known, range_dims: list[int],
+def _channel_values(op: ir.Operation, acc_index: int, known: Known, range_dims: list[int],
                     acc_lo: np.ndarray, acc_hi: np.ndarray, acc_map_dims: list[int], residual: int = -1):
     """Per channel: ({block arg: scalar}, lo, hi). The channel dim is the one result dim
     every per-channel value (operands, accumulator bounds) varies along, if any."""
     maps = indexing_maps(op)
     out = map_dims(maps[-1])
     shape = static_shape(op.results[0].type)
-    args = op.regions[0].blocks[0].arguments
-    per: dict = {}
-    chan_dims = set()
-    for i in range(n_inputs(op)):
-        if i in (acc_index, residual):
-            continue
-        c = known(op.operands[i])
-        d = map_dims(maps[i])
-        if c is None or d is None:
-            raise NotExact(f"operand {i} of the requantization is not a constant")
-        if c.size == 1:
-            per[args[i]] = (None, c.reshape(-1)[0])
-            continue
-        loops = [dd for dd, n in zip(d, c.shape) if n != 1]
-        if len(loops) != 1:
-            raise NotExact(f"operand {i} of the requantization varies along several dims")
-        chan_dims.add(out.index(loops[0]))
-        per[args[i]] = (out.index(loops[0]), c.reshape(-1))
+    chan_dims, per = per_channel_constants(op, known, (acc_index, residual))
     # Accumulator bounds vary along contraction result dims; map them to this op's result dims.
     for rd in range_dims:
         chan_dims.add(out.index(acc_map_dims[rd]))
@@ -222,6 +205,33 @@ def _channel_values(op: ir.Operation, acc_index: int, known: _Known, range_dims:
         vals = {a: (v if dim is None else v[ch]) for a, (dim, v) in per.items()}
         channels.append((vals, int(lo[ch]), int(hi[ch])))
     return chan, channels
+
+
+def per_channel_constants(op: ir.Operation, known, skip=()) -> tuple[set[int], dict]:
+    """(result dims the constants vary along, {block arg: (result dim or None, value(s))}) for
+    every input of `op` but those in `skip`, each a scalar or one value per channel; raises
+    NotExact when an input is not a constant or varies along several dims."""
+    maps = indexing_maps(op)
+    out = map_dims(maps[-1])
+    args = op.regions[0].blocks[0].arguments
+    per: dict = {}
+    chan_dims = set()
+    for i in range(n_inputs(op)):
+        if i in skip:
+            continue
+        c = known(op.operands[i])
+        d = map_dims(maps[i])
+        if c is None or d is None:
+            raise NotExact(f"operand {i} of the requantization is not a constant")
+        if c.size == 1:
+            per[args[i]] = (None, c.reshape(-1)[0])
+            continue
+        loops = [dd for dd, n in zip(d, c.shape) if n != 1]
+        if len(loops) != 1 or loops[0] not in out:
+            raise NotExact(f"operand {i} of the requantization varies along several dims")
+        chan_dims.add(out.index(loops[0]))
+        per[args[i]] = (out.index(loops[0]), c.reshape(-1))
+    return chan_dims, per
 
 
 def _split_tail(op: ir.Operation) -> tuple[ir.Operation, list[ir.Operation]]:
@@ -285,6 +295,12 @@ class RequantSummary:
     # An i32 residual's own rescale to int8, per channel as `differing` / `step_span`.
     residual_differing: list[int] | None = None
     residual_step_span: list[int] | None = None
+    # What the two-input rescale computes: "sum" (a residual add) or "product" (a gate).
+    pair_kind: str = "sum"
+    # A pooled f32 sum made integer (compiler/requant_elementwise.py): the sums within
+    # llvm-cpu's f32 summation error of a step (of all reachable sums, over channels).
+    pooled_ambiguous: int | None = None
+    pooled_sums: int | None = None
 
     @property
     def channels(self) -> int:
@@ -301,13 +317,19 @@ class RequantSummary:
         return sum(self.differing) / span if span else 0.0
 
     def line(self) -> str:
-        head = f"{self.kind}: f32 requantization -> integer rescale, " + _channels_text(self.differing, self.step_span)
+        head = f"{self.kind}: f32 requantization -> " + \
+            (f"integer rescale, {_channels_text(self.differing, self.step_span)}" if self.differing
+             else "integer arithmetic")
         if self.residual_differing is not None:
             head += "; the i32 residual's own rescale to int8, " + \
                 _channels_text(self.residual_differing, self.residual_step_span)
         if self.sum_pairs:
-            head += (f"; then a residual add as an integer rescale of the sum, one output step off on "
-                     f"{self.sum_differing} of {self.sum_pairs} int8 input pairs")
+            what = "a residual add as an integer rescale of the sum" if self.pair_kind == "sum" else \
+                f"a {self.pair_kind} of two int8 values as an integer rescale"
+            head += f"; then {what}, one output step off on {self.sum_differing} of {self.sum_pairs} int8 input pairs"
+        if self.pooled_sums:
+            head += (f"; the f32 sum is an exact i32 sum: {self.pooled_ambiguous} of {self.pooled_sums} sums lie "
+                     f"within llvm-cpu's f32 summation error of a step (one output step)")
         if self.table_entries:
             head += f"; then an activation through a {self.table_entries}-entry table"
             if self.table_ambiguous:
@@ -318,14 +340,16 @@ class RequantSummary:
     @property
     def approximate(self) -> bool:
         return self.exact_channels < self.channels or bool(self.sum_differing) or bool(self.table_ambiguous) \
-            or any(self.residual_differing or ())
+            or any(self.residual_differing or ()) or bool(self.pooled_ambiguous)
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "channels": self.channels, "exact_channels": self.exact_channels,
                 "differing_share": self.differing_share, "differing": self.differing,
                 "step_span": self.step_span, "sum_differing": self.sum_differing, "sum_pairs": self.sum_pairs,
                 "table_entries": self.table_entries, "table_ambiguous": self.table_ambiguous,
-                "residual_differing": self.residual_differing, "residual_step_span": self.residual_step_span}
+                "residual_differing": self.residual_differing, "residual_step_span": self.residual_step_span,
+                "pair_kind": self.pair_kind, "pooled_ambiguous": self.pooled_ambiguous,
+                "pooled_sums": self.pooled_sums}
 
 
 def _channels_text(differing: list[int], step_span: list[int]) -> str:
@@ -360,7 +384,7 @@ class _Plan:
     residual_rescales: list[Rescale] | None = None
 
 
-def _plan(op: ir.Operation, known: _Known, host, nearest: bool) -> _Plan | None:
+def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
     """The rewrite of float requantization `op`, or None when `op` does not follow an integer
     contraction (then it is not ours). Raises NotExact when it does but cannot be reproduced
     (exactly, or with `nearest` within one output step per channel)."""
@@ -425,14 +449,14 @@ def _plan(op: ir.Operation, known: _Known, host, nearest: bool) -> _Plan | None:
             ops, result, table = split
             table = None if table.is_identity() else table
     chan, channels = _channel_values(op, acc_index, known, range_dims, acc_lo, acc_hi, acc_dims, residual)
-    fits = _fit_channels(Chain(ops, result, block.arguments[acc_index], host), channels, chan, kind, nearest)
+    fits = fit_channels(Chain(ops, result, block.arguments[acc_index], host), channels, chan, kind, nearest)
     res_fits = None
     if res_split is not None and res_split.res_stage is not None:
         # The i32 residual's reachable range is another dispatch's business: fitted on all
         # |r| <= 2^30 (a contraction reaching it sums 65,536 full-scale int8 products).
         res_channels = [(vals, -RESIDUAL_I32_BOUND, RESIDUAL_I32_BOUND) for vals, _, _ in channels]
         res_chain = Chain(res_split.res_stage, res_split.q_res, block.arguments[residual], host)
-        res_fits = _fit_channels(res_chain, res_channels, chan, f"{kind} residual (i32)", nearest)
+        res_fits = fit_channels(res_chain, res_channels, chan, f"{kind} residual (i32)", nearest)
     summary = RequantSummary(kind, [x.differing for x in fits], [x.step_span for x in fits],
                              sum_fit.differing if sum_fit else None, sum_fit.pairs if sum_fit else None,
                              len(table.entries) if table else None, table.ambiguous if table else None,
@@ -446,7 +470,7 @@ def _plan(op: ir.Operation, known: _Known, host, nearest: bool) -> _Plan | None:
 RESIDUAL_I32_BOUND = 1 << 30
 
 
-def _fit_channels(chain: Chain, channels: list, chan: int | None, kind: str, nearest: bool) -> list[ChannelFit]:
+def fit_channels(chain: Chain, channels: list, chan: int | None, kind: str, nearest: bool) -> list[ChannelFit]:
     """The rescale of each channel of `chain` (exact, or with `nearest` the nearest)."""
     fits: list[ChannelFit] = []
     steps = _batched_step_points(chain, channels, kind)
@@ -485,7 +509,7 @@ def _batched_step_points(chain: Chain, channels: list, kind: str) -> list:
     return out
 
 
-def _residual_operand(op: ir.Operation, acc_index: int, known: _Known) -> int:
+def _residual_operand(op: ir.Operation, acc_index: int, known: Known) -> int:
     """The operand index of a tensor the requantization adds (read like its result), or -1: an
     int8 tensor, or an i32 one (another contraction's accumulator) it requantizes first."""
     maps = indexing_maps(op)
@@ -516,7 +540,7 @@ def lower_float_requantization(func: ir.Operation, arg_constants, host, nearest:
     becomes the int8 tensor; `host_tails` says what the host computes from it).
     Arguments left without users are not removed here (see `unused_arguments`).
     """
-    known = _Known(arg_constants)
+    known = Known(arg_constants)
     block = func.regions[0].blocks[0]
     plans = []
     for op in [o.operation for o in block.operations]:

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from .ir_utils import indexing_maps, static_shape
+from .ir_utils import indexing_maps, map_dims, static_shape
 from .requant_split import ActivationTable
-from .rescale_fit import Rescale, SumRescale
+from .f32_chain import type_name
+from .rescale_fit import ProductRescale, Rescale, SumRescale
 
 PARAMS = ("offset", "multiplier", "rounding", "shift", "qmin", "qmax")
 
@@ -64,25 +65,64 @@ def _rescale_lines(v: str, scalars: dict, prefix: str, lines: list[str]) -> str:
     return f"%{prefix}below"
 
 
-def _sum_lines(r: SumRescale, u: str, v: str) -> list[str]:
-    """Body lines computing the residual add's integer rescale of (`u`, `v`) (i64) into %sum_q."""
-    return [f"%su_m = arith.constant {r.mu} : i64", f"%sv_m = arith.constant {r.mv} : i64",
-            f"%s_r = arith.constant {r.rounding} : i64", f"%s_s = arith.constant {r.shift} : i64",
-            f"%s_lo = arith.constant {r.qmin} : i64", f"%s_hi = arith.constant {r.qmax} : i64",
-            f"%su = arith.muli {u}, %su_m : i64", f"%sv = arith.muli {v}, %sv_m : i64",
-            "%ss = arith.addi %su, %sv : i64", "%sr = arith.addi %ss, %s_r : i64",
-            "%sd = arith.shrsi %sr, %s_s : i64", "%sa = arith.maxsi %sd, %s_lo : i64",
-            "%sum_q = arith.minsi %sa, %s_hi : i64"]
+def _sum_lines(r: SumRescale, u: str, v: str, p: str = "s") -> list[str]:
+    """Body lines computing the integer rescale of the sum of (`u`, `v`) (i64) into %{p}um_q."""
+    return [f"%{p}u_m = arith.constant {r.mu} : i64", f"%{p}v_m = arith.constant {r.mv} : i64",
+            f"%{p}_r = arith.constant {r.rounding} : i64", f"%{p}_s = arith.constant {r.shift} : i64",
+            f"%{p}_lo = arith.constant {r.qmin} : i64", f"%{p}_hi = arith.constant {r.qmax} : i64",
+            f"%{p}u = arith.muli {u}, %{p}u_m : i64", f"%{p}v = arith.muli {v}, %{p}v_m : i64",
+            f"%{p}s = arith.addi %{p}u, %{p}v : i64", f"%{p}r = arith.addi %{p}s, %{p}_r : i64",
+            f"%{p}d = arith.shrsi %{p}r, %{p}_s : i64", f"%{p}a = arith.maxsi %{p}d, %{p}_lo : i64",
+            f"%{p}um_q = arith.minsi %{p}a, %{p}_hi : i64"]
 
 
-def _table_lines(t: ActivationTable, level: str, q_type: str) -> list[str]:
-    """Body lines looking the stage-1 `level` (i64) up in the activation table into %q."""
+def _product_lines(r: ProductRescale, u: str, v: str, p: str) -> list[str]:
+    """Body lines computing the integer rescale of the product of (`u`, `v`) (i64) into %{p}q."""
+    return [f"%{p}zu = arith.constant {r.zu} : i64", f"%{p}zv = arith.constant {r.zv} : i64",
+            f"%{p}m = arith.constant {r.multiplier} : i64", f"%{p}r = arith.constant {r.rounding} : i64",
+            f"%{p}s = arith.constant {r.shift} : i64", f"%{p}lo = arith.constant {r.qmin} : i64",
+            f"%{p}hi = arith.constant {r.qmax} : i64",
+            f"%{p}u = arith.subi {u}, %{p}zu : i64", f"%{p}v = arith.subi {v}, %{p}zv : i64",
+            f"%{p}uv = arith.muli %{p}u, %{p}v : i64", f"%{p}scaled = arith.muli %{p}uv, %{p}m : i64",
+            f"%{p}rounded = arith.addi %{p}scaled, %{p}r : i64", f"%{p}down = arith.shrsi %{p}rounded, %{p}s : i64",
+            f"%{p}above = arith.maxsi %{p}down, %{p}lo : i64", f"%{p}q = arith.minsi %{p}above, %{p}hi : i64"]
+
+
+def _table_lines(t: ActivationTable, level: str, q_type: str, p: str = "t_", out: str = "%q") -> list[str]:
+    """Body lines looking the `level` (i64) up in the activation table into `out` (`q_type`)."""
     n = len(t.entries)
     entries = ", ".join(str(int(e)) for e in t.entries)
-    return [f"%t_first = arith.constant {-t.first} : i64", f"%t_i64 = arith.addi {level}, %t_first : i64",
-            "%t_index = arith.index_cast %t_i64 : i64 to index",
-            f"%t_table = arith.constant dense<[{entries}]> : tensor<{n}x{q_type}>",
-            f"%q = tensor.extract %t_table[%t_index] : tensor<{n}x{q_type}>"]
+    return [f"%{p}first = arith.constant {-t.first} : i64", f"%{p}i64 = arith.addi {level}, %{p}first : i64",
+            f"%{p}index = arith.index_cast %{p}i64 : i64 to index",
+            f"%{p}table = arith.constant dense<[{entries}]> : tensor<{n}x{q_type}>",
+            f"{out} = tensor.extract %{p}table[%{p}index] : tensor<{n}x{q_type}>"]
+
+
+def stage_lines(stages, names: dict, lines: list[str], tensors: list, prefix: str = "s") -> str:
+    """Appends the integer arithmetic of `stages` (requant_elementwise.Stage) to `lines`, reading
+    each leaf by its i64 name in `names` (extended with each stage's value); per-channel
+    parameters are appended to `tensors` as (name, values). Returns the last value's name."""
+    for k, st in enumerate(stages):
+        p = f"{prefix}{k}_"
+        leaves = [names[v] for v in st.leaves]
+        if st.kind == "identity":
+            names[st.value] = leaves[0]
+        elif st.kind == "rescale":
+            scalars, ts = _split_params(st.rescales, p)
+            tensors += ts
+            names[st.value] = _rescale_lines(leaves[0], scalars, p, lines)
+        elif st.kind == "table":
+            q_type = type_name(st.value.type)
+            lines += _table_lines(st.table, leaves[0], q_type, p, f"%{p}q")
+            lines.append(f"%{p}level = arith.extsi %{p}q : {q_type} to i64")
+            names[st.value] = f"%{p}level"
+        elif st.kind == "sum":
+            lines += _sum_lines(st.pair.rescale, leaves[0], leaves[1], p)
+            names[st.value] = f"%{p}um_q"
+        else:
+            lines += _product_lines(st.pair.rescale, leaves[0], leaves[1], p)
+            names[st.value] = f"%{p}q"
+    return names[stages[-1].value]
 
 
 def rescale_generic(plan) -> str:
@@ -138,3 +178,102 @@ func.func @rescale(%acc: {acc_t}{res_arg}) -> {out_t} {{
   }} -> {out_t}
   return %g : {out_t}
 }}"""
+
+
+def _generic_text(result: str, ins: list[tuple[str, str, str]], init: str, out_t: str, out_map: str,
+                  iterators: list[str], block_args: list[str], lines: list[str]) -> str:
+    """`result = linalg.generic` over `ins` [(value, type, map)] into `init`, with body `lines`."""
+    maps = ", ".join([m for _, _, m in ins] + [out_map])
+    its = ", ".join(f'"{i}"' for i in iterators)
+    body = "\n    ".join(lines)
+    return f"""  {result} = linalg.generic {{indexing_maps = [{maps}], iterator_types = [{its}]}}
+      ins({", ".join(v for v, _, _ in ins)} : {", ".join(t for _, t, _ in ins)}) outs({init} : {out_t}) {{
+  ^bb0({", ".join(block_args)}):
+    {body}
+  }} -> {out_t}"""
+
+
+def _param_ins(tensors: list, chan_loop: int | None, rank: int) -> tuple[list, list[str], list[str]]:
+    """(ins, module-level constant lines, block args) of per-channel parameter tensors."""
+    dims = ", ".join(f"d{k}" for k in range(rank))
+    ins, consts, args = [], [], []
+    for name, vals in tensors:
+        t = f"tensor<{len(vals)}xi32>"
+        consts.append(f"  %{name} = arith.constant dense<{vals}> : {t}")
+        ins.append((f"%{name}", t, f"affine_map<({dims}) -> (d{chan_loop})>"))
+        args.append(f"%in_{name}: i32")
+    return ins, consts, args
+
+
+def _leaf_lines(variables: list[ir.Value], block_values: list[ir.Value], names: dict) -> tuple[list[str], list[str]]:
+    """(block args, lines) reading each variable input as %x<k> and naming its i64 value."""
+    args, lines = [], []
+    for k, (v, b) in enumerate(zip(variables, block_values)):
+        elt = str(ir.RankedTensorType(v.type).element_type)
+        args.append(f"%x{k}: {elt}")
+        lines.append(f"%x{k}_64 = arith.extsi %x{k} : {elt} to i64")
+        names[b] = f"%x{k}_64"
+    return args, lines
+
+
+def elementwise_function(op: ir.Operation, variables: list[int], stages, chan: int | None) -> str:
+    """A module whose function @int8 computes generic `op` (E in compiler/requant_elementwise.py)
+    as `stages`, from the inputs `variables` (operand indices, the function's arguments)."""
+    maps = indexing_maps(op)
+    out_t = str(op.results[0].type)
+    q_type = str(ir.RankedTensorType(op.results[0].type).element_type)
+    rank = maps[-1].n_dims
+    block = op.regions[0].blocks[0]
+    names: dict = {}
+    args, lines = _leaf_lines([op.operands[i] for i in variables], [block.arguments[i] for i in variables], names)
+    tensors: list = []
+    level = stage_lines(stages, names, lines, tensors)
+    lines += [f"%q = arith.trunci {level} : i64 to {q_type}", f"linalg.yield %q : {q_type}"]
+    out_loops = map_dims(maps[-1])
+    p_ins, consts, p_args = _param_ins(tensors, out_loops[chan] if chan is not None else None, rank)
+    ins = [(f"%v{k}", str(op.operands[i].type), str(ir.AffineMapAttr.get(maps[i]))) for k, i in enumerate(variables)]
+    its = [str(a).split("<")[-1].rstrip(">").strip('"') for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+    generic = _generic_text("%g", ins + p_ins, "%e", out_t, str(ir.AffineMapAttr.get(maps[-1])), its,
+                            args + p_args + [f"%out: {q_type}"], lines)
+    sig = ", ".join(f"%v{k}: {op.operands[i].type}" for k, i in enumerate(variables))
+    return "\n".join([f"func.func @int8({sig}) -> {out_t} {{", *consts, f"  %e = tensor.empty() : {out_t}",
+                      generic, f"  return %g : {out_t}", "}"])
+
+
+def pooling_function(red: ir.Operation, variables: list[int], pooled, red_chan: int | None,
+                     quant: ir.Operation, sum_index: int, stages, quant_chan: int | None) -> str:
+    """A module whose function @int8 computes the f32 sum reduction `red` and the quantize
+    `quant` of its result (R in compiler/requant_elementwise.py): an i32 sum of the int8
+    level `pooled` (a requant_elementwise.PooledSum) from the inputs `variables` of `red`,
+    then `stages` on that sum."""
+    r_maps, q_maps = indexing_maps(red), indexing_maps(quant)
+    sum_t = str(ir.RankedTensorType.get(static_shape(red.results[0].type), ir.IntegerType.get_signless(32)))
+    out_t = str(quant.results[0].type)
+    q_type = str(ir.RankedTensorType(quant.results[0].type).element_type)
+    block = red.regions[0].blocks[0]
+    names: dict = {}
+    args, lines = _leaf_lines([red.operands[i] for i in variables], [block.arguments[i] for i in variables], names)
+    tensors: list = []
+    level = stage_lines(pooled.stages, names, lines, tensors, "p") if pooled.stages else names[pooled.level]
+    lines += [f"%w = arith.trunci {level} : i64 to i32", "%sum = arith.addi %acc, %w : i32", "linalg.yield %sum : i32"]
+    r_ins, consts, p_args = _param_ins(tensors, map_dims(r_maps[-1])[red_chan] if red_chan is not None else None,
+                                       r_maps[-1].n_dims)
+    ins = [(f"%v{k}", str(red.operands[i].type), str(ir.AffineMapAttr.get(r_maps[i]))) for k, i in enumerate(variables)]
+    its = [str(a).split("<")[-1].rstrip(">").strip('"') for a in ir.ArrayAttr(red.attributes["iterator_types"])]
+    reduction = _generic_text("%s", ins + r_ins, "%init", sum_t, str(ir.AffineMapAttr.get(r_maps[-1])), its,
+                              args + p_args + ["%acc: i32"], lines)
+    names, lines, tensors = {quant.regions[0].blocks[0].arguments[sum_index]: "%S64"}, \
+        ["%S64 = arith.extsi %S : i32 to i64"], []
+    level = stage_lines(stages, names, lines, tensors)
+    lines += [f"%q = arith.trunci {level} : i64 to {q_type}", f"linalg.yield %q : {q_type}"]
+    q_ins, q_consts, q_args = _param_ins(tensors, map_dims(q_maps[-1])[quant_chan] if quant_chan is not None
+                                         else None, q_maps[-1].n_dims)
+    its = [str(a).split("<")[-1].rstrip(">").strip('"') for a in ir.ArrayAttr(quant.attributes["iterator_types"])]
+    quantize = _generic_text("%g", [("%s", sum_t, str(ir.AffineMapAttr.get(q_maps[sum_index])))] + q_ins, "%e",
+                             out_t, str(ir.AffineMapAttr.get(q_maps[-1])), its,
+                             ["%S: i32"] + q_args + [f"%out: {q_type}"], lines)
+    sig = ", ".join(f"%v{k}: {red.operands[i].type}" for k, i in enumerate(variables))
+    return "\n".join([f"func.func @int8({sig}) -> {out_t} {{", *consts, *q_consts, "  %zero = arith.constant 0 : i32",
+                      f"  %se = tensor.empty() : {sum_t}",
+                      f"  %init = linalg.fill ins(%zero : i32) outs(%se : {sum_t}) -> {sum_t}", reduction,
+                      f"  %e = tensor.empty() : {out_t}", quantize, f"  return %g : {out_t}", "}"])

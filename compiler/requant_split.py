@@ -36,7 +36,7 @@ from iree.compiler import ir
 from torq.runtime.program import MAX_LUT_ENTRIES
 
 from .f32_chain import INT_RANGE, Chain, type_name
-from .rescale_fit import NotExact, SumFit, fit_sum
+from .rescale_fit import NotExact, PairFit, fit_sum
 
 
 def backward_slice(ops: list[ir.Operation], v: ir.Value) -> list[ir.Operation]:
@@ -67,7 +67,7 @@ class ResidualSplit:
     """A residual add after stage 1, split off (`split_residual_add`)."""
     stage1: list  # the ops of the accumulator's stage-1 rescale
     q1: ir.Value  # its int8 value
-    fit: SumFit  # the integer rescale of the sum (stage-1 level, residual level)
+    fit: PairFit  # the integer rescale of the sum (stage-1 level, residual level)
     # An i32 residual (another conv's accumulator, left unrequantized by IREE) is requantized
     # on its own first: the ops and int8 value of that rescale; None for an int8 residual.
     res_stage: list | None = None
@@ -144,26 +144,33 @@ def split_activation_table(ops, result, acc, host, q_type, nearest) -> tuple[lis
     q1 = firsts[0]
     stage1 = backward_slice(ops, q1)
     rest = _rest(final, stage1, acc, "activation after the int8 value")
-    lo, hi = INT_RANGE[type_name(q1.type)]
+    return stage1, q1, build_table(rest, result, q1, host, q_type, nearest)
+
+
+def build_table(ops, result, level, host, q_type, nearest, what="the activation") -> ActivationTable:
+    """The table of `result` as a function of the int8 value `level` that `ops` compute it
+    from, evaluated on every level as llvm-cpu evaluates the float chain (every FMA
+    contraction it may choose, transcendental results moved by `TRANSCENDENTAL_ULPS`)."""
+    lo, hi = INT_RANGE[type_name(level.type)]
     if hi - lo + 1 > MAX_LUT_ENTRIES:
-        raise NotExact(f"the activation's input is {q1.type}: a table of {hi - lo + 1} entries "
+        raise NotExact(f"{what}'s input is {level.type}: a table of {hi - lo + 1} entries "
                        f"(the slices hold {MAX_LUT_ENTRIES})")
     levels = np.arange(lo, hi + 1, dtype=np.int64)
-    chain = Chain(rest, result, q1, host)
+    chain = Chain(ops, result, level, host)
     try:
         variants = [np.asarray(q, np.int64)
                     for ulps in ((0, -TRANSCENDENTAL_ULPS, TRANSCENDENTAL_ULPS) if chain.transcendental else (0,))
                     for q in chain.with_ulps(ulps).contraction_variants(levels, check=True)]
     except NotExact as e:
-        raise NotExact(f"the activation after the int8 value: {e}") from None
+        raise NotExact(f"{what} after the int8 value: {e}") from None
     table = variants[0]
     spread = max(int(np.max(np.abs(q - table))) for q in variants)
     ambiguous = int(np.sum(np.any([q != table for q in variants], axis=0)))
     if spread > 1 or (ambiguous and not nearest):
-        raise NotExact(f"the activation's float chain gives {ambiguous} of {len(levels)} entries that depend "
+        raise NotExact(f"{what}'s float chain gives {ambiguous} of {len(levels)} entries that depend "
                        f"on how llvm-cpu evaluates it, its FMA contraction or the last ulps of its "
                        f"transcendental functions (up to {spread} output steps)")
     qlo, qhi = INT_RANGE[q_type]
     if np.any(table < qlo) or np.any(table > qhi):
-        raise NotExact(f"the activation's table leaves the {q_type} range")
-    return stage1, q1, ActivationTable(lo, table, ambiguous)
+        raise NotExact(f"{what}'s table leaves the {q_type} range")
+    return ActivationTable(lo, table, ambiguous)

@@ -63,6 +63,24 @@ class DownsampleBlock(torch.nn.Module):
         return torch.relu(self.conv2(torch.relu(self.conv1(x))) + self.down(x))
 
 
+class SqueezeExciteHead(torch.nn.Module):
+    """MobileNetV3's squeeze-excite block and classifier head: global average pooling, the
+    gate's hardsigmoid multiplied into the feature map, and a pooled linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 16, 3, padding=1)
+        self.fc1 = torch.nn.Conv2d(16, 8, 1)
+        self.fc2 = torch.nn.Conv2d(8, 16, 1)
+        self.head = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = torch.nn.functional.hardswish(self.conv(x))
+        gate = self.fc2(torch.relu(self.fc1(torch.nn.functional.adaptive_avg_pool2d(x, 1))))
+        x = x * torch.nn.functional.hardsigmoid(gate)
+        return self.head(x.mean((2, 3))), x
+
+
 def ort_quantized_model(tmp_path, model_class=ConvBnRelu):
     torch.manual_seed(0)
     model = model_class().eval()
@@ -142,3 +160,30 @@ def test_ort_quantized_downsample_block_within_one_step(tmp_path):
     step = np.diff(np.unique(ref)).min()
     assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
     assert len(np.unique(ref)) > 50  # not trivial: many output levels
+
+
+def test_ort_quantized_squeeze_excite_and_pooling_within_one_step(tmp_path):
+    """Global average pooling (an f32 sum of dequantized int8 values) becomes an exact i32 sum
+    and a rescale; the gate (the fc2 accumulator rescaled, hardsigmoid, times the feature map)
+    becomes a rescale, a table and a rescale of the product of two int8 values. Every dispatch
+    but the input quantize and the output dequantize runs on the NPU, within one step."""
+    path, x = ort_quantized_model(tmp_path, SqueezeExciteHead)
+    refs = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
+    remarks = io.StringIO()
+    cm = torq.compile(str(path), remarks=remarks)
+    ys = cm(x)
+    host = [d.reason for d in cm.report.dispatches if d.executor == "host"]
+    assert len(host) == 3 and host[0].startswith("quantize of an f32 tensor") and \
+        all(h.startswith("dequantize of an i8 tensor") for h in host[1:]), (host, remarks.getvalue())
+    summaries = [s for d in cm.report.dispatches for s in d.requant]
+    kinds = sorted(s["kind"] for s in summaries)
+    assert kinds.count("int8 sum pooling") == 2 and kinds.count("int8 elementwise") == 1, kinds
+    (gate,) = [s for s in summaries if s["kind"] == "int8 elementwise"]
+    assert gate["pair_kind"] == "product" and gate["sum_pairs"] == 256 * 256 and gate["table_entries"] == 256, gate
+    pools = [s for s in summaries if s["kind"] == "int8 sum pooling"]
+    assert all(0 <= s["pooled_ambiguous"] < s["pooled_sums"] / 10 for s in pools), pools
+    # The logits, and the gated feature map (the squeeze-excite multiply's own output).
+    for y, ref in zip(ys, refs):
+        step = np.diff(np.unique(ref)).min()
+        assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
+    assert len(np.unique(refs[1])) > 50  # not trivial: many output levels

@@ -10,7 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from torq.compiler.rescale_fit import (NotExact, Rescale, brute_force_step_points, disagreement, fit_channel, fit_sum,
+from torq.compiler.rescale_fit import (NotExact, Rescale, brute_force_step_points, disagreement, fit_channel,
+                                       fit_product, fit_sum,
                                        fit_rescale, first_reaching, nearest_rescale, step_points)
 
 
@@ -162,6 +163,40 @@ def test_fit_sum_with_round_scales_misses_only_ties():
     assert np.abs(g - q).max() <= 1
     assert 0 < fit.differing <= ties.sum() // 2
     assert ((g != q) & ~ties).sum() <= 0.01 * ties.sum()
+
+
+@pytest.mark.parametrize("su,sv,sy,zu,zv,zy", [(0.0031, 0.0197, 0.0105, -128, 3, -128),
+                                               (0.0022, 0.0020, 0.0011, -128, -128, -128),
+                                               (0.0417, 0.0133, 0.0390, 10, -7, 4)])
+def test_fit_product_of_two_dequantized_int8(su, sv, sy, zu, zv, zy):
+    """ONNX QDQ Mul in f32 (squeeze-excite's gate times the feature map):
+    rint(((u - zu) su) ((v - zv) sv) / sy) + zy, clamped to int8; the zero points come back."""
+    u, v = int8_pairs()
+    su, sv, sy = np.float32(su), np.float32(sv), np.float32(sy)
+    t = ((u - zu).astype(np.float32) * su) * ((v - zv).astype(np.float32) * sv)
+    q = np.clip(np.rint((t.astype(np.float32) / sy).astype(np.float32)) + zy, -128, 127).astype(np.int64)
+    fit = fit_product(u, v, [q], -128, 127)
+    g = fit.rescale(u, v)
+    assert (fit.rescale.zu, fit.rescale.zv) == (zu, zv)
+    assert np.abs(g - q).max() <= 1
+    assert fit.differing == int((g != q).sum()) and fit.pairs == 65536
+    assert fit.differing < 0.005 * 65536, fit.differing
+    assert abs(fit.rescale.multiplier) < 2 ** 31
+
+
+def test_fit_product_exact_with_a_power_of_two_scale():
+    """q = floor((u + 3)(v - 5) / 256 + 1/2): the integer form (p * 2^k + 2^(k+7)) >> (k+8) is exact."""
+    u, v = int8_pairs()
+    q = np.clip(np.floor((u + 3) * (v - 5) / 256 + 0.5), -128, 127).astype(np.int64)
+    fit = fit_product(u, v, [q], -128, 127)
+    assert (fit.rescale.zu, fit.rescale.zv, fit.differing) == (-3, 5, 0)
+
+
+def test_fit_product_refuses_what_is_no_product():
+    u, v = int8_pairs()
+    q = np.clip(np.rint((u.astype(np.float64) ** 2 - v * 37) / 300.0), -128, 127).astype(np.int64)
+    with pytest.raises(NotExact):
+        fit_product(u, v, [q], -128, 127)
 
 
 @pytest.mark.parametrize("r", [Rescale(3, 5, 2, 4, -7, 9), Rescale(-40, 123457, 99, 20, -128, 127),
