@@ -23,6 +23,10 @@ Contract:
   node that IREE cannot convert (an op it does not know, or an op at an opset
   version it has no lowering for) is reported here, naming the node, op and
   opset, instead of as a multi-line legalization failure later.
+- torq's own ONNX input (`read_onnx_source`) first applies the exact QDQ
+  rewrites of compiler/onnx_qdq.py (a dequantize / max pool / quantize with
+  one scale becomes an int8 max pool); `import_onnx` alone, as the tests'
+  llvm-cpu references use it, imports the graph as written.
 - Every failure raises `OnnxImportError` (a `CompileError`) with one line
   that starts with the input name: an empty, truncated or corrupt file, a
   model the ONNX checker rejects, missing external data, a missing `onnx`
@@ -36,6 +40,7 @@ import os
 import re
 
 from .ir_utils import CompileError
+from .onnx_qdq import rewrite_qdq
 
 ONNX_SUFFIX = ".onnx"
 _MLIR_SUFFIXES = (".mlir", ".mlirbc")
@@ -65,8 +70,9 @@ def looks_like_onnx_model(data: bytes) -> bool:
     return len(data) >= 3 and data[0] == 0x08 and 1 <= data[1] <= 0x7F and data[2] in _MODEL_FIELD_TAGS
 
 
-def import_onnx(data: bytes, name: str, base_dir: str | None = None) -> bytes:
-    """The ONNX model `data` (read from `name`) as torch-dialect MLIR bytecode; see module docstring."""
+def import_onnx(data: bytes, name: str, base_dir: str | None = None, qdq_rewrites: bool = False) -> bytes:
+    """The ONNX model `data` (read from `name`) as torch-dialect MLIR bytecode; see module docstring.
+    With `qdq_rewrites`, compiler/onnx_qdq.py's exact rewrites are applied first (torq's input)."""
     try:
         import onnx
     except ImportError:
@@ -78,6 +84,8 @@ def import_onnx(data: bytes, name: str, base_dir: str | None = None) -> bytes:
             onnx.load_external_data_for_model(model, base_dir)
         except Exception as e:  # OSError, or onnx's ValidationError for a missing/irregular file
             raise OnnxImportError(f"{name}: cannot load the model's external tensor data: {_one_line(e)}") from None
+    if qdq_rewrites and _opsets(model).get("", 0) >= 12:  # MaxPool takes int8 from opset 12
+        rewrite_qdq(model)
     model = _check_and_infer_shapes(onnx, model, name)
     _name_unnamed_nodes(model)
     bytecode = _import_to_bytecode(model, name)
@@ -219,4 +227,4 @@ def read_onnx_source(data: bytes, name: str, path: str | None = None) -> tuple[b
     if not is_onnx(data, name):
         return data, name
     base_dir = os.path.dirname(os.path.abspath(path)) if path else None
-    return import_onnx(data, name, base_dir), name
+    return import_onnx(data, name, base_dir, qdq_rewrites=True), name

@@ -81,6 +81,18 @@ class SqueezeExciteHead(torch.nn.Module):
         return self.head(x.mean((2, 3))), x
 
 
+class ConvMaxPool(torch.nn.Module):
+    """ResNet's stem: conv, relu, 3x3 stride-2 max pool, conv."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(8, 16, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(16, 8, 1)
+
+    def forward(self, x):
+        return self.conv2(torch.nn.functional.max_pool2d(torch.relu(self.conv1(x)), 3, 2, 1))
+
+
 def ort_quantized_model(tmp_path, model_class=ConvBnRelu):
     torch.manual_seed(0)
     model = model_class().eval()
@@ -187,3 +199,46 @@ def test_ort_quantized_squeeze_excite_and_pooling_within_one_step(tmp_path):
         step = np.diff(np.unique(ref)).min()
         assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
     assert len(np.unique(refs[1])) > 50  # not trivial: many output levels
+
+
+def test_ort_quantized_max_pool_runs_on_int8(tmp_path):
+    """ONNX Runtime's dequantize -> MaxPool -> quantize with one scale becomes an int8 max pool
+    before import (compiler/onnx_qdq.py): llvm-cpu computes the same bits either way, and the
+    pool runs on the NPU instead of in f32 on the host."""
+    from torq.compiler.onnx_qdq import rewrite_qdq
+
+    path, x = ort_quantized_model(tmp_path, ConvMaxPool)
+    model = onnx.load(str(path))
+    assert rewrite_qdq(model) == 1
+    (pool,) = [n for n in model.graph.node if n.op_type == "MaxPool"]
+    producer = {o: n.op_type for n in model.graph.node for o in n.output}
+    users = [n.op_type for n in model.graph.node if pool.output[0] in n.input]
+    assert producer[pool.input[0]] == "QuantizeLinear" and users == ["DequantizeLinear"]  # int8 in and out
+    ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
+    rewritten = llvm_cpu(import_onnx(model.SerializeToString(), "m_q.onnx"), x, function="main_graph")
+    assert np.array_equal(ref, rewritten)
+    remarks = io.StringIO()
+    cm = torq.compile(str(path), remarks=remarks)
+    y = cm(x)
+    # On host only the input's quantize (the output's dequantize is the last conv's host tail).
+    host = [d.reason for d in cm.report.dispatches if d.executor == "host"]
+    assert len(host) == 1 and host[0].startswith("quantize of an f32"), (host, remarks.getvalue())
+    step = np.diff(np.unique(ref)).min()
+    assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
+
+
+def test_max_pool_between_different_scales_is_left_as_written():
+    """Q(DQ(k)) = k needs one scale and zero point on both sides: otherwise nothing changes."""
+    from onnx import TensorProto, helper, numpy_helper
+    from torq.compiler.onnx_qdq import rewrite_qdq
+
+    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in
+             [("s1", np.float32(0.02)), ("s2", np.float32(0.03)), ("z", np.int8(-5))]]
+    nodes = [helper.make_node("DequantizeLinear", ["x", "s1", "z"], ["d"]),
+             helper.make_node("MaxPool", ["d"], ["p"], kernel_shape=[2, 2]),
+             helper.make_node("QuantizeLinear", ["p", "s2", "z"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 1, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT8, [1, 1, 2, 2])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    assert rewrite_qdq(model) == 0 and [n.op_type for n in model.graph.node] == \
+        ["DequantizeLinear", "MaxPool", "QuantizeLinear"]
