@@ -13,6 +13,15 @@ rewrites here remove the pair where the int8 op computes the same bits.
   of k - z, far from a rounding boundary). Padding never wins in either
   form (MaxPool ignores it).
 
+- uint8 activations (ONNX Runtime's QUInt8) become int8 with every zero
+  point lowered by 128: Q_u8(x; s, z) - 128 = Q_i8(x; s, z - 128) and
+  DQ_u8(q; s, z) = DQ_i8(q - 128; s, z - 128), exactly, so every uint8
+  tensor holds its value minus 128 instead (uint8 constants too). Max pool
+  and data movement between them commute with the shift. Done only when
+  every uint8 tensor is such a quantize's output or a constant, read only by
+  dequantizes, max pools and data movement, and is no graph input or output
+  (the model's interface stays as written); otherwise nothing changes.
+
 `rewrite_qdq(model)` applies them in place and returns how many it made.
 The llvm-cpu references in the tests import the model without them.
 """
@@ -42,6 +51,73 @@ def _quant_params(model, node) -> tuple[np.ndarray, np.ndarray] | None:
 
 def rewrite_qdq(model) -> int:
     """Applies the module docstring's rewrites to `model` (an onnx.ModelProto) in place."""
+    return _uint8_to_int8(model) + _int8_max_pools(model)
+
+
+# Ops that move values without arithmetic: they commute with a shift of every value.
+_DATA_MOVEMENT = {"MaxPool", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Concat",
+                  "Slice", "Split", "Expand", "Tile", "GlobalMaxPool"}
+
+
+def _uint8_tensors(model, zp_dtype) -> set[str] | None:
+    """The uint8 activation tensors and constants, or None when one is used where the shift
+    would not commute (see the module docstring)."""
+    from onnx import TensorProto
+    inits = {t.name: t for t in model.graph.initializer}
+    u8 = {n for n, t in inits.items() if t.data_type == TensorProto.UINT8}
+    for n in model.graph.node:
+        if n.op_type == "QuantizeLinear" and zp_dtype(n) == "uint8":
+            u8.add(n.output[0])
+        elif n.op_type in _DATA_MOVEMENT and any(i in u8 for i in n.input):
+            if n.input[0] not in u8 or (n.op_type == "Concat" and not all(i in u8 for i in n.input)):
+                return None  # a uint8 tensor mixed with others
+            u8.add(n.output[0])
+    interface = {v.name for v in model.graph.input} | {v.name for v in model.graph.output}
+    if u8 & interface:
+        return None
+    for n in model.graph.node:
+        for k, i in enumerate(n.input):
+            if i not in u8:
+                continue
+            zp_of_dq = n.op_type == "DequantizeLinear" and k in (0, 2)
+            zp_of_q = n.op_type == "QuantizeLinear" and k == 2
+            if not (zp_of_dq or zp_of_q or (n.op_type in _DATA_MOVEMENT and (k == 0 or n.op_type == "Concat"))):
+                return None
+    return u8
+
+
+def _uint8_to_int8(model) -> int:
+    """uint8 activations as int8 (module docstring); returns the number of tensors shifted."""
+    from onnx import numpy_helper
+    inits = {t.name: t for t in model.graph.initializer}
+
+    def zp_dtype(n):
+        if len(n.input) < 3:
+            return "uint8"  # QuantizeLinear's default output type
+        t = inits.get(n.input[2])
+        return str(numpy_helper.to_array(t).dtype) if t is not None else None
+
+    u8 = _uint8_tensors(model, zp_dtype)
+    if not u8:
+        return 0
+    shifted = [n for n in u8 if n in inits]
+    for name in shifted:
+        data = numpy_helper.to_array(inits[name]).astype(np.int16) - 128
+        inits[name].CopyFrom(numpy_helper.from_array(data.astype(np.int8), name))
+    for n in model.graph.node:
+        if n.op_type == "QuantizeLinear" and len(n.input) < 3 and n.output[0] in u8:
+            zp = f"{n.output[0]}_zero_point_int8"
+            model.graph.initializer.append(numpy_helper.from_array(np.array(-128, np.int8), zp))
+            if len(n.input) == 1:
+                n.input.append("")
+            n.input.append(zp)
+    stale = [v for v in model.graph.value_info if v.name in u8]
+    for v in stale:  # types are inferred again after the rewrite
+        model.graph.value_info.remove(v)
+    return len(u8 - set(shifted))
+
+
+def _int8_max_pools(model) -> int:
     nodes = list(model.graph.node)
     producer = {o: n for n in nodes for o in n.output}
     users: dict[str, list] = {}

@@ -93,7 +93,7 @@ class ConvMaxPool(torch.nn.Module):
         return self.conv2(torch.nn.functional.max_pool2d(torch.relu(self.conv1(x)), 3, 2, 1))
 
 
-def ort_quantized_model(tmp_path, model_class=ConvBnRelu):
+def ort_quantized_model(tmp_path, model_class=ConvBnRelu, activation_type="QInt8"):
     torch.manual_seed(0)
     model = model_class().eval()
     x = torch.randn(1, 8, 24, 24)
@@ -110,7 +110,7 @@ def ort_quantized_model(tmp_path, model_class=ConvBnRelu):
             return next(self.data, None)
 
     ort_quant.quantize_static(str(fp32), str(q), Calibration(), quant_format=ort_quant.QuantFormat.QDQ,
-                              per_channel=True, activation_type=ort_quant.QuantType.QInt8,
+                              per_channel=True, activation_type=getattr(ort_quant.QuantType, activation_type),
                               weight_type=ort_quant.QuantType.QInt8)
     return q, x.numpy()
 
@@ -242,3 +242,40 @@ def test_max_pool_between_different_scales_is_left_as_written():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
     assert rewrite_qdq(model) == 0 and [n.op_type for n in model.graph.node] == \
         ["DequantizeLinear", "MaxPool", "QuantizeLinear"]
+
+
+def test_ort_uint8_activations_run_as_int8(tmp_path):
+    """ONNX Runtime's QUInt8 activations: every uint8 tensor becomes int8 holding its value
+    minus 128, every zero point 128 lower (compiler/onnx_qdq.py), which llvm-cpu computes
+    bit for bit as the model written; the whole block then runs on the NPU."""
+    from torq.compiler.onnx_qdq import rewrite_qdq
+
+    path, x = ort_quantized_model(tmp_path, ConvMaxPool, activation_type="QUInt8")
+    model = onnx.load(str(path))
+    assert any(t.data_type == onnx.TensorProto.UINT8 for t in model.graph.initializer)
+    assert rewrite_qdq(model) > 0
+    assert not any(t.data_type == onnx.TensorProto.UINT8 for t in model.graph.initializer)
+    ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
+    rewritten = llvm_cpu(import_onnx(model.SerializeToString(), "m_q.onnx"), x, function="main_graph")
+    assert np.array_equal(ref, rewritten)
+    remarks = io.StringIO()
+    cm = torq.compile(str(path), remarks=remarks)
+    y = cm(x)
+    host = [d.reason for d in cm.report.dispatches if d.executor == "host"]
+    assert len(host) == 1 and host[0].startswith("quantize of an f32"), (host, remarks.getvalue())
+    step = np.diff(np.unique(ref)).min()
+    assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
+
+
+def test_uint8_graph_output_is_left_as_written():
+    """The model's interface stays as written: a uint8 graph output keeps every uint8 tensor."""
+    from onnx import TensorProto, helper, numpy_helper
+    from torq.compiler.onnx_qdq import rewrite_qdq
+
+    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in [("s", np.float32(0.02)), ("z", np.uint8(7))]]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    assert rewrite_qdq(model) == 0
+    assert numpy_helper.to_array(model.graph.initializer[1]).dtype == np.uint8

@@ -1,0 +1,68 @@
+"""Exact rewrites of torch QDQ input (PT2E) before IREE: uint8 activations as int8.
+
+torchao's PT2E flow (`prepare_pt2e` / `convert_pt2e` with X86InductorQuantizer,
+exported through iree-turbine) quantizes activations to uint8:
+`torch.quantized_decomposed.quantize_per_tensor(x, s, z, 0, 255, uint8)`
+read by `dequantize_per_tensor` with the same parameters. IREE lowers a
+uint8 operand of a contraction with `arith.extui` and the requantization
+with `arith.fptoui`. As in compiler/onnx_qdq.py, such a tensor can hold its
+value minus 128 instead, exactly: Q_u8(x; s, z, qmin, qmax) - 128 =
+Q_i8(x; s, z - 128, qmin - 128, qmax - 128) and DQ_u8(q; s, z) =
+DQ_i8(q - 128; s, z - 128), so the quantize and its dequantizes are rewritten
+together, and the model computes the same numbers with int8 activations.
+Done for a uint8 value only when every user is a dequantize of it and every
+parameter is a constant; the model's interface is untouched (a quantize's
+result is never a function argument; one returned is left alone).
+"""
+
+from __future__ import annotations
+
+from iree.compiler import ir
+
+from .ir_utils import walk_ops
+
+_QUANTIZE = "torch.quantized_decomposed.quantize_per_tensor"
+_DEQUANTIZE = "torch.quantized_decomposed.dequantize_per_tensor"
+# torch ScalarType codes of the `dtype` operand.
+_UINT8, _INT8 = 0, 1
+# Operands (zero point, qmin, qmax, dtype) of both ops.
+_PARAMS = (2, 3, 4, 5)
+
+
+def _int_params(op: ir.Operation) -> list[int] | None:
+    """The constant integer parameters of a quantize / dequantize, or None."""
+    out = []
+    for k in _PARAMS:
+        v = op.operands[k]
+        if isinstance(v.owner, ir.Block) or v.owner.name != "torch.constant.int":
+            return None
+        out.append(ir.IntegerAttr(v.owner.attributes["value"]).value)
+    return out
+
+
+def _constant_int(value: int, before: ir.Operation) -> ir.Value:
+    op = ir.Operation.create("torch.constant.int", results=[ir.Type.parse("!torch.int")],
+                             attributes={"value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)},
+                             ip=ir.InsertionPoint(before))
+    return op.results[0]
+
+
+def rewrite_uint8_activations(module_op: ir.Operation) -> int:
+    """Applies the module docstring's rewrite in place; returns the number of tensors rewritten."""
+    done = 0
+    for q in [o for o in walk_ops(module_op) if o.name == _QUANTIZE]:
+        v = q.results[0]
+        if not str(v.type).endswith(",ui8>"):
+            continue
+        users = [u.owner for u in v.uses]
+        if not users or any(u.name != _DEQUANTIZE or u.operands[0] != v for u in users):
+            continue
+        params = [_int_params(op) for op in [q] + users]
+        if any(p is None or p[3] != _UINT8 for p in params):
+            continue
+        for op, (zp, qmin, qmax, _) in zip([q] + users, params):
+            for k, value in zip(_PARAMS, (zp - 128, qmin - 128, qmax - 128, _INT8)):
+                op.operands[k] = _constant_int(value, op)
+        v.set_type(ir.Type.parse(str(v.type)[: -len(",ui8>")] + ",si8>"))
+        done += 1
+    return done
