@@ -14,4 +14,6 @@ pip() { .venv/bin/python -m pip "$@" --disable-pip-version-check -q; }
 pip install "torch==2.13.0"
 pip install "iree-base-compiler==3.13.0" "iree-base-runtime==3.13.0" "iree-turbine==3.9.0"
 pip install -e ".[torch,test]"
+# torch's PT2E quantization (tests/e2e/test_pt2e_int8.py): torchao's own pins would replace torch.
+pip install "torchao==0.18.0" --no-deps
 echo "$want" > "$stamp"

@@ -287,7 +287,7 @@ def lower_requantization(ex: ExtractedDispatch, func: ir.Operation, facts: FlowM
             done.rescaled = lower_int8_arithmetic(func, Known(constants), lambda: facts.host_float, nearest)
     except NotExact as e:
         raise Unsupported(str(e)) from None
-    if not done.rescaled:
+    if not done.rescaled and not done.host_tails:
         return []
     ex.host_tails.update(done.host_tails)
     dropped = sorted((k for k in unused_arguments(func) if k in had_users), reverse=True)
@@ -330,15 +330,22 @@ def host_tail_dispatch(value: ir.Value, tail: HostTail, element_type: ir.Type) -
     ro = f"!iree_tensor_ext.dispatch.tensor<readonly:{src}>"
     wo = f"!iree_tensor_ext.dispatch.tensor<writeonly:{result_type}>"
     body = "\n        ".join(tail.ops_text.splitlines())
+    # Per-channel constants the tail reads, made inside the dispatch.
+    consts = "".join(f"\n    %p{k}_t = arith.constant dense<{values}> : tensor<{len(values)}x{t}>"
+                     for k, (_, t, values) in enumerate(tail.channel_values))
+    ins = "".join(f", %p{k}_t" for k in range(len(tail.channel_values)))
+    in_types = "".join(f", tensor<{len(values)}x{t}>" for _, t, values in tail.channel_values)
+    maps = "".join(f", affine_map<({dims}) -> (d{dim})>" for dim, _, _ in tail.channel_values)
+    args = "".join(f", %p{k}: {t}" for k, (_, t, _) in enumerate(tail.channel_values))
     text = f"""
 util.func private @torq_host_tail(%x: {src}) -> {result_type} {{
   %r = flow.dispatch.workgroups(%x) : ({src}) -> {result_type} =
       (%a: {ro}, %b: {wo}) {{
     %v = iree_tensor_ext.dispatch.tensor.load %a, offsets = [{zeros}], sizes = [{sizes}], strides = [{ones}] : {ro} -> {src}
-    %e = tensor.empty() : {result_type}
-    %g = linalg.generic {{indexing_maps = [{ident}, {ident}], iterator_types = [{parallel}]}}
-        ins(%v : {src}) outs(%e : {result_type}) {{
-      ^bb0(%q: {tail.in_type}, %out: {tail.result_type}):
+    %e = tensor.empty() : {result_type}{consts}
+    %g = linalg.generic {{indexing_maps = [{ident}{maps}, {ident}], iterator_types = [{parallel}]}}
+        ins(%v{ins} : {src}{in_types}) outs(%e : {result_type}) {{
+      ^bb0(%q: {tail.in_type}{args}, %out: {tail.result_type}):
         {body}
         linalg.yield {tail.result} : {tail.result_type}
     }} -> {result_type}

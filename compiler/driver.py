@@ -25,6 +25,7 @@ from .ir_utils import CompileError
 from .passes import PassOptions
 from .pipeline import TORQ_PHASES
 from .target import TargetReport, TorqTarget
+from .torch_qdq import rewrite_uint8_activations
 
 PHASES = ["input", "abi", "preprocessing", "global-optimization", "dispatch-creation", "flow",
           "stream", "executable-sources", "executable-configurations", "executable-targets",
@@ -200,6 +201,18 @@ def compile_source(source: str | bytes, options: CompileOptions, source_name: st
     raise error
 
 
+def _rewrite_torch_qdq(session: Session, inv):
+    """A fresh invocation holding the input after compiler/torch_qdq.py's exact rewrites (PT2E's
+    uint8 activations as int8): exporting the module takes it from `inv`."""
+    module_op = inv.export_module()
+    with module_op.context, ir.Location.unknown():
+        rewrite_uint8_activations(module_op)
+    inv = session.invocation()
+    inv.enable_console_diagnostics()
+    inv.import_module(module_op)
+    return inv
+
+
 def _write_json_dump(path: str, flag: str, data: dict) -> None:
     import json
 
@@ -236,7 +249,9 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
     src = Source.wrap_buffer(session, data, buffer_name=source_name)
     if not inv.parse_source(src):
         raise CompileError(f"{source_name}: error: failed to parse the input (see diagnostics above)")
-    if options.torq:  # input signatures into iree.reflection, for the runtime's input checks
+    if options.torq:
+        inv = _rewrite_torch_qdq(session, inv)
+        # input signatures into iree.reflection, for the runtime's input checks
         from .signature import attach_to_invocation
         inv = attach_to_invocation(inv)
     report = TargetReport()

@@ -96,23 +96,10 @@ from .f32_chain import INT_RANGE, Chain, type_name
 from .ir_utils import constant_of, indexing_maps, map_dims, n_inputs, region_ops, static_shape
 from .requant_emit import rescale_generic
 from .requant_split import ActivationTable, split_activation_table, split_residual_add
+from .requant_tail import HostTail, accumulator_tail, split_tail, tail_text
 from .rescale_fit import ChannelFit, NotExact, Rescale, SumRescale, channel_step_points, fit_steps
 
 # --- the IR rewrite ---------------------------------------------------------------------
-
-@dataclass
-class HostTail:
-    """Elementwise ops after the int8 value (a dequantize to f32), run on the host.
-
-    `ops_text` is a generic-form op sequence reading `%q` (an `in_type`
-    scalar) whose value `result` (of `result_type`) is the element the
-    original dispatch stored.
-    """
-    ops_text: str
-    result: str
-    in_type: str
-    result_type: str
-
 
 @dataclass
 class RequantLowering:
@@ -125,7 +112,8 @@ def _is_float_requant(op: ir.Operation) -> bool:
     if op.name != "linalg.generic" or len(op.results) != 1:
         return False
     names = {o.name for o in region_ops(op)}
-    return "arith.sitofp" in names and "arith.fptosi" in names
+    f32_result = str(ir.RankedTensorType(op.results[0].type).element_type) == "f32"
+    return "arith.sitofp" in names and ("arith.fptosi" in names or f32_result)
 
 
 class Known:
@@ -234,48 +222,6 @@ def per_channel_constants(op: ir.Operation, known, skip=()) -> tuple[set[int], d
     return chan_dims, per
 
 
-def _split_tail(op: ir.Operation) -> tuple[ir.Operation, list[ir.Operation]]:
-    """(the fptosi giving the quantized value, the ops after it up to the yield)."""
-    body = region_ops(op)
-    q = [o for o in body if o.name == "arith.fptosi"][-1]
-    k = body.index(q)
-    tail = body[k + 1:-1]
-    inside = {q.results[0]} | {r for o in tail for r in o.results}
-    for o in tail:
-        for v in o.operands:
-            if v not in inside and constant_of(v) is None:
-                raise NotExact("the dequantize after the int8 value reads per-channel values")
-    # Nothing before the conversion may reach the yield except through it.
-    before = {r for o in body[:k] for r in o.results}
-    if any(v in before for o in tail for v in o.operands) or body[-1].operands[0] in before:
-        raise NotExact("the chain's result does not go through its int8 value")
-    return q, tail
-
-
-def _tail_text(q: ir.Operation, tail: list[ir.Operation]) -> HostTail:
-    """The tail ops in generic form, renamed: `%q` is the int8 value, constants are re-created."""
-    names = {q.results[0]: "%q"}
-    lines = []
-
-    def name(v):
-        if v not in names:
-            n = f"%c{len(names)}"  # a scalar constant (checked by _split_tail)
-            lines.append(f'{n} = "arith.constant"() <{{value = {v.owner.attributes["value"]}}}> : () -> {v.type}')
-            names[v] = n
-        return names[v]
-
-    for o in tail:
-        operands = [name(v) for v in o.operands]
-        res = f"%t{len(names)}"
-        attrs = ", ".join(f"{a} = {o.attributes[a]}" for a in o.attributes)
-        props = f" <{{{attrs}}}>" if attrs else ""
-        lines.append(f'{res} = "{o.name}"({", ".join(operands)}){props} : '
-                     f'({", ".join(str(v.type) for v in o.operands)}) -> {o.results[0].type}')
-        names[o.results[0]] = res
-    return HostTail("\n".join(lines), names[tail[-1].results[0]], str(q.results[0].type),
-                    str(tail[-1].results[0].type))
-
-
 @dataclass
 class RequantSummary:
     """How one float requantization was compiled: per channel, the accumulator values on
@@ -382,6 +328,8 @@ class _Plan:
     table: ActivationTable | None = None
     # An i32 residual: its own per-channel rescale to int8 before the add.
     residual_rescales: list[Rescale] | None = None
+    # No requantization: the accumulator is the NPU's result, `tail` all the host computes.
+    accumulator_only: bool = False
 
 
 def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
@@ -418,13 +366,15 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
     block = op.regions[0].blocks[0]
     yield_v = body[-1].operands[0]
     tail = None
+    if not any(o.name == "arith.fptosi" for o in body):
+        return _accumulator_tail_plan(op, acc_index, known, kind)
     if str(yield_v.type) == "f32":
-        q, tail_ops = _split_tail(op)
+        q, tail_ops = split_tail(op)
         result, ops = q.results[0], body[:body.index(q) + 1]
         users = [u.owner for u in op.results[0].uses]
         if not tail_ops or len(users) != 1 or users[0].name != "func.return":
             raise NotExact("the dequantized f32 result is not only the dispatch's result")
-        tail = _tail_text(q, tail_ops)
+        tail = tail_text(q.results[0], tail_ops)
         result_index = next(u.operand_number for u in op.results[0].uses)
     else:
         result, ops, result_index = yield_v, body[:-1], -1
@@ -464,6 +414,18 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
                              [x.step_span for x in res_fits] if res_fits else None)
     return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary,
                  residual, sum_rescale, table, [x.rescale for x in res_fits] if res_fits else None)
+
+
+def _accumulator_tail_plan(op: ir.Operation, acc_index: int, known: Known, kind: str) -> _Plan:
+    """A body that only dequantizes the accumulator to f32 (PT2E's float output after an int8
+    contraction): the NPU writes the accumulator, the host computes the body from it."""
+    users = [u.owner for u in op.results[0].uses]
+    if len(users) != 1 or users[0].name != "func.return":
+        raise NotExact(f"the f32 dequantize of the {kind} accumulator is not only the dispatch's result")
+    _, per = per_channel_constants(op, known, (acc_index,))
+    tail = accumulator_tail(op, acc_index, per)
+    return _Plan(op, acc_index, None, [], "i32", tail, next(u.operand_number for u in op.results[0].uses),
+                 RequantSummary(kind, [], []), accumulator_only=True)
 
 
 # The accumulator range an i32 residual (from another dispatch) is fitted on.
@@ -551,6 +513,9 @@ def lower_float_requantization(func: ir.Operation, arg_constants, host, nearest:
     # Everything is decided; only now is IR changed (no handles into erased IR survive).
     done = RequantLowering()
     for plan in plans:
+        if plan.accumulator_only:
+            _leave_tail_to_host(func, plan, plan.op.operands[plan.acc_index], done)
+            continue
         template = ir.Module.parse(rescale_generic(plan))
         tops = [o.operation for o in template.body.operations[0].regions[0].blocks[0].operations][:-1]
         ip = ir.InsertionPoint(plan.op)
@@ -561,21 +526,26 @@ def lower_float_requantization(func: ir.Operation, arg_constants, host, nearest:
         for k in range(1, len(new.operands)):
             t = tops[-1].operands[k]
             new.operands[k] = plan.op.operands[plan.residual_index] if isinstance(t.owner, ir.Block) else clones[t]
-        old = plan.op.results[0]
-        old.replace_all_uses_with(new.results[0])
-        if plan.tail is not None:
-            ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-            results = list(ftype.results)
-            results[plan.result_index] = new.results[0].type
-            func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(list(ftype.inputs), results))
-            done.host_tails[plan.result_index] = plan.tail
-        plan.op.erase()
+        _leave_tail_to_host(func, plan, new.results[0], done)
         done.rescaled.append(plan.summary)
     if plans:  # what only the float op read (f32 scalars, its f32 init) would look like f32 compute
         for op in [o.operation for o in block.operations]:
             if op.name in ("arith.constant", "tensor.empty") and not list(op.results[0].uses):
                 op.erase()
     return done
+
+
+def _leave_tail_to_host(func: ir.Operation, plan: _Plan, value: ir.Value, done: RequantLowering) -> None:
+    """`value` replaces the float op of `plan`, which is erased; a host tail it had is recorded,
+    the function's result type becoming `value`'s."""
+    plan.op.results[0].replace_all_uses_with(value)
+    if plan.tail is not None:
+        ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+        results = list(ftype.results)
+        results[plan.result_index] = value.type
+        func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(list(ftype.inputs), results))
+        done.host_tails[plan.result_index] = plan.tail
+    plan.op.erase()
 
 
 def io_conversion_reason(func: ir.Operation) -> str:

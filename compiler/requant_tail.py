@@ -1,0 +1,113 @@
+"""What a requantization dispatch leaves to the host: the f32 tail after its integer result.
+
+The NPU computes no f32. When a dispatch's f32 result is a dequantize of an
+integer value (the model's output DequantizeLinear fused into the last
+conv's dispatch; PT2E's float output after an int8 conv, a dequantize of the
+accumulator itself), the NPU writes the integer tensor and a small host
+dispatch computes the tail from it (`HostTail`, built into a dispatch by
+dispatch_extraction.host_tail_dispatch):
+
+- `split_tail`: the ops after the last float-to-int conversion, reading only
+  that int value and scalar constants;
+- `accumulator_tail`: a body with no conversion at all, reading the
+  contraction's i32 accumulator and per-channel constants (its bias and
+  scales), all of it the tail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from iree.compiler import ir
+
+from .ir_utils import constant_of, region_ops
+from .rescale_fit import NotExact
+
+
+@dataclass
+class HostTail:
+    """Elementwise ops after the integer value, run on the host.
+
+    `ops_text` is a generic-form op sequence reading `%q` (an `in_type`
+    scalar) and `%p<k>` (element k of `channel_values`) whose value `result`
+    (of `result_type`) is the element the original dispatch stored.
+    """
+    ops_text: str
+    result: str
+    in_type: str
+    result_type: str
+    # Per-channel constants the tail reads: (result dim they vary along, element type, values).
+    channel_values: list[tuple[int, str, list]] = field(default_factory=list)
+
+
+def split_tail(op: ir.Operation) -> tuple[ir.Operation, list[ir.Operation]]:
+    """(the fptosi giving the quantized value, the ops after it up to the yield)."""
+    body = region_ops(op)
+    q = [o for o in body if o.name == "arith.fptosi"][-1]
+    k = body.index(q)
+    tail = body[k + 1:-1]
+    inside = {q.results[0]} | {r for o in tail for r in o.results}
+    for o in tail:
+        for v in o.operands:
+            if v not in inside and constant_of(v) is None:
+                raise NotExact("the dequantize after the int8 value reads per-channel values")
+    # Nothing before the conversion may reach the yield except through it.
+    before = {r for o in body[:k] for r in o.results}
+    if any(v in before for o in tail for v in o.operands) or body[-1].operands[0] in before:
+        raise NotExact("the chain's result does not go through its int8 value")
+    return q, tail
+
+
+def tail_text(q: ir.Value, tail: list[ir.Operation], per_channel: dict | None = None) -> HostTail:
+    """The tail ops in generic form, renamed: `%q` is the value `q`, scalar constants are
+    re-created, the block arguments in `per_channel` ({arg: (dim, values)}) become `%p<k>`."""
+    names = {q: "%q"}
+    lines = []
+    channel_values = []
+    per_channel = per_channel or {}
+
+    def name(v):
+        if v not in names:
+            if v in per_channel and per_channel[v][0] is not None:
+                dim, values = per_channel[v]
+                names[v] = f"%p{len(channel_values)}"
+                channel_values.append((dim, str(v.type), np.asarray(values).reshape(-1).tolist()))
+                return names[v]
+            if v in per_channel:  # one value for every channel
+                n = f"%c{len(names)}"
+                value = np.asarray(per_channel[v][1]).reshape(-1)[0]
+                literal = repr(float(value)) if str(v.type).startswith(("f", "bf")) else str(int(value))
+                lines.append(f'{n} = "arith.constant"() <{{value = {literal} : {v.type}}}> : () -> {v.type}')
+                names[v] = n
+                return n
+            n = f"%c{len(names)}"  # a scalar constant (checked by the caller)
+            lines.append(f'{n} = "arith.constant"() <{{value = {v.owner.attributes["value"]}}}> : () -> {v.type}')
+            names[v] = n
+        return names[v]
+
+    for o in tail:
+        operands = [name(v) for v in o.operands]
+        res = f"%t{len(names)}"
+        attrs = ", ".join(f"{a} = {o.attributes[a]}" for a in o.attributes)
+        props = f" <{{{attrs}}}>" if attrs else ""
+        lines.append(f'{res} = "{o.name}"({", ".join(operands)}){props} : '
+                     f'({", ".join(str(v.type) for v in o.operands)}) -> {o.results[0].type}')
+        names[o.results[0]] = res
+    return HostTail("\n".join(lines), names[tail[-1].results[0]], str(q.type), str(tail[-1].results[0].type),
+                    channel_values)
+
+
+def accumulator_tail(op: ir.Operation, acc_index: int, per_channel: dict) -> HostTail:
+    """The whole body of `op` (no float-to-int conversion: a dequantize of the accumulator to
+    f32) as the host's tail, reading the accumulator and `per_channel` constants."""
+    body = region_ops(op)
+    args = op.regions[0].blocks[0].arguments
+    for o in body[:-1]:
+        for v in o.operands:
+            if isinstance(v.owner, ir.Block) and v != args[acc_index] and v not in per_channel:
+                raise NotExact("the dequantize of the accumulator reads a tensor that is not a constant")
+            if not isinstance(v.owner, ir.Block) and v.owner.name == "arith.constant" and constant_of(v) is not None \
+                    and constant_of(v).size != 1:
+                raise NotExact("the dequantize of the accumulator reads a constant tensor")
+    return tail_text(args[acc_index], body[:-1], per_channel)
