@@ -5,13 +5,14 @@ need no arithmetic on the values. IREE lowers such a pair as written: f32
 data in DDR around an f32 op that the NPU cannot run bit-exactly. The
 rewrites here remove the pair where the int8 op computes the same bits.
 
-- `DequantizeLinear(x, s, z) -> MaxPool -> QuantizeLinear(s, z)`, with one
-  per-tensor scale s > 0 and zero point z on both sides (ONNX Runtime's
-  quantized max pool): MaxPool of the int8 x. Exact: dequantization with
-  s > 0 is strictly increasing, so the max commutes with it, and
-  Q(DQ(k)) = k for every int8 k (fl((k - z) s) / s is within a few f32 ulps
-  of k - z, far from a rounding boundary). Padding never wins in either
-  form (MaxPool ignores it).
+- `DequantizeLinear`s -> MaxPool or Concat -> `QuantizeLinear` (per-tensor
+  scales s > 0; ONNX Runtime's quantized max pool and concat): the op on
+  the int8 inputs, each first requantized to the output's scale and zero
+  point by Q(DQ(x)) where they differ (an int8 -> int8 table on the NPU).
+  Exact: Q is elementwise, so it commutes with concat, and Q(DQ(.)) is
+  non-decreasing, so it commutes with max; with one scale and zero point
+  Q(DQ(k)) = k for every int8 k (fl((k - z) s) / s is within a few f32
+  ulps of k - z, far from a rounding boundary). Padding never wins a max.
 
 - uint8 activations (ONNX Runtime's QUInt8) become int8 with every zero
   point lowered by 128: Q_u8(x; s, z) - 128 = Q_i8(x; s, z - 128) and
@@ -51,7 +52,7 @@ def _quant_params(model, node) -> tuple[np.ndarray, np.ndarray] | None:
 
 def rewrite_qdq(model) -> int:
     """Applies the module docstring's rewrites to `model` (an onnx.ModelProto) in place."""
-    return _uint8_to_int8(model) + _int8_max_pools(model)
+    return _uint8_to_int8(model) + _int8_data_movement(model)
 
 
 # Ops that move values without arithmetic: they commute with a shift of every value.
@@ -117,7 +118,17 @@ def _uint8_to_int8(model) -> int:
     return len(u8 - set(shifted))
 
 
-def _int8_max_pools(model) -> int:
+# Ops whose int8 form computes the same bits as dequantize -> op -> quantize: data movement,
+# and max pooling (Q(DQ(x)) is non-decreasing in x, so it commutes with max). Their inputs
+# that carry values (not shapes or axes).
+_INT8_OPS = {"MaxPool": lambda n: [0], "Concat": lambda n: list(range(len(n.input)))}
+
+
+def _int8_data_movement(model) -> int:
+    """`DequantizeLinear`s -> MaxPool / Concat -> `QuantizeLinear` as the int8 op; an input whose
+    scale or zero point differs from the quantize's is requantized first (Q(DQ(x)), an int8 ->
+    int8 op the NPU runs as a table). Returns the number of ops rewritten."""
+    from onnx import helper
     nodes = list(model.graph.node)
     producer = {o: n for n in nodes for o in n.output}
     users: dict[str, list] = {}
@@ -126,22 +137,35 @@ def _int8_max_pools(model) -> int:
             users.setdefault(i, []).append(n)
     outputs = {o.name for o in model.graph.output}
     done = 0
-    for pool in nodes:
-        if pool.op_type != "MaxPool" or len(pool.output) != 1 or pool.output[0] in outputs:
+    for op in nodes:
+        if op.op_type not in _INT8_OPS or len(op.output) != 1 or op.output[0] in outputs:
             continue
-        dq = producer.get(pool.input[0])
-        after = users.get(pool.output[0], [])
-        if dq is None or dq.op_type != "DequantizeLinear" or len(after) != 1 or after[0].op_type != "QuantizeLinear":
+        after = users.get(op.output[0], [])
+        dqs = [producer.get(op.input[k]) for k in _INT8_OPS[op.op_type](op)]
+        if len(after) != 1 or after[0].op_type != "QuantizeLinear" or \
+                any(d is None or d.op_type != "DequantizeLinear" for d in dqs):
             continue
         q = after[0]
-        pd, pq = _quant_params(model, dq), _quant_params(model, q)
-        if pd is None or pq is None or not (float(pd[0]) > 0 and pd[0] == pq[0] and pd[1] == pq[1]
-                                             and pd[1].dtype == pq[1].dtype):
+        pq = _quant_params(model, q)
+        pds = [_quant_params(model, d) for d in dqs]
+        if pq is None or not float(pq[0]) > 0 or any(p is None or not float(p[0]) > 0 or p[1].dtype != pq[1].dtype
+                                                      for p in pds):
             continue
-        pool.input[0] = dq.input[0]
-        pool.output[0] = q.output[0]
+        at = list(model.graph.node).index(op)
+        for k, d, pd in zip(_INT8_OPS[op.op_type](op), dqs, pds):
+            if pd[0] == pq[0] and pd[1] == pq[1]:
+                op.input[k] = d.input[0]
+            else:
+                name = f"{d.output[0]}_requantized"
+                model.graph.node.insert(at, helper.make_node("QuantizeLinear", [d.output[0], q.input[1], q.input[2]],
+                                                             [name], name=name))
+                at += 1
+                op.input[k] = name
+        op.output[0] = q.output[0]
         model.graph.node.remove(q)
-        if not [u for u in users.get(dq.output[0], []) if u is not pool] and dq.output[0] not in outputs:
-            model.graph.node.remove(dq)
+        for d in dqs:
+            if d in model.graph.node and d.output[0] not in outputs and \
+                    not any(d.output[0] in n.input for n in model.graph.node):
+                model.graph.node.remove(d)
         done += 1
     return done

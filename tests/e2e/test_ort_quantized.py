@@ -93,6 +93,20 @@ class ConvMaxPool(torch.nn.Module):
         return self.conv2(torch.nn.functional.max_pool2d(torch.relu(self.conv1(x)), 3, 2, 1))
 
 
+class ConvConcat(torch.nn.Module):
+    """Two branches concatenated (Inception, DenseNet): relu and sigmoid outputs have their own
+    scales, the concat a third."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.b = torch.nn.Conv2d(8, 16, 1)
+        self.c = torch.nn.Conv2d(24, 8, 1)
+
+    def forward(self, x):
+        return self.c(torch.cat([torch.relu(self.a(x)), torch.sigmoid(self.b(x))], 1))
+
+
 def ort_quantized_model(tmp_path, model_class=ConvBnRelu, activation_type="QInt8"):
     torch.manual_seed(0)
     model = model_class().eval()
@@ -227,21 +241,27 @@ def test_ort_quantized_max_pool_runs_on_int8(tmp_path):
     assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
 
 
-def test_max_pool_between_different_scales_is_left_as_written():
-    """Q(DQ(k)) = k needs one scale and zero point on both sides: otherwise nothing changes."""
+def test_max_pool_between_different_scales_is_requantized_first():
+    """With another scale on the output, each input is requantized (Q(DQ(x)), non-decreasing,
+    so it commutes with max) and pooled in int8: onnxruntime gives the same bits for both."""
+    import onnxruntime
     from onnx import TensorProto, helper, numpy_helper
     from torq.compiler.onnx_qdq import rewrite_qdq
 
     inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in
-             [("s1", np.float32(0.02)), ("s2", np.float32(0.03)), ("z", np.int8(-5))]]
-    nodes = [helper.make_node("DequantizeLinear", ["x", "s1", "z"], ["d"]),
+             [("s1", np.float32(0.02)), ("s2", np.float32(0.031)), ("z1", np.int8(-5)), ("z2", np.int8(9))]]
+    nodes = [helper.make_node("DequantizeLinear", ["x", "s1", "z1"], ["d"]),
              helper.make_node("MaxPool", ["d"], ["p"], kernel_shape=[2, 2]),
-             helper.make_node("QuantizeLinear", ["p", "s2", "z"], ["y"])]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 1, 4, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.INT8, [1, 1, 2, 2])], inits)
+             helper.make_node("QuantizeLinear", ["p", "s2", "z2"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 1, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT8, [1, 1, 8, 8])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
-    assert rewrite_qdq(model) == 0 and [n.op_type for n in model.graph.node] == \
-        ["DequantizeLinear", "MaxPool", "QuantizeLinear"]
+    original = model.SerializeToString()
+    assert rewrite_qdq(model) == 1
+    assert [n.op_type for n in model.graph.node] == ["DequantizeLinear", "QuantizeLinear", "MaxPool"]
+    x = np.random.default_rng(0).integers(-128, 128, (1, 1, 16, 16)).astype(np.int8)
+    run = lambda m: onnxruntime.InferenceSession(m).run(None, {"x": x})[0]  # noqa: E731
+    assert np.array_equal(run(original), run(model.SerializeToString()))
 
 
 def test_ort_uint8_activations_run_as_int8(tmp_path):
@@ -279,3 +299,26 @@ def test_uint8_graph_output_is_left_as_written():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
     assert rewrite_qdq(model) == 0
     assert numpy_helper.to_array(model.graph.initializer[1]).dtype == np.uint8
+
+
+def test_ort_quantized_concat_of_different_scales_runs_on_int8(tmp_path):
+    """Dequantize -> Concat -> quantize becomes a requantize of each input to the concat's scale
+    (where it differs) and an int8 concat: the same bits on llvm-cpu, all of it on the NPU."""
+    from torq.compiler.onnx_qdq import rewrite_qdq
+
+    path, x = ort_quantized_model(tmp_path, ConvConcat)
+    model = onnx.load(str(path))
+    assert rewrite_qdq(model) == 1
+    (cat,) = [n for n in model.graph.node if n.op_type == "Concat"]
+    producer = {o: n.op_type for n in model.graph.node for o in n.output}
+    assert [producer[i] for i in cat.input] == ["QuantizeLinear", "QuantizeLinear"]  # int8 inputs
+    ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
+    rewritten = llvm_cpu(import_onnx(model.SerializeToString(), "m_q.onnx"), x, function="main_graph")
+    assert np.array_equal(ref, rewritten)
+    remarks = io.StringIO()
+    cm = torq.compile(str(path), remarks=remarks)
+    y = cm(x)
+    host = [d.reason for d in cm.report.dispatches if d.executor == "host"]
+    assert len(host) == 1 and host[0].startswith("quantize of an f32"), (host, remarks.getvalue())
+    step = np.diff(np.unique(ref)).min()
+    assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
