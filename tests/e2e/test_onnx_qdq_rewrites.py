@@ -1,0 +1,106 @@
+"""compiler/onnx_qdq.py's exact rewrites of ONNX Runtime's QDQ graphs, applied by torq's ONNX
+input: int8 max pool and concat instead of dequantize -> op -> quantize, uint8 activations as
+int8. Each must leave llvm-cpu's (or onnxruntime's) bits unchanged, and the rewritten model
+runs on the NPU but for the input's quantize, within one step of llvm-cpu on the model as
+written."""
+
+import io
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime.quantization")
+
+import torq  # noqa: E402
+from llvm_cpu import llvm_cpu  # noqa: E402
+from test_ort_quantized import ConvConcat, ConvMaxPool, ort_quantized_model  # noqa: E402
+from torq.compiler.onnx_import import import_onnx  # noqa: E402
+from torq.compiler.onnx_qdq import rewrite_qdq  # noqa: E402
+
+
+def rewritten_and_checked(path, x, rewrites: int | None = None):
+    """The model at `path` after `rewrite_qdq` (which makes `rewrites` rewrites, or some), checked:
+    llvm-cpu bit-identical on both forms, torq's compile on the NPU but for the input's
+    quantize (the output's dequantize is the last conv's host tail), within one step."""
+    model = onnx.load(str(path))
+    made = rewrite_qdq(model)
+    assert made == rewrites if rewrites is not None else made > 0, made
+    ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
+    assert np.array_equal(ref, llvm_cpu(import_onnx(model.SerializeToString(), "m_q.onnx"), x,
+                                        function="main_graph"))
+    remarks = io.StringIO()
+    cm = torq.compile(str(path), remarks=remarks)
+    y = cm(x)
+    host = [d.reason for d in cm.report.dispatches if d.executor == "host"]
+    assert len(host) == 1 and host[0].startswith("quantize of an f32"), (host, remarks.getvalue())
+    step = np.diff(np.unique(ref)).min()
+    assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
+    return model
+
+
+def _producers(model):
+    return {o: n.op_type for n in model.graph.node for o in n.output}
+
+
+def test_max_pool_runs_on_int8(tmp_path):
+    """Dequantize -> MaxPool -> quantize with one scale: an int8 max pool on the NPU instead of
+    an f32 one on the host."""
+    model = rewritten_and_checked(*ort_quantized_model(tmp_path, ConvMaxPool), rewrites=1)
+    (pool,) = [n for n in model.graph.node if n.op_type == "MaxPool"]
+    users = [n.op_type for n in model.graph.node if pool.output[0] in n.input]
+    assert _producers(model)[pool.input[0]] == "QuantizeLinear" and users == ["DequantizeLinear"]
+
+
+def test_concat_of_different_scales_runs_on_int8(tmp_path):
+    """Dequantize -> Concat -> quantize: each input requantized to the concat's scale, then an
+    int8 concat."""
+    model = rewritten_and_checked(*ort_quantized_model(tmp_path, ConvConcat), rewrites=1)
+    (cat,) = [n for n in model.graph.node if n.op_type == "Concat"]
+    assert [_producers(model)[i] for i in cat.input] == ["QuantizeLinear", "QuantizeLinear"]
+
+
+def test_uint8_activations_run_as_int8(tmp_path):
+    """QUInt8 activations: every uint8 tensor int8, holding its value minus 128."""
+    path, x = ort_quantized_model(tmp_path, ConvMaxPool, activation_type="QUInt8")
+    assert any(t.data_type == onnx.TensorProto.UINT8 for t in onnx.load(str(path)).graph.initializer)
+    model = rewritten_and_checked(path, x)
+    assert not any(t.data_type == onnx.TensorProto.UINT8 for t in model.graph.initializer)
+
+
+def _graph(nodes, inputs, outputs, inits):
+    from onnx import helper, numpy_helper
+    graph = helper.make_graph(nodes, "g", inputs, outputs,
+                              [numpy_helper.from_array(np.asarray(v), n) for n, v in inits])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+def test_max_pool_between_different_scales_is_requantized_first():
+    """Q(DQ(x)) is non-decreasing, so it commutes with max: onnxruntime gives the same bits."""
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    model = _graph([helper.make_node("DequantizeLinear", ["x", "s1", "z1"], ["d"]),
+                    helper.make_node("MaxPool", ["d"], ["p"], kernel_shape=[2, 2]),
+                    helper.make_node("QuantizeLinear", ["p", "s2", "z2"], ["y"])],
+                   [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 1, 16, 16])],
+                   [helper.make_tensor_value_info("y", TensorProto.INT8, [1, 1, 8, 8])],
+                   [("s1", np.float32(0.02)), ("s2", np.float32(0.031)), ("z1", np.int8(-5)), ("z2", np.int8(9))])
+    original = model.SerializeToString()
+    assert rewrite_qdq(model) == 1
+    assert [n.op_type for n in model.graph.node] == ["DequantizeLinear", "QuantizeLinear", "MaxPool"]
+    x = np.random.default_rng(0).integers(-128, 128, (1, 1, 16, 16)).astype(np.int8)
+    run = lambda m: onnxruntime.InferenceSession(m).run(None, {"x": x})[0]  # noqa: E731
+    assert np.array_equal(run(original), run(model.SerializeToString()))
+
+
+def test_uint8_graph_output_is_left_as_written():
+    """The model's interface stays as written: a uint8 graph output keeps every uint8 tensor."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = _graph([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                   [helper.make_tensor_value_info("y", TensorProto.UINT8, [4])],
+                   [("s", np.float32(0.02)), ("z", np.uint8(7))])
+    assert rewrite_qdq(model) == 0
+    assert numpy_helper.to_array(model.graph.initializer[1]).dtype == np.uint8
