@@ -354,6 +354,9 @@ def _lower_pooling(red, quant, known, host, nearest):
     if first.kind != "rescale" or first.leaves != [sum_arg]:
         raise NotExact("the pooled sum is not requantized first")
     ambiguous, sums = ambiguous_sums(first.chain, ch_q, lo, hi, summation_error(n, max(abs(b - 128), abs(b + 127))))
+    if ambiguous and not nearest:
+        raise NotExact(f"{ambiguous} of {sums} pooled sums lie within llvm-cpu's f32 summation error of a step "
+                       f"(its result there depends on the order it adds in)")
     first.rescales = [dataclasses.replace(r, offset=r.offset + n * b) for r in first.rescales]
     red_chan = Channels.of(red, known, set(variables)).dim
     text = pooling_function(red, variables, pooled, red_chan, quant, sum_index, stages, ch_q.dim)
