@@ -95,7 +95,7 @@ from iree.compiler import ir
 from .f32_chain import INT_RANGE, Chain, type_name
 from .ir_utils import constant_of, indexing_maps, map_dims, n_inputs, region_ops, static_shape
 from .requant_emit import rescale_generic
-from .requant_split import ActivationTable, split_activation_table, split_residual_add
+from .requant_split import ActivationTable, build_table, split_first_int, split_residual_add
 from .requant_tail import HostTail, accumulator_tail, split_tail, tail_text
 from .rescale_fit import ChannelFit, NotExact, Rescale, SumRescale, channel_step_points, fit_steps
 
@@ -158,7 +158,7 @@ def _accumulator_range(con: ir.Operation, known: Known) -> tuple[np.ndarray, np.
     w = known(con.operands[const_i]).astype(np.int64)
     xlo, xhi = bounds[1 - const_i]
     w_dims = map_dims(maps[const_i])
-    par = [k for k, d in enumerate(w_dims) if its[d] == "parallel"]
+    par = [k for k, d in enumerate(w_dims) if its[d] == "parallel" and w.shape[k] != 1]  # (a batch of 1 varies not)
     if any(w_dims[k] not in out_dims for k in par) or len(set(w_dims)) != len(w_dims):
         raise NotExact("the weight's parallel dims are not result dims")
     mult = math.prod(ranges[d] for d in red if d not in w_dims)
@@ -241,6 +241,10 @@ class RequantSummary:
     # An i32 residual's own rescale to int8, per channel as `differing` / `step_span`.
     residual_differing: list[int] | None = None
     residual_step_span: list[int] | None = None
+    # Per-channel rescales of stage 1's int8 value after it (a bias added after the quantized
+    # matmul), per channel as `differing` / `step_span`.
+    rest_differing: list[int] | None = None
+    rest_step_span: list[int] | None = None
     # What the two-input rescale computes: "sum" (a residual add) or "product" (a gate).
     pair_kind: str = "sum"
     # A pooled f32 sum made integer (compiler/requant_elementwise.py): the sums within
@@ -269,6 +273,9 @@ class RequantSummary:
         if self.residual_differing is not None:
             head += "; the i32 residual's own rescale to int8, " + \
                 _channels_text(self.residual_differing, self.residual_step_span)
+        if self.rest_differing:
+            head += "; then a per-channel rescale of the int8 value, " + \
+                _channels_text(self.rest_differing, self.rest_step_span)
         if self.sum_pairs:
             what = "a residual add as an integer rescale of the sum" if self.pair_kind == "sum" else \
                 f"a {self.pair_kind} of two int8 values as an integer rescale"
@@ -286,7 +293,7 @@ class RequantSummary:
     @property
     def approximate(self) -> bool:
         return self.exact_channels < self.channels or bool(self.sum_differing) or bool(self.table_ambiguous) \
-            or any(self.residual_differing or ()) or bool(self.pooled_ambiguous)
+            or any(self.residual_differing or ()) or bool(self.pooled_ambiguous) or any(self.rest_differing or ())
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "channels": self.channels, "exact_channels": self.exact_channels,
@@ -295,6 +302,7 @@ class RequantSummary:
                 "table_entries": self.table_entries, "table_ambiguous": self.table_ambiguous,
                 "residual_differing": self.residual_differing, "residual_step_span": self.residual_step_span,
                 "pair_kind": self.pair_kind, "pooled_ambiguous": self.pooled_ambiguous,
+                "rest_differing": self.rest_differing, "rest_step_span": self.rest_step_span,
                 "pooled_sums": self.pooled_sums}
 
 
@@ -330,6 +338,10 @@ class _Plan:
     residual_rescales: list[Rescale] | None = None
     # No requantization: the accumulator is the NPU's result, `tail` all the host computes.
     accumulator_only: bool = False
+    # Steps after stage 1 that read per-channel values (requant_elementwise.Stage), from its
+    # int8 value `rest_leaf`.
+    rest_stages: list | None = None
+    rest_leaf: ir.Value | None = None
 
 
 def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
@@ -393,10 +405,17 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
                                        host, q_type, nearest)
         ops, result, sum_fit = res_split.stage1, res_split.q1, res_split.fit
         sum_rescale = sum_fit.rescale
-    else:
-        split = split_activation_table(ops, result, block.arguments[acc_index], host, q_type, nearest)
-        if split is not None:
-            ops, result, table = split
+    rest_stages = None
+    if residual < 0:
+        split = split_first_int(ops, result, block.arguments[acc_index])
+        per_channel = {a for a, (d, _) in per_channel_constants(op, known, (acc_index,))[1].items() if d is not None}
+        if split is not None and any(x in per_channel for o in split[2] for x in o.operands):
+            # What follows stage 1 reads per-channel values (a bias added after the matmul's
+            # own quantization): its stages, a per-channel rescale of the int8 level and so on.
+            rest_stages = _rest_stages(op, acc_index, known, host, nearest, split[1], split[2], result)
+            ops, result = split[0], split[1]
+        elif split is not None:
+            ops, result, table = split[0], split[1], build_table(split[2], result, split[1], host, q_type, nearest)
             table = None if table.is_identity() else table
     chan, channels = _channel_values(op, acc_index, known, range_dims, acc_lo, acc_hi, acc_dims, residual)
     fits = fit_channels(Chain(ops, result, block.arguments[acc_index], host), channels, chan, kind, nearest)
@@ -412,8 +431,28 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
                              len(table.entries) if table else None, table.ambiguous if table else None,
                              [x.differing for x in res_fits] if res_fits else None,
                              [x.step_span for x in res_fits] if res_fits else None)
+    if rest_stages:
+        if _stage_channel_dim(op, known, acc_index) not in (None, chan):
+            raise NotExact("the steps after stage 1 vary along another dim than stage 1")
+        summary.rest_differing = [d for st in rest_stages if st.kind == "rescale" for d in st.differing]
+        summary.rest_step_span = [d for st in rest_stages if st.kind == "rescale" for d in st.step_span]
     return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary,
-                 residual, sum_rescale, table, [x.rescale for x in res_fits] if res_fits else None)
+                 residual, sum_rescale, table, [x.rescale for x in res_fits] if res_fits else None,
+                 rest_stages=rest_stages, rest_leaf=result if rest_stages else None)
+
+
+def _rest_stages(op: ir.Operation, acc_index: int, known: Known, host, nearest: bool, q1: ir.Value,
+                 rest: list, result: ir.Value) -> list:
+    """The stages (requant_elementwise.StageSplitter) of `rest`, computing `result` from stage 1's
+    int8 value `q1` and per-channel constants."""
+    from .requant_elementwise import Channels, StageSplitter
+    channels = Channels.of(op, known, {acc_index})
+    return StageSplitter(rest, channels, host, nearest, {q1: INT_RANGE[type_name(q1.type)]}).split(result)
+
+
+def _stage_channel_dim(op: ir.Operation, known: Known, acc_index: int) -> int | None:
+    dims, _ = per_channel_constants(op, known, (acc_index,))
+    return dims.pop() if len(dims) == 1 else None
 
 
 def _accumulator_tail_plan(op: ir.Operation, acc_index: int, known: Known, kind: str) -> _Plan:

@@ -144,6 +144,21 @@ def rescale_generic(plan) -> str:
     if plan.residual_rescales is not None:
         res_scalars, res_tensors = _split_params(plan.residual_rescales, "r_")
         tensors += res_tensors
+    lines = ["%a64 = arith.extsi %a : i32 to i64"]
+    level = _rescale_lines("%a64", scalars, "", lines)
+    if res:
+        lines.append(f"%r64 = arith.extsi %r : {res_elt} to i64")
+        r_level = _rescale_lines("%r64", res_scalars, "r_", lines) if plan.residual_rescales is not None else "%r64"
+        lines += _sum_lines(plan.sum_rescale, level, r_level)
+        level = "%sum_q"
+    if plan.rest_stages:
+        level = stage_lines(plan.rest_stages, {plan.rest_leaf: level}, lines, tensors, "then")
+    if plan.table is not None:
+        lines += _table_lines(plan.table, level, plan.q_type)
+    else:
+        lines.append(f"%q = arith.trunci {level} : i64 to {plan.q_type}")
+    lines.append(f"linalg.yield %q : {plan.q_type}")
+    body = "\n    ".join(lines)
     n = len(plan.rescales)
     chan_map = f"affine_map<({dims}) -> (d{plan.chan})>" if plan.chan is not None else ""
     consts = "\n".join(f"  %{p} = arith.constant dense<{vals}> : tensor<{n}xi32>" for p, vals in tensors)
@@ -152,19 +167,6 @@ def rescale_generic(plan) -> str:
     maps = ", ".join([acc_map] + [ident] * res + [chan_map] * len(tensors) + [ident])
     args = ", ".join(["%a: i32"] + [f"%r: {res_elt}"] * res + [f"%in_{p}: i32" for p, _ in tensors] +
                      [f"%out: {plan.q_type}"])
-    lines = ["%a64 = arith.extsi %a : i32 to i64"]
-    level = _rescale_lines("%a64", scalars, "", lines)
-    if res:
-        lines.append(f"%r64 = arith.extsi %r : {res_elt} to i64")
-        r_level = _rescale_lines("%r64", res_scalars, "r_", lines) if plan.residual_rescales is not None else "%r64"
-        lines += _sum_lines(plan.sum_rescale, level, r_level)
-        level = "%sum_q"
-    if plan.table is not None:
-        lines += _table_lines(plan.table, level, plan.q_type)
-    else:
-        lines.append(f"%q = arith.trunci {level} : i64 to {plan.q_type}")
-    lines.append(f"linalg.yield %q : {plan.q_type}")
-    body = "\n    ".join(lines)
     parallel = ", ".join(['"parallel"'] * rank)
     res_arg = f", %res: {res_t}" if res else ""
     return f"""

@@ -133,17 +133,25 @@ class ActivationTable:
             bool(np.array_equal(self.entries, np.arange(self.first, self.first + len(self.entries))))
 
 
-def split_activation_table(ops, result, acc, host, q_type, nearest) -> tuple[list, ir.Value, ActivationTable] | None:
-    """(the ops and value of stage 1, the table of the rest) for a body that computes its
-    result from a first int value of the accumulator through further float arithmetic, or
-    None when the result is that first value (nothing to tabulate)."""
+def split_first_int(ops, result, acc) -> tuple[list, ir.Value, list] | None:
+    """(the ops and value of stage 1, the ops after it) for a body that computes its result
+    from a first int value of the accumulator through further float arithmetic, or None when
+    the result is that first value."""
     final = backward_slice(ops, result)
     firsts = [o.results[0] for o in final if o.name == "arith.fptosi" and o.results[0] != result]
     if not firsts:
         return None
     q1 = firsts[0]
     stage1 = backward_slice(ops, q1)
-    rest = _rest(final, stage1, acc, "activation after the int8 value")
+    return stage1, q1, _rest(final, stage1, acc, "activation after the int8 value")
+
+
+def split_activation_table(ops, result, acc, host, q_type, nearest) -> tuple[list, ir.Value, ActivationTable] | None:
+    """(the ops and value of stage 1, the table of the rest) as `split_first_int` splits them."""
+    split = split_first_int(ops, result, acc)
+    if split is None:
+        return None
+    stage1, q1, rest = split
     return stage1, q1, build_table(rest, result, q1, host, q_type, nearest)
 
 

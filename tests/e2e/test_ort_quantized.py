@@ -107,10 +107,23 @@ class ConvConcat(torch.nn.Module):
         return self.c(torch.cat([torch.relu(self.a(x)), torch.sigmoid(self.b(x))], 1))
 
 
-def ort_quantized_model(tmp_path, model_class=ConvBnRelu, activation_type="QInt8"):
+class TokenMlp(torch.nn.Module):
+    """A transformer's feed-forward block on (batch, tokens, features): torch.onnx exports each
+    Linear as MatMul + Add, and onnxruntime quantizes the MatMul's output before the bias."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.Linear(64, 64)
+        self.down = torch.nn.Linear(64, 32)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+def ort_quantized_model(tmp_path, model_class=ConvBnRelu, activation_type="QInt8", shape=(1, 8, 24, 24)):
     torch.manual_seed(0)
     model = model_class().eval()
-    x = torch.randn(1, 8, 24, 24)
+    x = torch.randn(*shape)
     fp32, q = tmp_path / "m.onnx", tmp_path / "m_q.onnx"
     torch.onnx.export(model, (x,), str(fp32), dynamo=False, input_names=["x"], output_names=["y"],
                       opset_version=17)
@@ -118,7 +131,7 @@ def ort_quantized_model(tmp_path, model_class=ConvBnRelu, activation_type="QInt8
     class Calibration(ort_quant.CalibrationDataReader):
         def __init__(self):
             rng = np.random.default_rng(1)
-            self.data = iter([{"x": rng.standard_normal((1, 8, 24, 24)).astype(np.float32)} for _ in range(4)])
+            self.data = iter([{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(4)])
 
         def get_next(self):
             return next(self.data, None)
@@ -217,3 +230,21 @@ def test_ort_quantized_squeeze_excite_and_pooling_within_one_step(tmp_path):
     exact = torq.compile(str(path), remarks=(r := io.StringIO()), flags=("--torq-requant=exact",))
     assert "within llvm-cpu's f32 summation error of a step" in r.getvalue()
     assert all(s["kind"] != "int8 sum pooling" for d in exact.report.dispatches for s in d.requant)
+
+
+def test_ort_quantized_batched_linear_layers_within_one_step(tmp_path):
+    """MatMul -> quantize -> dequantize -> + bias -> quantize: after the matmul's own rescale,
+    the bias add is a per-channel rescale of its int8 value (a per-channel bias cannot be one
+    table). Both layers run on the NPU."""
+    path, x = ort_quantized_model(tmp_path, TokenMlp, shape=(1, 16, 64))
+    ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
+    remarks = io.StringIO()
+    cm = torq.compile(str(path), remarks=remarks)
+    y = cm(x)
+    layers = [d for d in cm.report.dispatches if d.macs]
+    assert [d.executor for d in layers] == ["torq", "torq"], (cm.report.dispatches, remarks.getvalue())
+    assert all(len(s["rest_differing"]) == d.requant[0]["channels"] for d in layers for s in d.requant)
+    assert "then a per-channel rescale of the int8 value" in remarks.getvalue()
+    step = np.diff(np.unique(ref)).min()
+    assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
+    assert len(np.unique(ref)) > 50
