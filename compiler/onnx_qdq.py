@@ -84,6 +84,11 @@ def _uint8_tensors(model, zp_dtype) -> set[str] | None:
             zp_of_q = n.op_type == "QuantizeLinear" and k == 2
             if not (zp_of_dq or zp_of_q or (n.op_type in _DATA_MOVEMENT and (k == 0 or n.op_type == "Concat"))):
                 return None
+        # A dequantize shifts its data and zero point together, or neither: a uint8 zero point
+        # must come with shifted data, and shifted data with a zero point to shift.
+        if n.op_type == "DequantizeLinear" and \
+                ((len(n.input) > 2 and n.input[2] in u8) != (n.input[0] in u8) or (n.input[0] in u8) > (len(n.input) > 2)):
+            return None
     return u8
 
 

@@ -104,3 +104,24 @@ def test_uint8_graph_output_is_left_as_written():
                    [("s", np.float32(0.02)), ("z", np.uint8(7))])
     assert rewrite_qdq(model) == 0
     assert numpy_helper.to_array(model.graph.initializer[1]).dtype == np.uint8
+
+
+def test_uint8_dequantize_without_zero_point_is_left_as_written():
+    """A uint8 tensor's data and zero point shift together: a dequantize with the default zero
+    point has none to shift, so nothing changes; with one, onnxruntime gives the same values."""
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    def model(dq_inputs):
+        return _graph([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+                       helper.make_node("DequantizeLinear", dq_inputs, ["y"])],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64])],
+                      [("s", np.float32(0.02)), ("z", np.uint8(7))])
+
+    assert rewrite_qdq(model(["q", "s"])) == 0
+    written, rewritten = model(["q", "s", "z"]), model(["q", "s", "z"])
+    assert rewrite_qdq(rewritten) == 1
+    x = np.random.default_rng(0).uniform(-3, 6, 64).astype(np.float32)
+    run = lambda m: onnxruntime.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]  # noqa: E731
+    assert np.array_equal(run(written), run(rewritten))
