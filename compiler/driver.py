@@ -250,7 +250,8 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
     if not inv.parse_source(src):
         raise CompileError(f"{source_name}: error: failed to parse the input (see diagnostics above)")
     if options.torq:
-        inv = _rewrite_torch_qdq(session, inv)
+        if b"quantized_decomposed" in data:  # PT2E input: no other input pays for an export
+            inv = _rewrite_torch_qdq(session, inv)
         # input signatures into iree.reflection, for the runtime's input checks
         from .signature import attach_to_invocation
         inv = attach_to_invocation(inv)

@@ -112,6 +112,37 @@ def map_dims(m: ir.AffineMap) -> list[int] | None:
     return out
 
 
+def iterator_types(op: ir.Operation) -> list[str]:
+    """"parallel" / "reduction" per loop of a linalg structured op."""
+    return [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+
+
+def loop_ranges(op: ir.Operation) -> list[int]:
+    """Static trip count of each loop dim, from operand shapes (dims as plain results)."""
+    maps = indexing_maps(op)
+    ranges = [0] * maps[0].n_dims
+    for v, m in zip(op.operands, maps):
+        for size, e in zip(static_shape(v.type), m.results):
+            if isinstance(e, ir.AffineDimExpr):
+                ranges[ir.AffineDimExpr(e).position] = size
+    return ranges
+
+
+def inline_function_text(text: str, before: ir.Operation, args: list[ir.Value]) -> ir.Value:
+    """Clones the body of the one function in module `text` before `before`, its arguments
+    replaced by `args`; returns the value it returns."""
+    template = ir.Module.parse(text)
+    ops = [o.operation for o in template.body.operations[0].regions[0].blocks[0].operations]
+    ip = ir.InsertionPoint(before)
+    mapped: dict = {}
+    for t in ops[:-1]:
+        c = t.clone(ip=ip)
+        for k, v in enumerate(t.operands):
+            c.operands[k] = args[ir.BlockArgument(v).arg_number] if isinstance(v.owner, ir.Block) else mapped[v]
+        mapped.update(zip(t.results, c.results))
+    return mapped[ops[-1].operands[0]]
+
+
 def n_inputs(op: ir.Operation) -> int:
     """Number of `ins` operands of a linalg structured op."""
     return int(list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))[0])

@@ -64,6 +64,7 @@ from iree.compiler import ir
 
 from torq.runtime.program import EPILOGUE_INT_TYPES, LUT, MAX_LUT_ENTRIES, Epilogue, EpilogueStep, Ref
 from .ir_utils import constant_of, indexing_maps, int_array, mlir_dtype, n_inputs, region_ops, static_shape
+from .ir_utils import iterator_types as _iterators, loop_ranges as _loop_ranges
 
 FUSE_GROUP = "torq-fuse-group"
 FUSE_GROUP_ID = "torq-fuse-group-id"
@@ -148,10 +149,6 @@ def _linear_terms(e: ir.AffineExpr) -> list[tuple[int, int]] | None:
     return None
 
 
-def _iterators(op: ir.Operation) -> list[str]:
-    return [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(op.attributes["iterator_types"])]
-
-
 def _is_mul_add_body(op: ir.Operation) -> bool:
     """Body is `out + a*b`, optionally with casts of a and b first."""
     names = [o.name for o in region_ops(op)]
@@ -189,20 +186,6 @@ def classify_contraction(op: ir.Operation) -> Contraction | None:
         if matmul is not None:
             return matmul
     return _classify_pointwise_conv(its, in_dims, w_dims, out_dims, ranges, steps)
-
-
-def _loop_ranges(op: ir.Operation) -> list[int]:
-    """Static trip count of each loop dim, from operand shapes (dims as plain results)."""
-    maps = indexing_maps(op)
-    n = maps[0].n_dims
-    ranges = [0] * n
-    for v, m in zip(op.operands, maps):
-        shape = static_shape(v.type)
-        for size, e in zip(shape, m.results):
-            d = _dim(e)
-            if d is not None:
-                ranges[d] = size
-    return ranges
 
 
 def _window_pair(terms, its, roles) -> tuple[int, int, int, int] | None:

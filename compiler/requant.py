@@ -93,7 +93,8 @@ import numpy as np
 from iree.compiler import ir
 
 from .f32_chain import INT_RANGE, Chain, type_name
-from .ir_utils import constant_of, indexing_maps, map_dims, n_inputs, region_ops, static_shape
+from .ir_utils import (constant_of, indexing_maps, inline_function_text, iterator_types, loop_ranges, map_dims,
+                       n_inputs, region_ops, static_shape)
 from .requant_emit import rescale_generic
 from .requant_split import ActivationTable, build_table, split_first_int, split_residual_add
 from .requant_tail import HostTail, accumulator_tail, split_tail, tail_text
@@ -135,13 +136,7 @@ def _accumulator_range(con: ir.Operation, known: Known) -> tuple[np.ndarray, np.
     """(lo, hi, dims): bounds of the contraction's i32 result, as arrays over its
     result dims `dims` (the parallel dims its constant weight varies along; [] if uniform)."""
     maps = indexing_maps(con)
-    its = [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(con.attributes["iterator_types"])]
-    shapes = [static_shape(v.type) for v in list(con.operands)[:2]]
-    ranges = [0] * maps[0].n_dims
-    for shape, m in zip(shapes + [static_shape(con.results[0].type)], maps):
-        for size, e in zip(shape, m.results):
-            if isinstance(e, ir.AffineDimExpr):
-                ranges[ir.AffineDimExpr(e).position] = size
+    its, ranges = iterator_types(con), loop_ranges(con)
     red = [d for d, it in enumerate(its) if it == "reduction"]
     out_dims = map_dims(maps[2])
     bounds = []
@@ -407,12 +402,14 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
         sum_rescale = sum_fit.rescale
     rest_stages = None
     if residual < 0:
+        from .requant_elementwise import Channels, StageSplitter  # (which imports this module)
         split = split_first_int(ops, result, block.arguments[acc_index])
-        per_channel = {a for a, (d, _) in per_channel_constants(op, known, (acc_index,))[1].items() if d is not None}
-        if split is not None and any(x in per_channel for o in split[2] for x in o.operands):
+        rest_channels = Channels.of(op, known, {acc_index}) if split is not None else None
+        if split is not None and any(x in rest_channels.per_channel for o in split[2] for x in o.operands):
             # What follows stage 1 reads per-channel values (a bias added after the matmul's
             # own quantization): its stages, a per-channel rescale of the int8 level and so on.
-            rest_stages = _rest_stages(op, acc_index, known, host, nearest, split[1], split[2], result)
+            rest_stages = StageSplitter(split[2], rest_channels, host, nearest,
+                                        {split[1]: INT_RANGE[type_name(split[1].type)]}).split(result)
             ops, result = split[0], split[1]
         elif split is not None:
             ops, result, table = split[0], split[1], build_table(split[2], result, split[1], host, q_type, nearest)
@@ -432,27 +429,13 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
                              [x.differing for x in res_fits] if res_fits else None,
                              [x.step_span for x in res_fits] if res_fits else None)
     if rest_stages:
-        if _stage_channel_dim(op, known, acc_index) not in (None, chan):
+        if rest_channels.dim not in (None, chan):
             raise NotExact("the steps after stage 1 vary along another dim than stage 1")
         summary.rest_differing = [d for st in rest_stages if st.kind == "rescale" for d in st.differing]
         summary.rest_step_span = [d for st in rest_stages if st.kind == "rescale" for d in st.step_span]
     return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary,
                  residual, sum_rescale, table, [x.rescale for x in res_fits] if res_fits else None,
                  rest_stages=rest_stages, rest_leaf=result if rest_stages else None)
-
-
-def _rest_stages(op: ir.Operation, acc_index: int, known: Known, host, nearest: bool, q1: ir.Value,
-                 rest: list, result: ir.Value) -> list:
-    """The stages (requant_elementwise.StageSplitter) of `rest`, computing `result` from stage 1's
-    int8 value `q1` and per-channel constants."""
-    from .requant_elementwise import Channels, StageSplitter
-    channels = Channels.of(op, known, {acc_index})
-    return StageSplitter(rest, channels, host, nearest, {q1: INT_RANGE[type_name(q1.type)]}).split(result)
-
-
-def _stage_channel_dim(op: ir.Operation, known: Known, acc_index: int) -> int | None:
-    dims, _ = per_channel_constants(op, known, (acc_index,))
-    return dims.pop() if len(dims) == 1 else None
 
 
 def _accumulator_tail_plan(op: ir.Operation, acc_index: int, known: Known, kind: str) -> _Plan:
@@ -555,17 +538,10 @@ def lower_float_requantization(func: ir.Operation, arg_constants, host, nearest:
         if plan.accumulator_only:
             _leave_tail_to_host(func, plan, plan.op.operands[plan.acc_index], done)
             continue
-        template = ir.Module.parse(rescale_generic(plan))
-        tops = [o.operation for o in template.body.operations[0].regions[0].blocks[0].operations][:-1]
-        ip = ir.InsertionPoint(plan.op)
-        cloned = [t.clone(ip=ip) for t in tops]  # constants, tensor.empty, the generic
-        clones = {t.results[0]: c.results[0] for t, c in zip(tops, cloned)}
-        new = cloned[-1]
-        new.operands[0] = plan.op.operands[plan.acc_index]
-        for k in range(1, len(new.operands)):
-            t = tops[-1].operands[k]
-            new.operands[k] = plan.op.operands[plan.residual_index] if isinstance(t.owner, ir.Block) else clones[t]
-        _leave_tail_to_host(func, plan, new.results[0], done)
+        args = [plan.op.operands[plan.acc_index]] + \
+            ([plan.op.operands[plan.residual_index]] if plan.residual_index >= 0 else [])
+        new = inline_function_text(rescale_generic(plan), plan.op, args)
+        _leave_tail_to_host(func, plan, new, done)
         done.rescaled.append(plan.summary)
     if plans:  # what only the float op read (f32 scalars, its f32 init) would look like f32 compute
         for op in [o.operation for o in block.operations]:

@@ -41,14 +41,12 @@ import numpy as np
 from iree.compiler import ir, passmanager
 
 from .f32_chain import INT_RANGE, Chain, type_name
-from .ir_utils import constant_of, indexing_maps, n_inputs, region_ops, static_shape
-from .requant import RequantSummary, fit_channels, per_channel_constants
+from .ir_utils import constant_of, inline_function_text, iterator_types, loop_ranges, n_inputs, region_ops, static_shape
+from .requant import RESIDUAL_I32_BOUND, RequantSummary, fit_channels, per_channel_constants
 from .requant_emit import elementwise_function, pooling_function
-from .requant_split import ActivationTable, build_table
+from .requant_split import ActivationTable, build_table, reads, slice_until
 from .rescale_fit import NotExact, PairFit, Rescale, fit_product, fit_sum
 
-# The range an integer tensor from another dispatch is fitted on (requant.RESIDUAL_I32_BOUND).
-I32_LEAF_BOUND = 1 << 30
 _F32_UNIT = 2.0 ** -24
 
 
@@ -85,20 +83,6 @@ class Channels:
         return cls(dim, values, {a for a, (d, _) in per.items() if d is not None})
 
 
-def slice_until(ops: list[ir.Operation], v: ir.Value, stops: set) -> list[ir.Operation]:
-    """The ops of `ops` that `v` depends on without going past the values in `stops`."""
-    need, out = {v}, []
-    for op in reversed(ops):
-        if any(r in need for r in op.results):
-            out.append(op)
-            need.update(x for x in op.operands if x not in stops)
-    return out[::-1]
-
-
-def _reads(ops, v) -> bool:
-    return any(x == v for op in ops for x in op.operands)
-
-
 class StageSplitter:
     """Splits a body into `Stage`s (see the module docstring)."""
 
@@ -121,8 +105,8 @@ class StageSplitter:
     def _stage(self, q: ir.Value) -> Stage:
         stops = set(self.ranges)
         ops = slice_until(self.ops, q, stops)
-        leaves = [v for v in self.ranges if _reads(ops, v)]
-        per_channel = any(_reads(ops, a) for a in self.channels.per_channel)
+        leaves = [v for v in self.ranges if reads(ops, v)]
+        per_channel = any(reads(ops, a) for a in self.channels.per_channel)
         q_type = type_name(q.type)
         if len(leaves) == 1:
             stage = self._one_leaf(ops, q, leaves[0], per_channel, q_type)
@@ -196,7 +180,7 @@ def pooled_sum(red: ir.Operation, channels: Channels, known_ranges: dict, host, 
     last_fptosi = [o for o in slice_until(prologue, w, set()) if o.name == "arith.fptosi"]
     stages = splitter.split(last_fptosi[-1].results[0]) if last_fptosi else []
     glue = slice_until(prologue, w, set(splitter.ranges))
-    levels = [v for v in splitter.ranges if _reads(glue, v)] if glue else [w]
+    levels = [v for v in splitter.ranges if reads(glue, v)] if glue else [w]
     if len(levels) != 1 or splitter.ranges.get(levels[0]) != INT_RANGE["i8"]:
         raise NotExact("the pooled integer is not computed from one int8 value")
     level = levels[0]
@@ -204,13 +188,7 @@ def pooled_sum(red: ir.Operation, channels: Channels, known_ranges: dict, host, 
     ws = Chain(glue, w, level, host)(lv) if glue else lv
     if np.any(np.diff(ws) != 1):
         raise NotExact("the pooled integer is not its int8 value plus a constant")
-    its = [str(a).split("<")[-1].rstrip(">").strip('"') for a in ir.ArrayAttr(red.attributes["iterator_types"])]
-    dims = [0] * len(its)
-    for v, m in zip(red.operands, indexing_maps(red)):
-        for size, e in zip(static_shape(v.type), m.results):
-            if isinstance(e, ir.AffineDimExpr):
-                dims[ir.AffineDimExpr(e).position] = size
-    count = math.prod(d for d, it in zip(dims, its) if it == "reduction")
+    count = math.prod(d for d, it in zip(loop_ranges(red), iterator_types(red)) if it == "reduction")
     return PooledSum(level, int(ws[0] + 128), scale, count, stages)
 
 
@@ -260,7 +238,7 @@ def is_int8_arithmetic(func: ir.Operation, known) -> bool:
 def _leaf_range(v: ir.Value) -> tuple[int, int]:
     t = type_name(ir.RankedTensorType(v.type).element_type)
     if t == "i32":
-        return -I32_LEAF_BOUND, I32_LEAF_BOUND
+        return -RESIDUAL_I32_BOUND, RESIDUAL_I32_BOUND
     if t not in ("i8", "i16"):
         raise NotExact(f"an input of the requantization is {t}")
     return INT_RANGE[t]
@@ -271,21 +249,6 @@ def _variables(op: ir.Operation, known) -> tuple[list[int], dict]:
     variables = [i for i in range(n_inputs(op)) if known(op.operands[i]) is None]
     args = op.regions[0].blocks[0].arguments
     return variables, {args[i]: _leaf_range(op.operands[i]) for i in variables}
-
-
-def _inline(text: str, before: ir.Operation, args: list[ir.Value]) -> ir.Value:
-    """Clones the body of the one function in module `text` before `before`, its arguments
-    replaced by `args`; returns the value it returns."""
-    template = ir.Module.parse(text)
-    ops = [o.operation for o in template.body.operations[0].regions[0].blocks[0].operations]
-    ip = ir.InsertionPoint(before)
-    mapped: dict = {}
-    for t in ops[:-1]:
-        c = t.clone(ip=ip)
-        for k, v in enumerate(t.operands):
-            c.operands[k] = args[ir.BlockArgument(v).arg_number] if isinstance(v.owner, ir.Block) else mapped[v]
-        mapped.update(zip(t.results, c.results))
-    return mapped[ops[-1].operands[0]]
 
 
 def _erase_dead(func: ir.Operation) -> None:
@@ -310,15 +273,14 @@ def lower_int8_arithmetic(func: ir.Operation, known, host, nearest: bool) -> lis
     passmanager.PassManager.parse("func.func(linalg-fuse-elementwise-ops)").run(func)
     # (A generic without inputs is a fill, generalized: the reduction's init.)
     generics = [o for o in region_ops(func) if o.name == "linalg.generic" and n_inputs(o)]
-    its = [[str(a).split("<")[-1].rstrip(">").strip('"') for a in ir.ArrayAttr(g.attributes["iterator_types"])]
-           for g in generics]
+    its = [iterator_types(g) for g in generics]
     if len(generics) == 1 and "reduction" not in its[0]:
         op = generics[0]
         variables, ranges = _variables(op, known)
         channels = Channels.of(op, known, set(variables))
         body = region_ops(op)
         stages = StageSplitter(body[:-1], channels, host, nearest, ranges).split(body[-1].operands[0])
-        new = _inline(elementwise_function(op, variables, stages, channels.dim), op,
+        new = inline_function_text(elementwise_function(op, variables, stages, channels.dim), op,
                       [op.operands[i] for i in variables])
         summary = _summary("int8 elementwise", stages)
     elif len(generics) == 2 and "reduction" in its[0] and "reduction" not in its[1]:
@@ -342,7 +304,8 @@ def _lower_pooling(red, quant, known, host, nearest):
         raise NotExact("the f32 sum has users besides its quantize")
     sum_index = reads[0]
     variables, ranges = _variables(red, known)
-    pooled = pooled_sum(red, Channels.of(red, known, set(variables)), ranges, host, nearest)
+    red_channels = Channels.of(red, known, set(variables))
+    pooled = pooled_sum(red, red_channels, ranges, host, nearest)
     n, b = pooled.count, pooled.offset
     lo, hi = n * (-128 + b), n * (127 + b)
     ch_q = Channels.of(quant, known, {sum_index})
@@ -358,9 +321,8 @@ def _lower_pooling(red, quant, known, host, nearest):
         raise NotExact(f"{ambiguous} of {sums} pooled sums lie within llvm-cpu's f32 summation error of a step "
                        f"(its result there depends on the order it adds in)")
     first.rescales = [dataclasses.replace(r, offset=r.offset + n * b) for r in first.rescales]
-    red_chan = Channels.of(red, known, set(variables)).dim
-    text = pooling_function(red, variables, pooled, red_chan, quant, sum_index, stages, ch_q.dim)
-    new = _inline(text, quant, [red.operands[i] for i in variables])
+    text = pooling_function(red, variables, pooled, red_channels.dim, quant, sum_index, stages, ch_q.dim)
+    new = inline_function_text(text, quant, [red.operands[i] for i in variables])
     summary = _summary("int8 sum pooling", pooled.stages + stages)
     summary.pooled_ambiguous, summary.pooled_sums = ambiguous, sums
     return new, summary

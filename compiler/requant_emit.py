@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from .ir_utils import indexing_maps, map_dims, static_shape
+from .ir_utils import indexing_maps, iterator_types, map_dims, static_shape
 from .requant_split import ActivationTable
 from .f32_chain import type_name
 from .rescale_fit import ProductRescale, Rescale, SumRescale
@@ -234,7 +234,7 @@ def elementwise_function(op: ir.Operation, variables: list[int], stages, chan: i
     out_loops = map_dims(maps[-1])
     p_ins, consts, p_args = _param_ins(tensors, out_loops[chan] if chan is not None else None, rank)
     ins = [(f"%v{k}", str(op.operands[i].type), str(ir.AffineMapAttr.get(maps[i]))) for k, i in enumerate(variables)]
-    its = [str(a).split("<")[-1].rstrip(">").strip('"') for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+    its = iterator_types(op)
     generic = _generic_text("%g", ins + p_ins, "%e", out_t, str(ir.AffineMapAttr.get(maps[-1])), its,
                             args + p_args + [f"%out: {q_type}"], lines)
     sig = ", ".join(f"%v{k}: {op.operands[i].type}" for k, i in enumerate(variables))
@@ -261,7 +261,7 @@ def pooling_function(red: ir.Operation, variables: list[int], pooled, red_chan: 
     r_ins, consts, p_args = _param_ins(tensors, map_dims(r_maps[-1])[red_chan] if red_chan is not None else None,
                                        r_maps[-1].n_dims)
     ins = [(f"%v{k}", str(red.operands[i].type), str(ir.AffineMapAttr.get(r_maps[i]))) for k, i in enumerate(variables)]
-    its = [str(a).split("<")[-1].rstrip(">").strip('"') for a in ir.ArrayAttr(red.attributes["iterator_types"])]
+    its = iterator_types(red)
     reduction = _generic_text("%s", ins + r_ins, "%init", sum_t, str(ir.AffineMapAttr.get(r_maps[-1])), its,
                               args + p_args + ["%acc: i32"], lines)
     names, lines, tensors = {quant.regions[0].blocks[0].arguments[sum_index]: "%S64"}, \
@@ -270,7 +270,7 @@ def pooling_function(red: ir.Operation, variables: list[int], pooled, red_chan: 
     lines += [f"%q = arith.trunci {level} : i64 to {q_type}", f"linalg.yield %q : {q_type}"]
     q_ins, q_consts, q_args = _param_ins(tensors, map_dims(q_maps[-1])[quant_chan] if quant_chan is not None
                                          else None, q_maps[-1].n_dims)
-    its = [str(a).split("<")[-1].rstrip(">").strip('"') for a in ir.ArrayAttr(quant.attributes["iterator_types"])]
+    its = iterator_types(quant)
     quantize = _generic_text("%g", [("%s", sum_t, str(ir.AffineMapAttr.get(q_maps[sum_index])))] + q_ins, "%e",
                              out_t, str(ir.AffineMapAttr.get(q_maps[-1])), its,
                              ["%S: i32"] + q_args + [f"%out: {q_type}"], lines)

@@ -39,17 +39,23 @@ from .f32_chain import INT_RANGE, Chain, type_name
 from .rescale_fit import NotExact, PairFit, fit_sum
 
 
-def backward_slice(ops: list[ir.Operation], v: ir.Value) -> list[ir.Operation]:
-    """The ops of `ops` that `v` depends on, in order."""
+def slice_until(ops: list[ir.Operation], v: ir.Value, stops: set) -> list[ir.Operation]:
+    """The ops of `ops` that `v` depends on, in order, without going past the values in `stops`."""
     need, out = {v}, []
     for op in reversed(ops):
         if any(r in need for r in op.results):
             out.append(op)
-            need.update(op.operands)
+            need.update(x for x in op.operands if x not in stops)
     return out[::-1]
 
 
-def _reads(ops: list[ir.Operation], v: ir.Value) -> bool:
+def backward_slice(ops: list[ir.Operation], v: ir.Value) -> list[ir.Operation]:
+    """The ops of `ops` that `v` depends on, in order."""
+    return slice_until(ops, v, set())
+
+
+def reads(ops: list[ir.Operation], v: ir.Value) -> bool:
+    """Whether one of `ops` reads `v`."""
     return any(x == v for op in ops for x in op.operands)
 
 
@@ -57,7 +63,7 @@ def _rest(final: list, stage1: list, acc, what: str) -> list:
     """The ops of `final` after `stage1` (the ops of the first int value), which must read the
     accumulator only through that value."""
     rest = [o for o in final if o not in stage1]
-    if _reads(rest, acc):
+    if reads(rest, acc):
         raise NotExact(f"the {what} reads the accumulator besides its int8 value")
     return rest
 
@@ -88,18 +94,18 @@ def split_residual_add(ops, result, acc, res, host, q_type, nearest) -> Residual
     final = backward_slice(ops, result)
     firsts = _first_ints(ops, final, result)
     # The int8 values computed from the accumulator alone (with their ops).
-    stages = [(q, s) for q, s in firsts if not _reads(s, res)]
-    if len(stages) != 1 or not _reads(stages[0][1], acc):
+    stages = [(q, s) for q, s in firsts if not reads(s, res)]
+    if len(stages) != 1 or not reads(stages[0][1], acc):
         raise NotExact("the requantization mixes the accumulator and another tensor before its int8 value")
     (q1, stage1), = stages
     res_stage = q_res = None
     if type_name(res.type) == "i32":
-        own = [(q, s) for q, s in firsts if _reads(s, res) and not _reads(s, acc)]
+        own = [(q, s) for q, s in firsts if reads(s, res) and not reads(s, acc)]
         if len(own) != 1 or type_name(own[0][0].type) != "i8":
             raise NotExact("the i32 residual is not requantized to int8 on its own before the add")
         (q_res, res_stage), = own
     rest = _rest(final, stage1 + (res_stage or []), acc, "residual add")
-    if res_stage is not None and _reads(rest, res):
+    if res_stage is not None and reads(rest, res):
         raise NotExact("the residual add reads the i32 residual besides its int8 value")
     u, v = (g.ravel() for g in np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij"))
     qs = Chain(rest, result, q1, host, extra=(q_res or res,)).contraction_variants(u, extra=(v,))
