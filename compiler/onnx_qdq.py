@@ -23,6 +23,16 @@ rewrites here remove the pair where the int8 op computes the same bits.
   dequantizes, max pools and data movement, and is no graph input or output
   (the model's interface stays as written); otherwise nothing changes.
 
+- A MatMul of rank >= 3 activations by a 2-D matrix whose activation
+  dequantize has other readers too (a Linear whose input also feeds a
+  residual add, as in every transformer layer) reads its own dequantize of
+  the int8 tensor reshaped to 2-D, and its result is reshaped back. IREE
+  turns a contraction of dequantized operands into integer math only when
+  the contraction reads the dequantize directly; with other readers the
+  unit batch dim is folded into an expand_shape between the two and the
+  matmul stays f32 (a host dispatch). Exact: a reshape commutes with a
+  per-tensor dequantize and only regroups the matmul's rows.
+
 `rewrite_qdq(model)` applies them in place and returns how many it made.
 The llvm-cpu references in the tests import the model without them.
 """
@@ -52,7 +62,7 @@ def _quant_params(model, node) -> tuple[np.ndarray, np.ndarray] | None:
 
 def rewrite_qdq(model) -> int:
     """Applies the module docstring's rewrites to `model` (an onnx.ModelProto) in place."""
-    return _uint8_to_int8(model) + _int8_data_movement(model)
+    return _uint8_to_int8(model) + _int8_data_movement(model) + _flatten_shared_matmul_inputs(model)
 
 
 # Ops that move values without arithmetic: they commute with a shift of every value.
@@ -172,5 +182,60 @@ def _int8_data_movement(model) -> int:
             if d in model.graph.node and d.output[0] not in outputs and \
                     not any(d.output[0] in n.input for n in model.graph.node):
                 model.graph.node.remove(d)
+        done += 1
+    return done
+
+
+def _static_shapes(model) -> dict[str, list[int]]:
+    """Static shapes of the model's tensors by ONNX shape inference ({} when it fails)."""
+    import onnx
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # the import's own shape inference reports a broken model
+        return {}
+    out = {}
+    for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
+        dims = v.type.tensor_type.shape.dim
+        if all(d.HasField("dim_value") for d in dims):
+            out[v.name] = [d.dim_value for d in dims]
+    return out
+
+
+def _flatten_shared_matmul_inputs(model) -> int:
+    """MatMuls whose rank >= 3 dequantized input has other readers read a 2-D reshape of the int8
+    tensor through their own dequantize (module docstring). Returns the number rewritten."""
+    from onnx import helper, numpy_helper
+    nodes = list(model.graph.node)
+    producer = {o: n for n in nodes for o in n.output}
+    readers: dict[str, int] = {}
+    for n in nodes:
+        for i in n.input:
+            readers[i] = readers.get(i, 0) + 1
+    shapes = None
+    done = 0
+    for mm in nodes:
+        dq = producer.get(mm.input[0]) if mm.op_type == "MatMul" else None
+        if dq is None or dq.op_type != "DequantizeLinear" or readers[mm.input[0]] < 2 or \
+                _quant_params(model, dq) is None:
+            continue
+        shapes = _static_shapes(model) if shapes is None else shapes
+        a, b, y = (shapes.get(t) for t in (mm.input[0], mm.input[1], mm.output[0]))
+        if a is None or b is None or y is None or len(a) < 3 or len(b) != 2:
+            continue
+        base = mm.name or mm.output[0]
+        names = {k: f"{base}_flat_{k}" for k in ("rows_shape", "shape", "int8", "input", "product")}
+        model.graph.initializer.extend([
+            numpy_helper.from_array(np.array([-1, a[-1]], np.int64), names["rows_shape"]),
+            numpy_helper.from_array(np.array(y, np.int64), names["shape"])])
+        at = list(model.graph.node).index(mm)
+        flat = [helper.make_node("Reshape", [dq.input[0], names["rows_shape"]], [names["int8"]], name=names["int8"]),
+                helper.make_node("DequantizeLinear", [names["int8"], *dq.input[1:]], [names["input"]],
+                                 name=names["input"]),
+                helper.make_node("MatMul", [names["input"], mm.input[1]], [names["product"]], name=base),
+                helper.make_node("Reshape", [names["product"], names["shape"]], [mm.output[0]],
+                                 name=f"{base}_flat_restore")]
+        model.graph.node.remove(mm)
+        for k, node in enumerate(flat):
+            model.graph.node.insert(at + k, node)
         done += 1
     return done

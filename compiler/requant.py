@@ -400,18 +400,21 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
                                        host, q_type, nearest)
         ops, result, sum_fit = res_split.stage1, res_split.q1, res_split.fit
         sum_rescale = sum_fit.rescale
-    rest_stages = None
-    if residual < 0:
+    rest_stages = rest_channels = None
+    split = split_first_int(ops, result, block.arguments[acc_index])
+    if split is not None:
         from .requant_elementwise import Channels, StageSplitter  # (which imports this module)
-        split = split_first_int(ops, result, block.arguments[acc_index])
-        rest_channels = Channels.of(op, known, {acc_index}) if split is not None else None
-        if split is not None and any(x in rest_channels.per_channel for o in split[2] for x in o.operands):
+        rest_channels = Channels.of(op, known, {acc_index} | ({residual} if residual >= 0 else set()))
+        if any(x in rest_channels.per_channel for o in split[2] for x in o.operands):
             # What follows stage 1 reads per-channel values (a bias added after the matmul's
-            # own quantization): its stages, a per-channel rescale of the int8 level and so on.
+            # own quantization): its stages, a per-channel rescale of the int8 level and so on,
+            # before the residual add when there is one.
             rest_stages = StageSplitter(split[2], rest_channels, host, nearest,
                                         {split[1]: INT_RANGE[type_name(split[1].type)]}).split(result)
             ops, result = split[0], split[1]
-        elif split is not None:
+        elif residual >= 0:
+            raise NotExact("the int8 value added to the residual is requantized twice without per-channel values")
+        else:
             ops, result, table = split[0], split[1], build_table(split[2], result, split[1], host, q_type, nearest)
             table = None if table.is_identity() else table
     chan, channels = _channel_values(op, acc_index, known, range_dims, acc_lo, acc_hi, acc_dims, residual)

@@ -122,7 +122,9 @@ class StageSplitter:
     def _one_leaf(self, ops, q, leaf, per_channel: bool, q_type: str) -> Stage:
         lo, hi = self.ranges[leaf]
         if self.scaled is None and hi - lo < 256 and not per_channel:
-            table = build_table(ops, q, leaf, self.host, q_type, self.nearest)
+            scalars = {a: v for a, v in self.channels.values[0].items() if a not in self.channels.per_channel} \
+                if self.channels.values else None
+            table = build_table(ops, q, leaf, self.host, q_type, self.nearest, scalars=scalars)
             return Stage(q, "identity" if table.is_identity() else "table", [leaf], table=table)
         chain = Chain(ops, q, leaf, self.host)
         if self.scaled is not None and leaf == self.scaled[0]:

@@ -146,13 +146,13 @@ def rescale_generic(plan) -> str:
         tensors += res_tensors
     lines = ["%a64 = arith.extsi %a : i32 to i64"]
     level = _rescale_lines("%a64", scalars, "", lines)
+    if plan.rest_stages:  # they precede the residual add (requant._plan)
+        level = stage_lines(plan.rest_stages, {plan.rest_leaf: level}, lines, tensors, "then")
     if res:
         lines.append(f"%r64 = arith.extsi %r : {res_elt} to i64")
         r_level = _rescale_lines("%r64", res_scalars, "r_", lines) if plan.residual_rescales is not None else "%r64"
         lines += _sum_lines(plan.sum_rescale, level, r_level)
         level = "%sum_q"
-    if plan.rest_stages:
-        level = stage_lines(plan.rest_stages, {plan.rest_leaf: level}, lines, tensors, "then")
     if plan.table is not None:
         lines += _table_lines(plan.table, level, plan.q_type)
     else:

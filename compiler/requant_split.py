@@ -93,11 +93,13 @@ def split_residual_add(ops, result, acc, res, host, q_type, nearest) -> Residual
     (every way llvm-cpu may contract it) and fitted by `fit_sum`."""
     final = backward_slice(ops, result)
     firsts = _first_ints(ops, final, result)
-    # The int8 values computed from the accumulator alone (with their ops).
+    # The int values computed from the accumulator alone (with their ops): one, or a chain of
+    # them (a bias added after the matmul's own quantization), whose last is added.
     stages = [(q, s) for q, s in firsts if not reads(s, res)]
-    if len(stages) != 1 or not reads(stages[0][1], acc):
+    if not stages or not all(reads(s, acc) for _, s in stages) or \
+            any(q.owner not in stages[-1][1] for q, _ in stages[:-1]):
         raise NotExact("the requantization mixes the accumulator and another tensor before its int8 value")
-    (q1, stage1), = stages
+    q1, stage1 = stages[-1]
     res_stage = q_res = None
     if type_name(res.type) == "i32":
         own = [(q, s) for q, s in firsts if reads(s, res) and not reads(s, acc)]
@@ -161,16 +163,19 @@ def split_activation_table(ops, result, acc, host, q_type, nearest) -> tuple[lis
     return stage1, q1, build_table(rest, result, q1, host, q_type, nearest)
 
 
-def build_table(ops, result, level, host, q_type, nearest, what="the activation") -> ActivationTable:
+def build_table(ops, result, level, host, q_type, nearest, what="the activation",
+                scalars: dict | None = None) -> ActivationTable:
     """The table of `result` as a function of the int8 value `level` that `ops` compute it
     from, evaluated on every level as llvm-cpu evaluates the float chain (every FMA
-    contraction it may choose, transcendental results moved by `TRANSCENDENTAL_ULPS`)."""
+    contraction it may choose, transcendental results moved by `TRANSCENDENTAL_ULPS`);
+    `scalars` gives the values of block arguments that are scalar constants."""
     lo, hi = INT_RANGE[type_name(level.type)]
     if hi - lo + 1 > MAX_LUT_ENTRIES:
         raise NotExact(f"{what}'s input is {level.type}: a table of {hi - lo + 1} entries "
                        f"(the slices hold {MAX_LUT_ENTRIES})")
     levels = np.arange(lo, hi + 1, dtype=np.int64)
     chain = Chain(ops, result, level, host)
+    chain = chain.for_channel(scalars) if scalars else chain
     try:
         variants = [np.asarray(q, np.int64)
                     for ulps in ((0, -TRANSCENDENTAL_ULPS, TRANSCENDENTAL_ULPS) if chain.transcendental else (0,))

@@ -7,6 +7,7 @@ written."""
 import io
 
 import numpy as np
+import torch
 import pytest
 
 onnx = pytest.importorskip("onnx")
@@ -125,3 +126,42 @@ def test_uint8_dequantize_without_zero_point_is_left_as_written():
     x = np.random.default_rng(0).uniform(-3, 6, 64).astype(np.float32)
     run = lambda m: onnxruntime.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]  # noqa: E731
     assert np.array_equal(run(written), run(rewritten))
+
+
+class ResidualLinear(torch.nn.Module):
+    """A transformer's residual Linear: the input's dequantize feeds the matmul and the add."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(64, 64)
+
+    def forward(self, x):
+        return x + self.linear(x)
+
+
+def test_matmul_sharing_its_dequantized_input_runs_on_int8(tmp_path):
+    """Without the rewrite IREE keeps this matmul in f32 (a host dispatch): it reads its own
+    dequantize of the int8 input reshaped to 2-D, and the product is reshaped back."""
+    model = rewritten_and_checked(*ort_quantized_model(tmp_path, ResidualLinear, shape=(1, 16, 64)), rewrites=1)
+    (mm,) = [n for n in model.graph.node if n.op_type == "MatMul"]
+    producers = {o: n for n in model.graph.node for o in n.output}
+    assert producers[mm.input[0]].op_type == "DequantizeLinear"
+    assert producers[producers[mm.input[0]].input[0]].op_type == "Reshape"
+    assert [n.op_type for n in model.graph.node if mm.output[0] in n.input] == ["Reshape"]
+
+
+class ResidualGeluMlp(torch.nn.Module):
+    """A transformer's feed-forward block: x + fc2(gelu(fc1(x))), the erf GELU."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(64, 128), torch.nn.Linear(128, 64)
+
+    def forward(self, x):
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(x)))
+
+
+def test_transformer_feed_forward_runs_on_int8(tmp_path):
+    """Both matmuls on the NPU: fc1 with the bias onnxruntime adds after its quantized matmul and
+    the erf GELU (a table) after it; fc2 with its bias and the residual add after it."""
+    rewritten_and_checked(*ort_quantized_model(tmp_path, ResidualGeluMlp, shape=(1, 16, 64)), rewrites=1)
