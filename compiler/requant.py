@@ -32,7 +32,11 @@ into this dispatch): it gets its own per-channel rescale to int8 first,
 fitted on |r| <= 2^30 since its producer is another dispatch. An activation in the same body (the int8 value
 dequantized, put through hardswish, hardsigmoid, sigmoid, ... and quantized
 again) becomes a lookup in a 256-entry table built from the float chain
-(compiler/requant_split.py). The f32 chain itself is evaluated by
+(compiler/requant_split.py). A contraction of two int8 activations
+(attention's q.k^T and p.v) reaches here with IREE's zero-point correction
+by the operands' row and column sums (i32 tensors): it stays integer steps
+before the rescale, which is fitted to the corrected accumulator
+(compiler/requant_zero_point.py). The f32 chain itself is evaluated by
 compiler/f32_chain.py. With --torq-requant=exact, or
 when even the nearest rescale is more than one step off, the dispatch stays
 on host with a remark naming the channel (`Unsupported`). A dequantize tail after the int8 value (f32 compute) is cut off and left to a
@@ -98,6 +102,7 @@ from .ir_utils import (constant_of, indexing_maps, inline_function_text, iterato
 from .requant_emit import rescale_generic
 from .requant_split import ActivationTable, build_table, split_first_int, split_residual_add
 from .requant_tail import HostTail, accumulator_tail, split_tail, tail_text
+from .requant_zero_point import ZeroPointCorrection, zero_point_correction
 from .rescale_fit import ChannelFit, NotExact, Rescale, SumRescale, channel_step_points, fit_steps
 
 # --- the IR rewrite ---------------------------------------------------------------------
@@ -164,14 +169,14 @@ def _accumulator_range(con: ir.Operation, known: Known) -> tuple[np.ndarray, np.
     return lo, hi, [out_dims.index(w_dims[k]) for k in par]
 
 
-def _channel_values(op: ir.Operation, acc_index: int, known: Known, range_dims: list[int],
+def _channel_values(op: ir.Operation, skip: set[int], known: Known, range_dims: list[int],
                     acc_lo: np.ndarray, acc_hi: np.ndarray, acc_map_dims: list[int], residual: int = -1):
     """Per channel: ({block arg: scalar}, lo, hi). The channel dim is the one result dim
     every per-channel value (operands, accumulator bounds) varies along, if any."""
     maps = indexing_maps(op)
     out = map_dims(maps[-1])
     shape = static_shape(op.results[0].type)
-    chan_dims, per = per_channel_constants(op, known, (acc_index, residual))
+    chan_dims, per = per_channel_constants(op, known, (*skip, residual))
     # Accumulator bounds vary along contraction result dims; map them to this op's result dims.
     for rd in range_dims:
         chan_dims.add(out.index(acc_map_dims[rd]))
@@ -337,6 +342,8 @@ class _Plan:
     # int8 value `rest_leaf`.
     rest_stages: list | None = None
     rest_leaf: ir.Value | None = None
+    # Zero-point corrections by i32 tensors before the rescale (two int8 activations).
+    correction: ZeroPointCorrection | None = None
 
 
 def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
@@ -372,6 +379,9 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
     body = region_ops(op)
     block = op.regions[0].blocks[0]
     yield_v = body[-1].operands[0]
+    corr = zero_point_correction(op, acc_index, con, known)
+    acc_v = corr.corrected if corr else block.arguments[acc_index]
+    skip = {acc_index, *(corr.operands if corr else ())}
     tail = None
     if not any(o.name == "arith.fptosi" for o in body):
         return _accumulator_tail_plan(op, acc_index, known, kind)
@@ -385,26 +395,29 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
         result_index = next(u.operand_number for u in op.results[0].uses)
     else:
         result, ops, result_index = yield_v, body[:-1], -1
+    if corr is not None:
+        ops = [o for o in ops if o not in corr.ops]
     q_type = type_name(result.type)
     if q_type not in ("i8", "i16"):
         raise NotExact(f"the requantized value is {q_type}, not i8/i16")
-    acc_lo, acc_hi, range_dims = _accumulator_range(con, known)
+    acc_lo, acc_hi, range_dims = _accumulator_range(con, known) if corr is None else \
+        (np.array(-corr.bound), np.array(corr.bound), [])
     if max(abs(int(np.min(acc_lo))), abs(int(np.max(acc_hi)))) >= 1 << 31:
         raise NotExact(f"the {kind} accumulator can wrap (i32 overflow)")
-    residual = _residual_operand(op, acc_index, known)
+    residual = _residual_operand(op, skip, known)
     sum_rescale = sum_fit = None
     table = None
     res_split = None
     if residual >= 0:
-        res_split = split_residual_add(ops, result, block.arguments[acc_index], block.arguments[residual],
+        res_split = split_residual_add(ops, result, acc_v, block.arguments[residual],
                                        host, q_type, nearest)
         ops, result, sum_fit = res_split.stage1, res_split.q1, res_split.fit
         sum_rescale = sum_fit.rescale
     rest_stages = rest_channels = None
-    split = split_first_int(ops, result, block.arguments[acc_index])
+    split = split_first_int(ops, result, acc_v)
     if split is not None:
         from .requant_elementwise import Channels, StageSplitter  # (which imports this module)
-        rest_channels = Channels.of(op, known, {acc_index} | ({residual} if residual >= 0 else set()))
+        rest_channels = Channels.of(op, known, skip | ({residual} if residual >= 0 else set()))
         if any(x in rest_channels.per_channel for o in split[2] for x in o.operands):
             # What follows stage 1 reads per-channel values (a bias added after the matmul's
             # own quantization): its stages, a per-channel rescale of the int8 level and so on,
@@ -415,10 +428,12 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
         elif residual >= 0:
             raise NotExact("the int8 value added to the residual is requantized twice without per-channel values")
         else:
-            ops, result, table = split[0], split[1], build_table(split[2], result, split[1], host, q_type, nearest)
+            scalars = rest_channels.values[0] if rest_channels.values else None  # scalars passed as tensors
+            ops, result, table = split[0], split[1], build_table(split[2], result, split[1], host, q_type, nearest,
+                                                                 scalars=scalars)
             table = None if table.is_identity() else table
-    chan, channels = _channel_values(op, acc_index, known, range_dims, acc_lo, acc_hi, acc_dims, residual)
-    fits = fit_channels(Chain(ops, result, block.arguments[acc_index], host), channels, chan, kind, nearest)
+    chan, channels = _channel_values(op, skip, known, range_dims, acc_lo, acc_hi, acc_dims, residual)
+    fits = fit_channels(Chain(ops, result, acc_v, host), channels, chan, kind, nearest)
     res_fits = None
     if res_split is not None and res_split.res_stage is not None:
         # The i32 residual's reachable range is another dispatch's business: fitted on all
@@ -438,7 +453,7 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
         summary.rest_step_span = [d for st in rest_stages if st.kind == "rescale" for d in st.step_span]
     return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary,
                  residual, sum_rescale, table, [x.rescale for x in res_fits] if res_fits else None,
-                 rest_stages=rest_stages, rest_leaf=result if rest_stages else None)
+                 rest_stages=rest_stages, rest_leaf=result if rest_stages else None, correction=corr)
 
 
 def _accumulator_tail_plan(op: ir.Operation, acc_index: int, known: Known, kind: str) -> _Plan:
@@ -496,11 +511,12 @@ def _batched_step_points(chain: Chain, channels: list, kind: str) -> list:
     return out
 
 
-def _residual_operand(op: ir.Operation, acc_index: int, known: Known) -> int:
+def _residual_operand(op: ir.Operation, skip: set[int], known: Known) -> int:
     """The operand index of a tensor the requantization adds (read like its result), or -1: an
-    int8 tensor, or an i32 one (another contraction's accumulator) it requantizes first."""
+    int8 tensor, or an i32 one (another contraction's accumulator) it requantizes first; the
+    operands in `skip` (the accumulator, its zero-point corrections) are not candidates."""
     maps = indexing_maps(op)
-    tensors = [i for i in range(n_inputs(op)) if i != acc_index and known(op.operands[i]) is None]
+    tensors = [i for i in range(n_inputs(op)) if i not in skip and known(op.operands[i]) is None]
     if not tensors:
         return -1
     i = tensors[0]
@@ -542,7 +558,8 @@ def lower_float_requantization(func: ir.Operation, arg_constants, host, nearest:
             _leave_tail_to_host(func, plan, plan.op.operands[plan.acc_index], done)
             continue
         args = [plan.op.operands[plan.acc_index]] + \
-            ([plan.op.operands[plan.residual_index]] if plan.residual_index >= 0 else [])
+            ([plan.op.operands[plan.residual_index]] if plan.residual_index >= 0 else []) + \
+            [plan.op.operands[i] for i in (plan.correction.operands if plan.correction else ())]
         new = inline_function_text(rescale_generic(plan), plan.op, args)
         _leave_tail_to_host(func, plan, new, done)
         done.rescaled.append(plan.summary)

@@ -21,6 +21,7 @@ from iree.compiler import ir
 
 from .ir_utils import indexing_maps, iterator_types, map_dims, static_shape
 from .requant_split import ActivationTable
+from .requant_zero_point import prologue_lines
 from .f32_chain import type_name
 from .rescale_fit import ProductRescale, Rescale, SumRescale
 
@@ -134,7 +135,10 @@ def rescale_generic(plan) -> str:
     out_t = f"tensor<{'x'.join(map(str, shape))}x{plan.q_type}>"
     rank = len(shape)
     dims = ", ".join(f"d{k}" for k in range(rank))
-    ident = f"affine_map<({dims}) -> ({dims})>"
+    # The output (and a residual, read like it) as the float op wrote it: a permutation of
+    # its loops, which the channel dim (a result dim) is mapped through.
+    out_dims = map_dims(indexing_maps(op)[-1])
+    ident = str(ir.AffineMapAttr.get(indexing_maps(op)[-1]))
     acc_map = str(ir.AffineMapAttr.get(indexing_maps(op)[plan.acc_index]))  # read as the float op read it
     scalars, tensors = _split_params(plan.rescales, "")
     res = plan.residual_index >= 0
@@ -144,7 +148,11 @@ def rescale_generic(plan) -> str:
     if plan.residual_rescales is not None:
         res_scalars, res_tensors = _split_params(plan.residual_rescales, "r_")
         tensors += res_tensors
-    lines = ["%a64 = arith.extsi %a : i32 to i64"]
+    corr = plan.correction.operands if plan.correction else []
+    lines: list[str] = []
+    acc = prologue_lines(plan.correction, op, "%a", {i: f"%z{j}" for j, i in enumerate(corr)}, lines) \
+        if corr else "%a"
+    lines.append(f"%a64 = arith.extsi {acc} : i32 to i64")
     level = _rescale_lines("%a64", scalars, "", lines)
     if plan.rest_stages:  # they precede the residual add (requant._plan)
         level = stage_lines(plan.rest_stages, {plan.rest_leaf: level}, lines, tensors, "then")
@@ -160,15 +168,18 @@ def rescale_generic(plan) -> str:
     lines.append(f"linalg.yield %q : {plan.q_type}")
     body = "\n    ".join(lines)
     n = len(plan.rescales)
-    chan_map = f"affine_map<({dims}) -> (d{plan.chan})>" if plan.chan is not None else ""
+    chan_map = f"affine_map<({dims}) -> (d{out_dims[plan.chan]})>" if plan.chan is not None else ""
     consts = "\n".join(f"  %{p} = arith.constant dense<{vals}> : tensor<{n}xi32>" for p, vals in tensors)
-    ins = ", ".join(["%acc"] + ["%res"] * res + [f"%{p}" for p, _ in tensors])
-    in_types = ", ".join([str(acc_t)] + [res_t] * res + [f"tensor<{n}xi32>"] * len(tensors))
-    maps = ", ".join([acc_map] + [ident] * res + [chan_map] * len(tensors) + [ident])
-    args = ", ".join(["%a: i32"] + [f"%r: {res_elt}"] * res + [f"%in_{p}: i32" for p, _ in tensors] +
-                     [f"%out: {plan.q_type}"])
+    corr_t = [str(op.operands[i].type) for i in corr]
+    corr_maps = [str(ir.AffineMapAttr.get(indexing_maps(op)[i])) for i in corr]
+    ins = ", ".join(["%acc"] + ["%res"] * res + [f"%zt{j}" for j in range(len(corr))] + [f"%{p}" for p, _ in tensors])
+    in_types = ", ".join([str(acc_t)] + [res_t] * res + corr_t + [f"tensor<{n}xi32>"] * len(tensors))
+    maps = ", ".join([acc_map] + [ident] * res + corr_maps + [chan_map] * len(tensors) + [ident])
+    args = ", ".join(["%a: i32"] + [f"%r: {res_elt}"] * res + [f"%z{j}: i32" for j in range(len(corr))] +
+                     [f"%in_{p}: i32" for p, _ in tensors] + [f"%out: {plan.q_type}"])
     parallel = ", ".join(['"parallel"'] * rank)
     res_arg = f", %res: {res_t}" if res else ""
+    res_arg += "".join(f", %zt{j}: {t}" for j, t in enumerate(corr_t))
     return f"""
 func.func @rescale(%acc: {acc_t}{res_arg}) -> {out_t} {{
 {consts}

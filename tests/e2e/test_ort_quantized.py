@@ -248,3 +248,41 @@ def test_ort_quantized_batched_linear_layers_within_one_step(tmp_path):
     step = np.diff(np.unique(ref)).min()
     assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
     assert len(np.unique(ref)) > 50
+
+
+class EncoderLayer(torch.nn.Module):
+    """A post-norm transformer encoder layer (d 64, 4 heads, FFN 128, erf GELU)."""
+
+    def __init__(self, d=64, heads=4, ffn=128):
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.out = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.fc1, self.fc2 = torch.nn.Linear(d, ffn), torch.nn.Linear(ffn, d)
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).reshape(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        attn = torch.softmax(q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5, -1) @ v
+        x = self.ln1(x + self.out(attn.transpose(1, 2).reshape(b, t, d)))
+        return self.ln2(x + self.fc2(torch.nn.functional.gelu(self.fc1(x))))
+
+
+def test_ort_quantized_encoder_layer_matmuls_on_npu(tmp_path):
+    """Every matmul of the layer on the NPU: the four Linears (inputs shared with the residual
+    adds, biases after the quantized matmul, GELU as a table) and attention's q.k^T and p.v,
+    whose activations' zero points IREE corrects with their row / column sums (i32 tensors the
+    epilogue adds before the rescale). Softmax and LayerNorm stay on the host (f32)."""
+    path, x = ort_quantized_model(tmp_path, EncoderLayer, shape=(1, 16, 64))
+    ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
+    remarks = io.StringIO()
+    cm = torq.compile(str(path), remarks=remarks)
+    y = cm(x)
+    attention = [d for d in cm.report.dispatches if d.macs == 4 * 16 * 16 * 16]
+    assert [d.executor for d in attention] == ["torq", "torq"], remarks.getvalue()
+    host_macs = sum(d.macs for d in cm.report.dispatches if d.executor == "host")
+    assert host_macs < 0.01 * sum(d.macs for d in cm.report.dispatches), remarks.getvalue()
+    assert {d.reason.split(":")[0] for d in cm.report.dispatches if d.executor == "host"} <= \
+        {"linalg.generic", "quantize of an f32 tensor to i8 (a QuantizeLinear)"}
+    err = np.linalg.norm(y - ref) / np.linalg.norm(ref)
+    assert err <= 1e-2, err
