@@ -49,6 +49,23 @@ def onnxruntime_output(path: Path, x: np.ndarray) -> np.ndarray:
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
 
 
+def one_input_step_moved(path: Path, x: np.ndarray, seed: int = 0) -> np.ndarray:
+    """`x` with one element (chosen by `seed`) moved by the input quantization step: the
+    smallest change of the quantized model's input. How far that moves llvm-cpu's own output
+    is the model's sensitivity, the floor of any error between two int8 implementations that
+    round one value differently."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    quantize = next(n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "x")
+    moved = x.copy()
+    index = tuple(int(np.random.default_rng(seed).integers(0, n)) for n in x.shape)
+    moved[index] += float(inits[quantize.input[1]])
+    return moved
+
+
 def int8_error_figures(y: np.ndarray, cpu: np.ndarray, onnxrt: np.ndarray) -> dict:
     """Relative L2 of `y` vs llvm-cpu and vs onnxruntime (and of llvm-cpu vs onnxruntime), and
     how many output elements are 0, 1, 2, ... output steps from llvm-cpu's (the step: the

@@ -25,15 +25,15 @@ def is_int8(name: str) -> bool:
     return name.endswith(INT8_SUFFIX)
 
 
-def measure_int8(spec: dict, build_model, simulated_figures, llvm_cpu) -> dict:
+def measure_int8(spec: dict, build_model, simulated_figures, llvm_cpu_function) -> dict:
     """One int8 row: quantize, both compiles, both references, the simulated figures
-    (`build_model`, `simulated_figures` and `llvm_cpu` are run.py's)."""
+    (`build_model`, `simulated_figures` and `llvm_cpu_function` are run.py's)."""
     from pathlib import Path
 
     import numpy as np
 
     import torq
-    from ort_int8 import int8_error_figures, onnxruntime_output, quantize_with_ort
+    from ort_int8 import int8_error_figures, one_input_step_moved, onnxruntime_output, quantize_with_ort
     from torq.compiler.onnx_import import import_onnx
 
     base = spec["model"][: -len(INT8_SUFFIX)]
@@ -44,8 +44,10 @@ def measure_int8(spec: dict, build_model, simulated_figures, llvm_cpu) -> dict:
         t0 = time.perf_counter()
         path = quantize_with_ort(model, x, tmp)
         row["quantize_s"] = time.perf_counter() - t0
-        row["iree_compile_s"], _, cpu = llvm_cpu(import_onnx(Path(path).read_bytes(), Path(path).name), xs,
-                                                 function="main_graph")
+        row["iree_compile_s"], cpu_fn = llvm_cpu_function(import_onnx(Path(path).read_bytes(), Path(path).name),
+                                                          function="main_graph")
+        cpu = np.asarray(cpu_fn(xs))
+        moved = np.asarray(cpu_fn(one_input_step_moved(Path(path), xs)))
         onnxrt = onnxruntime_output(path, xs)
         t0 = time.perf_counter()
         try:
@@ -59,6 +61,8 @@ def measure_int8(spec: dict, build_model, simulated_figures, llvm_cpu) -> dict:
     row["sim_run_s"] = time.perf_counter() - t0
     row.update(simulated_figures(cm))
     row.update(int8_error_figures(y, cpu, onnxrt))
+    floor = int8_error_figures(moved, cpu, onnxrt)
+    row["one_step_rel_l2"], row["one_step_histogram"] = floor["rel_l2_cpu"], floor["step_histogram"]
     summaries = [s for d in cm.report.dispatches if d.executor == "torq" for s in d.requant]
     row["requant_channels"] = sum(s["channels"] for s in summaries)
     row["requant_exact_channels"] = sum(s["exact_channels"] for s in summaries)
@@ -70,7 +74,7 @@ def measure_int8(spec: dict, build_model, simulated_figures, llvm_cpu) -> dict:
 COLUMNS = ["model", "torq-compile s", "iree-compile llvm-cpu s", "ratio", "simulated cycles",
            "int8 / bf16 cycles", "efficiency vs roofline", "DDR traffic ratio", "NPU share of MACs",
            "dispatches torq/host", "rel L2 vs llvm-cpu", "rel L2 vs onnxruntime", "llvm-cpu vs onnxruntime",
-           "outputs 0 / 1 / 2+ steps off", "exact rescale channels", "wall s"]
+           "outputs 0 / 1 / 2+ steps off", "llvm-cpu, one input step moved", "exact rescale channels", "wall s"]
 
 
 def _row(r: dict, bf16: dict | None) -> list[str]:
@@ -85,8 +89,16 @@ def _row(r: dict, bf16: dict | None) -> list[str]:
             f"{100 * r['efficiency']:.1f}%" if r["efficiency"] else "-",
             f"{r['traffic_ratio']:.3f}" if r["traffic_ratio"] else "-", f"{100 * r['mac_share']:.2f}%",
             f"{r['torq_dispatches']}/{r['host_dispatches']}", f"{r['rel_l2_cpu']:.2e}", f"{r['rel_l2_ort']:.2e}",
-            f"{r['cpu_vs_ort']:.2e}", f"{hist[0]} / {hist[1]} / {sum(hist[2:])}",
+            f"{r['cpu_vs_ort']:.2e}", f"{hist[0]} / {hist[1]} / {sum(hist[2:])}", _one_step(r),
             f"{r['requant_exact_channels']:,} of {ch:,}" if ch else "-", f"{r.get('wall_s', 0):.0f}"]
+
+
+def _one_step(r: dict) -> str:
+    """llvm-cpu's own output moved by one input element moved one quantization step."""
+    if "one_step_rel_l2" not in r:
+        return "-"
+    hist = r["one_step_histogram"] + [0, 0]
+    return f"{r['one_step_rel_l2']:.2e} ({hist[1] + sum(hist[2:])} outputs off)"
 
 
 def markdown(rows: list[dict]) -> list[str]:
@@ -106,7 +118,10 @@ def markdown(rows: list[dict]) -> list[str]:
               "model (relative L2; DESIGN §7 asks ≤ 1e-2), and the outputs 0, 1, 2+ output steps from llvm-cpu's; "
               "a requantization whose f32 chain no integer rescale reproduces on every accumulator value takes the "
               "nearest (one step off on the values the compile report counts): exact rescale channels = channels "
-              "reproduced exactly / all requantized channels on the NPU.", ""]
+              "reproduced exactly / all requantized channels on the NPU. llvm-cpu, one input step moved: llvm-cpu's "
+              "own output when one input element (seeded choice) moves by the input's quantization step, vs its "
+              "output on the unmoved input: the model's sensitivity, the error any int8 implementation that rounds "
+              "a single value differently from llvm-cpu starts from.", ""]
     for r in int8:
         if "cycles" in r:
             lines.append(f"- {r['label']}: {r['tables']} activation tables, {r['residual_adds']} residual adds; "

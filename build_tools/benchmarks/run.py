@@ -46,10 +46,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 HOST_FLAGS = ["--iree-llvmcpu-target-cpu=host"]  # as torq's host side (compiler/driver.py HOST_FLAGS)
 
 
-def llvm_cpu(mlir: str | bytes, x, function: str = "main") -> tuple[float, float, object]:
-    """iree-compile (llvm-cpu) seconds, median run seconds of 5 calls after a warm-up, and the output."""
+def llvm_cpu_function(mlir: str | bytes, function: str = "main") -> tuple[float, object]:
+    """iree-compile (llvm-cpu) seconds and the compiled `function` on iree.runtime local-task."""
     import iree.runtime as rt
-    import numpy as np
     from iree.compiler import tools as iree_tools
 
     t0 = time.perf_counter()
@@ -57,7 +56,14 @@ def llvm_cpu(mlir: str | bytes, x, function: str = "main") -> tuple[float, float
     compile_s = time.perf_counter() - t0
     ctx = rt.SystemContext(config=rt.Config("local-task"))
     ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
-    main = ctx.modules.module[function]
+    return compile_s, ctx.modules.module[function]
+
+
+def llvm_cpu(mlir: str | bytes, x, function: str = "main") -> tuple[float, float, object]:
+    """iree-compile (llvm-cpu) seconds, median run seconds of 5 calls after a warm-up, and the output."""
+    import numpy as np
+
+    compile_s, main = llvm_cpu_function(mlir, function)
     np.asarray(main(x))
     samples = []
     for _ in range(5):
@@ -70,7 +76,7 @@ def llvm_cpu(mlir: str | bytes, x, function: str = "main") -> tuple[float, float
 def measure(spec: dict) -> dict:
     """One model: both compiles, both runs, the simulated figures and the errors."""
     if is_int8(spec["model"]):
-        return measure_int8(spec, build_model, simulated_figures, llvm_cpu)
+        return measure_int8(spec, build_model, simulated_figures, llvm_cpu_function)
     import numpy as np
     import torch
 
