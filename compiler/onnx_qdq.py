@@ -5,11 +5,13 @@ need no arithmetic on the values. IREE lowers such a pair as written: f32
 data in DDR around an f32 op that the NPU cannot run bit-exactly. The
 rewrites here remove the pair where the int8 op computes the same bits.
 
-- `DequantizeLinear`s -> MaxPool or Concat -> `QuantizeLinear` (per-tensor
-  scales s > 0; ONNX Runtime's quantized max pool and concat): the op on
+- `DequantizeLinear`s -> MaxPool, Concat or data movement (Reshape,
+  Transpose, Squeeze, Split, Slice, Gather, ...) -> `QuantizeLinear`
+  (per-tensor scales s > 0; ONNX Runtime's quantized max pool and concat,
+  and the QDQ pairs it leaves around a transformer's head split): the op on
   the int8 inputs, each first requantized to the output's scale and zero
   point by Q(DQ(x)) where they differ (an int8 -> int8 table on the NPU).
-  Exact: Q is elementwise, so it commutes with concat, and Q(DQ(.)) is
+  Exact: Q is elementwise, so it commutes with concat and data movement, and Q(DQ(.)) is
   non-decreasing, so it commutes with max; with one scale and zero point
   Q(DQ(k)) = k for every int8 k (fl((k - z) s) / s is within a few f32
   ulps of k - z, far from a rounding boundary). Padding never wins a max.
@@ -135,14 +137,22 @@ def _uint8_to_int8(model) -> int:
 
 # Ops whose int8 form computes the same bits as dequantize -> op -> quantize: data movement,
 # and max pooling (Q(DQ(x)) is non-decreasing in x, so it commutes with max). Their inputs
-# that carry values (not shapes or axes).
-_INT8_OPS = {"MaxPool": lambda n: [0], "Concat": lambda n: list(range(len(n.input)))}
+# that carry values (not shapes, axes or indices).
+_INT8_OPS = {"MaxPool": lambda n: [0], "Concat": lambda n: list(range(len(n.input))),
+             **{op: (lambda n: [0]) for op in ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
+                                                "Split", "Slice", "Identity", "Gather")}}
+
+
+def _same_params(a, b) -> bool:
+    return a[1].dtype == b[1].dtype and bool(np.all(a[0] == b[0])) and bool(np.all(a[1] == b[1]))
 
 
 def _int8_data_movement(model) -> int:
-    """`DequantizeLinear`s -> MaxPool / Concat -> `QuantizeLinear` as the int8 op; an input whose
-    scale or zero point differs from the quantize's is requantized first (Q(DQ(x)), an int8 ->
-    int8 op the NPU runs as a table). Returns the number of ops rewritten."""
+    """`DequantizeLinear`s -> MaxPool / Concat / data movement -> `QuantizeLinear`s as the int8
+    op; an input whose scale or zero point differs from the quantize's is requantized first
+    (Q(DQ(x)), an int8 -> int8 op the NPU runs as a table). An op with several outputs (Split)
+    needs one quantize per output, all with the same parameters. Returns the number of ops
+    rewritten."""
     from onnx import helper
     nodes = list(model.graph.node)
     producer = {o: n for n in nodes for o in n.output}
@@ -153,22 +163,23 @@ def _int8_data_movement(model) -> int:
     outputs = {o.name for o in model.graph.output}
     done = 0
     for op in nodes:
-        if op.op_type not in _INT8_OPS or len(op.output) != 1 or op.output[0] in outputs:
+        if op.op_type not in _INT8_OPS or any(o in outputs for o in op.output):
             continue
-        after = users.get(op.output[0], [])
+        after = [users.get(o, []) for o in op.output]
         dqs = [producer.get(op.input[k]) for k in _INT8_OPS[op.op_type](op)]
-        if len(after) != 1 or after[0].op_type != "QuantizeLinear" or \
+        if any(len(a) != 1 or a[0].op_type != "QuantizeLinear" for a in after) or \
                 any(d is None or d.op_type != "DequantizeLinear" for d in dqs):
             continue
-        q = after[0]
-        pq = _quant_params(model, q)
+        qs = [a[0] for a in after]
+        pqs = [_quant_params(model, q) for q in qs]
         pds = [_quant_params(model, d) for d in dqs]
-        if pq is None or not float(pq[0]) > 0 or any(p is None or not float(p[0]) > 0 or p[1].dtype != pq[1].dtype
-                                                      for p in pds):
+        if any(p is None or not float(p[0]) > 0 for p in pqs + pds) or \
+                any(not _same_params(p, pqs[0]) for p in pqs) or any(p[1].dtype != pqs[0][1].dtype for p in pds):
             continue
+        q, pq = qs[0], pqs[0]
         at = list(model.graph.node).index(op)
         for k, d, pd in zip(_INT8_OPS[op.op_type](op), dqs, pds):
-            if pd[0] == pq[0] and pd[1] == pq[1]:
+            if _same_params(pd, pq):
                 op.input[k] = d.input[0]
             else:
                 name = f"{d.output[0]}_requantized"
@@ -176,8 +187,9 @@ def _int8_data_movement(model) -> int:
                                                              [name], name=name))
                 at += 1
                 op.input[k] = name
-        op.output[0] = q.output[0]
-        model.graph.node.remove(q)
+        for k, qk in enumerate(qs):
+            op.output[k] = qk.output[0]
+            model.graph.node.remove(qk)
         for d in dqs:
             if d in model.graph.node and d.output[0] not in outputs and \
                     not any(d.output[0] in n.input for n in model.graph.node):

@@ -165,3 +165,27 @@ def test_transformer_feed_forward_runs_on_int8(tmp_path):
     """Both matmuls on the NPU: fc1 with the bias onnxruntime adds after its quantized matmul and
     the erf GELU (a table) after it; fc2 with its bias and the residual add after it."""
     rewritten_and_checked(*ort_quantized_model(tmp_path, ResidualGeluMlp, shape=(1, 16, 64)), rewrites=1)
+
+
+def test_split_between_quantizes_runs_on_int8():
+    """A head split (DQ -> Split -> one Q per output, same parameters) becomes an int8 Split;
+    onnxruntime gives the same bits. Outputs quantized with different parameters are left."""
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    def model(s_out):
+        outs = [helper.make_tensor_value_info(f"y{k}", TensorProto.INT8, [1, 16, 4]) for k in range(3)]
+        return _graph([helper.make_node("DequantizeLinear", ["x", "s", "z"], ["d"]),
+                       helper.make_node("Split", ["d", "sizes"], ["p0", "p1", "p2"], axis=2),
+                       *[helper.make_node("QuantizeLinear", [f"p{k}", s_out[k], "z"], [f"y{k}"]) for k in range(3)]],
+                      [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 16, 12])], outs,
+                      [("s", np.float32(0.02)), ("z", np.int8(-5)), ("t", np.float32(0.03)),
+                       ("sizes", np.array([4, 4, 4], np.int64))])
+
+    written, rewritten = model(["s"] * 3), model(["s"] * 3)
+    assert rewrite_qdq(rewritten) == 1
+    assert [n.op_type for n in rewritten.graph.node] == ["Split"]
+    x = np.random.default_rng(0).integers(-128, 128, (1, 16, 12)).astype(np.int8)
+    run = lambda m: onnxruntime.InferenceSession(m.SerializeToString()).run(None, {"x": x})  # noqa: E731
+    assert all(np.array_equal(a, b) for a, b in zip(run(written), run(rewritten)))
+    assert rewrite_qdq(model(["s", "t", "s"])) == 0
