@@ -93,6 +93,16 @@ def _row(r: dict, bf16: dict | None) -> list[str]:
             f"{r['requant_exact_channels']:,} of {ch:,}" if ch else "-", f"{r.get('wall_s', 0):.0f}"]
 
 
+def _cpu_int8_isa() -> str:
+    """The x86 int8 dot-product extensions this machine has (onnxruntime picks its kernels by them)."""
+    try:
+        flags = set(next(ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")).split())
+    except (OSError, StopIteration):
+        return "unknown"
+    have = [name for flag, name in (("avx512_vnni", "AVX-512 VNNI"), ("avx_vnni", "AVX-VNNI")) if flag in flags]
+    return ", ".join(have) if have else ("AVX2, no VNNI" if "avx2" in flags else "no AVX2")
+
+
 def _one_step(r: dict) -> str:
     """llvm-cpu's own output moved by one input element moved one quantization step."""
     if "one_step_rel_l2" not in r:
@@ -121,7 +131,10 @@ def markdown(rows: list[dict]) -> list[str]:
               "reproduced exactly / all requantized channels on the NPU. llvm-cpu, one input step moved: llvm-cpu's "
               "own output when one input element (seeded choice) moves by the input's quantization step, vs its "
               "output on the unmoved input: the model's sensitivity, the error any int8 implementation that rounds "
-              "a single value differently from llvm-cpu starts from.", ""]
+              "a single value differently from llvm-cpu starts from. onnxruntime's int8 kernels depend on the CPU: "
+              "without AVX-512 VNNI / AVX-VNNI (this machine: " + _cpu_int8_isa() + ") its u8 x s8 products go "
+              "through 16-bit saturating adds (onnxruntime documents reduce_range for such CPUs), which moves its "
+              "output away from llvm-cpu's and ours alike.", ""]
     for r in int8:
         if "cycles" in r:
             lines.append(f"- {r['label']}: {r['tables']} activation tables, {r['residual_adds']} residual adds; "
