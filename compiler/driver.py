@@ -60,11 +60,25 @@ class CompileOptions:
                            host_fallback_on_error=self.host_fallback_on_error, requant=self.requant)
 
 
-TORQ_FLAGS = {"--torq-hw", "--torq-keep-f32", "--torq-super-tiling-strategy", "--torq-slice-distribution",
-              "--torq-tiling-traffic-slack",
-              "--torq-print-ir-after-all", "--torq-quiet", "--torq-dump-tiling", "--torq-host-fallback-on-error",
-              "--torq-requant", "--torq-dump-quant"}
 REQUANT_MODES = ("nearest", "exact")
+# Every Torq flag with its value form and what it does: the one list `parse_torq_flags`
+# accepts and `--help` prints.
+TORQ_FLAG_HELP = {
+    "--torq-hw": ("NAME[:key=value,...]", "hardware model to compile for (default SL2610); 'list' lists them"),
+    "--torq-requant": ("nearest|exact", "int8 float requantizations: the nearest integer rescale (default, at "
+                       "most one output step off, measured and reported) or only exact ones (the rest on host)"),
+    "--torq-dump-quant": ("FILE.json", "write each dispatch's requantization summary"),
+    "--torq-dump-tiling": ("FILE.json", "write each dispatch's super-tiling decision"),
+    "--torq-super-tiling-strategy": ("default|traffic|seed", "super-tiling search strategy"),
+    "--torq-tiling-traffic-slack": ("FRACTION", "DDR bytes the tiler may add to save cycles (e.g. 0.05)"),
+    "--torq-slice-distribution": ("cyclic|block|block-cyclic[:B]", "how a tile's work is split over the "
+                                  "slices"),
+    "--torq-keep-f32": ("", "keep f32 dispatches f32 (no bf16 conversion): they stay on host"),
+    "--torq-host-fallback-on-error": ("", "a dispatch the Torq pipeline fails on runs on host instead of failing"),
+    "--torq-print-ir-after-all": ("", "print each NPU dispatch's IR after every Torq pass"),
+    "--torq-quiet": ("", "no remarks on stderr"),
+}
+TORQ_FLAGS = set(TORQ_FLAG_HELP)
 
 
 def parse_torq_flags(argv: list[str]) -> tuple[CompileOptions, list[str], bool]:

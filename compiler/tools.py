@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .driver import (CompileOptions, InternalCompilerError, UsageError, _ListHw, compile_source,
+from .driver import (TORQ_FLAG_HELP, CompileOptions, InternalCompilerError, UsageError, _ListHw, compile_source,
                      hw_list_text, parse_torq_flags, write_atomically)
 from .ir_utils import CompileError
 from .onnx_import import read_onnx_source
@@ -64,7 +64,48 @@ def _read_input(inp: str | None) -> tuple[bytes, str]:
         return f.read(), inp
 
 
+def help_text(tool: str) -> str:
+    """`--help` of torq-compile (and of iree-compile with the Torq target): Torq's flags, then
+    where IREE's are documented."""
+    lines = [f"usage: {tool} MODEL (.mlir, .mlirbc or .onnx; - for stdin) -o MODEL.vmfb [flags]", "",
+             "Compiles a model for the Torq NPU: IREE up to dispatch creation, Torq's pipeline for the",
+             "dispatches the NPU runs, IREE's llvm-cpu backend for the rest; writes an IREE .vmfb.", "",
+             "Torq flags:"]
+    for flag, (value, what) in TORQ_FLAG_HELP.items():
+        lines.append(f"  {flag + ('=' + value if value else ''):44} {what}")
+    lines += ["  --compile-to=PHASE                           stop after an IREE or Torq phase and print the IR",
+              "  -h, --help                                   this text",
+              "  --version                                    package, IREE and hardware-model versions", "",
+              "Every other flag is IREE's, passed to iree-compile as is: 'iree-compile --help' lists them",
+              "(https://iree.dev/reference/mlir-passes/ and the iree-compile documentation)."]
+    return "\n".join(lines)
+
+
+def version_text() -> str:
+    """`--version`: this package, the IREE packages it runs on, and the hardware models."""
+    from importlib import metadata
+
+    from torq.hw import PRESETS
+    from torq.runtime.executable import FORMAT_VERSION
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return (f"iree-torq {version('iree-torq')}\n"
+            f"iree-base-compiler {version('iree-base-compiler')}, iree-base-runtime {version('iree-base-runtime')}\n"
+            f"hardware models: {', '.join(sorted(PRESETS))} (executable format {FORMAT_VERSION})")
+
+
 def _compile_main(tool: str, argv: list[str], torq_default: bool) -> int:
+    if "-h" in argv or "--help" in argv:
+        print(help_text(tool))
+        return 0
+    if "--version" in argv:
+        print(version_text())
+        return 0
     try:
         opts, rest, quiet = parse_torq_flags(argv)
         if not torq_default:

@@ -152,3 +152,26 @@ def test_compile_error_inside_a_dispatch_exits_cleanly(tmp_path):
     assert len(lines) == 1 and "cannot fit LRAM even with size-1 tiles" in lines[0], r.stderr
     assert "wide.mlir:6:" in lines[0] and "smallest footprint 4098 bytes, budget 1024 bytes" in lines[0]
     assert not out.exists() and not list(tmp_path.glob(".torq-*"))
+
+
+def test_help_lists_every_torq_flag_then_points_at_iree():
+    from torq.compiler.driver import TORQ_FLAGS
+
+    for args in (["--help"], ["-h"], ["model.mlir", "--help"]):
+        r = run("torq-compile", *args)
+        assert r.returncode == 0 and not r.stderr, r.stderr
+        assert r.stdout.startswith("usage: torq-compile")
+        assert all(flag in r.stdout for flag in TORQ_FLAGS)
+        assert "iree-compile --help" in r.stdout
+    r = run("iree-compile", "--iree-hal-target-backends=torq", "--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: iree-compile")
+
+
+def test_version_names_package_iree_and_hardware():
+    from importlib import metadata
+
+    r = run("torq-compile", "--version")
+    assert r.returncode == 0, r.stderr
+    assert f"iree-torq {metadata.version('iree-torq')}" in r.stdout
+    assert f"iree-base-compiler {metadata.version('iree-base-compiler')}" in r.stdout
+    assert "SL2610" in r.stdout
