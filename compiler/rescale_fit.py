@@ -30,11 +30,24 @@ those of all channels at once with `channel_step_points`).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
+
+
+def _clamp(x, lo, hi):
+    """np.clip(x, lo, hi) for integer arrays (np.clip's fixed cost dominates on small ones)."""
+    return np.minimum(np.maximum(x, lo), hi)
+
+
+@functools.lru_cache(maxsize=None)
+def _pairs(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(i, j, j - i) of every pair i < j of n step points."""
+    i, j = np.triu_indices(n, 1)
+    return i, j, (j - i).astype(np.int64)
 
 # Widths the emitted arithmetic must stay within (TOSA rescale's envelope).
 _MAX_MULTIPLIER = (1 << 31) - 1
@@ -107,14 +120,13 @@ class Rescale:
     def __call__(self, a: np.ndarray) -> np.ndarray:
         a = np.asarray(a, np.int64)
         v = ((a + self.offset) * self.multiplier + self.rounding) >> self.shift
-        return np.clip(v, self.qmin, self.qmax)
+        return _clamp(v, self.qmin, self.qmax)
 
 
 def _slope_interval(ks: np.ndarray, ts: np.ndarray) -> tuple[Fraction, Fraction | None]:
     """Open interval of slopes m of lines with m T_k + r >= k > m (T_k - 1) + r for all k:
     m > (j - k) / (T_j - T_k + 1) and m < (j - k) / (T_j - T_k - 1) for every j > k."""
-    i, j = np.triu_indices(len(ks), 1)
-    dk = ks[j] - ks[i]
+    i, j, dk = _pairs(len(ks))  # the levels ks are consecutive: ks[j] - ks[i] = j - i
     dt = ts[j] - ts[i]
 
     def extreme(num, den, largest):
@@ -149,7 +161,9 @@ def fit_rescale(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int) -> Rescale
     top = m_hi if m_hi is not None else m_lo * 2 + 1
     shift = max(0, min(_MAX_SHIFT, int(math.floor(math.log2(_MAX_MULTIPLIER / float(top))))))
     tried = 0
+    reach = int(np.abs(ks).max()) + 1, int(np.abs(ts).max()) + 1
     for s in range(shift, -1, -1):
+        wide = reach[0] * (1 << s) + (_MAX_MULTIPLIER + 1) * reach[1] >= 1 << 62
         lo_m = math.floor(m_lo * (1 << s))
         hi_m = math.ceil(top * (1 << s))
         cands = range(max(lo_m, 1), min(hi_m, _MAX_MULTIPLIER) + 1)
@@ -159,9 +173,12 @@ def fit_rescale(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int) -> Rescale
         for m in cands:
             tried += 1
             two_s = 1 << s
-            # Python ints: k 2^s can exceed i64 before the (checked) emitted arithmetic does.
-            r_low = max(int(k) * two_s - m * int(t) for k, t in zip(ks, ts))
-            r_high = min(int(k) * two_s - 1 - m * (int(t) - 1) for k, t in zip(ks, ts))
+            # Python ints where k 2^s can exceed i64 before the (checked) emitted arithmetic does.
+            if wide:
+                r_low = max(int(k) * two_s - m * int(t) for k, t in zip(ks, ts))
+                r_high = min(int(k) * two_s - 1 - m * (int(t) - 1) for k, t in zip(ks, ts))
+            else:
+                r_low, r_high = int((ks * two_s - m * ts).max()), int((ks * two_s - 1 - m * (ts - 1)).min())
             if r_low > r_high:
                 continue
             offset = r_low // m
@@ -246,7 +263,7 @@ def _rescale_step_points(r: Rescale, ks: np.ndarray, lo: int, hi: int) -> np.nda
         return first_reaching(r, ks, lo, hi)
     u = -((r.rounding - ks.astype(np.int64) * one) // r.multiplier) - r.offset  # ceil division
     u = np.where(ks <= r.qmin, lo, np.where(ks > r.qmax, hi + 1, u))
-    return np.clip(u, lo, hi + 1)
+    return _clamp(u, lo, hi + 1)
 
 
 def disagreement(ts: np.ndarray, us: np.ndarray, lo: int, hi: int) -> tuple[int, int]:
@@ -291,14 +308,16 @@ def nearest_rescale(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int) -> Res
     js = np.arange(-_NEAREST_MULTIPLIERS, _NEAREST_MULTIPLIERS + 1)
     mults = np.unique(np.clip(m0 + (spread * js) // _NEAREST_MULTIPLIERS, 1, _MAX_MULTIPLIER))
     best = None
+    ks_shifted, counts = ks * (1 << shift), np.arange(1, len(ks) + 1)
     for m in (int(x) for x in mults):
         # Level k is reached at T_k exactly when R is in [c_k, c_k + m): the R in most of these
         # intervals is one of the c_k (a sweep), and among those the least sum |U_k - T_k| wins.
-        c = np.sort(ks * (1 << shift) - m * ts)
-        inside = np.arange(1, len(c) + 1) - np.searchsorted(c + m, c, "right")
-        rs = c[np.argsort(-inside, kind="stable")[:_NEAREST_ROUNDINGS]]
-        us = -((rs[:, None] - ks[None, :] * (1 << shift)) // m)  # ceil((k 2^s - R) / m)
-        cost = np.abs(np.clip(us, lo, hi + 1) - ts[None, :]).sum(1)
+        c = ks_shifted - m * ts
+        c.sort()
+        inside = counts - (c + m).searchsorted(c, "right")
+        rs = c[(-inside).argsort(kind="stable")[:_NEAREST_ROUNDINGS]]
+        us = -((rs[:, None] - ks_shifted[None, :]) // m)  # ceil((k 2^s - R) / m)
+        cost = np.abs(_clamp(us, lo, hi + 1) - ts[None, :]).sum(1)
         k = int(np.argmin(cost))
         key = (int(cost[k]), abs(m - m0))
         if best is None or key < best[0]:
