@@ -203,6 +203,8 @@ def compile_source(source: str | bytes, options: CompileOptions, source_name: st
         if options.dump_quant:
             _write_json_dump(options.dump_quant, "--torq-dump-quant", result.report.quant_dump())
         return result
+    except IreeError as e:
+        error = IreeError(str(e), e.diagnostics)
     except (CompileError, UsageError) as e:
         error = type(e)(str(e))
     except Exception as e:  # a bug in the compiler: one line, details on request
@@ -244,6 +246,46 @@ class InternalCompilerError(CompileError):
         self.details = details
 
 
+# IREE's embedding API: void (*)(severity, const char *message, size_t size, void *user_data).
+_DIAGNOSTIC_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+_SEVERITY_ERROR = 2  # iree_compiler_diagnostic_severity_t: note 0, warning 1, error 2, remark 3
+
+
+def _collect_errors(inv) -> list[str]:
+    """IREE's error diagnostics of invocation `inv`, as they come (with their source locations),
+    for the exception a Python caller gets: console diagnostics go to the process's stderr,
+    which a notebook does not show."""
+    from iree.compiler.api import ctypes_dl
+
+    errors: list[str] = []
+
+    def on_diagnostic(severity, message, size, _user_data):
+        if severity == _SEVERITY_ERROR:
+            errors.append(ctypes.string_at(message, size).decode("utf-8", "replace"))
+
+    callback = _DIAGNOSTIC_CALLBACK(on_diagnostic)
+    enable = ctypes_dl._dylib.ireeCompilerInvocationEnableCallbackDiagnostics
+    enable.argtypes, enable.restype = [ctypes.c_void_p, ctypes.c_int, _DIAGNOSTIC_CALLBACK, ctypes.c_void_p], None
+    enable(inv._inv_p, 0, callback, None)
+    inv._torq_diagnostic_callback = callback  # must live as long as the invocation
+    return errors
+
+
+class IreeError(CompileError):
+    """IREE itself rejected the model: the message names the step and IREE's first error (its
+    first line, with the source location); `diagnostics` holds every error IREE reported."""
+
+    def __init__(self, message: str, diagnostics: list[str]):
+        super().__init__(message)
+        self.diagnostics = diagnostics
+
+
+def _iree_failure(source_name: str, what: str, errors: list[str]) -> IreeError:
+    """The error for a failed IREE step, with IREE's first error diagnostic."""
+    first = errors[0].strip().splitlines()[0] if errors and errors[0].strip() else ""
+    return IreeError(f"{source_name}: error: {what}" + (f": {first}" if first else ""), list(errors))
+
+
 def _compile_in_session(session: Session, source: str | bytes, options: CompileOptions,
                         source_name: str, remarks) -> CompileResult:
     to_phase, from_phase = _phase_fns()
@@ -258,14 +300,16 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
         raise UsageError(str(e).strip().splitlines()[-1]) from None
     inv = session.invocation()
     inv.enable_console_diagnostics()
+    errors = _collect_errors(inv)
     data = source.encode() if isinstance(source, str) else source
     # The buffer name becomes the file name in locations and diagnostics.
     src = Source.wrap_buffer(session, data, buffer_name=source_name)
     if not inv.parse_source(src):
-        raise CompileError(f"{source_name}: error: failed to parse the input (see diagnostics above)")
+        raise _iree_failure(source_name, "failed to parse the input", errors)
     if options.torq:
         if b"quantized_decomposed" in data:  # PT2E input: no other input pays for an export
             inv = _rewrite_torch_qdq(session, inv)
+            errors = _collect_errors(inv)
         # input signatures into iree.reflection, for the runtime's input checks
         from .signature import attach_to_invocation
         inv = attach_to_invocation(inv)
@@ -277,7 +321,7 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
     if options.torq and (not stop or torq_stop or PHASES.index(stop) > PHASES.index("dispatch-creation")):
         to_phase(inv._inv_p, b"dispatch-creation")
         if not inv.execute():
-            raise CompileError(f"{source_name}: error: IREE failed before dispatch creation")
+            raise _iree_failure(source_name, "IREE failed before dispatch creation", errors)
         module_op = inv.export_module()
         ctx = module_op.context
         ctx.allow_unregistered_dialects = True
@@ -294,12 +338,13 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
                 return CompileResult(None, report.stopped_ir, report)
         inv = session.invocation()
         inv.enable_console_diagnostics()
+        errors = _collect_errors(inv)
         inv.import_module(module_op)
         from_phase(inv._inv_p, b"dispatch-creation")
     if stop:
         to_phase(inv._inv_p, stop.encode())
     if not inv.execute():
-        raise CompileError(f"{source_name}: error: IREE compilation failed (see diagnostics above)")
+        raise _iree_failure(source_name, "IREE compilation failed", errors)
     out = Output.open_membuffer()
     if stop and stop != "end":
         inv.output_ir(out)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .driver import (TORQ_FLAG_HELP, CompileOptions, InternalCompilerError, UsageError, _ListHw, compile_source,
+from .driver import (TORQ_FLAG_HELP, CompileOptions, InternalCompilerError, IreeError, UsageError, _ListHw, compile_source,
                      hw_list_text, parse_torq_flags, write_atomically)
 from .ir_utils import CompileError
 from .onnx_import import read_onnx_source
@@ -133,6 +133,8 @@ def _compile_main(tool: str, argv: list[str], torq_default: bool) -> int:
     except CompileError as e:
         if isinstance(e, InternalCompilerError) and os.environ.get("TORQ_DEBUG"):
             print(e.details, file=sys.stderr, end="")
+        if isinstance(e, IreeError):  # IREE's own diagnostics first, as iree-compile prints them
+            print("\n".join(d.rstrip() for d in e.diagnostics), file=sys.stderr)
         return _fail(tool, str(e).removeprefix("error: "))
     except KeyboardInterrupt:
         return _fail(tool, "interrupted", 130)

@@ -14,7 +14,12 @@ from torq.hw import TorqHw, parse_hw_spec
 
 
 class TorqCompileError(Exception):
-    """Compilation failed; the message is the one-line compiler error."""
+    """Compilation failed; the message is the one-line compiler error. When IREE itself rejected
+    the model, `diagnostics` holds every error it reported (with source locations)."""
+
+    def __init__(self, message: str, diagnostics: Sequence[str] = ()):
+        super().__init__(message)
+        self.diagnostics = list(diagnostics)
 
 
 _FILE_SUFFIXES = (".mlir", ".mlirbc", ".onnx")
@@ -113,5 +118,5 @@ def compile(model: Any, *args: Any, hw: str | TorqHw = "SL2610", flags: Sequence
     try:
         result = compile_source(source, opts, name, remarks=remarks)
     except (CompileError, UsageError) as e:
-        raise TorqCompileError(str(e)) from None
+        raise TorqCompileError(str(e), getattr(e, "diagnostics", ())) from None
     return CompiledModule(result.vmfb, opts.hw, result.report)

@@ -175,3 +175,27 @@ def test_version_names_package_iree_and_hardware():
     assert f"iree-torq {metadata.version('iree-torq')}" in r.stdout
     assert f"iree-base-compiler {metadata.version('iree-base-compiler')}" in r.stdout
     assert "SL2610" in r.stdout
+
+
+ILLEGAL_OP = """func.func @main(%arg0: !torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32> {
+  %0 = torch.operator "torch.aten.not_an_op"(%arg0) : (!torch.vtensor<[4],f32>) -> !torch.vtensor<[4],f32>
+  return %0 : !torch.vtensor<[4],f32>
+}
+"""
+
+
+def test_iree_rejection_shows_iree_diagnostic_with_location(tmp_path):
+    """IREE's own error (with its file:line:col) reaches the CLI's error line and the Python
+    API's exception, not only the process's stderr."""
+    import torq
+
+    src = tmp_path / "bad.mlir"
+    src.write_text(ILLEGAL_OP)
+    r = run("torq-compile", str(src), "-o", str(tmp_path / "bad.vmfb"))
+    assert r.returncode == 1 and not (tmp_path / "bad.vmfb").exists()
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("torq-compile: error:") and "bad.mlir:2:8" in last and "failed to legalize" in last
+    with pytest.raises(torq.TorqCompileError) as e:
+        torq.compile(str(src))
+    assert "bad.mlir:2:8" in str(e.value) and "\n" not in str(e.value)
+    assert any("failed to legalize operation 'torch.operator'" in d for d in e.value.diagnostics)
