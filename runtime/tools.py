@@ -5,7 +5,13 @@ Contract:
   `--device=torq` (the only device: IREE CPU for host code + the simulator),
   repeated `--input=` in argument order, repeated `--output=` in result order,
   `--torq-hw=SPEC` (`parse_hw_spec`; `--torq-hw=list` prints the presets),
-  `--print-stats` (per-dispatch table), `--output_max_element_count=1024`.
+  `--print-stats` (per-dispatch table), `--output_max_element_count=1024`,
+  repeated `--expected_output=` in result order (the `--input` forms, or
+  `(ignored)`), with `--expected_f32_threshold=0.0001`,
+  `--expected_f16_threshold=0.001`, `--expected_bf16_threshold=0.01`,
+  `--expected_f64_threshold=0.0001` (absolute; integers must be equal):
+  prints `[SUCCESS] all function outputs matched their expected values.` or
+  `[FAILED] result[i]: ...` for the first mismatch, exit code 1 then.
 - `--input` forms: `@file.npy`; `2x3xf32=@file.npy` (file shape and dtype
   must equal the declared ones; a raw 2-byte npy is read as bf16 when bf16 is
   declared); `2x3xf32=1.5` (splat); `2xf32=1,2` (list; separators are commas,
@@ -76,7 +82,44 @@ def _parser() -> _Parser:
     p.add_argument("--print-stats", dest="print_stats", action="store_true", help="print a per-dispatch statistics table")
     p.add_argument("--output_max_element_count", "--output-max-element-count", dest="max_elements", type=int, default=1024,
                    help="print at most this many elements per result (default 1024)")
+    p.add_argument("--expected_output", "--expected-output", dest="expected", action="append", default=[],
+                   help="a result's expected value, in result order: the --input forms, or (ignored)")
+    for name, default in _THRESHOLDS.items():
+        p.add_argument(f"--expected_{name}_threshold", f"--expected-{name}-threshold", dest=f"{name}_threshold",
+                       type=float, default=default,
+                       help=f"largest |result - expected| for {name} results (default {default})")
     return p
+
+
+# iree-run-module's default tolerances for --expected_output (bf16: one unit of its 8-bit mantissa near 1).
+_THRESHOLDS = {"f32": 0.0001, "f16": 0.001, "bf16": 0.01, "f64": 0.0001}
+
+
+def check_expected(specs: list[str], results: list[tuple[Any, ElementType | None]],
+                   args: argparse.Namespace) -> str | None:
+    """None when every result matches its `--expected_output`, else the first mismatch."""
+    if len(specs) != len(results):
+        raise ToolError(f"{len(specs)} --expected_output values for {len(results)} results")
+    for i, (text, (value, et)) in enumerate(zip(specs, results)):
+        if text == "(ignored)":
+            continue
+        expected = parse_input(text, i, flag="--expected_output")
+        got = np.asarray(value)
+        if got.shape != expected.shape:
+            return f"result[{i}]: shape {'x'.join(map(str, got.shape)) or 'scalar'}, expected " \
+                   f"{'x'.join(map(str, expected.shape)) or 'scalar'}"
+        name = et.name if et is not None else ""
+        if name in _THRESHOLDS:
+            diff = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+            bad = ~(diff <= getattr(args, f"{name}_threshold"))  # NaN never matches
+        else:
+            bad = got != expected
+        if np.any(bad):
+            k = int(np.flatnonzero(bad)[0])
+            index = np.unravel_index(k, got.shape) if got.shape else ()
+            return (f"result[{i}]: element {list(map(int, index))} is {got.reshape(-1)[k]}, expected "
+                    f"{expected.reshape(-1)[k]} ({int(bad.sum())} of {bad.size} elements differ)")
+    return None
 
 
 # --------------------------------------------------------------------------
@@ -119,9 +162,10 @@ def _parse_scalar(token: str, et: ElementType, what: str) -> Any:
         raise ToolError(f"{what}: bad {et.name} value '{token}'") from None
 
 
-def parse_input(text: str, index: int) -> np.ndarray:
-    """Parses one `--input=` value into an array (see module docstring)."""
-    what = f"--input #{index} '{text}'"
+def parse_input(text: str, index: int, flag: str = "--input") -> np.ndarray:
+    """Parses one `--input=` value (or another flag's, in the same forms) into an array (see
+    module docstring)."""
+    what = f"{flag} #{index} '{text}'"
     if text.startswith("@"):
         array = _load_npy(text[1:], what)
         if array.dtype.kind == "V" and array.dtype.itemsize == 2:
@@ -334,12 +378,15 @@ def _run(args: argparse.Namespace, parser: _Parser) -> int:
         for i, (value, et) in enumerate(results):
             lines += [f"result[{i}]: hal.buffer_view" if et is not None else f"result[{i}]:",
                       _format_result(value, et, args.max_elements)]
+    mismatch = check_expected(args.expected, results, args) if args.expected else None
     _write_outputs(writes)
     sys.stdout.write("\n".join([f"EXEC @{args.function}", *lines]) + "\n")
     if args.print_stats:
         _print_stats(stats, args.function)
+    if args.expected:
+        print(f"[FAILED] {mismatch}" if mismatch else "[SUCCESS] all function outputs matched their expected values.")
     sys.stdout.flush()
-    return 0
+    return 1 if mismatch else 0
 
 
 def tool_main(prog: str, parser: argparse.ArgumentParser, run, argv: Sequence[str] | None) -> int:

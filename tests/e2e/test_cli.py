@@ -199,3 +199,27 @@ def test_iree_rejection_shows_iree_diagnostic_with_location(tmp_path):
         torq.compile(str(src))
     assert "bad.mlir:2:8" in str(e.value) and "\n" not in str(e.value)
     assert any("failed to legalize operation 'torch.operator'" in d for d in e.value.diagnostics)
+
+
+def test_run_module_checks_expected_output(tmp_path, conv_mlir):
+    """--expected_output as iree-run-module has it, against an independent numpy reference: a
+    match within the f32 threshold succeeds, a mismatch names the element and exits 1."""
+    out = tmp_path / "conv.vmfb"
+    assert run("torq-compile", str(conv_mlir), "-o", str(out)).returncode == 0
+    x = np.random.default_rng(0).standard_normal((1, 4, 10, 10)).astype(np.float32)
+    win = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), (3, 3), axis=(2, 3))
+    ref = np.einsum("nchwij,ocij->nohw", win, np.full((8, 4, 3, 3), 0.125)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "ref.npy", ref)
+    ref[0, 1, 2, 3] += 1.0
+    np.save(tmp_path / "wrong.npy", ref)
+    base = [f"--module={out}", f"--input=@{tmp_path / 'x.npy'}", "--expected_f32_threshold=0.05"]
+    r = run("torq-run-module", *base, f"--expected_output=@{tmp_path / 'ref.npy'}")
+    assert r.returncode == 0 and "[SUCCESS] all function outputs matched" in r.stdout, r.stdout + r.stderr
+    r = run("torq-run-module", *base, f"--expected_output=@{tmp_path / 'wrong.npy'}")
+    assert r.returncode == 1 and "[FAILED] result[0]: element [0, 1, 2, 3]" in r.stdout, r.stdout
+    assert "1 of 512 elements differ" in r.stdout
+    r = run("torq-run-module", *base, "--expected_output=(ignored)")
+    assert r.returncode == 0 and "[SUCCESS]" in r.stdout
+    r = run("torq-run-module", *base, "--expected_output=2x2xf32=1")
+    assert r.returncode == 1 and "[FAILED] result[0]: shape 1x8x8x8, expected 2x2" in r.stdout
