@@ -102,6 +102,7 @@ from .ir_utils import (constant_of, indexing_maps, inline_function_text, iterato
 from .requant_emit import rescale_generic
 from .requant_split import ActivationTable, build_table, split_first_int, split_residual_add
 from .requant_tail import HostTail, accumulator_tail, split_tail, tail_text
+from .requant_summary import RequantSummary
 from .requant_zero_point import ZeroPointCorrection, zero_point_correction
 from .rescale_fit import ChannelFit, NotExact, Rescale, SumRescale, channel_step_points, fit_steps
 
@@ -220,102 +221,6 @@ def per_channel_constants(op: ir.Operation, known, skip=()) -> tuple[set[int], d
         chan_dims.add(out.index(loops[0]))
         per[args[i]] = (out.index(loops[0]), c.reshape(-1))
     return chan_dims, per
-
-
-@dataclass
-class RequantSummary:
-    """How one float requantization was compiled: per channel, the accumulator values on
-    which the integer rescale's level differs from the f32 chain's (0: exact) and the
-    span of accumulator values over which the chain's level changes."""
-    kind: str  # the contraction it follows: conv2d, depthwise_conv2d, matmul, ...
-    differing: list[int]
-    step_span: list[int]
-    # A residual add after the rescale (`requant_sum`): input pairs on which its integer
-    # form differs from the f32 chain, of all int8 pairs.
-    sum_differing: int | None = None
-    sum_pairs: int | None = None
-    # An activation after the rescale (`requant_split.split_activation_table`): its table's
-    # entries, and those on which llvm-cpu's ways of contracting the float chain disagree.
-    table_entries: int | None = None
-    table_ambiguous: int | None = None
-    # An i32 residual's own rescale to int8, per channel as `differing` / `step_span`.
-    residual_differing: list[int] | None = None
-    residual_step_span: list[int] | None = None
-    # Per-channel rescales of stage 1's int8 value after it (a bias added after the quantized
-    # matmul), per channel as `differing` / `step_span`.
-    rest_differing: list[int] | None = None
-    rest_step_span: list[int] | None = None
-    # What the two-input rescale computes: "sum" (a residual add) or "product" (a gate).
-    pair_kind: str = "sum"
-    # A pooled f32 sum made integer (compiler/requant_elementwise.py): the sums within
-    # llvm-cpu's f32 summation error of a step (of all reachable sums, over channels).
-    pooled_ambiguous: int | None = None
-    pooled_sums: int | None = None
-
-    @property
-    def channels(self) -> int:
-        return len(self.differing)
-
-    @property
-    def exact_channels(self) -> int:
-        return sum(d == 0 for d in self.differing)
-
-    @property
-    def differing_share(self) -> float:
-        """Differing accumulator values / accumulator values where the level changes."""
-        span = sum(self.step_span)
-        return sum(self.differing) / span if span else 0.0
-
-    def line(self) -> str:
-        head = f"{self.kind}: f32 requantization -> " + \
-            (f"integer rescale, {_channels_text(self.differing, self.step_span)}" if self.differing
-             else "integer arithmetic")
-        if self.residual_differing is not None:
-            head += "; the i32 residual's own rescale to int8, " + \
-                _channels_text(self.residual_differing, self.residual_step_span)
-        if self.rest_differing:
-            head += "; then a per-channel rescale of the int8 value, " + \
-                _channels_text(self.rest_differing, self.rest_step_span)
-        if self.sum_pairs:
-            what = "a residual add as an integer rescale of the sum" if self.pair_kind == "sum" else \
-                f"a {self.pair_kind} of two int8 values as an integer rescale"
-            head += f"; then {what}, one output step off on {self.sum_differing} of {self.sum_pairs} int8 input pairs"
-        if self.pooled_sums:
-            head += (f"; the f32 sum is an exact i32 sum: {self.pooled_ambiguous} of {self.pooled_sums} sums lie "
-                     f"within llvm-cpu's f32 summation error of a step (one output step)")
-        if self.table_entries:
-            head += f"; then an activation through a {self.table_entries}-entry table"
-            if self.table_ambiguous:
-                head += (f" ({self.table_ambiguous} entries depend on how llvm-cpu evaluates the float chain, "
-                         f"its FMA contraction or the last ulps of its exp / tanh / erf: one output step)")
-        return head
-
-    @property
-    def approximate(self) -> bool:
-        return self.exact_channels < self.channels or bool(self.sum_differing) or bool(self.table_ambiguous) \
-            or any(self.residual_differing or ()) or bool(self.pooled_ambiguous) or any(self.rest_differing or ())
-
-    def as_dict(self) -> dict:
-        return {"kind": self.kind, "channels": self.channels, "exact_channels": self.exact_channels,
-                "differing_share": self.differing_share, "differing": self.differing,
-                "step_span": self.step_span, "sum_differing": self.sum_differing, "sum_pairs": self.sum_pairs,
-                "table_entries": self.table_entries, "table_ambiguous": self.table_ambiguous,
-                "residual_differing": self.residual_differing, "residual_step_span": self.residual_step_span,
-                "pair_kind": self.pair_kind, "pooled_ambiguous": self.pooled_ambiguous,
-                "rest_differing": self.rest_differing, "rest_step_span": self.rest_step_span,
-                "pooled_sums": self.pooled_sums}
-
-
-def _channels_text(differing: list[int], step_span: list[int]) -> str:
-    """"k of n channels exact[, the others nearest (...)]" for one fitted rescale."""
-    n, exact = len(differing), sum(d == 0 for d in differing)
-    text = f"{exact} of {n} channel{'s' if n > 1 else ''} exact"
-    if exact < n:
-        span = sum(step_span)
-        worst = max(d / s for d, s in zip(differing, step_span) if s)
-        text += (f", the others nearest (one output step off on {sum(differing)} of {span} accumulator values "
-                 f"where the level changes, {100 * sum(differing) / span:.3g}%; worst channel {100 * worst:.3g}%)")
-    return text
 
 
 @dataclass
