@@ -40,6 +40,12 @@ class RequantSummary:
     # llvm-cpu's f32 summation error of a step (of all reachable sums, over channels).
     pooled_ambiguous: int | None = None
     pooled_sums: int | None = None
+    # After the per-channel rescales: activation tables, and sums / products of two int8 values.
+    rest_tables: int | None = None
+    rest_table_ambiguous: int | None = None  # their entries that depend on llvm-cpu's evaluation, in all
+    rest_pairs: int | None = None
+    rest_pair_differing: int | None = None  # int8 pairs those rescales get one step off, in all
+    rest_pair_count: int | None = None  # int8 pairs they were fitted on, in all
 
     @property
     def channels(self) -> int:
@@ -65,6 +71,12 @@ class RequantSummary:
         if self.rest_differing:
             head += "; then a per-channel rescale of the int8 value, " + \
                 _channels_text(self.rest_differing, self.rest_step_span)
+        if self.rest_tables or self.rest_pairs:
+            parts = [f"{self.rest_tables} activation table{'s' * (self.rest_tables != 1)} ({self.rest_table_ambiguous} "
+                     f"entries depend on how llvm-cpu evaluates the float chain)"] * bool(self.rest_tables) + \
+                [f"{self.rest_pairs} integer rescale{'s' * (self.rest_pairs != 1)} of two int8 values (one output step "
+                 f"off on {self.rest_pair_differing} of {self.rest_pair_count} pairs)"] * bool(self.rest_pairs)
+            head += "; then " + " and ".join(parts)
         if self.sum_pairs:
             what = "a residual add as an integer rescale of the sum" if self.pair_kind == "sum" else \
                 f"a {self.pair_kind} of two int8 values as an integer rescale"
@@ -82,7 +94,8 @@ class RequantSummary:
     @property
     def approximate(self) -> bool:
         return self.exact_channels < self.channels or bool(self.sum_differing) or bool(self.table_ambiguous) \
-            or any(self.residual_differing or ()) or bool(self.pooled_ambiguous) or any(self.rest_differing or ())
+            or any(self.residual_differing or ()) or bool(self.pooled_ambiguous) or any(self.rest_differing or ()) \
+            or bool(self.rest_pair_differing) or bool(self.rest_table_ambiguous)
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "channels": self.channels, "exact_channels": self.exact_channels,
@@ -92,7 +105,10 @@ class RequantSummary:
                 "residual_differing": self.residual_differing, "residual_step_span": self.residual_step_span,
                 "pair_kind": self.pair_kind, "pooled_ambiguous": self.pooled_ambiguous,
                 "rest_differing": self.rest_differing, "rest_step_span": self.rest_step_span,
-                "pooled_sums": self.pooled_sums}
+                "pooled_sums": self.pooled_sums, "rest_tables": self.rest_tables, "rest_pairs": self.rest_pairs,
+                "rest_table_ambiguous": self.rest_table_ambiguous,
+                "rest_pair_differing": self.rest_pair_differing,
+                "rest_pair_count": self.rest_pair_count}
 
 
 def _channels_text(differing: list[int], step_span: list[int]) -> str:
