@@ -18,7 +18,11 @@ on the NPU (`prologue_lines`): exact integer arithmetic, equal to
 llvm-cpu's, which computes the same ops in i32.
 
 The range a' is fitted on: |A - zA|, |B - zB| <= 255 for int8 values and
-zero points, so |a'| <= 255^2 * N (a superset of what is reachable).
+zero points, so |a'| <= 255^2 * N (a superset of what is reachable). That
+bound takes the i32 tensors to be the operands' sums, which this dispatch
+cannot see: the prologue's form (integer add / sub / mul of i32 tensors and
+scalars, subtracted from the accumulator) is what IREE's
+ConvertQDQToIntegerMath emits, and nothing else in the pipeline writes it.
 """
 
 from __future__ import annotations
