@@ -59,7 +59,7 @@ def _quant_params(model, node) -> tuple[np.ndarray, np.ndarray] | None:
     s, z = _initializer(model, node.input[1]), _initializer(model, node.input[2])
     if s is None or z is None or s.size != 1 or z.size != 1:
         return None
-    return s, z
+    return s.reshape(()), z.reshape(())  # exporters write per-tensor parameters as () or (1,)
 
 
 def rewrite_qdq(model) -> int:

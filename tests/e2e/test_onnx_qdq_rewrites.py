@@ -189,3 +189,25 @@ def test_split_between_quantizes_runs_on_int8():
     run = lambda m: onnxruntime.InferenceSession(m.SerializeToString()).run(None, {"x": x})  # noqa: E731
     assert all(np.array_equal(a, b) for a, b in zip(run(written), run(rewritten)))
     assert rewrite_qdq(model(["s", "t", "s"])) == 0
+
+
+def test_per_tensor_parameters_of_shape_1_are_per_tensor():
+    """Hugging Face models export per-tensor scales as 1-element 1-D tensors: the rewrite takes
+    them (it raised a TypeError inside the compiler before), and onnxruntime gives the same bits."""
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    def model():
+        return _graph([helper.make_node("DequantizeLinear", ["x", "s", "z"], ["d"]),
+                       helper.make_node("Transpose", ["d"], ["t"], perm=[0, 2, 1]),
+                       helper.make_node("QuantizeLinear", ["t", "s", "z"], ["y"])],
+                      [helper.make_tensor_value_info("x", TensorProto.INT8, [1, 16, 12])],
+                      [helper.make_tensor_value_info("y", TensorProto.INT8, [1, 12, 16])],
+                      [("s", np.array([0.02], np.float32)), ("z", np.array([-5], np.int8))])
+
+    written, rewritten = model(), model()
+    assert rewrite_qdq(rewritten) == 1
+    assert [n.op_type for n in rewritten.graph.node] == ["Transpose"]
+    x = np.random.default_rng(0).integers(-128, 128, (1, 16, 12)).astype(np.int8)
+    run = lambda m: onnxruntime.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]  # noqa: E731
+    assert np.array_equal(run(written), run(rewritten))
