@@ -223,8 +223,7 @@ def _rewrite_torch_qdq(session: Session, inv):
     module_op = inv.export_module()
     with module_op.context, ir.Location.unknown():
         rewrite_uint8_activations(module_op)
-    inv = session.invocation()
-    inv.enable_console_diagnostics()
+    inv = _invocation(session)
     inv.import_module(module_op)
     return inv
 
@@ -251,24 +250,32 @@ _DIAGNOSTIC_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p, cty
 _SEVERITY_ERROR = 2  # iree_compiler_diagnostic_severity_t: note 0, warning 1, error 2, remark 3
 
 
-def _collect_errors(inv) -> list[str]:
-    """IREE's error diagnostics of invocation `inv`, as they come (with their source locations),
-    for the exception a Python caller gets: console diagnostics go to the process's stderr,
-    which a notebook does not show."""
+def _invocation(session: Session):
+    """A new invocation of `session` whose diagnostics come to Python (they replace IREE's
+    console diagnostics, which go to the process's stderr, where a notebook shows nothing):
+    errors are collected in `inv.torq_errors` (with their source locations) for the exception,
+    warnings and remarks are printed to sys.stderr as they come."""
+    import sys
+
     from iree.compiler.api import ctypes_dl
 
+    inv = session.invocation()
     errors: list[str] = []
 
     def on_diagnostic(severity, message, size, _user_data):
+        text = ctypes.string_at(message, size).decode("utf-8", "replace")
         if severity == _SEVERITY_ERROR:
-            errors.append(ctypes.string_at(message, size).decode("utf-8", "replace"))
+            errors.append(text)
+        else:
+            print(text, file=sys.stderr)
 
     callback = _DIAGNOSTIC_CALLBACK(on_diagnostic)
     enable = ctypes_dl._dylib.ireeCompilerInvocationEnableCallbackDiagnostics
     enable.argtypes, enable.restype = [ctypes.c_void_p, ctypes.c_int, _DIAGNOSTIC_CALLBACK, ctypes.c_void_p], None
     enable(inv._inv_p, 0, callback, None)
     inv._torq_diagnostic_callback = callback  # must live as long as the invocation
-    return errors
+    inv.torq_errors = errors
+    return inv
 
 
 class IreeError(CompileError):
@@ -280,8 +287,9 @@ class IreeError(CompileError):
         self.diagnostics = diagnostics
 
 
-def _iree_failure(source_name: str, what: str, errors: list[str]) -> IreeError:
-    """The error for a failed IREE step, with IREE's first error diagnostic."""
+def _iree_failure(source_name: str, what: str, inv) -> IreeError:
+    """The error for a failed IREE step of invocation `inv`, with IREE's first error diagnostic."""
+    errors = inv.torq_errors
     first = errors[0].strip().splitlines()[0] if errors and errors[0].strip() else ""
     return IreeError(f"{source_name}: error: {what}" + (f": {first}" if first else ""), list(errors))
 
@@ -298,18 +306,15 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
         session.set_flags(*flags)
     except ValueError as e:
         raise UsageError(str(e).strip().splitlines()[-1]) from None
-    inv = session.invocation()
-    inv.enable_console_diagnostics()
-    errors = _collect_errors(inv)
+    inv = _invocation(session)
     data = source.encode() if isinstance(source, str) else source
     # The buffer name becomes the file name in locations and diagnostics.
     src = Source.wrap_buffer(session, data, buffer_name=source_name)
     if not inv.parse_source(src):
-        raise _iree_failure(source_name, "failed to parse the input", errors)
+        raise _iree_failure(source_name, "failed to parse the input", inv)
     if options.torq:
         if b"quantized_decomposed" in data:  # PT2E input: no other input pays for an export
             inv = _rewrite_torch_qdq(session, inv)
-            errors = _collect_errors(inv)
         # input signatures into iree.reflection, for the runtime's input checks
         from .signature import attach_to_invocation
         inv = attach_to_invocation(inv)
@@ -321,7 +326,7 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
     if options.torq and (not stop or torq_stop or PHASES.index(stop) > PHASES.index("dispatch-creation")):
         to_phase(inv._inv_p, b"dispatch-creation")
         if not inv.execute():
-            raise _iree_failure(source_name, "IREE failed before dispatch creation", errors)
+            raise _iree_failure(source_name, "IREE failed before dispatch creation", inv)
         module_op = inv.export_module()
         ctx = module_op.context
         ctx.allow_unregistered_dialects = True
@@ -336,15 +341,13 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
                                 stop_after_phase=torq_stop).run(module_op)
             if torq_stop:
                 return CompileResult(None, report.stopped_ir, report)
-        inv = session.invocation()
-        inv.enable_console_diagnostics()
-        errors = _collect_errors(inv)
+        inv = _invocation(session)
         inv.import_module(module_op)
         from_phase(inv._inv_p, b"dispatch-creation")
     if stop:
         to_phase(inv._inv_p, stop.encode())
     if not inv.execute():
-        raise _iree_failure(source_name, "IREE compilation failed", errors)
+        raise _iree_failure(source_name, "IREE compilation failed", inv)
     out = Output.open_membuffer()
     if stop and stop != "end":
         inv.output_ir(out)

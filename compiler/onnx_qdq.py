@@ -136,11 +136,14 @@ def _uint8_to_int8(model) -> int:
 
 
 # Ops whose int8 form computes the same bits as dequantize -> op -> quantize: data movement,
-# and max pooling (Q(DQ(x)) is non-decreasing in x, so it commutes with max). Their inputs
-# that carry values (not shapes, axes or indices).
-_INT8_OPS = {"MaxPool": lambda n: [0], "Concat": lambda n: list(range(len(n.input))),
-             **{op: (lambda n: [0]) for op in ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
-                                                "Split", "Slice", "Identity", "Gather")}}
+# and max pooling (Q(DQ(x)) is non-decreasing in x, so it commutes with max).
+_INT8_OPS = {"MaxPool", "Concat", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Split", "Slice",
+             "Identity", "Gather"}
+
+
+def _value_inputs(n) -> list[int]:
+    """The inputs of an `_INT8_OPS` node that carry values (not shapes, axes or indices)."""
+    return list(range(len(n.input))) if n.op_type == "Concat" else [0]
 
 
 def _same_params(a, b) -> bool:
@@ -161,12 +164,12 @@ def _int8_data_movement(model) -> int:
         for i in n.input:
             users.setdefault(i, []).append(n)
     outputs = {o.name for o in model.graph.output}
-    done = 0
+    done, detached = 0, []
     for op in nodes:
         if op.op_type not in _INT8_OPS or any(o in outputs for o in op.output):
             continue
         after = [users.get(o, []) for o in op.output]
-        dqs = [producer.get(op.input[k]) for k in _INT8_OPS[op.op_type](op)]
+        dqs = [producer.get(op.input[k]) for k in _value_inputs(op)]
         if any(len(a) != 1 or a[0].op_type != "QuantizeLinear" for a in after) or \
                 any(d is None or d.op_type != "DequantizeLinear" for d in dqs):
             continue
@@ -178,7 +181,7 @@ def _int8_data_movement(model) -> int:
             continue
         q, pq = qs[0], pqs[0]
         at = list(model.graph.node).index(op)
-        for k, d, pd in zip(_INT8_OPS[op.op_type](op), dqs, pds):
+        for k, d, pd in zip(_value_inputs(op), dqs, pds):
             if _same_params(pd, pq):
                 op.input[k] = d.input[0]
             else:
@@ -190,11 +193,13 @@ def _int8_data_movement(model) -> int:
         for k, qk in enumerate(qs):
             op.output[k] = qk.output[0]
             model.graph.node.remove(qk)
-        for d in dqs:
-            if d in model.graph.node and d.output[0] not in outputs and \
-                    not any(d.output[0] in n.input for n in model.graph.node):
-                model.graph.node.remove(d)
+        detached.extend(dqs)
         done += 1
+    # Dequantizes the rewrites left without readers, in one pass over the graph.
+    read = {i for n in model.graph.node for i in n.input} | outputs
+    for d in {id(d): d for d in detached}.values():
+        if d.output[0] not in read:
+            model.graph.node.remove(d)
     return done
 
 

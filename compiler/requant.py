@@ -354,14 +354,7 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
     if rest_stages:
         if rest_channels.dim not in (None, chan):
             raise NotExact("the steps after stage 1 vary along another dim than stage 1")
-        summary.rest_differing = [d for st in rest_stages if st.kind == "rescale" for d in st.differing]
-        summary.rest_step_span = [d for st in rest_stages if st.kind == "rescale" for d in st.step_span]
-        # An activation after the per-channel steps (GELU: erf and +1 as tables, then a product).
-        summary.rest_tables = sum(st.kind == "table" for st in rest_stages)
-        summary.rest_table_ambiguous = sum(st.table.ambiguous for st in rest_stages if st.kind == "table")
-        summary.rest_pairs = sum(st.kind in ("sum", "product") for st in rest_stages)
-        pairs = [st.pair for st in rest_stages if st.kind in ("sum", "product")]
-        summary.rest_pair_differing, summary.rest_pair_count = sum(p.differing for p in pairs), sum(p.pairs for p in pairs)
+        summary.rest = RequantSummary.of_stages("rest", rest_stages)
     return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary,
                  residual, sum_rescale, table, [x.rescale for x in res_fits] if res_fits else None,
                  rest_stages=rest_stages, rest_leaf=result if rest_stages else None, correction=corr)

@@ -284,7 +284,7 @@ def lower_int8_arithmetic(func: ir.Operation, known, host, nearest: bool) -> lis
         stages = StageSplitter(body[:-1], channels, host, nearest, ranges).split(body[-1].operands[0])
         new = inline_function_text(elementwise_function(op, variables, stages, channels.dim), op,
                       [op.operands[i] for i in variables])
-        summary = _summary("int8 elementwise", stages)
+        summary = RequantSummary.of_stages("int8 elementwise", stages)
     elif len(generics) == 2 and "reduction" in its[0] and "reduction" not in its[1]:
         op = generics[1]
         new, summary = _lower_pooling(generics[0], op, known, host, nearest)
@@ -325,18 +325,6 @@ def _lower_pooling(red, quant, known, host, nearest):
     first.rescales = [dataclasses.replace(r, offset=r.offset + n * b) for r in first.rescales]
     text = pooling_function(red, variables, pooled, red_channels.dim, quant, sum_index, stages, ch_q.dim)
     new = inline_function_text(text, quant, [red.operands[i] for i in variables])
-    summary = _summary("int8 sum pooling", pooled.stages + stages)
+    summary = RequantSummary.of_stages("int8 sum pooling", pooled.stages + stages)
     summary.pooled_ambiguous, summary.pooled_sums = ambiguous, sums
     return new, summary
-
-
-def _summary(kind: str, stages: list[Stage]) -> RequantSummary:
-    rescales = [s for s in stages if s.kind == "rescale"]
-    tables = [s for s in stages if s.kind == "table"]
-    pairs = [s for s in stages if s.kind in ("sum", "product")]
-    return RequantSummary(
-        kind, [d for s in rescales for d in s.differing], [d for s in rescales for d in s.step_span],
-        sum(s.pair.differing for s in pairs) if pairs else None, sum(s.pair.pairs for s in pairs) if pairs else None,
-        sum(len(s.table.entries) for s in tables) if tables else None,
-        sum(s.table.ambiguous for s in tables) if tables else None,
-        pair_kind="+".join(s.kind for s in pairs) or "sum")

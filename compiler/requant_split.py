@@ -13,7 +13,7 @@ value afterwards is split off here:
   IREE fuses the requantization of the main path's conv into the
   projection conv's dispatch and leaves that accumulator unrequantized),
   r's own rescale to int8 is split off too and fitted like stage 1;
-- an activation (`split_activation_table`): the stage-1 level dequantized,
+- an activation (`split_first_int`, then `build_table`): the stage-1 level dequantized,
   put through any float function (hardswish, hardsigmoid, sigmoid, ...) and
   quantized again, a function of one int8 value; it becomes a 256-entry
   table (the "lut" epilogue step), evaluated here on all 256 inputs as
@@ -152,15 +152,6 @@ def split_first_int(ops, result, acc) -> tuple[list, ir.Value, list] | None:
     q1 = firsts[0]
     stage1 = backward_slice(ops, q1)
     return stage1, q1, _rest(final, stage1, acc, "activation after the int8 value")
-
-
-def split_activation_table(ops, result, acc, host, q_type, nearest) -> tuple[list, ir.Value, ActivationTable] | None:
-    """(the ops and value of stage 1, the table of the rest) as `split_first_int` splits them."""
-    split = split_first_int(ops, result, acc)
-    if split is None:
-        return None
-    stage1, q1, rest = split
-    return stage1, q1, build_table(rest, result, q1, host, q_type, nearest)
 
 
 def build_table(ops, result, level, host, q_type, nearest, what="the activation",

@@ -23,29 +23,36 @@ class RequantSummary:
     # form differs from the f32 chain, of all int8 pairs.
     sum_differing: int | None = None
     sum_pairs: int | None = None
-    # An activation after the rescale (`requant_split.split_activation_table`): its table's
-    # entries, and those on which llvm-cpu's ways of contracting the float chain disagree.
+    # An activation after the rescale (`requant_split.build_table`): its tables' entries, and
+    # those on which llvm-cpu's ways of contracting the float chain disagree.
     table_entries: int | None = None
     table_ambiguous: int | None = None
     # An i32 residual's own rescale to int8, per channel as `differing` / `step_span`.
     residual_differing: list[int] | None = None
     residual_step_span: list[int] | None = None
-    # Per-channel rescales of stage 1's int8 value after it (a bias added after the quantized
-    # matmul), per channel as `differing` / `step_span`.
-    rest_differing: list[int] | None = None
-    rest_step_span: list[int] | None = None
     # What the two-input rescale computes: "sum" (a residual add) or "product" (a gate).
     pair_kind: str = "sum"
     # A pooled f32 sum made integer (compiler/requant_elementwise.py): the sums within
     # llvm-cpu's f32 summation error of a step (of all reachable sums, over channels).
     pooled_ambiguous: int | None = None
     pooled_sums: int | None = None
-    # After the per-channel rescales: activation tables, and sums / products of two int8 values.
-    rest_tables: int | None = None
-    rest_table_ambiguous: int | None = None  # their entries that depend on llvm-cpu's evaluation, in all
-    rest_pairs: int | None = None
-    rest_pair_differing: int | None = None  # int8 pairs those rescales get one step off, in all
-    rest_pair_count: int | None = None  # int8 pairs they were fitted on, in all
+    # What follows stage 1 when it reads per-channel values (a bias added after the quantized
+    # matmul, then maybe an activation): its steps, summarized as `of_stages` does.
+    rest: "RequantSummary | None" = None
+
+    @classmethod
+    def of_stages(cls, kind: str, stages: list) -> "RequantSummary":
+        """The summary of requant_elementwise `Stage`s: their per-channel rescales, tables and
+        rescales of two int8 values."""
+        rescales = [s for s in stages if s.kind == "rescale"]
+        tables = [s for s in stages if s.kind == "table"]
+        pairs = [s for s in stages if s.kind in ("sum", "product")]
+        return cls(kind, [d for s in rescales for d in s.differing], [d for s in rescales for d in s.step_span],
+                   sum(s.pair.differing for s in pairs) if pairs else None,
+                   sum(s.pair.pairs for s in pairs) if pairs else None,
+                   sum(len(s.table.entries) for s in tables) if tables else None,
+                   sum(s.table.ambiguous for s in tables) if tables else None,
+                   pair_kind="+".join(s.kind for s in pairs) or "sum")
 
     @property
     def channels(self) -> int:
@@ -68,34 +75,38 @@ class RequantSummary:
         if self.residual_differing is not None:
             head += "; the i32 residual's own rescale to int8, " + \
                 _channels_text(self.residual_differing, self.residual_step_span)
-        if self.rest_differing:
-            head += "; then a per-channel rescale of the int8 value, " + \
-                _channels_text(self.rest_differing, self.rest_step_span)
-        if self.rest_tables or self.rest_pairs:
-            parts = [f"{self.rest_tables} activation table{'s' * (self.rest_tables != 1)} ({self.rest_table_ambiguous} "
-                     f"entries depend on how llvm-cpu evaluates the float chain)"] * bool(self.rest_tables) + \
-                [f"{self.rest_pairs} integer rescale{'s' * (self.rest_pairs != 1)} of two int8 values (one output step "
-                 f"off on {self.rest_pair_differing} of {self.rest_pair_count} pairs)"] * bool(self.rest_pairs)
-            head += "; then " + " and ".join(parts)
+        if self.rest is not None:
+            if self.rest.differing:
+                head += "; then a per-channel rescale of the int8 value, " + \
+                    _channels_text(self.rest.differing, self.rest.step_span)
+            head += self.rest._following()
+        return head + self._following()
+
+    def _following(self) -> str:
+        """The remark's text for what follows the rescales: a sum or product of two int8
+        values, a pooled sum, activation tables."""
+        text = ""
         if self.sum_pairs:
             what = "a residual add as an integer rescale of the sum" if self.pair_kind == "sum" else \
                 f"a {self.pair_kind} of two int8 values as an integer rescale"
-            head += f"; then {what}, one output step off on {self.sum_differing} of {self.sum_pairs} int8 input pairs"
+            text += f"; then {what}, one output step off on {self.sum_differing} of {self.sum_pairs} int8 input pairs"
         if self.pooled_sums:
-            head += (f"; the f32 sum is an exact i32 sum: {self.pooled_ambiguous} of {self.pooled_sums} sums lie "
+            text += (f"; the f32 sum is an exact i32 sum: {self.pooled_ambiguous} of {self.pooled_sums} sums lie "
                      f"within llvm-cpu's f32 summation error of a step (one output step)")
         if self.table_entries:
-            head += f"; then an activation through a {self.table_entries}-entry table"
+            tables = f"a {self.table_entries}-entry table" if self.table_entries <= 256 else \
+                f"tables of {self.table_entries} entries in all"
+            text += f"; then an activation through {tables}"
             if self.table_ambiguous:
-                head += (f" ({self.table_ambiguous} entries depend on how llvm-cpu evaluates the float chain, "
+                text += (f" ({self.table_ambiguous} entries depend on how llvm-cpu evaluates the float chain, "
                          f"its FMA contraction or the last ulps of its exp / tanh / erf: one output step)")
-        return head
+        return text
 
     @property
     def approximate(self) -> bool:
         return self.exact_channels < self.channels or bool(self.sum_differing) or bool(self.table_ambiguous) \
-            or any(self.residual_differing or ()) or bool(self.pooled_ambiguous) or any(self.rest_differing or ()) \
-            or bool(self.rest_pair_differing) or bool(self.rest_table_ambiguous)
+            or any(self.residual_differing or ()) or bool(self.pooled_ambiguous) \
+            or (self.rest is not None and self.rest.approximate)
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "channels": self.channels, "exact_channels": self.exact_channels,
@@ -104,11 +115,7 @@ class RequantSummary:
                 "table_entries": self.table_entries, "table_ambiguous": self.table_ambiguous,
                 "residual_differing": self.residual_differing, "residual_step_span": self.residual_step_span,
                 "pair_kind": self.pair_kind, "pooled_ambiguous": self.pooled_ambiguous,
-                "rest_differing": self.rest_differing, "rest_step_span": self.rest_step_span,
-                "pooled_sums": self.pooled_sums, "rest_tables": self.rest_tables, "rest_pairs": self.rest_pairs,
-                "rest_table_ambiguous": self.rest_table_ambiguous,
-                "rest_pair_differing": self.rest_pair_differing,
-                "rest_pair_count": self.rest_pair_count}
+                "pooled_sums": self.pooled_sums, "rest": self.rest.as_dict() if self.rest else None}
 
 
 def _channels_text(differing: list[int], step_span: list[int]) -> str:

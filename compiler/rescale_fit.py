@@ -163,7 +163,11 @@ def fit_rescale(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int) -> Rescale
     tried = 0
     reach = int(np.abs(ks).max()) + 1, int(np.abs(ts).max()) + 1
     for s in range(shift, -1, -1):
-        wide = reach[0] * (1 << s) + (_MAX_MULTIPLIER + 1) * reach[1] >= 1 << 62
+        two_s = 1 << s
+        # Python ints (object arrays) where k 2^s can exceed i64 before the (checked) emitted
+        # arithmetic does; int64 otherwise.
+        wide = reach[0] * two_s + (_MAX_MULTIPLIER + 1) * reach[1] >= 1 << 62
+        ks_s, ts_s = (ks.astype(object), ts.astype(object)) if wide else (ks, ts)
         lo_m = math.floor(m_lo * (1 << s))
         hi_m = math.ceil(top * (1 << s))
         cands = range(max(lo_m, 1), min(hi_m, _MAX_MULTIPLIER) + 1)
@@ -172,13 +176,7 @@ def fit_rescale(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int) -> Rescale
             cands = sorted({cands[mid + d * step] for d in range(-(_CANDIDATES // 2), _CANDIDATES // 2)})
         for m in cands:
             tried += 1
-            two_s = 1 << s
-            # Python ints where k 2^s can exceed i64 before the (checked) emitted arithmetic does.
-            if wide:
-                r_low = max(int(k) * two_s - m * int(t) for k, t in zip(ks, ts))
-                r_high = min(int(k) * two_s - 1 - m * (int(t) - 1) for k, t in zip(ks, ts))
-            else:
-                r_low, r_high = int((ks * two_s - m * ts).max()), int((ks * two_s - 1 - m * (ts - 1)).min())
+            r_low, r_high = int((ks_s * two_s - m * ts_s).max()), int((ks_s * two_s - 1 - m * (ts_s - 1)).min())
             if r_low > r_high:
                 continue
             offset = r_low // m

@@ -243,7 +243,7 @@ def test_ort_quantized_batched_linear_layers_within_one_step(tmp_path):
     y = cm(x)
     layers = [d for d in cm.report.dispatches if d.macs]
     assert [d.executor for d in layers] == ["torq", "torq"], (cm.report.dispatches, remarks.getvalue())
-    assert all(len(s["rest_differing"]) == d.requant[0]["channels"] for d in layers for s in d.requant)
+    assert all(len(s["rest"]["differing"]) == d.requant[0]["channels"] for d in layers for s in d.requant)
     assert "then a per-channel rescale of the int8 value" in remarks.getvalue()
     step = np.diff(np.unique(ref)).min()
     assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
