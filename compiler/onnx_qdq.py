@@ -164,7 +164,7 @@ def _int8_data_movement(model) -> int:
         for i in n.input:
             users.setdefault(i, []).append(n)
     outputs = {o.name for o in model.graph.output}
-    done, detached = 0, []
+    done, detached, requantized = 0, [], {}
     for op in nodes:
         if op.op_type not in _INT8_OPS or any(o in outputs for o in op.output):
             continue
@@ -184,12 +184,14 @@ def _int8_data_movement(model) -> int:
         for k, d, pd in zip(_value_inputs(op), dqs, pds):
             if _same_params(pd, pq):
                 op.input[k] = d.input[0]
-            else:
-                name = f"{d.output[0]}_requantized"
-                model.graph.node.insert(at, helper.make_node("QuantizeLinear", [d.output[0], q.input[1], q.input[2]],
-                                                             [name], name=name))
-                at += 1
-                op.input[k] = name
+            else:  # one requantize per dequantize and target parameters, shared by its readers
+                key = (d.output[0], q.input[1], q.input[2])
+                if key not in requantized:
+                    requantized[key] = f"{d.output[0]}_requantized_{len(requantized)}"
+                    model.graph.node.insert(at, helper.make_node("QuantizeLinear", list(key), [requantized[key]],
+                                                                 name=requantized[key]))
+                    at += 1
+                op.input[k] = requantized[key]
         for k, qk in enumerate(qs):
             op.output[k] = qk.output[0]
             model.graph.node.remove(qk)

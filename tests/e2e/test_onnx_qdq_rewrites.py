@@ -211,3 +211,28 @@ def test_per_tensor_parameters_of_shape_1_are_per_tensor():
     x = np.random.default_rng(0).integers(-128, 128, (1, 16, 12)).astype(np.int8)
     run = lambda m: onnxruntime.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]  # noqa: E731
     assert np.array_equal(run(written), run(rewritten))
+
+
+def test_dequantize_read_by_two_rewritten_ops_is_requantized_once():
+    """One dequantize feeding two data-movement ops quantized to another scale: one shared
+    requantize (two of the same name broke the graph's single assignment, as in a Hugging Face
+    BertModel); onnxruntime gives the same bits."""
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    def model():
+        return _graph([helper.make_node("DequantizeLinear", ["x", "s", "z"], ["d"]),
+                       helper.make_node("Identity", ["d"], ["a"]), helper.make_node("Identity", ["d"], ["b"]),
+                       helper.make_node("QuantizeLinear", ["a", "t", "z"], ["y0"]),
+                       helper.make_node("QuantizeLinear", ["b", "t", "z"], ["y1"])],
+                      [helper.make_tensor_value_info("x", TensorProto.INT8, [64])],
+                      [helper.make_tensor_value_info(f"y{k}", TensorProto.INT8, [64]) for k in range(2)],
+                      [("s", np.float32(0.02)), ("t", np.float32(0.03)), ("z", np.int8(-5))])
+
+    written, rewritten = model(), model()
+    assert rewrite_qdq(rewritten) == 2
+    assert [n.op_type for n in rewritten.graph.node].count("QuantizeLinear") == 1
+    onnx.checker.check_model(rewritten)
+    x = np.random.default_rng(0).integers(-128, 128, 64).astype(np.int8)
+    run = lambda m: onnxruntime.InferenceSession(m.SerializeToString()).run(None, {"x": x})  # noqa: E731
+    assert all(np.array_equal(a, b) for a, b in zip(run(written), run(rewritten)))
