@@ -205,8 +205,9 @@ def _int8_data_movement(model) -> int:
     return done
 
 
-def _static_shapes(model) -> dict[str, list[int]]:
-    """Static shapes of the model's tensors by ONNX shape inference ({} when it fails)."""
+def _shapes(model) -> dict[str, list[int | None]]:
+    """Shapes of the model's tensors by ONNX shape inference, None for a dim it leaves symbolic
+    (an exporter's dynamic batch); {} when it fails."""
     import onnx
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
@@ -214,9 +215,8 @@ def _static_shapes(model) -> dict[str, list[int]]:
         return {}
     out = {}
     for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
-        dims = v.type.tensor_type.shape.dim
-        if all(d.HasField("dim_value") for d in dims):
-            out[v.name] = [d.dim_value for d in dims]
+        if v.type.tensor_type.HasField("shape"):
+            out[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
     return out
 
 
@@ -237,15 +237,16 @@ def _flatten_shared_matmul_inputs(model) -> int:
         if dq is None or dq.op_type != "DequantizeLinear" or readers[mm.input[0]] < 2 or \
                 _quant_params(model, dq) is None:
             continue
-        shapes = _static_shapes(model) if shapes is None else shapes
+        shapes = _shapes(model) if shapes is None else shapes
         a, b, y = (shapes.get(t) for t in (mm.input[0], mm.input[1], mm.output[0]))
-        if a is None or b is None or y is None or len(a) < 3 or len(b) != 2:
+        # Rank >= 3 by a static matrix; one symbolic dim of the product at most (Reshape's -1).
+        if a is None or b is None or y is None or len(a) < 3 or len(b) != 2 or None in b or y.count(None) > 1:
             continue
         base = mm.name or mm.output[0]
         names = {k: f"{base}_flat_{k}" for k in ("rows_shape", "shape", "int8", "input", "product")}
         model.graph.initializer.extend([
-            numpy_helper.from_array(np.array([-1, a[-1]], np.int64), names["rows_shape"]),
-            numpy_helper.from_array(np.array(y, np.int64), names["shape"])])
+            numpy_helper.from_array(np.array([-1, b[0]], np.int64), names["rows_shape"]),
+            numpy_helper.from_array(np.array([-1 if d is None else d for d in y], np.int64), names["shape"])])
         at = list(model.graph.node).index(mm)
         flat = [helper.make_node("Reshape", [dq.input[0], names["rows_shape"]], [names["int8"]], name=names["int8"]),
                 helper.make_node("DequantizeLinear", [names["int8"], *dq.input[1:]], [names["input"]],

@@ -236,3 +236,31 @@ def test_dequantize_read_by_two_rewritten_ops_is_requantized_once():
     x = np.random.default_rng(0).integers(-128, 128, 64).astype(np.int8)
     run = lambda m: onnxruntime.InferenceSession(m.SerializeToString()).run(None, {"x": x})  # noqa: E731
     assert all(np.array_equal(a, b) for a, b in zip(run(written), run(rewritten)))
+
+
+def test_shared_matmul_input_with_a_symbolic_batch_is_flattened():
+    """An exporter's dynamic batch (a transformers BertModel's) leaves the leading dim symbolic:
+    the product is reshaped back with -1 there. onnxruntime gives the same bits at batch 1 and 2."""
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    wq = rng.integers(-128, 128, (64, 64)).astype(np.int8)
+
+    def model():
+        return _graph([helper.make_node("DequantizeLinear", ["x", "s", "z"], ["d"]),
+                       helper.make_node("DequantizeLinear", ["wq", "sw"], ["w"]),
+                       helper.make_node("MatMul", ["d", "w"], ["m"]),
+                       helper.make_node("Add", ["d", "m"], ["y"])],
+                      [helper.make_tensor_value_info("x", TensorProto.INT8, ["batch", 16, 64])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16, 64])],
+                      [("s", np.float32(0.02)), ("z", np.int8(-5)), ("sw", np.float32(0.01)),
+                       ("wq", wq)])
+
+    written, rewritten = model(), model()
+    assert rewrite_qdq(rewritten) == 1
+    assert [n.op_type for n in rewritten.graph.node].count("Reshape") == 2
+    for batch in (1, 2):
+        x = rng.integers(-128, 128, (batch, 16, 64)).astype(np.int8)
+        run = lambda m: onnxruntime.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]  # noqa: E731
+        assert np.array_equal(run(written), run(rewritten))
