@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from iree.compiler import ir
 from iree.compiler.api import Output, Session, Source, ctypes_dl
 
-from torq.hw import HwSpecError, TorqHw, describe_presets, parse_hw_spec
+from torq.contract.hw import HwSpecError, TorqHw, describe_presets, parse_hw_spec
 from .ir_utils import CompileError
 from .passes import PassOptions
 from .pipeline import TORQ_PHASES

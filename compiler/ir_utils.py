@@ -11,7 +11,7 @@ from typing import Iterable, Iterator
 import numpy as np
 from iree.compiler import ir
 
-from torq.runtime.program import DTYPE_BYTES
+from torq.contract.program import DTYPE_BYTES
 
 
 # Dialects that have no Python module in iree.compiler.dialects. Whenever the

@@ -15,7 +15,7 @@ import json
 import numpy as np
 from iree.compiler import ir
 
-from torq.runtime.program import (Compute, DmaIn, DmaOut, Epilogue, EpilogueStep, LramBuffer,
+from torq.contract.program import (Compute, DmaIn, DmaOut, Epilogue, EpilogueStep, LramBuffer,
                                   Operand, Program, Ref, TensorDesc)
 
 _KINDS = {"dma_in": DmaIn, "dma_out": DmaOut, "compute": Compute}

@@ -35,7 +35,7 @@ A select in an elementwise body takes a comparison or an i1 operand (a
 boolean mask, as torch's `where(mask, -inf, 0)`) as its condition.
 Elementwise bodies (epilogues, prologues, standalone ops) may use the
 transcendental functions exp, log, tanh, erf, rsqrt and sqrt (table lookup
-steps, see runtime/program.py) and x ** n for a small constant n (math.fpowi,
+steps, see contract/program.py) and x ** n for a small constant n (math.fpowi,
 as multiplications): GELU (both torch forms), sigmoid, SiLU and the layer
 norm scale lower this way; softmax arrives decomposed (see pipeline.py) into
 max and sum reductions and elementwise ops. A box read (`box_read`: a copy of
@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from iree.compiler import ir
 
-from torq.runtime.program import EPILOGUE_INT_TYPES, LUT, MAX_LUT_ENTRIES, Epilogue, EpilogueStep, Ref
+from torq.contract.program import EPILOGUE_INT_TYPES, LUT, MAX_LUT_ENTRIES, Epilogue, EpilogueStep, Ref
 from .ir_utils import constant_of, indexing_maps, int_array, mlir_dtype, n_inputs, region_ops, static_shape
 from .ir_utils import iterator_types as _iterators, loop_ranges as _loop_ranges
 

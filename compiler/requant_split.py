@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from iree.compiler import ir
 
-from torq.runtime.program import MAX_LUT_ENTRIES
+from torq.contract.program import MAX_LUT_ENTRIES
 
 from .f32_chain import INT_RANGE, Chain, type_name
 from .rescale_fit import NotExact, PairFit, fit_sum

@@ -36,9 +36,9 @@ from .passes import PassOptions
 from .patterns import Unsupported, classify_contraction, data_movement_reason, is_zero_fill, match_group
 from .pipeline import PRE_PASSES, dispatch_pipeline, run_passes
 from .requant import io_conversion_reason
-from .traffic import program_traffic
-from torq.runtime.executable import parse_executable
-from torq.runtime.module import MAX_INPUTS, MAX_RESULTS
+from torq.contract.measures import program_traffic
+from torq.contract.executable import parse_executable
+from torq.contract.module_abi import MAX_INPUTS, MAX_RESULTS, MODULE_NAME, export_name
 
 SUPPORTED_DTYPES = {"bf16", "i8", "i16", "i32", "f32", "i1", "index"}
 
@@ -145,7 +145,7 @@ def _check_supported(func: ir.Operation, options: PassOptions) -> str:
 
 
 def _declare(module_op: ir.Operation, n_in: int, n_out: int, declared: set) -> str:
-    name = f"torq.run_i{n_in}_o{n_out}"
+    name = f"{MODULE_NAME}.{export_name(n_in, n_out)}"
     if name not in declared:
         bv = "!hal.buffer_view"
         args = ", ".join(["!util.buffer"] + [bv] * n_in)

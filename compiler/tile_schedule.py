@@ -58,7 +58,7 @@ def is_torq_hl(op) -> bool:
 
 
 # The attr of a torq_hl op in accumulate form (reduction-dim tiling, torq-super-tiling):
-# it adds its contraction to its accumulator operand (see runtime/program.py).
+# it adds its contraction to its accumulator operand (see contract/program.py).
 ACCUMULATE = "accumulate"
 
 

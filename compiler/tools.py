@@ -85,8 +85,8 @@ def version_text() -> str:
     """`--version`: this package, the IREE packages it runs on, and the hardware models."""
     from importlib import metadata
 
-    from torq.hw import PRESETS
-    from torq.runtime.executable import FORMAT_VERSION
+    from torq.contract.hw import PRESETS
+    from torq.contract.executable import FORMAT_VERSION
 
     def version(dist: str) -> str:
         try:

@@ -42,7 +42,7 @@ schedule (so the allocator, the fit check of super tiling and
 torq-assign-lram-addresses all see padded bytes); `torq-build-nss-program`
 records each buffer's logical and padded shape (`layout`) and each compute's
 `padded_work`; the simulator stores buffers in that layout and the timing
-model counts padded work (`runtime/timing.py`), while `macs` (useful work:
+model counts padded work (`contract/timing.py`), while `macs` (useful work:
 roofline, efficiency, NPU MAC share) stays unpadded. Numerics do not change:
 padding lanes are zero and the simulator's kernels compute on the unpadded
 view of each buffer; the padded storage, occupancy and cycles are modelled.
@@ -54,8 +54,8 @@ from __future__ import annotations
 
 import math
 
-from torq.hw import TorqHw
-from torq.runtime.program import nbytes
+from torq.contract.hw import TorqHw
+from torq.contract.program import nbytes
 
 RESULT = -1  # the role index of an op's result
 
@@ -116,7 +116,7 @@ def role_layout(op: str, attrs: dict, role: int, shape: tuple[int, ...], dtype: 
 
 def padded_work(op: str, attrs: dict, operands: list[tuple[tuple[int, ...], str]],
                 result: tuple[tuple[int, ...], str], macs: int, hw: TorqHw) -> int:
-    """The work the timing model counts with vector dims padded (see runtime/timing.py):
+    """The work the timing model counts with vector dims padded (see contract/timing.py):
     MACs for conv2d / matmul, window reads for depthwise conv / pooling / reduce (each
     `macs` scaled by padded / real size of the vectorised dims), and result elements for
     elementwise ops (the result's padded element count)."""

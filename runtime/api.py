@@ -49,13 +49,12 @@ import iree.runtime as rt
 import ml_dtypes
 import numpy as np
 
-from torq.hw import TorqHw, parse_hw_spec
+from torq.contract.hw import TorqHw, parse_hw_spec
+from torq.contract.module_abi import MAX_INPUTS, MAX_RESULTS
 
 from .errors import DispatchError, InputError, InvocationError, ModuleLoadError, TorqRuntimeError
 from .module import (
     ELEMENT_TYPES,
-    MAX_INPUTS,
-    MAX_RESULTS,
     ElementType,
     TorqModule,
     buffer_view_to_numpy,
@@ -301,7 +300,7 @@ class LoadedModule:
 
     @property
     def hw(self) -> TorqHw | None:
-        return self._res.torq.hw if self._res.torq is not None else None
+        return self._res.torq.contract.hw if self._res.torq is not None else None
 
     @property
     def record_timeline(self) -> bool:

@@ -52,7 +52,7 @@ import statistics
 import sys
 from typing import Any, NoReturn, Sequence
 
-from torq.hw import DEFAULT_HW, HwSpecError, TorqHw, describe_presets, parse_hw_spec
+from torq.contract.hw import DEFAULT_HW, HwSpecError, TorqHw, describe_presets, parse_hw_spec
 
 from .errors import InputError
 from .tools import ToolError, _one_line, _write_outputs, check_common_args, parse_input, tool_main

@@ -50,7 +50,7 @@ import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .program import EPILOGUE_INT_TYPES, LUT, TABLE_OPS, Epilogue, Ref
+from torq.contract.program import EPILOGUE_INT_TYPES, LUT, TABLE_OPS, Epilogue, Ref
 
 NP_DTYPES: dict[str, np.dtype] = {
     "bf16": np.dtype(ml_dtypes.bfloat16),

@@ -1,12 +1,8 @@
 """The `torq` VM module: runs Torq dispatches of a compiled .vmfb on the simulator.
 
 Contract:
-- A .vmfb compiled for Torq imports `torq.run_i{N}_o{M}` (N tensor inputs,
-  M results) with signature (`!util.buffer` serialized executable,
-  N x `!hal.buffer_view`) -> M x `!hal.buffer_view`, calling convention
-  "0" + "r" * (N + 1) + "_" + "r" * M. `TorqModule` exports one function per
-  arity, N in 1..MAX_INPUTS and M in 1..MAX_RESULTS (variadic conventions
-  are refused by the VM).
+- A .vmfb compiled for Torq imports `torq.run_i{N}_o{M}`; `TorqModule`
+  exports one function per arity, as `torq.contract.module_abi` defines them.
 - Each call parses the executable with `parse_executable` (once per constant
   buffer: programs are cached by the buffer's address and length, which are
   stable while the compiled module lives), reads the inputs as numpy arrays,
@@ -47,12 +43,11 @@ import iree.runtime as rt
 import ml_dtypes
 import numpy as np
 
-from torq.hw import TorqHw
+from torq.contract.hw import TorqHw
+from torq.contract.module_abi import MAX_INPUTS, MAX_RESULTS, MODULE_NAME, calling_convention, export_name
 
 from .errors import DispatchError
 
-MAX_INPUTS = 16
-MAX_RESULTS = 4
 
 
 # --------------------------------------------------------------------------
@@ -132,14 +127,6 @@ def numpy_to_buffer_view(device: rt.HalDevice, array: np.ndarray, et: ElementTyp
 # The module
 
 
-def export_name(n_inputs: int, n_results: int) -> str:
-    return f"run_i{n_inputs}_o{n_results}"
-
-
-def calling_convention(n_inputs: int, n_results: int) -> str:
-    return "0" + "r" * (n_inputs + 1) + "_" + "r" * n_results
-
-
 class _State:
     """Everything a call needs; separate from TorqModule so finalizers can own it."""
 
@@ -165,7 +152,7 @@ class _State:
         self.plans.clear()
 
     def program(self, blob_ref: rt.VmRef) -> Any:
-        from .executable import parse_executable
+        from torq.contract.executable import parse_executable
 
         view = memoryview(blob_ref.deref(rt.VmBuffer))
         raw = np.frombuffer(view, dtype=np.uint8)
@@ -195,7 +182,7 @@ class _State:
 
     def run(self, n_results: int, blob_ref: rt.VmRef, arg_refs: tuple[rt.VmRef, ...]) -> Any:
         name = ""  # the program's name, once parsed
-        where = f"torq.{export_name(len(arg_refs), n_results)}"
+        where = f"{MODULE_NAME}.{export_name(len(arg_refs), n_results)}"
         t_start = time.perf_counter()
         try:
             program = self.program(blob_ref)
@@ -230,7 +217,7 @@ class _State:
             raise
         except Exception as e:  # loader, simulator, or a bug: report it typed, in one line
             kind = type(e).__name__
-            from .executable import ExecutableError
+            from torq.contract.executable import ExecutableError
             from .simulator import SimulatorError
 
             known = isinstance(e, (ExecutableError, SimulatorError))
@@ -280,7 +267,7 @@ class TorqModule:
     def __init__(self, config: rt.Config, hw: TorqHw | None = None) -> None:
         self._state = _State(config.device, hw)
         state = self._state
-        iface = rt.PyModuleInterface("torq", lambda _iface: _Instance(state))
+        iface = rt.PyModuleInterface(MODULE_NAME, lambda _iface: _Instance(state))
         for n_in in range(1, MAX_INPUTS + 1):
             for n_out in range(1, MAX_RESULTS + 1):
                 iface.export(export_name(n_in, n_out), calling_convention(n_in, n_out), _make_export(n_out))

@@ -60,12 +60,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torq.hw import TorqHw
+from torq.contract.hw import TorqHw
 
-from .executable import ExecutableError, validate_program
+from torq.contract.executable import ExecutableError, validate_program
 from .kernels import COMPUTE_OPS, NP_DTYPES, KernelError, OperandCache, eval_epilogue, run_principal, store
-from .program import Compute, DmaIn, DmaOut, LramBuffer, Program, TensorDesc, box_union, compulsory_bytes, nbytes
-from .timing import (TimingError, Timeline, check_slice_sharing, dma_bytes, lram_occupancy, roofline_cycles,
+from torq.contract.measures import box_union, measure_lram_peak, program_traffic
+from torq.contract.program import Compute, DmaIn, DmaOut, LramBuffer, Program, TensorDesc, nbytes
+from torq.contract.timing import (TimingError, Timeline, check_slice_sharing, dma_bytes, lram_occupancy, roofline_cycles,
                      schedule, slices_of)
 
 _FLOATS = {"bf16", "f16", "f32"}
@@ -83,7 +84,7 @@ class DispatchStats:
     tiles: int = 0
     dma_bytes_in: int = 0
     dma_bytes_out: int = 0
-    compulsory_bytes: int = 0  # program.compulsory_bytes: outputs once, the input bytes read once
+    compulsory_bytes: int = 0  # measures.compulsory_bytes: outputs once, the input bytes read once
     lram_peak_bytes: int = 0  # highest sum of sizes of buffers live at one command (program order)
     # Highest sum of sizes of buffers live at one simulated cycle (a buffer is live from the
     # start of its first command to the end of its last): >= lram_peak_bytes when engines overlap.
@@ -116,19 +117,6 @@ class DispatchStats:
         d["ddr_traffic_ratio"] = self.ddr_traffic_ratio
         d["efficiency"] = self.efficiency
         return d
-
-
-def measure_lram_peak(buffers: list[LramBuffer], n_commands: int) -> int:
-    """Highest sum of buffer sizes live at one command (live ranges are inclusive)."""
-    delta = [0] * (n_commands + 1)
-    for b in buffers:
-        delta[b.live_start] += b.size
-        delta[b.live_end + 1] -= b.size
-    peak = live = 0
-    for d in delta[:-1]:
-        live += d
-        peak = max(peak, live)
-    return peak
 
 
 @dataclass(eq=False)
@@ -174,21 +162,17 @@ class Simulator:
             check_slice_sharing(program, timeline)
         except TimingError as e:
             raise SimulatorError(f"program '{program.name}': {e}") from None
-        tensors = {t.index: t for t in program.tensors}
+        traffic = program_traffic(program)
         stats = DispatchStats(
             name=program.name,
             tiles=program.tiles,
             commands=len(program.commands),
-            compulsory_bytes=compulsory_bytes(program),
+            dma_bytes_in=traffic.dma_bytes_in,
+            dma_bytes_out=traffic.dma_bytes_out,
+            compulsory_bytes=traffic.compulsory_bytes,
             lram_peak_bytes=measure_lram_peak(program.buffers, len(program.commands)),
+            macs=sum(c.macs for c in program.commands if isinstance(c, Compute)),
         )
-        for c in program.commands:
-            if isinstance(c, DmaIn):
-                stats.dma_bytes_in += nbytes(tuple(c.sizes), tensors[c.tensor].dtype)
-            elif isinstance(c, DmaOut):
-                stats.dma_bytes_out += nbytes(tuple(c.sizes), tensors[c.tensor].dtype)
-            else:
-                stats.macs += c.macs
         self._add_timing(program, timeline, stats)
         constants = {}
         for t in program.tensors:
@@ -199,7 +183,7 @@ class Simulator:
                 constants[t.index] = a
         untouched = {t.index: ~box_union(program, t.index, DmaOut) for t in program.outputs()
                      if t.aliases >= 0 and t.dtype != t.host_dtype}
-        return Plan(program, self.hw, timeline, stats, constants, self._steps(program, tensors), untouched)
+        return Plan(program, self.hw, timeline, stats, constants, self._steps(program, {t.index: t for t in program.tensors}), untouched)
 
     def run(self, program: Program, inputs: list[np.ndarray], record_timeline: bool = False,
             plan: Plan | None = None) -> tuple[list[np.ndarray], DispatchStats]:

@@ -43,7 +43,7 @@ from typing import Any, NoReturn, Sequence
 
 import numpy as np
 
-from torq.hw import HwSpecError, TorqHw, describe_presets, parse_hw_spec
+from torq.contract.hw import HwSpecError, TorqHw, describe_presets, parse_hw_spec
 
 from .errors import InputError, TorqRuntimeError
 from .module import ELEMENT_TYPES, ElementType, element_type_of_dtype

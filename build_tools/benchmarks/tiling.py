@@ -31,7 +31,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torq.hw import TorqHw  # noqa: E402
+from torq.contract.hw import TorqHw  # noqa: E402
 from common import (MODEL_SIZES, build_model, machine_info, machine_markdown, one_line, progress,  # noqa: E402
                     run_worker, worker_main)
 

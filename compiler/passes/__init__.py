@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from torq.hw import TorqHw
+from torq.contract.hw import TorqHw
 
 
 @dataclass

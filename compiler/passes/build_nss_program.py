@@ -29,7 +29,7 @@ whose result has no such dim runs on slice 0 alone. The function gets
 (then also "split_computes": how many were split). Buffers keep the offsets
 `torq-assign-lram-addresses` gave them, so tiles on different slices that
 reuse the same bytes are ordered by the simulator's dependency rules (see
-runtime/timing.py).
+contract/timing.py).
 
 Padding (`torq.pad`, see torq-fold-padding): a box of a padded view is a box
 of the source tensor that may reach past its edges. The DMA-in moves only
@@ -78,9 +78,9 @@ import math
 import numpy as np
 from iree.compiler import ir
 
-from torq.runtime.program import (DTYPE_BYTES, Compute, DmaIn, DmaOut, Epilogue, EpilogueStep, LramBuffer,
+from torq.contract.program import (DTYPE_BYTES, Compute, DmaIn, DmaOut, Epilogue, EpilogueStep, LramBuffer,
                                   Operand, Program, Ref, TensorDesc)
-from torq.runtime.simulator import measure_lram_peak
+from torq.contract.measures import measure_lram_peak
 from ..dispatch_extraction import IN_PLACE_RESULTS
 from ..ir_utils import (CompileError, constant_of, element_type, int_array, mlir_dtype,
                         static_shape)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from torq.runtime.program import Epilogue, EpilogueStep, Ref
+from torq.contract.program import Epilogue, EpilogueStep, Ref
 from ..ir_utils import CompileError, element_type, indexing_maps, location_str, n_inputs, static_shape, walk_ops
 from ..patterns import (PAD_VIEW, Gather, Match, Unsupported, box_read, classify_principal, epilogue_to_json, init_steps,
                         is_zero_fill, match_group)

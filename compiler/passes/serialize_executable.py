@@ -1,7 +1,7 @@
 """torq-serialize-executable: write each NSS program as a FlatBuffers blob.
 
 Contract: takes functions produced by torq-build-nss-program and attaches the
-serialized executable (runtime/schemas/torq_executable.fbs, identifier
+serialized executable (contract/schemas/torq_executable.fbs, identifier
 "TORQ") as `torq.executable`, an i8 elements attribute; the `torq_nss` ops
 are removed. The blob is what the `torq` VM module loads at run time.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from iree.compiler import ir
 
-from torq.runtime.executable import ExecutableError, serialize_program
+from torq.contract.executable import ExecutableError, serialize_program
 from ..ir_utils import CompileError, location_str
 from ..nss_ir import function_to_program
 from . import PassOptions

@@ -20,7 +20,7 @@ Strategies (`--torq-super-tiling-strategy`):
   the chosen dim (every tileable dim for a root left untiled) tilings with 2
   and 4 tiles per slice, and 2x and 4x the chosen count, are tried; one
   replaces the `traffic` choice when it fits, its program is predicted by
-  runtime/timing.py to take fewer cycles, and it moves at most
+  contract/timing.py to take fewer cycles, and it moves at most
   `--torq-tiling-traffic-slack` (default 0) more DDR bytes, each extra 1% of
   bytes buying at least 1% fewer cycles. 2-D tilings are kept as they are.
   The predictions see torq-build-nss-program's slice use: a body with one
@@ -106,13 +106,13 @@ from iree.compiler.dialects.transform import interpreter
 from ..ir_utils import (CompileError, element_type, indexing_maps, location_str, mlir_dtype, region_ops,
                         static_shape, tensor_nbytes, walk_ops)
 from ..patterns import FUSE_GROUP, FUSE_GROUP_ID, Unsupported, _linear_terms, _loop_ranges, classify_principal
-from ..traffic import Traffic, program_traffic
+from torq.contract.measures import Traffic, program_traffic
 from . import PassOptions
 from .assign_lram_addresses import assign_function, lram_footprint
 from .build_nss_program import build_program
 from .lower_to_torq_hl import ACCUMULATING_KINDS, lower_function
 from ..vector_layout import RESULT, padded, value_roles, vector_dim, vector_width
-from torq.runtime.timing import schedule
+from torq.contract.timing import schedule
 
 NAME = "torq-super-tiling"
 # --torq-super-tiling-strategy values (see the module docstring).
@@ -404,7 +404,7 @@ def footprint(source: ir.Module | ir.Operation, loop_sizes: list[int] | None, op
 def predicted_cost(source: ir.Module | ir.Operation, loop_sizes: list[int] | None,
                    options: PassOptions, interchange: list[int] | None = None,
                    reduction: list[int] | None = None) -> tuple[Traffic, int]:
-    """DDR traffic and cycles (runtime/timing.py's schedule, the simulator's own
+    """DDR traffic and cycles (contract/timing.py's schedule, the simulator's own
     model) of the program the function in `source` becomes with its TILE_ROOT op
     tiled by `loop_sizes` (a tiling `footprint` accepted)."""
     scratch, clone = _lowered_tiling(source, loop_sizes, interchange, reduction)
@@ -620,7 +620,7 @@ def _parallel_sizes(search: _Search, chosen: list[int] | None) -> list[int] | No
     chosen dim (every tileable dim when untiled), tiles giving 2 and 4 tiles per
     slice, and 2x and 4x the chosen tile count, are tried (on the result's vector
     dim also the largest tile of whole vectors below each); one wins when it fits,
-    its program is predicted (runtime/timing.py) to take fewer cycles, and it moves
+    its program is predicted (contract/timing.py) to take fewer cycles, and it moves
     no more DDR bytes than `chosen` (e.g. output channels: the input stays loaded,
     each weight slice is read once) plus `PassOptions.tiling_traffic_slack` of them,
     when the share of extra bytes buys at least as large a share of cycles:

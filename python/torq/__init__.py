@@ -8,7 +8,7 @@
 Imports are lazy so that the runtime tools do not load the compiler.
 """
 
-from torq.hw import TorqHw, parse_hw_spec
+from torq.contract.hw import TorqHw, parse_hw_spec
 
 _LAZY = {
     "compile": ("torq.compile_api", "compile"),

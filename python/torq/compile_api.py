@@ -10,7 +10,7 @@ from torq.compiler.driver import (CompileOptions, UsageError, _ListHw, compile_s
 from torq.compiler.ir_utils import CompileError
 from torq.compiler.onnx_import import read_onnx_source
 from torq.compiler.target import TargetReport
-from torq.hw import TorqHw, parse_hw_spec
+from torq.contract.hw import TorqHw, parse_hw_spec
 
 
 class TorqCompileError(Exception):

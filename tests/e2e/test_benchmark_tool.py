@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from torq.hw import parse_hw_spec
+from torq.contract.hw import parse_hw_spec
 
 BIN = os.path.dirname(sys.executable)
 HW = "SL2610:lram_kb=24"  # small LRAM: the conv needs several tiles

@@ -22,8 +22,8 @@ import torch.nn as nn
 import torq
 from test_int8_tosa import check_bit_exact, random_int8
 from tosa_int8 import conv_rescale_clamp
-from torq.runtime.program import DTYPE_BYTES, Compute, DmaIn, DmaOut
-from torq.runtime.simulator import measure_lram_peak
+from torq.contract.program import DTYPE_BYTES, Compute, DmaIn, DmaOut
+from torq.contract.measures import measure_lram_peak
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
 from cnn import error_figures  # noqa: E402

@@ -13,8 +13,8 @@ import math
 import ml_dtypes
 import numpy as np
 
-from torq.hw import TorqHw
-from torq.runtime.program import (
+from torq.contract.hw import TorqHw
+from torq.contract.program import (
     DTYPE_BYTES,
     Compute,
     DmaIn,

@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 
 from nss_builders import ProgramBuilder, const, conv_tiled_program, step, val
-from torq.hw import TorqHw
-from torq.runtime import executable
-from torq.runtime.executable import (
+from torq.contract.hw import TorqHw
+from torq.contract import executable
+from torq.contract.executable import (
     SCHEMA_PATH,
     ExecutableError,
     executable_schema,
     parse_executable,
     serialize_program,
 )
-from torq.runtime.program import DTYPE_BYTES, Compute
+from torq.contract.program import DTYPE_BYTES, Compute
 
 SCHEMAS = Path(executable.__file__).parent / "schemas"
 

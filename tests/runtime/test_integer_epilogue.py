@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from torq.runtime.kernels import KernelError, eval_epilogue
-from torq.runtime.program import Epilogue, EpilogueStep, Ref
+from torq.contract.program import Epilogue, EpilogueStep, Ref
 
 WIDTHS = {"i8": 8, "i16": 16, "i32": 32, "i64": 64}
 

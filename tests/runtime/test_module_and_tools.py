@@ -20,11 +20,11 @@ import pytest
 
 iree_compiler = pytest.importorskip("iree.compiler")
 
-from torq.hw import TorqHw  # noqa: E402
+from torq.contract.hw import TorqHw  # noqa: E402
 from torq.runtime import api  # noqa: E402
 from torq.runtime.errors import DispatchError, InputError, ModuleLoadError, TorqRuntimeError  # noqa: E402
-from torq.runtime.executable import serialize_program  # noqa: E402
-from torq.runtime.program import (  # noqa: E402
+from torq.contract.executable import serialize_program  # noqa: E402
+from torq.contract.program import (  # noqa: E402
     Compute,
     DmaIn,
     DmaOut,

@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 
 from nss_builders import ProgramBuilder, bf16_round, const, step, val
-from torq.hw import TorqHw
+from torq.contract.hw import TorqHw
 from torq.runtime import kernels
-from torq.runtime.executable import ExecutableError, validate_program
+from torq.contract.executable import ExecutableError, validate_program
 from torq.runtime.kernels import KernelError, run_principal
 from torq.runtime.simulator import Simulator
 

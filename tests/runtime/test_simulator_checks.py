@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from nss_builders import ProgramBuilder, const, conv_tiled_program, opnd, step
-from torq.hw import TorqHw
+from torq.contract.hw import TorqHw
 from torq.runtime.simulator import DispatchStats, Simulator, SimulatorError
 
 

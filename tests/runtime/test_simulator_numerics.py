@@ -21,7 +21,7 @@ from nss_builders import (
     step,
     val,
 )
-from torq.hw import TorqHw
+from torq.contract.hw import TorqHw
 from torq.runtime.simulator import Simulator
 
 HALF_ULP_BF16 = 2.0**-8

@@ -1,4 +1,4 @@
-"""Timing model (runtime/timing.py) against hand-computed schedules.
+"""Timing model (contract/timing.py) against hand-computed schedules.
 
 Every expected cycle count below is worked out by hand in the comments, from
 the hardware parameters of `HW` (round numbers so the arithmetic is easy to
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from nss_builders import ProgramBuilder, bf16_round, const, opnd, step, val
-from torq.hw import TorqHw
+from torq.contract.hw import TorqHw
 from torq.runtime.simulator import Simulator, SimulatorError
-from torq.runtime.timing import (CommandTime, Timeline, TimingError, _Link, check_slice_sharing, schedule)
+from torq.contract.timing import (CommandTime, Timeline, TimingError, _Link, check_slice_sharing, schedule)
 
 # DMA: 8 B/cycle x 0.5 = 4 B/cycle effective, 10 cycles setup.
 # Compute: 5 cycles overhead; bf16: 64 MACs/cycle, 32 lanes.
@@ -388,9 +388,9 @@ def test_default_hw_conv_program_cycles():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from torq.runtime.program import (Compute, DmaIn, DmaOut, Epilogue, EpilogueStep, LramBuffer, Operand,  # noqa: E402
+from torq.contract.program import (Compute, DmaIn, DmaOut, Epilogue, EpilogueStep, LramBuffer, Operand,  # noqa: E402
                                   Program, Ref, TensorDesc)
-from torq.runtime.timing import command_cycles  # noqa: E402
+from torq.contract.timing import command_cycles  # noqa: E402
 
 
 @st.composite
@@ -418,7 +418,7 @@ def random_programs(draw):
 
 
 def _engines(c) -> set[str]:
-    """The engines a command holds, from the program model (not runtime/timing.py's own
+    """The engines a command holds, from the program model (not contract/timing.py's own
     lookup): its DMA engine, or the slices Compute.slice .. slice + split - 1."""
     if isinstance(c, DmaIn):
         return {"dma_in"}

@@ -20,11 +20,11 @@ import torch
 import torch.nn.functional as F
 
 from nss_builders import ProgramBuilder, bf16_round, const, opnd, step, val
-from torq.hw import TorqHw
+from torq.contract.hw import TorqHw
 from torq.runtime import kernels
-from torq.runtime.executable import ExecutableError, validate_program
+from torq.contract.executable import ExecutableError, validate_program
 from torq.runtime.kernels import KernelError, eval_epilogue, run_principal, store
-from torq.runtime.program import TABLE_OPS, Epilogue
+from torq.contract.program import TABLE_OPS, Epilogue
 from torq.runtime.simulator import Simulator
 
 U = 2.0**-8  # bf16 unit roundoff (8 significant bits): relative rounding error <= U

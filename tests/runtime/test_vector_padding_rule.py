@@ -14,10 +14,10 @@ import pytest
 
 from nss_builders import ProgramBuilder, bf16_round
 from torq.compiler.vector_layout import RESULT, padded, padded_work, role_layout, vector_dim
-from torq.hw import TorqHw
-from torq.runtime.executable import ExecutableError, parse_executable, serialize_program
+from torq.contract.hw import TorqHw
+from torq.contract.executable import ExecutableError, parse_executable, serialize_program
 from torq.runtime.simulator import Simulator, SimulatorError
-from torq.runtime.timing import command_cycles
+from torq.contract.timing import command_cycles
 
 HW = TorqHw()
 

@@ -34,7 +34,7 @@ from typing import Any
 import flatbuffers
 import numpy as np
 
-from torq.hw import TorqHw
+from .hw import TorqHw
 
 from .program import (
     DTYPE_BYTES,
@@ -126,7 +126,7 @@ def _check_hw_schema() -> None:
     if missing:
         raise ExecutableError(
             f"the executable schema lacks TorqHw fields {missing}: add them to table Hw in "
-            "runtime/schemas/torq_executable.fbs and run build_tools/regen_schema.sh"
+            "contract/schemas/torq_executable.fbs and run build_tools/regen_schema.sh"
         )
 
 

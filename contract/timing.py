@@ -85,7 +85,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
 
-from torq.hw import TorqHw
+from .hw import TorqHw
 
 from .program import DTYPE_BYTES, Compute, DmaIn, DmaOut, Program
 

@@ -32,7 +32,7 @@ class TorqHw:
     lanes_i16: int = 32
     lanes_bf16: int = 32
     # XRAM <-> LRAM DMA: one link of this bandwidth, shared by the DMA-in and DMA-out
-    # engines (runtime/timing.py); effective rate = bytes/cycle x efficiency.
+    # engines (contract/timing.py); effective rate = bytes/cycle x efficiency.
     dma_bytes_per_cycle: int = 8
     dma_efficiency: float = 0.65
     # Fixed costs (model parameters of this project, not vendor figures): a DMA's setup

@@ -22,7 +22,7 @@ Model:
   box of a DDR tensor into a buffer (contiguous row-major of the box's
   sizes), `Compute` runs one TorqHL op on slice `Compute.slice` with LRAM
   operands, `DmaOut` copies a buffer into a box of a DDR tensor. In time
-  (`runtime/timing.py`) the DMA-in engine, the DMA-out engine and each slice
+  (`contract/timing.py`) the DMA-in engine, the DMA-out engine and each slice
   run their own commands in program order and overlap wherever no LRAM byte
   range or DDR box dependency orders them; `Compute.tile` is the tile
   iteration a command belongs to and `Compute.slice` the slice
@@ -31,7 +31,7 @@ Model:
   once, each computing a disjoint part of the result (the result cut along
   one of its dims into k equal parts) from the shared operand buffers; its
   meaning is the same as on one slice (the parts make the whole result), only
-  its time changes (runtime/timing.py).
+  its time changes (contract/timing.py).
 
 Compute ops (`Compute.op`) and their attributes:
 - "conv2d": operands [input, weight, *epilogue operands]. attrs:
@@ -143,7 +143,7 @@ def nbytes(shape, dtype: str) -> int:
 #   k_f(a) * u (argument rounding) to first order, with the condition number
 #   k_f(a) = |a f'(a) / f(a)|: exp |a|; tanh, erf <= 1; rsqrt, sqrt 1/2;
 #   log 1/|ln a| (so absolute error <= u * (1 + |ln a|)). Costed as one
-#   elementwise step (runtime/timing.py), like any other epilogue step.
+#   elementwise step (contract/timing.py), like any other epilogue step.
 #   Special values as IEEE: exp(-inf) = 0, rsqrt(0) = inf, log(0) = -inf,
 #   sqrt/rsqrt/log of a negative number = nan; results beyond the bf16 range
 #   round to +-inf.
@@ -283,35 +283,3 @@ class Program:
 
     def outputs(self) -> list[TensorDesc]:
         return sorted((t for t in self.tensors if t.kind == "output"), key=lambda t: t.arg_index)
-
-
-def box_union(p: Program, tensor: int, command_type: type) -> "np.ndarray":
-    """Boolean mask over tensor `tensor`: the elements some `command_type` (DmaIn or
-    DmaOut) command of `p` reads or writes."""
-    import numpy as np
-
-    t = next(t for t in p.tensors if t.index == tensor)
-    mask = np.zeros(t.shape, dtype=bool)
-    for c in p.commands:
-        if isinstance(c, command_type) and c.tensor == tensor:
-            mask[tuple(slice(o, o + s) for o, s in zip(c.offsets, c.sizes))] = True
-    return mask
-
-
-def compulsory_bytes(p: Program) -> int:
-    """DESIGN §7's compulsory DDR bytes, counting what the dispatch needs: each
-    output tensor once (of an in-place output, the bytes its DMA-outs write), and
-    of each input and constant the bytes its DMA-ins read, each byte once (the
-    union of their boxes). A strided conv that never reads some rows of its input
-    does not need them, so traffic ratio >= 1 and efficiency <= 100% always hold.
-    Scratch tensors do not count."""
-    read = {c.tensor for c in p.commands if isinstance(c, DmaIn)}
-    total = 0
-    for t in p.tensors:
-        if t.kind == "output" and t.aliases < 0:
-            total += t.nbytes
-        elif t.kind == "output":
-            total += int(box_union(p, t.index, DmaOut).sum()) * DTYPE_BYTES[t.dtype]
-        elif t.kind in ("input", "constant") and t.index in read:
-            total += int(box_union(p, t.index, DmaIn).sum()) * DTYPE_BYTES[t.dtype]
-    return total

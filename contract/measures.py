@@ -1,0 +1,83 @@
+"""DDR traffic and LRAM peak of an NSS program, as DESIGN §7 defines them.
+
+The compiler uses them to compare tilings (super tiling's default strategy),
+to check the allocator's peak and to report predicted traffic
+(`--torq-dump-tiling`); the simulator reports the same figures for the
+program it runs, from these functions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .program import DTYPE_BYTES, DmaIn, DmaOut, LramBuffer, Program
+
+
+@dataclass(frozen=True)
+class Traffic:
+    dma_bytes_in: int
+    dma_bytes_out: int
+    compulsory_bytes: int  # `compulsory_bytes`: what the dispatch must move, once
+
+    @property
+    def dma_bytes(self) -> int:
+        return self.dma_bytes_in + self.dma_bytes_out
+
+    @property
+    def ratio(self) -> float:
+        return self.dma_bytes / self.compulsory_bytes if self.compulsory_bytes else 1.0
+
+
+def program_traffic(p: Program) -> Traffic:
+    dtype = {t.index: t.dtype for t in p.tensors}
+    moved = {DmaIn: 0, DmaOut: 0}
+    for c in p.commands:
+        if isinstance(c, (DmaIn, DmaOut)):
+            moved[type(c)] += math.prod(c.sizes) * DTYPE_BYTES[dtype[c.tensor]]
+    return Traffic(moved[DmaIn], moved[DmaOut], compulsory_bytes(p))
+
+
+def measure_lram_peak(buffers: list[LramBuffer], n_commands: int) -> int:
+    """Highest sum of buffer sizes live at one command (live ranges are inclusive)."""
+    delta = [0] * (n_commands + 1)
+    for b in buffers:
+        delta[b.live_start] += b.size
+        delta[b.live_end + 1] -= b.size
+    peak = live = 0
+    for d in delta[:-1]:
+        live += d
+        peak = max(peak, live)
+    return peak
+
+
+def box_union(p: Program, tensor: int, command_type: type) -> np.ndarray:
+    """Boolean mask over tensor `tensor`: the elements some `command_type` (DmaIn or
+    DmaOut) command of `p` reads or writes."""
+    t = next(t for t in p.tensors if t.index == tensor)
+    mask = np.zeros(t.shape, dtype=bool)
+    for c in p.commands:
+        if isinstance(c, command_type) and c.tensor == tensor:
+            mask[tuple(slice(o, o + s) for o, s in zip(c.offsets, c.sizes))] = True
+    return mask
+
+
+def compulsory_bytes(p: Program) -> int:
+    """DESIGN §7's compulsory DDR bytes, counting what the dispatch needs: each
+    output tensor once (of an in-place output, the bytes its DMA-outs write), and
+    of each input and constant the bytes its DMA-ins read, each byte once (the
+    union of their boxes). A strided conv that never reads some rows of its input
+    does not need them, so traffic ratio >= 1 and efficiency <= 100% always hold.
+    Scratch tensors do not count."""
+    read = {c.tensor for c in p.commands if isinstance(c, DmaIn)}
+    total = 0
+    for t in p.tensors:
+        if t.kind == "output" and t.aliases < 0:
+            total += t.nbytes
+        elif t.kind == "output":
+            total += int(box_union(p, t.index, DmaOut).sum()) * DTYPE_BYTES[t.dtype]
+        elif t.kind in ("input", "constant") and t.index in read:
+            total += int(box_union(p, t.index, DmaIn).sum()) * DTYPE_BYTES[t.dtype]
+    return total

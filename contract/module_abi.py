@@ -1,0 +1,25 @@
+"""The `torq` VM module's entry points, as a compiled .vmfb calls them.
+
+A dispatch the compiler put on the NPU becomes a call of
+`torq.run_i{N}_o{M}` (N tensor inputs, M results) with signature
+(`!util.buffer` serialized executable, N x `!hal.buffer_view`) ->
+M x `!hal.buffer_view` and calling convention "0" + "r" * (N + 1) + "_" +
+"r" * M. The runtime's `TorqModule` exports one function per arity, N in
+1..MAX_INPUTS and M in 1..MAX_RESULTS (the VM refuses variadic conventions),
+so the compiler leaves a dispatch with more to the host.
+"""
+
+from __future__ import annotations
+
+MODULE_NAME = "torq"
+MAX_INPUTS = 16
+MAX_RESULTS = 4
+
+
+def export_name(n_inputs: int, n_results: int) -> str:
+    """The function the module exports for this arity (without the module name)."""
+    return f"run_i{n_inputs}_o{n_results}"
+
+
+def calling_convention(n_inputs: int, n_results: int) -> str:
+    return "0" + "r" * (n_inputs + 1) + "_" + "r" * n_results
