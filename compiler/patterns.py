@@ -62,7 +62,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from iree.compiler import ir
 
+from torq.contract.ops import OPS
 from torq.contract.program import EPILOGUE_INT_TYPES, LUT, MAX_LUT_ENTRIES, Epilogue, EpilogueStep, Ref
+
 from .ir_utils import constant_of, indexing_maps, int_array, mlir_dtype, n_inputs, region_ops, static_shape
 from .ir_utils import iterator_types as _iterators, loop_ranges as _loop_ranges
 
@@ -811,9 +813,6 @@ def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: i
 # the part of that box inside the source tensor and hands the rest to the
 # consuming op as its `pad` attr (see torq-build-nss-program).
 PAD_VIEW = "torq.pad"
-# Consumers that pad their input themselves (with any constant value: zero,
-# -inf for max pooling, the input zero point of an int8 conv).
-_PADDING_CONSUMERS = ("conv2d", "depthwise_conv2d", "avg_pool2d", "maxpool2d")
 
 
 @dataclass
@@ -842,8 +841,10 @@ def _window_extents(op: ir.Operation) -> dict[int, int]:
 def padding_fold(op: ir.Operation) -> Padding:
     """The padding of a `tensor.pad` whose every user can pad its input itself.
 
-    Foldable: static amounts, a constant pad value, and every user a conv2d,
-    depthwise_conv2d, avg_pool2d or maxpool2d principal reading the padded
+    Foldable: static amounts, a constant pad value, and every user a principal
+    whose op pads its input (`OpDef.pads_input`: the convs and poolings, with
+    any constant value: zero, -inf for max pooling, the input zero point of an
+    int8 conv) reading the padded
     tensor as its input (first operand) only, with padding only on the dims
     it slides its window over (H, W), each amount smaller than the window
     extent (so every output reads at least one real element), or the
@@ -869,7 +870,7 @@ def padding_fold(op: ir.Operation) -> Padding:
             continue  # a result: written out padded (see data_movement_reason)
         con = classify_principal(user) if not isinstance(user, ir.Block) else None
         kind = con.kind if con is not None else None
-        if kind not in _PADDING_CONSUMERS:
+        if kind is None or not OPS[kind].pads_input:
             raise Unsupported(f"padding read by {user.name if not isinstance(user, ir.Block) else 'a block'} "
                               f"(only a conv or pooling input folds its padding)")
         if [i for i, v in enumerate(user.operands) if v == op.results[0]] != [0]:
@@ -1130,7 +1131,7 @@ def init_steps(op: ir.Operation, p: Contraction, inputs: list[ir.Value],
     if c is not None and p.identity == "lowest" and region_ops(op)[-2].name == "arith.maxnumf" \
             and math.isnan(float(c)):
         return init_op, []  # maxnumf ignores NaN: IREE's softmax decomposition starts max from NaN
-    b = _broadcast_source(init_op) if p.kind in ("conv2d", "depthwise_conv2d", "matmul") else None
+    b = _broadcast_source(init_op) if OPS[p.kind].inputs == 2 else None  # a bias of a weighted sum
     if b is None or _single_user(init) is None:
         raise Unsupported(f"{p.kind} whose accumulator is not {what}")
     src, in_map, out_map = b

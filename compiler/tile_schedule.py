@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 
 from iree.compiler import ir
 
+from torq.contract.ops import ACCUMULATE
+
 from .ir_utils import region_ops, tensor_nbytes
 from .lram_allocator import BufferRequest, allocate, align
 
@@ -57,9 +59,6 @@ def is_torq_hl(op) -> bool:
     return not isinstance(op, ir.Block) and op.name.startswith("torq_hl.")
 
 
-# The attr of a torq_hl op in accumulate form (reduction-dim tiling, torq-super-tiling):
-# it adds its contraction to its accumulator operand (see contract/program.py).
-ACCUMULATE = "accumulate"
 
 
 def is_reduction_loop(op) -> bool:

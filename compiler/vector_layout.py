@@ -17,7 +17,8 @@ dimensions"): a narrow dim is rounded only to the next power of two, whose
 tiles include every smaller power of two, so a 3-channel tensor costs 4/3 of
 its bytes, not 32/3.
 
-Vector dim per TorqHL op kind and operand role (`vector_dim`):
+Vector dim per TorqHL op kind and operand role (`vector_dim`, from the op table's
+`OpDef.vector`, contract/ops.py):
 - conv2d: input C (the reduction channels; G for a one-channel-per-group
   grouped conv), weight C (else O), result O (else G);
 - depthwise_conv2d, maxpool2d, avg_pool2d: C of each operand's dims string,
@@ -55,9 +56,9 @@ from __future__ import annotations
 import math
 
 from torq.contract.hw import TorqHw
+from torq.contract.ops import OPS, RESULT
 from torq.contract.program import nbytes
 
-RESULT = -1  # the role index of an op's result
 
 
 def padded(n: int, width: int) -> int:
@@ -74,26 +75,13 @@ def vector_width(hw: TorqHw, dtype: str) -> int:
     return hw.lanes(dtype)
 
 
-def _dims_key(op: str, role: int) -> tuple[str, str]:
-    """(attr holding the dims string of this role, preferred letters in order)."""
-    if op == "conv2d":
-        return {0: ("input_dims", "CG"), 1: ("weight_dims", "CO"), RESULT: ("output_dims", "OG")}.get(role, ("", ""))
-    if op == "matmul":
-        return {0: ("lhs_dims", "K"), 1: ("rhs_dims", "N"), RESULT: ("output_dims", "N")}.get(role, ("", ""))
-    if op == "depthwise_conv2d":
-        return {0: ("input_dims", "C"), 1: ("weight_dims", "C"), RESULT: ("output_dims", "C")}.get(role, ("", ""))
-    if op in ("maxpool2d", "avg_pool2d"):
-        return {0: ("input_dims", "C"), RESULT: ("output_dims", "C")}.get(role, ("", ""))
-    return "", ""
-
-
 def vector_dim(op: str, attrs: dict, role: int, rank: int) -> int | None:
     """The dim of operand `role` (RESULT for the result) that `op` vectorises; None for a scalar.
 
     `attrs` maps attribute names to values (dims strings as str)."""
     if rank == 0:
         return None
-    key, letters = _dims_key(op, role)
+    key, letters = OPS[op].vector_letters(role) if op in OPS else ("", "")
     dims = attrs.get(key) if key else None
     if isinstance(dims, str) and len(dims) == rank:
         for letter in letters:
@@ -127,17 +115,11 @@ def padded_work(op: str, attrs: dict, operands: list[tuple[tuple[int, ...], str]
             return 1, 1
         return shape[d], padded(shape[d], vector_width(hw, dtype))
 
-    if op == "elementwise" or macs <= 0:
+    if OPS[op].inputs == 0 or macs <= 0:
         shape, dtype = result
         return math.prod(role_layout(op, attrs, RESULT, shape, dtype, hw))
-    if op in ("conv2d", "matmul"):
-        roles = (0, RESULT) if op == "conv2d" else (0, 1)  # conv: C_in and C_out; matmul: K and N
-    elif op == "reduce":
-        roles = (0,)  # the input elements read
-    else:
-        roles = (RESULT,)  # depthwise conv, pooling: the channels
     real, pad = 1, 1
-    for r in roles:
+    for r in OPS[op].work_roles:
         n, p = dim_size(r)
         real, pad = real * n, pad * p
     if real == 0 or macs % real:

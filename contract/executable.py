@@ -35,6 +35,7 @@ import flatbuffers
 import numpy as np
 
 from .hw import TorqHw
+from .ops import OPS, OpError
 
 from .program import (
     DTYPE_BYTES,
@@ -807,11 +808,6 @@ _ARITY = {"neg": 1, "cast": 1, "trunc": 1, "zext": 1, "select_gt": 4, "select_lt
 _TENSOR_KIND_NAMES = tuple(_TENSOR_KINDS)
 
 
-# Compute ops whose attrs and operand shapes determine the result shape and
-# MAC count; the validator checks them before anything runs.
-_SHAPED_OPS = ("depthwise_conv2d", "maxpool2d", "avg_pool2d", "reduce")
-# Ops that take a `pad` attr (their input read with padding around H and W).
-_PADDING_OPS = ("conv2d", "depthwise_conv2d", "maxpool2d", "avg_pool2d")
 _INT_DTYPES = ("i8", "i16", "i32")
 
 
@@ -825,10 +821,10 @@ def validate_program(p: Program, hw: TorqHw | None = None) -> None:
     size within the device LRAM, no two buffers with intersecting live ranges
     sharing bytes), and commands (tensors and buffers exist, each buffer used
     only inside its live range, DMA boxes inside their tensor, box and operand
-    bytes within the buffer size, epilogue refs in range; for depthwise_conv2d,
-    maxpool2d, avg_pool2d and reduce: attrs well formed, result shape and macs
-    as the attrs and operand shapes give them, the input's `pad` included; a
-    `pad` attr only on conv2d, depthwise_conv2d and the poolings).
+    bytes within the buffer size, epilogue refs in range; the op in the op table
+    (contract/ops.py); for an op with a shape rule: attrs well formed, result
+    shape and macs as the attrs and operand shapes give them, the input's `pad`
+    included; a `pad` attr only on an op that pads its input).
     """
     if hw is None:
         try:
@@ -1020,6 +1016,8 @@ class _Validator:
             return
         if not isinstance(c, Compute):
             self.fail(f"command {i} has unknown type {type(c).__name__}")
+        if c.op not in OPS:
+            self.fail(f"command {i}: unknown compute op {c.op!r}")
         for j, o in enumerate(c.operands):
             self.check_operand(i, o, f"operand {j}")
         self.check_operand(i, c.result, "result")
@@ -1029,15 +1027,14 @@ class _Validator:
             self.fail(f"command {i}: split over {c.split} slices (at least 1)")
         if "pad" in c.attrs:
             self.check_pad(i, c)
-        if c.op in _SHAPED_OPS:
-            self.check_shaped_op(i, c)
+        self.check_shape_rule(i, c)
         self.check_epilogue(i, c)
 
     def check_pad(self, i: int, c: Compute) -> None:
         """The `pad` attr: four non-negative ints, on an op that pads its input itself;
         `pad_value` a number (an integer for an integer operand)."""
         pad, value = c.attrs["pad"], c.attrs.get("pad_value", 0)
-        if c.op not in _PADDING_OPS:
+        if not OPS[c.op].pads_input:
             self.fail(f"command {i} ({c.op}): attr pad on an op that does not pad its input")
         if not (isinstance(pad, list) and len(pad) == 4 and all(isinstance(p, int) and p >= 0 for p in pad)):
             self.fail(f"command {i} ({c.op}): attr pad must be four non-negative ints [top, bottom, left, right], "
@@ -1046,74 +1043,21 @@ class _Validator:
                                                    and not isinstance(value, int)):
             self.fail(f"command {i} ({c.op}): attr pad_value {value!r} is not a value of its input")
 
-    def check_shaped_op(self, i: int, c: Compute) -> None:
-        """depthwise_conv2d / maxpool2d / avg_pool2d / reduce: attrs well formed, and
-        the result shape and macs they give from the operand shapes are the command's."""
+    def check_shape_rule(self, i: int, c: Compute) -> None:
+        """An op with a shape rule (contract/ops.py): its attrs well formed, and the result
+        shape and macs they give from the operand shapes are the command's."""
         what = f"command {i} ({c.op})"
-        need = 2 if c.op == "depthwise_conv2d" else 1
-        if len(c.operands) < need:
-            self.fail(f"{what}: {len(c.operands)} operands, needs at least {need}")
-        x, a = c.operands[0], c.attrs
-        floats_only = c.op == "avg_pool2d" or (c.op == "reduce" and a.get("mode") == "mean")
-        if floats_only and x.dtype in _INT_DTYPES:
-            self.fail(f"{what}: {x.dtype} operand, {'mode mean' if c.op == 'reduce' else c.op} is float only")
-        if c.op == "reduce":
-            mode, axes = a.get("mode"), a.get("axes")
-            if mode not in ("sum", "mean", "max"):
-                self.fail(f"{what}: attr mode={mode!r} is not one of sum, mean, max")
-            if (not isinstance(axes, list) or not axes or len(set(axes)) != len(axes)
-                    or not all(isinstance(d, int) and 0 <= d < len(x.shape) for d in axes)):
-                self.fail(f"{what}: attr axes={axes!r} must be distinct dims of the rank-{len(x.shape)} operand")
-            shape = tuple(d for k, d in enumerate(x.shape) if k not in axes)
-            macs = math.prod(x.shape)
-        else:
-            in_dims = self.dims_attr(what, a, "input_dims", "NCHW", "N" if c.op == "depthwise_conv2d" else "NC",
-                                     len(x.shape))
-            out_dims = self.dims_attr(what, a, "output_dims", "NCHW", "N" if c.op == "depthwise_conv2d" else "NC")
-            size = dict(zip(in_dims, x.shape))
-            if "pad" in a:  # the op reads its input padded (check_pad ran)
-                top, bottom, left, right = a["pad"]
-                size["H"] += top + bottom
-                size["W"] += left + right
-            (sh, sw), (dh, dw) = self.pair_attr(what, a, "stride"), self.pair_attr(what, a, "dilation")
-            if c.op == "depthwise_conv2d":
-                w = c.operands[1]
-                w_dims = self.dims_attr(what, a, "weight_dims", "CHW", "", len(w.shape))
-                ws = dict(zip(w_dims, w.shape))
-                if ws["C"] != size["C"]:
-                    self.fail(f"{what}: input has {size['C']} channels, weight has {ws['C']}")
-                kh, kw = ws["H"], ws["W"]
-            else:
-                kh, kw = self.pair_attr(what, a, "kernel", required=True)
-            oh = (size["H"] - (kh - 1) * dh - 1) // sh + 1
-            ow = (size["W"] - (kw - 1) * dw - 1) // sw + 1
-            if oh < 1 or ow < 1:
-                self.fail(f"{what}: window {kh}x{kw} (dilation {dh}x{dw}) larger than input "
-                          f"{size['H']}x{size['W']}")
-            out_size = {"N": size.get("N", 1), "C": size.get("C", 1), "H": oh, "W": ow}
-            dropped = [d for d in "NC" if d not in out_dims and out_size[d] != 1]
-            if dropped:
-                self.fail(f"{what}: output_dims {out_dims} drops dim {dropped[0]} of size {out_size[dropped[0]]}")
-            shape = tuple(out_size[d] for d in out_dims)
-            macs = math.prod(shape) * kh * kw
+        try:
+            inferred = OPS[c.op].verify([(tuple(o.shape), o.dtype) for o in c.operands], c.attrs)
+        except OpError as e:
+            self.fail(f"{what}: {e}")
+        if inferred is None:
+            return
+        shape, macs = inferred
         if tuple(c.result.shape) != shape:
             self.fail(f"{what}: result shape {tuple(c.result.shape)}, its attrs and operands give {shape}")
         if c.macs != macs:
             self.fail(f"{what}: macs field is {c.macs}, its attrs and operands give {macs}")
-
-    def dims_attr(self, what: str, a: dict, key: str, letters: str, optional: str, rank: int | None = None) -> str:
-        d = a.get(key)
-        if not (isinstance(d, str) and len(set(d)) == len(d) and set(d) <= set(letters)
-                and set(letters) - set(optional) <= set(d) and (rank is None or len(d) == rank)):
-            self.fail(f"{what}: attr {key}={d!r} does not name the dims (letters {letters}, optional "
-                      f"{optional or 'none'}{f', rank {rank}' if rank is not None else ''})")
-        return d
-
-    def pair_attr(self, what: str, a: dict, key: str, required: bool = False) -> tuple[int, int]:
-        v = a.get(key, None if required else [1, 1])
-        if not isinstance(v, list) or len(v) != 2 or not all(isinstance(x, int) and x > 0 for x in v):
-            self.fail(f"{what}: attr {key} must be two positive ints, got {v!r}")
-        return v[0], v[1]
 
     def check_lut(self, what: str, s: EpilogueStep) -> None:
         """A lookup: an index and 1..MAX_LUT_ENTRIES constant integer entries of width `to`."""
@@ -1131,7 +1075,7 @@ class _Validator:
 
     def check_epilogue(self, i: int, c: Compute) -> None:
         e = c.epilogue
-        values = 0 if c.op == "elementwise" else 1
+        values = 1 if OPS[c.op].inputs else 0  # value 0: the principal result
         rank = len(c.result.shape)
         for k, s in enumerate(e.steps):
             what = f"command {i} epilogue step {k} ({s.op})"

@@ -33,66 +33,10 @@ Model:
   meaning is the same as on one slice (the parts make the whole result), only
   its time changes (contract/timing.py).
 
-Compute ops (`Compute.op`) and their attributes:
-- "conv2d": operands [input, weight, *epilogue operands]. attrs:
-  input_dims (str over N,C,H,W), weight_dims (str over O,C,H,W),
-  output_dims (str over N,O,H,W; N only if input has N), stride [sh, sw],
-  dilation [dh, dw], optional pad [top, bottom, left, right] (see Padding).
-  out[n,o,y,x] = sum_{c,i,j} in[n,c,y*sh+i*dh,x*sw+j*dw] * w[o,c,i,j]
-  MACs = output elements * C * kh * kw.
-  Grouped: with a G letter in all three dims strings (input over
-  N,G,C,H,W, weight over G,O,C,H,W, output over N,G,O,H,W)
-  out[n,g,o,y,x] = sum_{c,i,j} in[n,g,c,y*sh+i*dh,x*sw+j*dw] * w[g,o,c,i,j];
-  C may then be absent from input and weight (one channel per group: a
-  depthwise conv with channel multiplier O) and O from weight and output.
-  A weight without H and W is a 1x1 kernel.
-- "matmul": operands [lhs, rhs, *epilogue operands]. attrs: lhs_dims,
-  rhs_dims, output_dims (strings over B, M, N, K; K in lhs and rhs, not in
-  the output; each dims string in any order, so transposed operands and a
-  transposed result need no separate op).
-  out[b,m,n] = sum_k lhs[b,m,k] * rhs[b,k,n]; MACs = output elements * K.
-- Accumulate form of "conv2d" and "matmul" (a step of a tiled reduction
-  dim): attr accumulate = 1, operands [input, weight, acc, *epilogue
-  operands] with acc the running sum (f32 for float inputs, i32 for
-  integer ones, shaped like the result); the principal value is acc + the
-  contraction of this step (i32 wrapping), the result dtype is acc's, and
-  MACs count this step only. The accumulator's buffer stays in LRAM across
-  the steps; the group's epilogue runs once after the last step, as an
-  "elementwise" op reading it.
-- "depthwise_conv2d": operands [input, weight, *epilogue operands]. attrs:
-  input_dims (str over N,C,H,W; N optional), weight_dims (str over C,H,W),
-  output_dims (str over N,C,H,W), stride, dilation, optional pad.
-  out[n,c,y,x] = sum_{i,j} in[n,c,y*sh+i*dh,x*sw+j*dw] * w[c,i,j]
-  MACs = output elements * kh * kw.
-- "maxpool2d": operands [input, *epilogue operands]. attrs: input_dims and
-  output_dims (str over N,C,H,W; N and C optional), kernel [kh, kw], stride,
-  dilation, optional pad and pad_value (torch pads max pooling with -inf,
-  TOSA int8 with -128).
-  out[n,c,y,x] = max_{i<kh,j<kw} in[n,c,y*sh+i*dh,x*sw+j*dw].
-  Counted (the `macs` field, timed like MACs) as window elements read:
-  output elements * kh * kw.
-- "avg_pool2d": as maxpool2d, float only:
-  out[n,c,y,x] = (sum_{i<kh,j<kw} in[n,c,y*sh+i*dh,x*sw+j*dw]) / (kh*kw),
-  summed in f32, one f32 division. The divisor is the full window, padding
-  included: torch's count_include_pad=True. Counted as maxpool2d.
-- "reduce": operands [input, *epilogue operands]. attrs: mode ("sum",
-  "mean" or "max"), axes (list of distinct input dims to reduce). The result
-  is the input without those dims, the others in order. sum/mean accumulate
-  in f32 (mean divides once by the number of reduced elements; float only)
-  or in the i32 accumulator; max is exact. Global average pooling
-  (`x.mean((2, 3))`, `AdaptiveAvgPool2d(1)`) is a reduce. Counted as input
-  elements read.
-- "elementwise": operands [*epilogue operands]; the result has the shape of
-  `result`; there is no principal value.
-Padding: with `pad` = [top, bottom, left, right], `in` above is the input
-operand with that many rows above / below and columns left / right of its H
-and W dims holding `pad_value` (a number of the operand dtype, default 0:
-zero for convs, -inf for torch max pooling, the input zero point of an int8
-conv), so the operand is the unpadded box (what its DMA-in moved) and the
-result shape follows from the padded size. The slice applies it while
-reading its window; no byte of padding is stored in DDR or moved by a DMA.
-All end with the same `epilogue` attr (see `Epilogue`), applied
-elementwise on the f32 (or i32) principal result before the store.
+Compute ops (`Compute.op`), their operands, attributes, padding and
+accumulate form: the op table, contract/ops.py. All end with the same
+`epilogue` attr (see `Epilogue`), applied elementwise on the f32 (or i32)
+principal result before the store.
 
 Dtypes are strings: "bf16", "f32", "i8", "i16", "i32". bf16 compute
 accumulates in f32 and rounds to nearest even on store; integer compute
@@ -167,7 +111,7 @@ class Ref:
     """An epilogue operand: a previous value, an op operand, or a constant.
 
     kind "value": index into the values computed so far (value 0 is the
-      principal result for conv2d/matmul; for "elementwise" there is none and
+      principal result of an op with principal operands; for "elementwise" there is none and
       the first step's result is value 0).
     kind "operand": index into Compute.operands; `axes[i]` is the output dim
       that operand dim i runs along (broadcast over the others).
@@ -250,7 +194,7 @@ class DmaOut:
 
 @dataclass
 class Compute:
-    op: str  # a kernels.COMPUTE_OPS name: "conv2d", "matmul", "depthwise_conv2d", ... "elementwise"
+    op: str  # an op of the op table (contract/ops.py): "conv2d", "matmul", ... "elementwise"
     operands: list[Operand]
     result: Operand
     attrs: dict  # op-specific, see module docstring; str / int / list[int]

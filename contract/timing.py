@@ -17,10 +17,10 @@ Contract (every number comes from `TorqHw`; nothing here is a literal):
 - Per-command cycles (`command_cycles`):
     DMA      = dma_setup_cycles (on its engine)
                + ceil(bytes / dma_effective_bytes_per_cycle) (on the XRAM link)
-    conv2d / matmul / any op with macs > 0
+    an op with CycleRule.MAC_ARRAY (conv2d, matmul; contract/ops.py) and macs > 0
              = compute_overhead_cycles + ceil(padded macs / min(macs_per_cycle(dtype)
                of the two principal operands))
-    elementwise and ops without MACs
+    CycleRule.ELEMENTS (elementwise) and MAC_ARRAY ops without MACs
              = compute_overhead_cycles + ceil(padded elements(result) * max(1, steps)
                / min(lanes(dtype) over operands and result))
   A split compute's part after the overhead is ceil(that / split) (see Engines).
@@ -29,11 +29,10 @@ Contract (every number comes from `TorqHw`; nothing here is a literal):
   of two: compiler/vector_layout.py; a conv with 3 input channels costs the
   MACs of 4), else the unpadded `macs` / result elements. The roofline and
   efficiency use the useful (unpadded) `macs`.
-  `OP_CYCLES` lets an op replace the part after the overhead with its own
-  formula (a function of the command and the hardware): depthwise conv,
-  pooling and reduce run their window reads on the elementwise lanes,
-  ceil(macs / lanes(input dtype)) (`window_on_lanes_cycles`); their MACs do
-  not count in the roofline's MAC-array work.
+  An op with CycleRule.WINDOW_ON_LANES (depthwise conv, pooling, reduce)
+  runs its window reads on the elementwise lanes, ceil(padded macs /
+  lanes(input dtype)) (`window_on_lanes_cycles`); its MACs do not count in
+  the roofline's MAC-array work.
 - The XRAM link. DMA-in and DMA-out are separate engines but move their bytes
   over one XRAM <-> LRAM link of dma_effective_bytes_per_cycle (the DESIGN §5
   DMA figure). A transfer takes link cycles at or after the end of its setup;
@@ -83,10 +82,10 @@ import itertools
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Callable
 
 from .hw import TorqHw
 
+from .ops import OPS, CycleRule
 from .program import DTYPE_BYTES, Compute, DmaIn, DmaOut, Program
 
 DMA_IN = "dma_in"
@@ -140,15 +139,11 @@ def ceil_div(n: int, rate: float) -> int:
 # --------------------------------------------------------------------------
 # Per-command cycles
 
-# op name -> cycles after the fixed overhead, for ops whose cost is not
-# "MACs / MAC rate" or "elements x steps / lanes".
-OP_CYCLES: dict[str, Callable[[Compute, TorqHw], int]] = {}
-
-
 def window_on_lanes_cycles(c: Compute, hw: TorqHw) -> int:
-    """Depthwise convolution, pooling and reduce: no channel reduction fills the MAC
-    array's rows, so each window element read (the op's `macs`, padded: `padded_macs`)
-    takes one vector lane for one cycle: ceil(padded macs / lanes(input dtype))."""
+    """`CycleRule.WINDOW_ON_LANES` (depthwise convolution, pooling, reduce): no channel
+    reduction fills the MAC array's rows, so each window element read (the op's `macs`,
+    padded: `padded_macs`) takes one vector lane for one cycle: ceil(padded macs / lanes(input
+    dtype))."""
     return ceil_div(padded_macs(c), hw.lanes(c.operands[0].dtype))
 
 
@@ -156,10 +151,6 @@ def padded_macs(c: Compute) -> int:
     """The MACs (window reads) a compute's vectors cover: `padded_work` when the compiler
     recorded it (vector dims padded, compiler/vector_layout.py), else `macs`."""
     return c.padded_work if c.padded_work > 0 else c.macs
-
-
-OP_CYCLES.update({op: window_on_lanes_cycles
-                  for op in ("depthwise_conv2d", "maxpool2d", "avg_pool2d", "reduce")})
 
 
 def dma_bytes(c: DmaIn | DmaOut, program: Program) -> int:
@@ -172,10 +163,10 @@ def dma_bytes(c: DmaIn | DmaOut, program: Program) -> int:
 
 def compute_work_cycles(c: Compute, hw: TorqHw) -> int:
     """Cycles of a compute after its fixed overhead (see module docstring)."""
-    custom = OP_CYCLES.get(c.op)
-    if custom is not None:
-        return int(custom(c, hw))
-    if c.op != "elementwise" and c.macs > 0:
+    rule = OPS[c.op].cycles
+    if rule is CycleRule.WINDOW_ON_LANES:
+        return window_on_lanes_cycles(c, hw)
+    if rule is CycleRule.MAC_ARRAY and c.macs > 0:
         rate = min(hw.macs_per_cycle(o.dtype) for o in c.operands[:2])
         return ceil_div(padded_macs(c), rate)
     lanes = min(hw.lanes(o.dtype) for o in [*c.operands, c.result])
@@ -465,7 +456,7 @@ def roofline_cycles(program: Program, hw: TorqHw, compulsory_bytes: int) -> int:
     """DESIGN §7: max(MACs / (MAC rate x slices), compulsory bytes / effective DMA rate), rounded up."""
     compute = Fraction(0)
     for c in program.commands:
-        if isinstance(c, Compute) and c.macs > 0 and c.op not in OP_CYCLES:
+        if isinstance(c, Compute) and c.macs > 0 and OPS[c.op].cycles is not CycleRule.WINDOW_ON_LANES:
             rate = min(hw.macs_per_cycle(o.dtype) for o in c.operands[:2])
             compute += Fraction(c.macs, rate)
     compute /= hw.slices

@@ -50,6 +50,7 @@ import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from torq.contract.ops import ACCUMULATE, OPS, REDUCE_MODES
 from torq.contract.program import EPILOGUE_INT_TYPES, LUT, TABLE_OPS, Epilogue, Ref
 
 NP_DTYPES: dict[str, np.dtype] = {
@@ -441,9 +442,6 @@ def avg_pool2d(x: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:
     return _uncanon(acc.astype(np.float32), "NCHW", out_dims, op), n
 
 
-REDUCE_MODES = ("sum", "mean", "max")
-
-
 def reduce(x: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:
     """Reduces operand dims `axes` (attr, distinct) with `mode` (sum | mean | max).
 
@@ -475,14 +473,13 @@ def reduce(x: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:
 
 
 # --------------------------------------------------------------------------
-# Registry: the principal computation of each Compute op.
+# The principal computation of each op of the op table (contract/ops.py) that
+# has principal operands (a test keeps the two in step).
 #
 # A kernel takes the op's LRAM operands (principal operands first, epilogue
 # operands after), its attrs and an optional `OperandCache`, and returns
-# (principal result, macs). Ops
-# without a principal value ("elementwise") are not listed: their result is
-# the epilogue alone. The simulator and the validators read this table, so a
-# new op is one entry here plus its compiler pattern.
+# (principal result, macs). Ops without a principal value ("elementwise") are
+# not listed: their result is the epilogue alone.
 
 PrincipalKernel = Callable[[list[np.ndarray], dict, "OperandCache | None"], tuple[np.ndarray, int]]
 
@@ -511,7 +508,6 @@ PRINCIPAL_KERNELS: dict[str, PrincipalKernel] = {
     "avg_pool2d": _unary(avg_pool2d),
     "reduce": _unary(reduce),
 }
-COMPUTE_OPS = frozenset(PRINCIPAL_KERNELS) | {"elementwise"}
 
 
 def run_principal(op: str, ops: list[np.ndarray], attrs: dict,
@@ -521,29 +517,27 @@ def run_principal(op: str, ops: list[np.ndarray], attrs: dict,
     `cache` (optional) keeps arrays derived from operands across calls; its owner
     reports every write to the operands' memory (`OperandCache.written`).
     """
-    if op == "elementwise":
-        return None, 0
-    if op not in PRINCIPAL_KERNELS:
+    if op not in OPS:
         raise KernelError(f"unknown compute op {op!r}")
+    if OPS[op].inputs == 0:
+        return None, 0
     principal, macs = PRINCIPAL_KERNELS[op](ops, attrs, cache)
-    if attrs.get("accumulate"):
+    if attrs.get(ACCUMULATE):
         principal = accumulate(op, principal, ops)
     return principal, macs
 
 
-# Operand index of the accumulator of an op in accumulate form (after its two principal inputs).
-ACCUMULATOR_OPERAND = 2
-
-
 def accumulate(op: str, principal: np.ndarray, ops: list[np.ndarray]) -> np.ndarray:
-    """A conv2d / matmul step of a tiled reduction (attr `accumulate` = 1): its contraction
-    plus the running sum in operand `ACCUMULATOR_OPERAND`, an f32 (float inputs) or i32
+    """A step of a tiled reduction (attr `accumulate` = 1, contract/ops.py): its contraction
+    plus the running sum in operand `accumulator_operand`, an f32 (float inputs) or i32
     (integer inputs, wrapping like the 32-bit register) tensor of the result's shape."""
-    if op not in ("conv2d", "matmul"):
-        raise KernelError(f"attr accumulate on {op}, only conv2d and matmul accumulate")
-    if len(ops) <= ACCUMULATOR_OPERAND:
-        raise KernelError(f"accumulate needs an accumulator operand {ACCUMULATOR_OPERAND}, has {len(ops)} operands")
-    acc = ops[ACCUMULATOR_OPERAND]
+    if not OPS[op].accumulates:
+        raise KernelError(f"attr accumulate on {op}, only {' and '.join(o.name for o in OPS.values() if o.accumulates)} "
+                          f"accumulate")
+    at = OPS[op].accumulator_operand
+    if len(ops) <= at:
+        raise KernelError(f"accumulate needs an accumulator operand {at}, has {len(ops)} operands")
+    acc = ops[at]
     integer = np.issubdtype(principal.dtype, np.integer)
     want = NP_DTYPES["i32"] if integer else NP_DTYPES["f32"]
     if acc.dtype != want or acc.shape != principal.shape:

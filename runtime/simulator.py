@@ -63,7 +63,7 @@ import numpy as np
 from torq.contract.hw import TorqHw
 
 from torq.contract.executable import ExecutableError, validate_program
-from .kernels import COMPUTE_OPS, NP_DTYPES, KernelError, OperandCache, eval_epilogue, run_principal, store
+from .kernels import NP_DTYPES, KernelError, OperandCache, eval_epilogue, run_principal, store
 from torq.contract.measures import box_union, measure_lram_peak, program_traffic
 from torq.contract.program import Compute, DmaIn, DmaOut, LramBuffer, Program, TensorDesc, nbytes
 from torq.contract.timing import (TimingError, Timeline, check_slice_sharing, dma_bytes, lram_occupancy, roofline_cycles,
@@ -220,9 +220,6 @@ class Simulator:
                         f"program '{p.name}': {t.kind} {t.arg_index} converts host {t.host_dtype} "
                         f"to {t.dtype}, only float to float conversions exist"
                     )
-        for i, c in enumerate(p.commands):
-            if isinstance(c, Compute) and c.op not in COMPUTE_OPS:
-                raise SimulatorError(f"program '{p.name}': command {i}: unknown compute op {c.op!r}")
 
     def _load_ddr(self, plan: Plan, inputs: list[np.ndarray]) -> dict[int, np.ndarray]:
         """Tensor index -> the tensor in DDR for this call (typed, row-major, shaped)."""

@@ -78,9 +78,11 @@ import math
 import numpy as np
 from iree.compiler import ir
 
+from torq.contract.measures import measure_lram_peak
+from torq.contract.ops import ACCUMULATE, OPS, RESULT
 from torq.contract.program import (DTYPE_BYTES, Compute, DmaIn, DmaOut, Epilogue, EpilogueStep, LramBuffer,
                                   Operand, Program, Ref, TensorDesc)
-from torq.contract.measures import measure_lram_peak
+
 from ..dispatch_extraction import IN_PLACE_RESULTS
 from ..ir_utils import (CompileError, constant_of, element_type, int_array, mlir_dtype,
                         static_shape)
@@ -88,9 +90,8 @@ from ..lram_allocator import align
 from ..nss_ir import program_to_function
 from ..patterns import PAD_VIEW, epilogue_from_json
 from ..slice_distribution import Distribution, form, parse_distribution, slice_of
-from ..tile_schedule import ACCUMULATE, enclosing_loops, is_reduction_loop, is_torq_hl, stays_in_body
-from torq.runtime.kernels import ACCUMULATOR_OPERAND
-from ..vector_layout import RESULT, padded_value_nbytes, padded_work, role_layout, string_attrs
+from ..tile_schedule import enclosing_loops, is_reduction_loop, is_torq_hl, stays_in_body
+from ..vector_layout import padded_value_nbytes, padded_work, role_layout, string_attrs
 from . import PassOptions
 
 NAME = "torq-build-nss-program"
@@ -440,8 +441,9 @@ class _Builder:
                 pad = box_pad
             operands.append(Operand(local[v], shape, mlir_dtype(element_type(v.type))))
         res = op.results[0]
+        kind = op.name.split(".", 1)[1]
         if ACCUMULATE in op.attributes:  # in place, in the accumulator's buffer
-            rbuf = local[op.operands[ACCUMULATOR_OPERAND]]
+            rbuf = local[op.operands[OPS[kind].accumulator_operand]]
         else:
             rbuf = self._buffer(ir.IntegerAttr(op.attributes["torq.lram_result"]).value + shift,
                                 res, op, RESULT, static_shape(res.type))
@@ -455,12 +457,11 @@ class _Builder:
             attrs[name] = a.value if isinstance(a, (ir.StringAttr, ir.IntegerAttr)) else int_array(a)
         if pad is not None:
             attrs["pad"], attrs["pad_value"] = pad
-        kind = op.name.split(".", 1)[1]
         result = Operand(rbuf, static_shape(res.type), mlir_dtype(element_type(res.type)))
         macs = ir.IntegerAttr(op.attributes["macs"]).value
         work = padded_work(kind, attrs, [(o.shape, o.dtype) for o in operands], (result.shape, result.dtype),
                            macs, self.options.hw)
-        dense = macs if kind != "elementwise" and macs > 0 else math.prod(result.shape)
+        dense = macs if OPS[kind].inputs > 0 and macs > 0 else math.prod(result.shape)
         self.commands.append(Compute(kind, operands, result,
                                      attrs, epilogue_from_json(ir.StringAttr(op.attributes["epilogue"]).value),
                                      slice=0,  # set by distribute()

@@ -30,12 +30,13 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
+from torq.contract.ops import ACCUMULATE, OPS
 from torq.contract.program import Epilogue, EpilogueStep, Ref
+
 from ..ir_utils import CompileError, element_type, indexing_maps, location_str, n_inputs, static_shape, walk_ops
 from ..patterns import (PAD_VIEW, Gather, Match, Unsupported, box_read, classify_principal, epilogue_to_json, init_steps,
                         is_zero_fill, match_group)
 from ..patterns import _epilogue_of, _is_elementwise, _is_identity_like
-from ..tile_schedule import ACCUMULATE
 from . import PassOptions
 
 NAME = "torq-lower-to-torq-hl"
@@ -59,19 +60,19 @@ def rewrite_group(match: Match) -> ir.Operation:
     with ir.InsertionPoint(match.bottom), match.bottom.location:
         if match.prologue is not None:  # an elementwise op first; its result is operand 0
             p_inputs, p_epilogue, p_type = match.prologue
-            pro = ir.Operation.create("torq_hl.elementwise", results=[p_type], operands=list(p_inputs),
+            pro = ir.Operation.create(OPS["elementwise"].mlir_name, results=[p_type], operands=list(p_inputs),
                                       attributes={"epilogue": ir.StringAttr.get(epilogue_to_json(p_epilogue)),
                                                   "macs": _attr(0)})
             operands[0] = pro.results[0]
         if match.gather is not None:  # the box the principal reads, as a slice (a DMA box)
             operands[0] = _box(match.gather)
-        new = ir.Operation.create(f"torq_hl.{match.kind}", results=[match.bottom.results[0].type],
+        new = ir.Operation.create(OPS[match.kind].mlir_name, results=[match.bottom.results[0].type],
                                   operands=operands, attributes=attrs)
         if match.gather is not None:
             for i, c in match.gather.consts.items():  # further results: scalar constants
                 r = match.principal.results[i]
                 const = ir.Operation.create(
-                    "torq_hl.elementwise", results=[r.type], operands=[],
+                    OPS["elementwise"].mlir_name, results=[r.type], operands=[],
                     attributes={"epilogue": ir.StringAttr.get(epilogue_to_json(Epilogue(
                         [EpilogueStep("add", [Ref("const", const=c), Ref("const", const=0.0)])], 0))),
                         "macs": _attr(0)})
@@ -116,15 +117,11 @@ def lower_box_reads(func: ir.Operation) -> None:
 
 # --- reduction loops (reduction-dim tiling) -----------------------------------------
 
-# Principal kinds whose reduction dims torq-super-tiling may tile.
-ACCUMULATING_KINDS = ("matmul", "conv2d")
-
-
 def _reduction_nest(loop: ir.Operation) -> tuple[list[ir.Operation], ir.Operation] | None:
     """(loops, principal) when `loop` is the outer loop of a nest that tiles the reduction
     dims of a contraction: each loop has one iter_arg, the inner loop's init is the
     outer loop's iter_arg, and the innermost body yields the contraction (a
-    `ACCUMULATING_KINDS` principal) that accumulates into its iter_arg."""
+    principal whose op has an accumulate form, contract/ops.py) that accumulates into its iter_arg."""
     loops, cur = [], loop
     while cur.name == "scf.for" and len(cur.results) == 1:
         body = cur.regions[0].blocks[0]
@@ -141,12 +138,12 @@ def _reduction_nest(loop: ir.Operation) -> tuple[list[ir.Operation], ir.Operatio
         if owner.name != "linalg.generic" or owner.operands[n_inputs(owner)] != body.arguments[1]:
             return None
         con = classify_principal(owner)
-        return (loops, owner) if con is not None and con.kind in ACCUMULATING_KINDS else None
+        return (loops, owner) if con is not None and OPS[con.kind].accumulates else None
     return None
 
 
 def _elementwise(operands: list[ir.Value], epilogue: Epilogue, result: ir.Type) -> ir.Operation:
-    return ir.Operation.create("torq_hl.elementwise", results=[result], operands=operands,
+    return ir.Operation.create(OPS["elementwise"].mlir_name, results=[result], operands=operands,
                                attributes={"epilogue": ir.StringAttr.get(epilogue_to_json(epilogue)),
                                            "macs": _attr(0)})
 
@@ -198,7 +195,7 @@ def lower_reduction_nest(loops: list[ir.Operation], principal: ir.Operation) -> 
                   "epilogue": ir.StringAttr.get(epilogue_to_json(Epilogue()))})
     acc = inner.regions[0].blocks[0].arguments[1]
     with ir.InsertionPoint(principal), principal.location:
-        step = ir.Operation.create(f"torq_hl.{con.kind}", results=[acc_type],
+        step = ir.Operation.create(OPS[con.kind].mlir_name, results=[acc_type],
                                    operands=list(principal.operands[:2]) + [acc], attributes=attrs)
     principal.results[0].replace_all_uses_with(step.results[0])
     principal.erase()

@@ -58,8 +58,8 @@ Strategies (`--torq-super-tiling-strategy`):
 *Reduction tiling* (`traffic` and `default`, not `seed`): when even one
 output row / channel does not fit (a fully connected layer whose weights
 are many times the LRAM, a conv over many input channels), the reduction
-loops of the group's principal op are tiled as well, if it is a conv2d
-(not grouped) or a matmul (`lower_to_torq_hl.ACCUMULATING_KINDS`): matmul
+loops of the group's principal op are tiled as well, if its op has an
+accumulate form (contract/ops.py: conv2d, not grouped, and matmul): matmul
 K; conv input channels, then kernel rows, then kernel columns
 (`Root.reduction_loops`; the first whose largest fitting divisor exists,
 earlier ones at 1). Parallel tilings tried with it: none, each tileable
@@ -103,16 +103,18 @@ from dataclasses import dataclass
 from iree.compiler import ir, passmanager
 from iree.compiler.dialects.transform import interpreter
 
+from torq.contract.measures import Traffic, program_traffic
+from torq.contract.ops import OPS, RESULT
+from torq.contract.timing import schedule
+
 from ..ir_utils import (CompileError, element_type, indexing_maps, location_str, mlir_dtype, region_ops,
                         static_shape, tensor_nbytes, walk_ops)
 from ..patterns import FUSE_GROUP, FUSE_GROUP_ID, Unsupported, _linear_terms, _loop_ranges, classify_principal
-from torq.contract.measures import Traffic, program_traffic
 from . import PassOptions
 from .assign_lram_addresses import assign_function, lram_footprint
 from .build_nss_program import build_program
-from .lower_to_torq_hl import ACCUMULATING_KINDS, lower_function
-from ..vector_layout import RESULT, padded, value_roles, vector_dim, vector_width
-from torq.contract.timing import schedule
+from .lower_to_torq_hl import lower_function
+from ..vector_layout import padded, value_roles, vector_dim, vector_width
 
 NAME = "torq-super-tiling"
 # --torq-super-tiling-strategy values (see the module docstring).
@@ -248,7 +250,7 @@ def root_facts(op: ir.Operation, order: int) -> Root | None:
 
 def group_principal(bottom: ir.Operation) -> ir.Operation | None:
     """The principal op of the bottom op's group when it is a contraction whose
-    reduction may be tiled (`lower_to_torq_hl.ACCUMULATING_KINDS`, not grouped):
+    reduction may be tiled (an op with an accumulate form in the op table, contract/ops.py, not grouped):
     the bottom op itself or the producer of one of its operands."""
     groups = _groups(bottom)
     candidates = [bottom] + [v.owner for v in bottom.operands if not isinstance(v.owner, ir.Block)]
@@ -257,7 +259,7 @@ def group_principal(bottom: ir.Operation) -> ir.Operation | None:
         if FUSE_GROUP_ID not in c.attributes or ir.IntegerAttr(c.attributes[FUSE_GROUP_ID]).value not in groups:
             continue
         con = classify_principal(c)
-        if con is not None and con.kind in ACCUMULATING_KINDS and "G" not in con.attrs.get("input_dims", ""):
+        if con is not None and OPS[con.kind].accumulates and "G" not in con.attrs.get("input_dims", ""):
             return c
     return None
 
