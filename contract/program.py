@@ -139,10 +139,13 @@ class Epilogue:
     result: int = -1
 
 
+TENSOR_KINDS = ("input", "output", "constant", "scratch")
+
+
 @dataclass
 class TensorDesc:
     index: int
-    kind: str  # "input" | "output" | "constant" | "scratch"
+    kind: str  # one of TENSOR_KINDS
     shape: tuple[int, ...]
     dtype: str  # dtype in DDR as the NPU sees it
     host_dtype: str  # dtype on the IREE side of the call (f32 when demoted to bf16)

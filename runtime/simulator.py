@@ -62,7 +62,7 @@ import numpy as np
 
 from torq.contract.hw import TorqHw
 
-from torq.contract.executable import ExecutableError, validate_program
+from torq.contract.program_validator import ExecutableError, validate_program
 from .kernels import NP_DTYPES, KernelError, OperandCache, eval_epilogue, run_principal, store
 from torq.contract.measures import box_union, measure_lram_peak, program_traffic
 from torq.contract.program import Compute, DmaIn, DmaOut, LramBuffer, Program, TensorDesc, nbytes

@@ -24,7 +24,7 @@ from torq.contract.executable import (
 )
 from torq.contract.program import DTYPE_BYTES, Compute
 
-SCHEMAS = Path(executable.__file__).parent / "schemas"
+SCHEMAS = SCHEMA_PATH.parent
 
 
 def rich_program():
@@ -107,7 +107,7 @@ def test_bad_identifier():
 
 
 def test_bad_version(monkeypatch):
-    monkeypatch.setattr(executable, "FORMAT_VERSION", 99)
+    monkeypatch.setattr(executable.writer, "FORMAT_VERSION", 99)
     blob = serialize_program(conv_tiled_program())
     monkeypatch.undo()
     with pytest.raises(ExecutableError, match=r"unsupported Torq executable version 99 \(this runtime reads versions 1, 2\)"):

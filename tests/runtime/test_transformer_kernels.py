@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from nss_builders import ProgramBuilder, bf16_round, const, opnd, step, val
 from torq.contract.hw import TorqHw
 from torq.runtime import kernels
-from torq.contract.executable import ExecutableError, validate_program
+from torq.contract.program_validator import ExecutableError, validate_program
 from torq.runtime.kernels import KernelError, eval_epilogue, run_principal, store
 from torq.contract.program import TABLE_OPS, Epilogue
 from torq.runtime.simulator import Simulator

@@ -1,0 +1,62 @@
+"""The Torq executable's format: identifier, versions, schema, and the mappings
+between the program model's strings and the schema's enums (writer and reader
+share them)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from ..hw import TorqHw
+from ..program import DTYPE_BYTES, TENSOR_KINDS, Compute, DmaIn, DmaOut
+from ..program_validator import ExecutableError
+from ..schemas.torq_fb import Hw as fbHw
+from ..schemas.torq_fb.Command import Command as CommandType
+from ..schemas.torq_fb.DType import DType
+from ..schemas.torq_fb.RefKind import RefKind
+from ..schemas.torq_fb.TensorKind import TensorKind
+
+FILE_IDENTIFIER = b"TORQ"
+# Bump when a reader of the previous version could misread a new blob.
+# `version` must stay the first field of table Program in every version.
+# 2: TensorDesc.aliases (in-place outputs; a version 1 reader would ignore it
+#    and leave the untouched part of such an output zero).
+# Compute.split (a compute run on several slices at once) was appended without a bump:
+# it changes timing only, a blob without it reads split = 1, and a reader without it
+# computes the same outputs.
+FORMAT_VERSION = 2
+# Versions this reader parses: a version 1 blob is a version 2 blob without aliases.
+READABLE_VERSIONS = (1, 2)
+SCHEMA_PATH = Path(__file__).parent.parent / "schemas" / "torq_executable.fbs"
+
+HEADER_BYTES = 8  # root offset + file identifier
+
+
+# --------------------------------------------------------------------------
+# Enum mappings (data model strings <-> schema enums)
+
+DTYPE_CODES: dict[str, int] = {name: getattr(DType, name) for name in DTYPE_BYTES}
+TENSOR_KIND_CODES: dict[str, int] = {kind: getattr(TensorKind, kind.capitalize()) for kind in TENSOR_KINDS}
+REF_KIND_CODES: dict[str, int] = {"value": RefKind.Value, "operand": RefKind.Operand, "const": RefKind.Const}
+COMMAND_CODES: dict[type, int] = {DmaIn: CommandType.DmaIn, DmaOut: CommandType.DmaOut, Compute: CommandType.Compute}
+
+
+def inverse(d: dict[str, int]) -> dict[int, str]:
+    return {v: k for k, v in d.items()}
+
+
+def accessor_name(name: str) -> str:
+    """flatc's Python accessor name for a snake_case field."""
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
+
+
+HW_FIELDS = [(f.name, type(getattr(TorqHw(), f.name))) for f in dataclasses.fields(TorqHw)]
+
+
+def check_hw_schema() -> None:
+    missing = [name for name, _ in HW_FIELDS if not hasattr(fbHw, "Add" + accessor_name(name))]
+    if missing:
+        raise ExecutableError(
+            f"the executable schema lacks TorqHw fields {missing}: add them to table Hw in "
+            "contract/schemas/torq_executable.fbs and run build_tools/regen_schema.sh"
+        )
