@@ -36,7 +36,7 @@ from torq.contract.program import Epilogue, EpilogueStep, Ref
 from ..ir_utils import CompileError, element_type, indexing_maps, location_str, n_inputs, static_shape, walk_ops
 from ..patterns import (PAD_VIEW, Gather, Match, Unsupported, box_read, classify_principal, epilogue_to_json, init_steps,
                         is_zero_fill, match_group)
-from ..patterns import _epilogue_of, _is_elementwise, _is_identity_like
+from ..patterns import epilogue_of, is_elementwise, is_identity_like
 from . import PassOptions
 
 NAME = "torq-lower-to-torq-hl"
@@ -175,10 +175,10 @@ def lower_reduction_nest(loops: list[ir.Operation], principal: ir.Operation) -> 
     user = user[0] if len(user) == 1 else None
     epi, bottom = Epilogue(pre, len(pre) if pre else 0), None
     if user is not None and not isinstance(user, ir.Block) and user.name == "linalg.generic" \
-            and _is_elementwise(user) and _is_identity_like(indexing_maps(user)[-1]):
+            and is_elementwise(user) and is_identity_like(indexing_maps(user)[-1]):
         try:
             probe = list(inputs)
-            tail = _epilogue_of(user, result, probe, principal_value=len(pre))
+            tail = epilogue_of(user, result, probe, principal_value=len(pre))
             epi, inputs, bottom = Epilogue(pre + tail.steps, tail.result), probe, user
         except Unsupported:
             pass

@@ -107,9 +107,9 @@ from torq.contract.measures import Traffic, program_traffic
 from torq.contract.ops import OPS, RESULT
 from torq.contract.timing import schedule
 
-from ..ir_utils import (CompileError, element_type, indexing_maps, location_str, mlir_dtype, region_ops,
-                        static_shape, tensor_nbytes, walk_ops)
-from ..patterns import FUSE_GROUP, FUSE_GROUP_ID, Unsupported, _linear_terms, _loop_ranges, classify_principal
+from ..ir_utils import (CompileError, element_type, indexing_maps, location_str, loop_ranges, mlir_dtype,
+                        region_ops, static_shape, tensor_nbytes, walk_ops)
+from ..patterns import FUSE_GROUP, FUSE_GROUP_ID, Unsupported, classify_principal, linear_terms
 from . import PassOptions
 from .assign_lram_addresses import assign_function, lram_footprint
 from .build_nss_program import build_program
@@ -270,13 +270,13 @@ def _reduction_loops(principal: ir.Operation) -> tuple[tuple[int, int], ...]:
     window's (read in a sum `y + i`), in the order the input map reads them (rows first)."""
     maps = indexing_maps(principal)
     its = [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(principal.attributes["iterator_types"])]
-    ranges = _loop_ranges(principal)
+    ranges = loop_ranges(principal)
     plain, window = [], []
     for e in maps[0].results:
         dims = [ir.AffineDimExpr(e).position] if isinstance(e, ir.AffineDimExpr) else None
         target = plain
         if dims is None:
-            dims = [d for d, _ in (_linear_terms(e) or [])]
+            dims = [d for d, _ in (linear_terms(e) or [])]
             target = window
         for d in dims:
             if its[d] == "reduction" and ranges[d] > 1 and all(d != x for x, _ in plain + window):

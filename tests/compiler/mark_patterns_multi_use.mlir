@@ -4,7 +4,7 @@
 // is a group of its own.
 //
 
-// Known bug (compiler/patterns.py, match_group): for an elementwise op whose
+// Known bug (compiler/patterns/groups.py, match_group): for an elementwise op whose
 // operand comes from a contraction, `_single_user(v) == op` is evaluated with
 // `_single_user(v)` = None (the value has 2 uses), and
 // `ir.Operation.__eq__(None)` raises TypeError, so the pass dies with a

@@ -228,7 +228,7 @@ def cases(draw) -> Case:
             if kind == "conv" and shapes[-1][2] >= 3:
                 k = draw(st.sampled_from([1, 3]))
                 # k=1 stays at stride 1: a strided 1x1 conv is lowered as a stride-1
-                # one today (patterns._classify_pointwise_conv), whatever the budget.
+                # one today (patterns.contraction._classify_pointwise_conv), whatever the budget.
                 stride = draw(st.sampled_from([1, 1, 2])) if k == 3 else 1
                 f = draw(st.sampled_from([1, 4, 16, 24, 32]))
                 layers.append(("conv", f, k, stride, draw(st.booleans())))

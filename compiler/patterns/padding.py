@@ -1,0 +1,132 @@
+"""`tensor.pad` folded into its consumers (`padding_fold`, `PAD_VIEW`) and the
+results that are copies of inputs (`data_movement_reason`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from iree.compiler import ir
+
+from torq.contract.ops import OPS
+
+from ..ir_utils import constant_of, indexing_maps, int_array, region_ops
+from ..ir_utils import iterator_types as _iterators, loop_ranges as _loop_ranges
+from .model import Unsupported
+from .contraction import linear_terms
+from .reduction import classify_principal
+from .inits import is_zero_fill
+
+
+# What a folded `tensor.pad` becomes (torq-fold-padding): an unregistered
+# `torq.pad` op with the same operand and result and attrs `low` / `high`.
+# It has no TilingInterface, so tiling leaves it outside the tile loops and
+# a tile reads a static box of the padded tensor; the NSS program reads only
+# the part of that box inside the source tensor and hands the rest to the
+# consuming op as its `pad` attr (see torq-build-nss-program).
+PAD_VIEW = "torq.pad"
+
+
+@dataclass
+class Padding:
+    """Static low / high padding amounts per dim of a `tensor.pad` and its value."""
+    low: list[int]
+    high: list[int]
+    value: float | int
+
+
+def _window_extents(op: ir.Operation) -> dict[int, int]:
+    """Input dim -> window extent ((k - 1) * dilation + 1) of each dim the principal
+    `op` reads as `out * stride + k * dilation` through its first operand."""
+    its, ranges = _iterators(op), _loop_ranges(op)
+    out = {}
+    for i, e in enumerate(indexing_maps(op)[0].results):
+        terms = linear_terms(e)
+        if terms is None or len(terms) != 2:
+            continue
+        (a, ca), (b, cb) = terms
+        red, c = (a, ca) if its[a] == "reduction" else (b, cb)
+        out[i] = (ranges[red] - 1) * c + 1
+    return out
+
+
+def padding_fold(op: ir.Operation) -> Padding:
+    """The padding of a `tensor.pad` whose every user can pad its input itself.
+
+    Foldable: static amounts, a constant pad value, and every user a principal
+    whose op pads its input (`OpDef.pads_input`: the convs and poolings, with
+    any constant value: zero, -inf for max pooling, the input zero point of an
+    int8 conv) reading the padded
+    tensor as its input (first operand) only, with padding only on the dims
+    it slides its window over (H, W), each amount smaller than the window
+    extent (so every output reads at least one real element), or the
+    function's return (a result the NSS program writes padded: any dims, any
+    amounts). Raises Unsupported otherwise.
+    """
+    try:
+        low = int_array(op.attributes["static_low"])
+        high = int_array(op.attributes["static_high"])
+    except KeyError:
+        raise Unsupported("padding with dynamic amounts") from None
+    if len(op.operands) != 1 or any(x < 0 for x in low + high):
+        raise Unsupported("padding with dynamic or negative amounts")
+    body = region_ops(op)
+    value = constant_of(body[-1].operands[0]) if body and body[-1].name == "tensor.yield" else None
+    if value is None or value.ndim != 0:
+        raise Unsupported("padding with a value that is not a constant")
+    users = [u.owner for u in op.results[0].uses]
+    if not users:
+        raise Unsupported("padding nothing reads")
+    for user in users:
+        if not isinstance(user, ir.Block) and user.name == "func.return":
+            continue  # a result: written out padded (see data_movement_reason)
+        con = classify_principal(user) if not isinstance(user, ir.Block) else None
+        kind = con.kind if con is not None else None
+        if kind is None or not OPS[kind].pads_input:
+            raise Unsupported(f"padding read by {user.name if not isinstance(user, ir.Block) else 'a block'} "
+                              f"(only a conv or pooling input folds its padding)")
+        if [i for i, v in enumerate(user.operands) if v == op.results[0]] != [0]:
+            raise Unsupported(f"padding read by {kind} other than as its input")
+        extents = _window_extents(user)
+        for d, (lo, hi) in enumerate(zip(low, high)):
+            if (lo or hi) and d not in extents:
+                raise Unsupported(f"padding of input dim {d} of {kind}, which is no window dim")
+            if (lo or hi) and max(lo, hi) >= extents[d]:
+                raise Unsupported(f"padding of {max(lo, hi)} on input dim {d} of {kind}, not smaller "
+                                  f"than its window extent {extents[d]}")
+    return Padding(low, high, int(value) if value.dtype.kind in "iu" else float(value))
+
+
+def _copy_of_argument(v: ir.Value) -> bool:
+    """Whether `v` is a function argument or a `tensor.extract_slice` (a box) of one."""
+    if isinstance(v.owner, ir.Block):
+        return True
+    return v.owner.name == "tensor.extract_slice" and isinstance(v.owner.operands[0].owner, ir.Block)
+
+
+def data_movement_reason(func: ir.Operation) -> str:
+    """Why some result of `func` is neither computed by a Torq group nor a copy the NSS
+    program makes with DMAs alone, or "" if every result is one of those.
+
+    A copy is a function argument, a static box of one (`tensor.extract_slice`),
+    or a `tensor.pad` with static amounts and a constant value (`padding_fold`) of
+    either: torq-build-nss-program DMAs the source box through LRAM into the
+    result (tiled to fit LRAM) and fills a padding's border with its value.
+    """
+    ret = region_ops(func)[-1]
+    for i, v in enumerate(ret.operands):
+        owner = v.owner
+        if _copy_of_argument(v):
+            continue
+        if owner.name == "tensor.pad":
+            if not _copy_of_argument(owner.operands[0]):
+                return f"result {i} pads a value that is no copy of an input"
+            try:
+                padding_fold(owner)
+            except Unsupported as e:
+                return f"result {i}: tensor.pad: {e}"
+            continue
+        if owner.name.startswith("linalg.") and not is_zero_fill(owner):
+            continue  # computed by its group (match_group decides)
+        what = "a zero fill" if owner.name.startswith("linalg.") else f"'{owner.name}'"
+        return f"result {i} is {what}, neither computed nor a copy or padding of an input"
+    return ""

@@ -1,0 +1,298 @@
+"""Pooling and reductions (sum / max / mean, with an elementwise prologue),
+reductions that gather their input with tensor.extract (torch-mlir's adaptive
+average pooling), and `classify_principal`, the one entry for any principal op."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from iree.compiler import ir
+
+from ..ir_utils import constant_of, indexing_maps, n_inputs, region_ops, static_shape
+from ..ir_utils import iterator_types as _iterators, loop_ranges as _loop_ranges
+from .model import Contraction, Gather
+from .contraction import classify_contraction, dim_of, linear_terms, window_pair
+from .elementwise import cmp_predicate
+
+
+# --- pooling and reductions --------------------------------------------------------
+
+_REDUCE_BODIES = {"arith.addf": "sum", "arith.addi": "sum", "arith.maximumf": "max", "arith.maxnumf": "max",
+                  "arith.maxsi": "max"}
+
+
+def classify_reduction(op: ir.Operation) -> Contraction | None:
+    """Pooling / reduction structure of a linalg.generic, or None if not one.
+
+    The body is `out = max(out, in)` or `out = out + in` (no casts). With
+    two ins, the second is the pooling window: a shape-only operand whose map
+    reads exactly the reduction dims and whose value the body ignores; the
+    input map reads two dims as `out * stride + k * dilation` (H, W) and the
+    others (at most two: N, C) by one parallel dim each: maxpool2d (max) or
+    avg_pool2d (sum, which needs its division by kh*kw folded: see
+    match_group). With one in, plain dims only: reduce over the input dims
+    read by reduction loop dims (mode sum or max; mean when the division by
+    the reduced count is folded); the output keeps the other dims in order.
+    """
+    if op.name != "linalg.generic" or len(op.results) != 1 or "reduction" not in _iterators(op):
+        return None
+    n = n_inputs(op)
+    body = region_ops(op)
+    if len(body) < 2 or body[-2].name not in _REDUCE_BODIES or body[-1].name != "linalg.yield":
+        return None
+    args = list(op.regions[0].blocks[0].arguments)
+    r = body[-2]
+    if body[-1].operands[0] != r.results[0] or len(args) != n + 1:
+        return None
+    others = [v for v in r.operands if v != args[n]]
+    if len(others) != 1:
+        return None  # the combiner must read the accumulator once
+    x = others[0]
+    prologue = len(body) > 2
+    if prologue:
+        if isinstance(x.owner, ir.Block):
+            return None
+    elif n not in (1, 2) or x != args[0]:
+        return None
+    mode = _REDUCE_BODIES[r.name]
+    its, maps = _iterators(op), indexing_maps(op)
+    if any(static_shape(v.type) is None for v in op.operands):
+        return None
+    out_dims = [dim_of(e) for e in maps[-1].results]
+    red = [d for d, it in enumerate(its) if it == "reduction"]
+    if None in out_dims or len(set(out_dims)) != len(out_dims) or any(its[d] != "parallel" for d in out_dims):
+        return None
+    in_terms = [linear_terms(e) for e in maps[0].results]
+    if any(t is None for t in in_terms):
+        return None
+    ranges = _loop_ranges(op)
+    identity = "zero" if mode == "sum" else "lowest"
+    if prologue:
+        # The accumulated value is computed over all loops (laid out in loop
+        # order); every in is read by plain dims.
+        if any(dim_of(e) is None for m in maps[:n] for e in m.results) or 0 in ranges:
+            return None
+        # An in read along a reduced dim must be read along every loop: else
+        # the body is a contraction (a product broadcast over a parallel dim),
+        # whose prologue would materialise every product.
+        for m in maps[:n]:
+            dims = {dim_of(e) for e in m.results}
+            if dims & set(red) and dims != set(range(len(its))):
+                return None
+        if [d for d in range(len(its)) if its[d] == "parallel"] != out_dims:
+            return None
+        count = math.prod(ranges[d] for d in red)
+        return Contraction("reduce", {"mode": mode, "axes": red}, math.prod(ranges), n_inputs=1,
+                           identity=identity, mean_count=count if mode == "sum" else 0, prologue=True)
+    if n == 2:
+        w_dims = [dim_of(e) for e in maps[1].results]
+        if sorted(d for d in w_dims if d is not None) != red or None in w_dims:
+            return None
+        return _classify_pool(its, in_terms, out_dims, ranges, mode)
+    if any(len(t) != 1 or t[0][1] != 1 for t in in_terms):
+        return None
+    in_dims = [t[0][0] for t in in_terms]
+    if sorted(in_dims) != list(range(len(its))):
+        return None
+    if [d for d in in_dims if its[d] == "parallel"] != out_dims:
+        return None  # the result is the input without the reduced dims, in order
+    axes = [i for i, d in enumerate(in_dims) if its[d] == "reduction"]
+    count = math.prod(ranges[d] for d in red)
+    return Contraction("reduce", {"mode": mode, "axes": axes}, math.prod(ranges), n_inputs=1,
+                       identity=identity, mean_count=count if mode == "sum" else 0)
+
+
+def _classify_pool(its, in_terms, out_dims, ranges, mode) -> Contraction | None:
+    singles, pairs, roles = [], [], {}
+    for t in in_terms:
+        if len(t) == 1:
+            d, c = t[0]
+            if c != 1 or its[d] != "parallel" or d in roles:
+                return None
+            roles[d] = None  # N or C, named below
+            singles.append(d)
+        elif len(t) == 2:
+            pair = window_pair(t, its, roles)
+            if pair is None:
+                return None
+            a, _, b, _ = pair
+            pairs.append(pair)
+            if len(pairs) > 2:
+                return None
+            roles[a], roles[b] = "HW"[len(pairs) - 1], "k"
+        else:
+            return None
+    if len(pairs) != 2 or len(singles) > 2 or set(roles) != set(range(len(its))):
+        return None
+    for d, letter in zip(singles, "NC" if len(singles) == 2 else "C"):
+        roles[d] = letter
+    letters_in, k = [], 0
+    for t in in_terms:
+        if len(t) == 1:
+            letters_in.append(roles[t[0][0]])
+        else:
+            letters_in.append("HW"[k])
+            k += 1
+    out_letters = [roles[d] for d in out_dims]
+    if "k" in out_letters or None in out_letters:
+        return None
+    (_, sh, kh, dh), (_, sw, kw, dw) = pairs
+    out_elems = 1
+    for d in out_dims:
+        out_elems *= ranges[d]
+    window = ranges[kh] * ranges[kw]
+    attrs = {"input_dims": "".join(letters_in), "output_dims": "".join(out_letters),
+             "kernel": [ranges[kh], ranges[kw]], "stride": [sh, sw], "dilation": [dh, dw]}
+    if mode == "max":
+        return Contraction("maxpool2d", attrs, out_elems * window, n_inputs=1, identity="lowest")
+    return Contraction("avg_pool2d", attrs, out_elems * window, n_inputs=1, identity="zero",
+                       mean_count=window)
+
+
+# --- reductions that gather their input (torch-mlir's adaptive average pooling) ---------
+
+_INDEX_BINARY = {"arith.addi": np.add, "arith.subi": np.subtract, "arith.muli": np.multiply,
+                 "arith.minsi": np.minimum, "arith.maxsi": np.maximum, "arith.minui": np.minimum,
+                 "arith.maxui": np.maximum}
+_INDEX_DIVS = {"arith.divsi", "arith.divui", "arith.remsi", "arith.remui", "arith.floordivsi"}
+_ICMP = {"eq": np.equal, "ne": np.not_equal, "slt": np.less, "sle": np.less_equal, "sgt": np.greater,
+         "sge": np.greater_equal, "ult": np.less, "ule": np.less_equal, "ugt": np.greater,
+         "uge": np.greater_equal}
+_GATHER_MAX_POINTS = 1 << 22  # iteration points evaluated at compile time
+
+
+def classify_gather_reduction(op: ir.Operation) -> Contraction | None:
+    """A sum over a box of a tensor the body reads with `tensor.extract`.
+
+    This is how torch-mlir lowers adaptive average pooling: the generic runs
+    over (output, window) loops, its only in is a shape-only tensor, the body
+    computes the extract indices from `linalg.index` with integer arithmetic,
+    masks the value with `select(cmpi, value, 0)`, and accumulates with
+    `addf`; further results yield scalar constants (the window size). The
+    index arithmetic is evaluated at compile time over every iteration point;
+    the op is a reduce (mode sum) when the masks are always true and the
+    extract reads a box of the tensor in row-major order: the output loops
+    enumerate the box dims they index and the window loops the others (the
+    reduced axes). The result must have the shape of the kept box dims.
+    """
+    if op.name != "linalg.generic" or "reduction" not in _iterators(op) or n_inputs(op) > 1:
+        return None
+    body = region_ops(op)
+    extracts = [b for b in body if b.name == "tensor.extract"]
+    if len(extracts) != 1 or body[-1].name != "linalg.yield" or len(op.results) < 1:
+        return None
+    src = extracts[0].operands[0]
+    if not isinstance(src.owner, ir.Block) and src.owner.parent == op:
+        return None
+    if any(static_shape(v.type) is None for v in list(op.operands) + [src]):
+        return None
+    its, maps = _iterators(op), indexing_maps(op)
+    ranges = _loop_ranges(op)
+    if 0 in ranges or math.prod(ranges) > _GATHER_MAX_POINTS:
+        return None
+    par = [d for d, it in enumerate(its) if it == "parallel"]
+    red = [d for d, it in enumerate(its) if it == "reduction"]
+    if [dim_of(e) for e in maps[n_inputs(op)].results] != par:
+        return None  # result 0 is laid out over the output loops in order
+    args = list(op.regions[0].blocks[0].arguments)
+    acc_arg = args[n_inputs(op)]
+    grid = np.meshgrid(*[np.arange(r, dtype=np.int64) for r in ranges], indexing="ij")
+    env: dict = {}
+    data: dict = {}  # float values: the gathered value under a mask (True: read, False: 0)
+    index: list[np.ndarray] | None = None
+    acc = None
+
+    def ival(v):
+        if v in env:
+            return env[v]
+        c = constant_of(v)
+        if c is None or c.ndim != 0 or c.dtype.kind not in "iu":
+            raise KeyError
+        return np.int64(c)
+
+    try:
+        for b in body[:-1]:
+            name = b.name
+            if name == "linalg.index":
+                env[b.results[0]] = grid[ir.IntegerAttr(b.attributes["dim"]).value]
+            elif name == "arith.constant":
+                continue
+            elif name in ("arith.index_cast", "arith.index_castui"):
+                env[b.results[0]] = ival(b.operands[0])
+            elif name in _INDEX_BINARY:
+                env[b.results[0]] = _INDEX_BINARY[name](ival(b.operands[0]), ival(b.operands[1]))
+            elif name in _INDEX_DIVS:
+                a, c = ival(b.operands[0]), ival(b.operands[1])
+                if np.any(a < 0) or np.any(c <= 0):
+                    return None  # only the non-negative case, where every division agrees
+                env[b.results[0]] = a // c if "div" in name else a % c
+            elif name == "arith.cmpi":
+                pred = cmp_predicate(b)
+                a, c = ival(b.operands[0]), ival(b.operands[1])
+                if pred.startswith("u") and (np.any(a < 0) or np.any(c < 0)):
+                    return None
+                env[b.results[0]] = _ICMP[pred](a, c)
+            elif name == "tensor.extract":
+                index = [np.broadcast_to(ival(i), ranges) for i in b.operands[1:]]
+                data[b.results[0]] = np.ones(ranges, dtype=bool)
+            elif name == "arith.select":
+                cond, t, f = b.operands
+                zt, zf = (constant_of(v) for v in (t, f))
+                if t in data and zf is not None and float(zf) == 0.0:
+                    data[b.results[0]] = data[t] & env[cond]
+                elif f in data and zt is not None and float(zt) == 0.0:
+                    data[b.results[0]] = data[f] & ~env[cond]
+                else:
+                    return None
+            elif name == "arith.addf" and acc is None and acc_arg in list(b.operands):
+                x = next(v for v in b.operands if v != acc_arg)
+                if x not in data:
+                    return None
+                acc = (b.results[0], data[x])
+            else:
+                return None
+    except KeyError:
+        return None
+    ys = list(body[-1].operands)
+    if acc is None or index is None or ys[0] != acc[0] or not acc[1].all():
+        return None  # a mask that is sometimes false would read zeros: not a plain box
+    consts = {}
+    for i, y in enumerate(ys[1:], start=1):
+        c = constant_of(y)
+        if c is None or c.ndim != 0:
+            return None
+        consts[i] = float(c)
+    src_shape = static_shape(src.type)
+    offsets = [int(ix.min()) for ix in index]
+    sizes = [int(ix.max()) - o + 1 for ix, o in zip(index, offsets)]
+    deps = [{d for d in range(len(ranges)) if ranges[d] > 1 and np.any(np.diff(ix, axis=d))} for ix in index]
+    kept = [k for k, dp in enumerate(deps) if dp and dp <= set(par)]
+    reduced = [k for k in range(len(index)) if k not in kept]
+    if any(dp and not (dp <= set(par) or dp <= set(red)) for dp in deps):
+        return None
+    if any(o + s > d for o, s, d in zip(offsets, sizes, src_shape)):
+        return None
+
+    def linear(dims, arrays, extents):
+        return np.ravel_multi_index([arrays[k] for k in dims], [extents[k] for k in dims]) if dims else 0
+
+    rel = [ix - o for ix, o in zip(index, offsets)]
+    if not np.array_equal(linear(kept, rel, sizes), linear(par, grid, ranges)):
+        return None
+    red_box = [k for k in reduced if sizes[k] > 1]
+    if math.prod(sizes[k] for k in red_box) != math.prod(ranges[d] for d in red) \
+            or not np.array_equal(linear(red_box, rel, sizes), linear(red, grid, ranges)):
+        return None
+    if tuple(sizes[k] for k in kept) != static_shape(op.results[0].type):
+        return None  # the result is a reshape of the kept box dims (e.g. batch x channels): no
+    count = math.prod(ranges[d] for d in red)
+    return Contraction("reduce", {"mode": "sum", "axes": reduced}, math.prod(sizes), n_inputs=1,
+                       identity="zero", mean_count=count, gather=Gather(src, offsets, sizes, consts))
+
+
+def classify_principal(op: ir.Operation) -> Contraction | None:
+    """The principal structure of a linalg op (contraction, pooling, reduction), or None."""
+    if op.name != "linalg.generic":
+        return None
+    return classify_contraction(op) or classify_reduction(op) or classify_gather_reduction(op)
