@@ -130,7 +130,7 @@ def _check_supported(func: ir.Operation, options: PassOptions) -> str:
         # it, so the dispatch must fit LRAM untiled (the allocator decides,
         # on the bf16 function the pipeline will see).
         from .passes import convert_dtypes
-        from .passes.super_tiling import footprint
+        from .tiling.cost import footprint
 
         scratch = ir.Module.create()
         func.clone(ip=ir.InsertionPoint(scratch.body))

@@ -13,7 +13,7 @@ class PassOptions:
     keep_f32: bool = False
     super_tiling_strategy: str = "default"
     # Default strategy: extra DDR bytes (fraction of the least-traffic tiling's) a tiling may
-    # move when it is predicted faster (--torq-tiling-traffic-slack; see super_tiling._parallel_sizes).
+    # move when it is predicted faster (--torq-tiling-traffic-slack; see tiling.search._parallel_sizes).
     # 0 by default: a body whose buffers fill LRAM splits each compute over the slices
     # (torq-build-nss-program), so no halo re-reads are needed to use both slices.
     tiling_traffic_slack: float = 0.0

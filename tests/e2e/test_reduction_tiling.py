@@ -147,7 +147,8 @@ def test_nested_reduction_loops_channels_and_kernel_rows():
     from iree.compiler import ir
 
     from torq.compiler.passes import PassOptions
-    from torq.compiler.passes import super_tiling
+    from torq.compiler.ir_utils import walk_ops
+    from torq.compiler.tiling import cost as tiling_cost
     from torq.compiler.passes.assign_lram_addresses import assign_function
     from torq.compiler.passes.build_nss_program import build_program
     from torq.runtime.simulator import Simulator
@@ -165,9 +166,9 @@ def test_nested_reduction_loops_channels_and_kernel_rows():
         module = ir.Module.parse(WIDE_CONV)
         # (parallel loop sizes, reduction loop sizes) over the loops (o, y, x, c, i, j)
         for parallel, reduction in (([0] * 6, [0, 0, 0, 1, 1, 0]), ([1, 1, 0, 0, 0, 0], [0, 0, 0, 2, 1, 0])):
-            scratch, func = super_tiling._lowered_tiling(module, parallel if any(parallel) else None, None,
+            scratch, func = tiling_cost.lowered_tiling(module, parallel if any(parallel) else None, None,
                                                         reduction)
-            loops = sum(1 for op in super_tiling.walk_ops(func) if op.name == "scf.for")
+            loops = sum(1 for op in walk_ops(func) if op.name == "scf.for")
             assert loops == 2 + sum(1 for t in parallel if t)
             assign_function(func, options)
             program, _ = build_program(func, options)

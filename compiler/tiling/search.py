@@ -1,0 +1,366 @@
+"""The default and traffic strategies' search: per root, the tile sizes of least
+DDR traffic that fit LRAM, refined for cycles (`choose_tile_sizes`); see
+torq-super-tiling's docstring for the rules."""
+
+from __future__ import annotations
+
+import math
+
+from iree.compiler import ir
+
+from torq.contract.measures import Traffic
+from torq.contract.ops import RESULT
+
+from ..ir_utils import CompileError, element_type, mlir_dtype, static_shape, walk_ops
+from ..patterns import Unsupported
+from ..passes import PassOptions
+from .roots import Root, UNREPRESENTABLE
+from .transform import root_slice
+from .cost import lowered_tiling, footprint, predicted_cost
+from ..vector_layout import padded, value_roles, vector_dim, vector_width
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _tile_count(shape: tuple[int, ...], sizes: list[int] | None) -> int:
+    return math.prod(-(-n // t) if t else 1 for n, t in zip(shape, sizes or [0] * len(shape)))
+
+
+# --- default strategy: exact fit, least traffic -------------------------------------
+
+class TileSearch:
+    """Fit queries for one root on its slice, remembering the smallest footprint seen."""
+
+    def __init__(self, func: ir.Operation, root: Root, options: PassOptions):
+        self.root, self.options = root, options
+        self.slice = root_slice(func)
+        self.budget = options.hw.available_lram_bytes
+        self.smallest: int | None = None
+        self.footprints: dict[tuple, int] = {}
+        self.costs: dict[tuple, tuple[Traffic, int]] = {}
+        self._vector: tuple[int, int] | None | bool = False  # result_vector(), once
+
+    def result_vector(self) -> tuple[int, int] | None:
+        """(dim, vector width) along which the root's result is vectorised in LRAM
+        (vector_layout: conv output channels, matmul N, ...), read from the untiled
+        slice lowered to TorqHL; None when it has no TorqHL producer."""
+        if self._vector is False:
+            self._vector = None
+            scratch, clone = lowered_tiling(self.slice, None)
+            ret = [o for o in walk_ops(clone) if o.name == "func.return"] if clone is not None else []
+            if ret and len(ret[0].operands) == 1:
+                v = ret[0].operands[0]
+                roles = [r for r in value_roles(v) if r[2] == RESULT]
+                shape = static_shape(v.type)
+                if roles and shape:
+                    kind, attrs, _ = roles[0]
+                    d = vector_dim(kind, attrs, RESULT, len(shape))
+                    if d is not None:
+                        self._vector = (d, vector_width(self.options.hw, mlir_dtype(element_type(v.type))))
+            del ret, clone, scratch
+        return self._vector
+
+    def aligned_below(self, d: int, t: int) -> int | None:
+        """When dim d is the result's vector dim and a tile of t would be padded in LRAM
+        (vector_layout.padded), the largest smaller divisor of d's extent that is whole
+        vectors (or a power of two below the width); None otherwise."""
+        vec = self.result_vector()
+        if vec is None or vec[0] != d or padded(t, vec[1]) == t:
+            return None
+        return max((x for x in divisors(self.root.shape[d]) if x < t and padded(x, vec[1]) == x), default=None)
+
+    def footprint(self, sizes: list[int], outer: int | None = None, red: list[int] | None = None) -> int:
+        key = (tuple(sizes), outer) if not red else (tuple(sizes), outer, tuple(red))
+        if key not in self.footprints:
+            if red:
+                try:
+                    fp = footprint(self.slice, self.root.loop_sizes(sizes), self.options,
+                                   self.root.interchange(outer), self.root.reduction_sizes(red))
+                except (CompileError, Unsupported):
+                    fp = UNREPRESENTABLE  # this cut has no TorqHL accumulate form
+            else:
+                fp = footprint(self.slice, self.root.loop_sizes(sizes), self.options, self.root.interchange(outer))
+            self.footprints[key] = fp
+            if fp < UNREPRESENTABLE:
+                self.smallest = fp if self.smallest is None else min(self.smallest, fp)
+        return self.footprints[key]
+
+    def cost(self, sizes: list[int], outer: int | None = None, red: list[int] | None = None) -> tuple[Traffic, int]:
+        key = (tuple(sizes), outer) if not red else (tuple(sizes), outer, tuple(red))
+        if key not in self.costs:
+            self.costs[key] = predicted_cost(self.slice, self.root.loop_sizes(sizes), self.options,
+                                             self.root.interchange(outer), self.root.reduction_sizes(red))
+        return self.costs[key]
+
+    def traffic(self, sizes: list[int], outer: int | None = None, red: list[int] | None = None) -> Traffic:
+        return self.cost(sizes, outer, red)[0]
+
+    def largest_reduction(self, sizes: list[int]) -> list[int] | None:
+        """With the parallel tiling `sizes`, reduction sizes that fit: the first reduction
+        loop (in `Root.reduction_loops` order) whose largest divisor below its extent
+        fits with the earlier ones at 1 (the footprint grows with the size), or None."""
+        red = [0] * len(self.root.reduction_loops)
+        for j, (_, extent) in enumerate(self.root.reduction_loops):
+            best = _largest_fitting_divisor(
+                extent, lambda t: self.footprint(sizes, red=red[:j] + [t] + red[j + 1:]) <= self.budget)
+            if best is not None:
+                red[j] = best
+                return red
+            red[j] = 1
+        return None
+
+    def largest_fitting(self, base: list[int], d: int, outer: int | None = None) -> int | None:
+        """Largest divisor t < extent with base[d] = t fitting; footprint grows with t."""
+        return _largest_fitting_divisor(
+            self.root.shape[d], lambda t: self.footprint(base[:d] + [t] + base[d + 1:], outer) <= self.budget)
+
+
+def _largest_fitting_divisor(extent: int, fits) -> int | None:
+    """The largest divisor t < extent with fits(t), by binary search (a tile's
+    footprint grows with its size); None when not even 1 fits."""
+    cands = [t for t in divisors(extent) if t < extent]
+    lo, hi, best = 0, len(cands) - 1, None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if fits(cands[mid]):
+            best, lo = cands[mid], mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def _seed_order(n: int) -> list[int]:
+    return ([1, 0] if n > 1 else [0]) + list(range(2, n))
+
+
+def _first_fitting_sizes(search: TileSearch) -> list[int] | None:
+    """Seed order: the first dimension (second, first, rest) with a fitting size; if
+    none fits alone, keep it at 1 and go on to the next."""
+    shape = search.root.shape
+    sizes = [0] * len(shape)
+    for d in _seed_order(len(shape)):
+        if not search.root.tileable(d):
+            continue
+        best = search.largest_fitting(sizes, d)
+        if best is not None:
+            sizes[d] = best
+            return sizes
+        sizes[d] = 1
+    return None
+
+
+def _least_traffic_sizes(search: TileSearch) -> list[int] | None:
+    """For each dimension alone, its largest fitting tile (larger tiles along one
+    dimension re-read fewer halos and weights), or, on the result's vector dim, the
+    largest smaller one of whole vectors when that moves no more bytes and takes no
+    more cycles (`TileSearch.aligned_below`); of those, the one with the least
+    predicted DDR traffic, then the fewest tiles. Falls back to the seed order's
+    multi-dimension search when no single dimension fits."""
+    shape = search.root.shape
+    scored = []
+    for rank, d in enumerate(_seed_order(len(shape))):
+        if not search.root.tileable(d):
+            continue
+        best = search.largest_fitting([0] * len(shape), d)
+        if best is None:
+            continue
+        sizes = [0] * len(shape)
+        sizes[d] = best
+        traffic, cycles = search.cost(sizes)
+        aligned = search.aligned_below(d, best)
+        if aligned is not None:  # whole vectors when that costs no bytes and no cycles
+            a_sizes = [0] * len(shape)
+            a_sizes[d] = aligned
+            a_traffic, a_cycles = search.cost(a_sizes)
+            if a_traffic.dma_bytes <= traffic.dma_bytes and a_cycles <= cycles:
+                sizes, traffic = a_sizes, a_traffic
+        scored.append((traffic.dma_bytes, _tile_count(shape, sizes), rank, sizes))
+    if scored:
+        return min(scored)[3]
+    return _two_dim_sizes(search) or _first_fitting_sizes(search)
+
+
+def _two_dim_sizes(search: TileSearch) -> list[int] | None:
+    """When no dimension fits alone: for each ordered pair (a outer, b inner) of
+    tileable dims, the largest a tile that fits with b at 1 (the operand slice
+    indexed by a alone, e.g. a matmul's weight columns, stays loaded over the inner
+    loop, so a larger t_a means fewer re-reads of what b indexes), also half of it,
+    each with the largest fitting t_b; of those, the least predicted DDR traffic,
+    then the fewest tiles. Sets `search.root.outer` to the chosen outer dim."""
+    shape = search.root.shape
+    dims = [d for d in range(len(shape)) if search.root.tileable(d)]
+    scored = []
+    for a in dims:
+        for b in dims:
+            if a == b:
+                continue
+            base = [0] * len(shape)
+            base[b] = 1
+            t_max = search.largest_fitting(base, a, outer=a)
+            if t_max is None:
+                continue
+            for t_a in {t_max, max((t for t in divisors(shape[a]) if t <= t_max // 2), default=t_max)}:
+                sizes = [0] * len(shape)
+                sizes[a] = t_a
+                t_b = search.largest_fitting(sizes, b, outer=a)
+                if t_b is None:
+                    continue
+                sizes[b] = t_b
+                scored.append((search.traffic(sizes, outer=a).dma_bytes, _tile_count(shape, sizes), a, b, sizes))
+    if not scored:
+        return None
+    best = min(scored)
+    search.root.outer = best[2]
+    return best[4]
+
+
+# Tile counts tried, per slice, when more tiles may save cycles (see _parallel_sizes).
+PARALLEL_TILES_PER_SLICE = (2, 4)
+
+
+def _parallel_sizes(search: TileSearch, chosen: list[int] | None) -> list[int] | None:
+    """Refines a tiling that moves the fewest bytes for cycles: the slices compute
+    in parallel and DMA overlaps compute only across tiles (distinct buffer sets),
+    so a root left untiled or cut in few tiles may run faster in more. Along the
+    chosen dim (every tileable dim when untiled), tiles giving 2 and 4 tiles per
+    slice, and 2x and 4x the chosen tile count, are tried (on the result's vector
+    dim also the largest tile of whole vectors below each); one wins when it fits,
+    its program is predicted (contract/timing.py) to take fewer cycles, and it moves
+    no more DDR bytes than `chosen` (e.g. output channels: the input stays loaded,
+    each weight slice is read once) plus `PassOptions.tiling_traffic_slack` of them,
+    when the share of extra bytes buys at least as large a share of cycles:
+    where one tile's buffers fill LRAM, the slices share one buffer set (each
+    compute split over them, its tiles one after the other), and smaller tiles
+    (which re-read halo rows) get several sets, so DMA overlaps compute."""
+    root = search.root
+    base = chosen or [0] * len(root.shape)
+    if sum(1 for t in base if t) > 1:
+        return chosen  # 2-D tilings keep their shape
+    traffic, cycles = search.cost(base, root.outer)
+    limit = int(traffic.dma_bytes * (1 + search.options.tiling_traffic_slack))
+    best = (cycles, _tile_count(root.shape, base), base)
+    dims = [d for d, t in enumerate(base) if t] or [d for d in range(len(root.shape)) if root.tileable(d)]
+    slices = search.options.hw.slices
+    for d in dims:
+        extent, current = root.shape[d], base[d] or root.shape[d]
+        # Tile counts: a few per slice, and 2x / 4x the current count (when one
+        # tile's buffers leave no room for a second buffer set).
+        counts = {per_slice * slices for per_slice in PARALLEL_TILES_PER_SLICE}
+        counts |= {k * (extent // current) for k in (2, 4)}
+        tried = set()
+        for count in sorted(counts):
+            t = max((x for x in divisors(extent) if extent // x >= count), default=None)
+            if t is None or t >= current:
+                continue
+            # On the result's vector dim, also the largest tile of whole vectors below t.
+            for cut in sorted({t, search.aligned_below(d, t)} - {None} - tried, reverse=True):
+                tried.add(cut)
+                best = _better_cut(search, root, d, cut, best, traffic, cycles, limit)
+    return best[2] if any(best[2]) else None
+
+
+def _better_cut(search: TileSearch, root: Root, d: int, t: int, best: tuple, traffic: Traffic, cycles: int,
+                limit: int) -> tuple:
+    """`best` (cycles, tiles, sizes), or tiles of t along d when they fit and beat it
+    within the traffic limit (see _parallel_sizes)."""
+    sizes = [0] * len(root.shape)
+    sizes[d] = t
+    try:
+        if search.footprint(sizes, root.outer) > search.budget:
+            return best
+        t_traffic, t_cycles = search.cost(sizes, root.outer)
+    except (CompileError, Unsupported):
+        return best  # this cut has no TorqHL form (e.g. a gathering pool): keep the tiling we have
+    extra = t_traffic.dma_bytes / max(traffic.dma_bytes, 1) - 1
+    # Extra bytes must buy at least as large a share of cycles.
+    if t_traffic.dma_bytes <= limit and t_cycles < best[0] and t_cycles <= cycles * (1 - max(extra, 0)):
+        return (t_cycles, _tile_count(root.shape, sizes), sizes)
+    return best
+
+
+# Fitting parallel tile sizes tried per dim, largest first, with a tiled reduction.
+REDUCTION_PARALLEL_CANDIDATES = 3
+
+
+def _reduction_sizes(search: TileSearch) -> tuple[list[int], list[int]] | None:
+    """When no parallel tiling fits: (parallel sizes, reduction sizes) that fit with the
+    group principal's reduction loops tiled too (`Search.largest_reduction`), the
+    accumulator kept in LRAM. Parallel tilings tried: none, each tileable dim alone
+    (its largest divisors whose reduction fits, `REDUCTION_PARALLEL_CANDIDATES` of
+    them) and every tileable dim at 1; of those, the least predicted DDR traffic
+    (a smaller parallel tile re-reads the other operand's K-slices more often),
+    then the fewest tiles x reduction steps. Sets `search.root.reduction`."""
+    root = search.root
+    if not root.reduction_loops:
+        return None
+    n = len(root.shape)
+    dims = [d for d in range(n) if root.tileable(d)]
+    options: list[list[int]] = [[0] * n]
+    for d in dims:
+        fitting = 0
+        for t in sorted((t for t in divisors(root.shape[d]) if t < root.shape[d]), reverse=True):
+            sizes = [t if i == d else 0 for i in range(n)]
+            if search.largest_reduction(sizes) is not None:
+                options.append(sizes)
+                fitting += 1
+                if fitting == REDUCTION_PARALLEL_CANDIDATES:
+                    break
+    options.append([1 if d in dims else 0 for d in range(n)])
+    scored = []
+    for rank, sizes in enumerate(options):
+        red = search.largest_reduction(sizes)
+        if red is None:
+            continue
+        steps = math.prod(-(-e // t) if t else 1 for (_, e), t in zip(root.reduction_loops, red))
+        scored.append((search.traffic(sizes, red=red).dma_bytes, _tile_count(root.shape, sizes) * steps, rank,
+                       sizes, red))
+    if not scored:
+        # The error's smallest footprint: every tileable dim, parallel and reduction, at 1.
+        search.footprint(options[-1], red=[1] * len(root.reduction_loops))
+        return None
+    best = min(scored)
+    root.reduction = best[4]
+    return best[3], best[4]
+
+
+def choose_tile_sizes(func: ir.Operation, root: Root, options: PassOptions,
+                      record: dict | None = None, force: bool = False) -> list[int] | None:
+    """Per-result-dim tile sizes for the TILE_ROOT op (0 = untiled dim), or None when
+    its slice fits untiled (`force`: tile it anyway); `root.reduction` receives the
+    reduction sizes when the group's reduction loops must be tiled too (and the
+    sizes may then be all 0). `record` receives the decision."""
+    search = TileSearch(func, root, options)
+    untiled = search.footprint([0] * len(root.shape))
+    sizes = None
+    if force or untiled > search.budget:
+        sizes = _least_traffic_sizes(search)
+        if sizes is None and (tiled := _reduction_sizes(search)) is not None:
+            sizes = tiled[0]
+        if sizes is None:
+            smallest = (f"smallest footprint {search.smallest} bytes" if search.smallest is not None
+                        else "no tiling gives tiles of static shape")
+            raise CompileError(
+                f"{root.location}: error: {root.name}: cannot fit LRAM even with size-1 tiles: "
+                f"{smallest}, budget {search.budget} bytes")
+    if options.super_tiling_strategy == "default" and root.reduction is None:
+        sizes = _parallel_sizes(search, sizes)
+    if record is not None:
+        record.update(tiling_record(root, sizes, search.footprint(sizes or [0] * len(root.shape), root.outer,
+                                                            root.reduction), untiled, len(search.footprints)))
+        record["outer_dim"] = root.outer
+    return sizes
+
+
+def tiling_record(root: Root, sizes: list[int] | None, lram: int, untiled: int, evaluated: int) -> dict:
+    red = [(loop, extent, t) for (loop, extent), t in zip(root.reduction_loops, root.reduction or []) if t]
+    return {"root": root.name, "location": root.location, "groups": list(root.groups),
+            "shape": list(root.shape), "tiled_dims": [d for d, t in enumerate(sizes or []) if t],
+            "tile_sizes": sizes or [0] * len(root.shape), "tiles": _tile_count(root.shape, sizes),
+            # Tiled reduction loops of the group's principal op (its loop numbering), their
+            # extents and sizes, and the accumulation steps per tile.
+            "reduction_dims": [r[0] for r in red], "reduction_extents": [r[1] for r in red],
+            "reduction_tile_sizes": [r[2] for r in red],
+            "reduction_steps": math.prod(-(-e // t) for _, e, t in red),
+            "lram_bytes": lram, "untiled_lram_bytes": untiled, "candidates_evaluated": evaluated}
