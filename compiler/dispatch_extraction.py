@@ -52,12 +52,16 @@ import numpy as np
 from iree.compiler import ir
 from iree.compiler.dialects import arith, flow, iree_tensor_ext
 
+from .f32_chain import host_float_semantics
 from .ir_utils import block_ops, constant_value, int_array, region_ops, static_shape, walk_ops
 from .passes import decompose_attention
 from .patterns import Unsupported
-from .f32_chain import host_float_semantics
-from .requant import HostTail, Known, NotExact, RequantSummary, lower_float_requantization, unused_arguments
+from .requant import lower_float_requantization, unused_arguments
+from .requant_channels import Known
 from .requant_elementwise import is_int8_arithmetic, lower_int8_arithmetic
+from .requant_summary import RequantSummary
+from .requant_tail import HostTail
+from .rescale_fit import NotExact
 
 
 def _tensor_of(binding_type: ir.Type) -> ir.Type:

@@ -13,14 +13,15 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
-import traceback
 import tempfile
+import traceback
 from dataclasses import dataclass, field
 
 from iree.compiler import ir
 from iree.compiler.api import Output, Session, Source, ctypes_dl
 
 from torq.contract.hw import HwSpecError, TorqHw, describe_presets, parse_hw_spec
+
 from .ir_utils import CompileError
 from .passes import PassOptions
 from .pipeline import TORQ_PHASES

@@ -13,7 +13,6 @@ from iree.compiler import ir
 
 from torq.contract.program import DTYPE_BYTES
 
-
 # Dialects that have no Python module in iree.compiler.dialects. Whenever the
 # bindings wrap one of their ops (walking, iterating a block) they try to import
 # `iree.compiler.dialects.<namespace>`, and a failed import is not remembered, so

@@ -15,8 +15,18 @@ import json
 import numpy as np
 from iree.compiler import ir
 
-from torq.contract.program import (Compute, DmaIn, DmaOut, Epilogue, EpilogueStep, LramBuffer,
-                                  Operand, Program, Ref, TensorDesc)
+from torq.contract.program import (
+    Compute,
+    DmaIn,
+    DmaOut,
+    Epilogue,
+    EpilogueStep,
+    LramBuffer,
+    Operand,
+    Program,
+    Ref,
+    TensorDesc,
+)
 
 _KINDS = {"dma_in": DmaIn, "dma_out": DmaOut, "compute": Compute}
 _NAMES = {v: k for k, v in _KINDS.items()}
@@ -41,7 +51,6 @@ def program_to_function(p: Program, func: ir.Operation) -> None:
     block = func.regions[0].blocks[0]
     for op in reversed([o.operation for o in block.operations]):
         op.erase()
-    i64 = ir.IntegerType.get_signless(64)
     with ir.InsertionPoint(block), func.location:
         for t in p.tensors:
             attrs = {"spec": ir.StringAttr.get(_spec(t, drop=("data",)))}

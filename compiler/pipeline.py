@@ -13,9 +13,18 @@ from types import ModuleType
 from iree.compiler import ir, passmanager
 
 from .ir_utils import CompileError
-from .passes import (PassOptions, assign_lram_addresses, build_nss_program, convert_dtypes, decompose_attention,
-                     fold_padding, lower_to_torq_hl, mark_patterns_for_super_tiling, serialize_executable,
-                     super_tiling)
+from .passes import (
+    PassOptions,
+    assign_lram_addresses,
+    build_nss_program,
+    convert_dtypes,
+    decompose_attention,
+    fold_padding,
+    lower_to_torq_hl,
+    mark_patterns_for_super_tiling,
+    serialize_executable,
+    super_tiling,
+)
 
 # decompose_attention runs inside dispatch extraction (before PRE_PASSES, which
 # decompose the softmax it makes); registered here for torq-opt.

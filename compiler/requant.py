@@ -97,14 +97,24 @@ import numpy as np
 from iree.compiler import ir
 
 from .f32_chain import INT_RANGE, Chain, type_name
-from .ir_utils import (constant_of, indexing_maps, inline_function_text, iterator_types, loop_ranges, map_dims,
-                       n_inputs, region_ops, static_shape)
+from .ir_utils import (
+    indexing_maps,
+    inline_function_text,
+    iterator_types,
+    loop_ranges,
+    map_dims,
+    n_inputs,
+    region_ops,
+    static_shape,
+)
+from .requant_channels import RESIDUAL_I32_BOUND, Known, fit_channels, per_channel_constants
+from .requant_elementwise import Channels, StageSplitter
 from .requant_emit import rescale_generic
 from .requant_split import ActivationTable, build_table, split_first_int, split_residual_add
-from .requant_tail import HostTail, accumulator_tail, split_tail, tail_text
 from .requant_summary import RequantSummary
+from .requant_tail import HostTail, accumulator_tail, split_tail, tail_text
 from .requant_zero_point import ZeroPointCorrection, zero_point_correction
-from .rescale_fit import ChannelFit, NotExact, Rescale, SumRescale, channel_step_points, fit_steps
+from .rescale_fit import NotExact, Rescale, SumRescale
 
 # --- the IR rewrite ---------------------------------------------------------------------
 
@@ -121,21 +131,6 @@ def _is_float_requant(op: ir.Operation) -> bool:
     names = {o.name for o in region_ops(op)}
     f32_result = str(ir.RankedTensorType(op.results[0].type).element_type) == "f32"
     return "arith.sitofp" in names and ("arith.fptosi" in names or f32_result)
-
-
-class Known:
-    """Constant values of a function's tensors: arith.constant or a resolved argument."""
-
-    def __init__(self, arg_constants):
-        self.args = arg_constants
-
-    def __call__(self, v: ir.Value) -> np.ndarray | None:
-        if isinstance(v.owner, ir.Block):
-            owner = v.owner.owner
-            if owner is not None and owner.operation.name == "func.func":
-                return self.args.get(ir.BlockArgument(v).arg_number)
-            return None
-        return constant_of(v)
 
 
 def _accumulator_range(con: ir.Operation, known: Known) -> tuple[np.ndarray, np.ndarray, list[int]]:
@@ -194,33 +189,6 @@ def _channel_values(op: ir.Operation, skip: set[int], known: Known, range_dims: 
         vals = {a: (v if dim is None else v[ch]) for a, (dim, v) in per.items()}
         channels.append((vals, int(lo[ch]), int(hi[ch])))
     return chan, channels
-
-
-def per_channel_constants(op: ir.Operation, known, skip=()) -> tuple[set[int], dict]:
-    """(result dims the constants vary along, {block arg: (result dim or None, value(s))}) for
-    every input of `op` but those in `skip`, each a scalar or one value per channel; raises
-    NotExact when an input is not a constant or varies along several dims."""
-    maps = indexing_maps(op)
-    out = map_dims(maps[-1])
-    args = op.regions[0].blocks[0].arguments
-    per: dict = {}
-    chan_dims = set()
-    for i in range(n_inputs(op)):
-        if i in skip:
-            continue
-        c = known(op.operands[i])
-        d = map_dims(maps[i])
-        if c is None or d is None:
-            raise NotExact(f"operand {i} of the requantization is not a constant")
-        if c.size == 1:
-            per[args[i]] = (None, c.reshape(-1)[0])
-            continue
-        loops = [dd for dd, n in zip(d, c.shape) if n != 1]
-        if len(loops) != 1 or loops[0] not in out:
-            raise NotExact(f"operand {i} of the requantization varies along several dims")
-        chan_dims.add(out.index(loops[0]))
-        per[args[i]] = (out.index(loops[0]), c.reshape(-1))
-    return chan_dims, per
 
 
 @dataclass
@@ -321,7 +289,6 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
     rest_stages = rest_channels = None
     split = split_first_int(ops, result, acc_v)
     if split is not None:
-        from .requant_elementwise import Channels, StageSplitter  # (which imports this module)
         rest_channels = Channels.of(op, known, skip | ({residual} if residual >= 0 else set()))
         if any(x in rest_channels.per_channel for o in split[2] for x in o.operands):
             # What follows stage 1 reads per-channel values (a bias added after the matmul's
@@ -372,47 +339,6 @@ def _accumulator_tail_plan(op: ir.Operation, acc_index: int, known: Known, kind:
                  RequantSummary(kind, [], []), accumulator_only=True)
 
 
-# The accumulator range an i32 residual (from another dispatch) is fitted on.
-RESIDUAL_I32_BOUND = 1 << 30
-
-
-def fit_channels(chain: Chain, channels: list, chan: int | None, kind: str, nearest: bool) -> list[ChannelFit]:
-    """The rescale of each channel of `chain` (exact, or with `nearest` the nearest)."""
-    fits: list[ChannelFit] = []
-    steps = _batched_step_points(chain, channels, kind)
-    for ch, ((_, lo, hi), (direction, st)) in enumerate(zip(channels, steps)):
-        glo, ghi = (lo, hi) if direction >= 0 else (-hi, -lo)
-        try:
-            fits.append(fit_steps(st, glo, ghi, direction < 0, nearest))
-        except NotExact as e:
-            where = f"channel {ch}" if chan is not None else "the tensor"
-            raise NotExact(f"{kind} float requantization, {where} (accumulator range [{lo}, {hi}]): {e}") from None
-    return fits
-
-
-def _batched_step_points(chain: Chain, channels: list, kind: str) -> list:
-    """Per channel: (direction, step points of the chain made non-decreasing: of a -> f(-a) on
-    [-hi, -lo] when it decreases), all channels of one direction bisected together
-    (`channel_step_points`)."""
-    dirs = []
-    for ch, (vals, lo, hi) in enumerate(channels):
-        try:
-            dirs.append(chain.for_channel(vals).direction(lo, hi))
-        except NotExact as e:
-            raise NotExact(f"{kind} float requantization, channel {ch} (accumulator range [{lo}, {hi}]): {e}") from None
-    out: list = [None] * len(channels)
-    for d in (1, -1, 0):
-        idx = [c for c in range(len(channels)) if dirs[c] == d]
-        if not idx:
-            continue
-        batch = chain.for_channels([channels[c][0] for c in idx])
-        lo = np.array([channels[c][1] for c in idx], np.int64)
-        hi = np.array([channels[c][2] for c in idx], np.int64)
-        f = batch if d >= 0 else (lambda b: batch(-b))
-        steps = channel_step_points(f, lo, hi) if d >= 0 else channel_step_points(f, -hi, -lo)
-        for c, s in zip(idx, steps):
-            out[c] = (d, s)
-    return out
 
 
 def _residual_operand(op: ir.Operation, skip: set[int], known: Known) -> int:

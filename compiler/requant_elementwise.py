@@ -17,7 +17,7 @@ at most two integer values (its leaves: the dispatch's integer inputs or
 earlier stages), compiled as after a contraction (compiler/requant.py):
 
 - one i32 leaf (an accumulator another dispatch wrote): a per-channel
-  rescale fitted on |a| <= 2^30 (`requant.fit_channels`);
+  rescale fitted on |a| <= 2^30 (`requant_channels.fit_channels`);
 - one int8 leaf: a 256-entry table (`requant_split.build_table`); with
   per-channel parameters, a per-channel rescale fitted on [-128, 127];
 - two int8 leaves: a rescale of their sum (`rescale_fit.fit_sum`) or of their
@@ -42,9 +42,10 @@ from iree.compiler import ir, passmanager
 
 from .f32_chain import INT_RANGE, Chain, type_name
 from .ir_utils import constant_of, inline_function_text, iterator_types, loop_ranges, n_inputs, region_ops, static_shape
-from .requant import RESIDUAL_I32_BOUND, RequantSummary, fit_channels, per_channel_constants
+from .requant_channels import RESIDUAL_I32_BOUND, fit_channels, per_channel_constants
 from .requant_emit import elementwise_function, pooling_function
 from .requant_split import ActivationTable, build_table, reads, slice_until
+from .requant_summary import RequantSummary
 from .rescale_fit import NotExact, PairFit, Rescale, fit_product, fit_sum
 
 _F32_UNIT = 2.0 ** -24

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
+from .f32_chain import type_name
 from .ir_utils import indexing_maps, iterator_types, map_dims, static_shape
 from .requant_split import ActivationTable
 from .requant_zero_point import prologue_lines
-from .f32_chain import type_name
 from .rescale_fit import ProductRescale, Rescale, SumRescale
 
 PARAMS = ("offset", "multiplier", "rounding", "shift", "qmin", "qmax")

@@ -28,17 +28,26 @@ from dataclasses import dataclass, field
 import numpy as np
 from iree.compiler import ir, passmanager
 
-from .dispatch_extraction import (ExtractedDispatch, FlowModuleFacts, box_copy_dispatch, extract_dispatch_function,
-                                  hoist_input_pads, host_tail_dispatch, lower_requantization, mark_in_place_updates)
+from torq.contract.executable import parse_executable
+from torq.contract.measures import program_traffic
+from torq.contract.module_abi import MAX_INPUTS, MAX_RESULTS, MODULE_NAME, export_name
+
+from .dispatch_extraction import (
+    ExtractedDispatch,
+    FlowModuleFacts,
+    box_copy_dispatch,
+    extract_dispatch_function,
+    hoist_input_pads,
+    host_tail_dispatch,
+    lower_requantization,
+    mark_in_place_updates,
+)
 from .ir_utils import CompileError, location_str, walk_ops
 from .macs import count_macs
 from .passes import PassOptions
 from .patterns import Unsupported, classify_contraction, data_movement_reason, is_zero_fill, match_group
 from .pipeline import PRE_PASSES, dispatch_pipeline, run_passes
 from .requant import io_conversion_reason
-from torq.contract.measures import program_traffic
-from torq.contract.executable import parse_executable
-from torq.contract.module_abi import MAX_INPUTS, MAX_RESULTS, MODULE_NAME, export_name
 
 SUPPORTED_DTYPES = {"bf16", "i8", "i16", "i32", "f32", "i1", "index"}
 

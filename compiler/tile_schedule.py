@@ -45,7 +45,7 @@ from iree.compiler import ir
 from torq.contract.ops import ACCUMULATE
 
 from .ir_utils import region_ops, tensor_nbytes
-from .lram_allocator import BufferRequest, allocate, align
+from .lram_allocator import BufferRequest, align, allocate
 
 
 @dataclass
@@ -133,7 +133,7 @@ def tile_bodies(func: ir.Operation) -> list[ir.Block]:
     return bodies
 
 
-def schedule(block: ir.Block) -> list[Event]:
+def body_events(block: ir.Block) -> list[Event]:
     """Events of one execution of `block`; a reduction loop's step appears once (its
     operand slices are reloaded each step into the same buffers) and accumulator
     values appear as their loop's init (`accumulator_aliases`)."""
@@ -246,7 +246,7 @@ def set_choices(slices: int) -> list[int]:
 
 
 def plan_body(block: ir.Block, alignment: int, budget: int, slices: int, nbytes=None) -> BodyPlan:
-    events = schedule(block)
+    events = body_events(block)
     alias = accumulator_aliases(block)
     requests = buffer_requests(events, nbytes, alias)
     resident = {r.key: k for r in requests if (k := invariant_loops(r.key, block))}

@@ -12,8 +12,17 @@ from __future__ import annotations
 import os
 import sys
 
-from .driver import (TORQ_FLAG_HELP, CompileOptions, InternalCompilerError, IreeError, UsageError, _ListHw, compile_source,
-                     hw_list_text, parse_torq_flags, write_atomically)
+from .driver import (
+    TORQ_FLAG_HELP,
+    InternalCompilerError,
+    IreeError,
+    UsageError,
+    _ListHw,
+    compile_source,
+    hw_list_text,
+    parse_torq_flags,
+    write_atomically,
+)
 from .ir_utils import CompileError
 from .onnx_import import read_onnx_source
 from .pipeline import TORQ_PHASES
@@ -85,8 +94,8 @@ def version_text() -> str:
     """`--version`: this package, the IREE packages it runs on, and the hardware models."""
     from importlib import metadata
 
-    from torq.contract.hw import PRESETS
     from torq.contract.executable import FORMAT_VERSION
+    from torq.contract.hw import PRESETS
 
     def version(dist: str) -> str:
         try:
@@ -165,7 +174,6 @@ def torq_opt_main(argv: list[str] | None = None) -> int:
     from iree.compiler import ir
 
     from .pipeline import run_pipeline_text
-    from .passes import PassOptions
 
     argv = sys.argv[1:] if argv is None else argv
     tool = "torq-opt"
@@ -191,7 +199,6 @@ def torq_opt_main(argv: list[str] | None = None) -> int:
         data, name = _read_input(files[0])
         ctx = ir.Context()
         ctx.allow_unregistered_dialects = True
-        from iree.compiler import _mlir_libs  # registers IREE dialects on the context
 
         with ctx:
             try:

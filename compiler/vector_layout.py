@@ -60,7 +60,6 @@ from torq.contract.ops import OPS, RESULT
 from torq.contract.program import nbytes
 
 
-
 def padded(n: int, width: int) -> int:
     """n rounded up to whole vectors of `width`; a narrow n (< width) only to the next power of two."""
     if n <= 0 or width <= 1 or n % width == 0:

@@ -8,7 +8,7 @@ selected with `--torq-hw=NAME[:key=value,...]` (see `parse_hw_spec`).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 class HwSpecError(ValueError):

@@ -10,8 +10,25 @@ import numpy as np
 
 from .hw import TorqHw
 from .ops import OPS, OpError
-from .program import (DTYPE_BYTES, EPILOGUE_INT_TYPES, EPILOGUE_OPS, LUT, MAX_LUT_ENTRIES, TABLE_OPS, TENSOR_KINDS,
-                      Command, Compute, DmaIn, DmaOut, EpilogueStep, LramBuffer, Operand, Program, TensorDesc, nbytes)
+from .program import (
+    DTYPE_BYTES,
+    EPILOGUE_INT_TYPES,
+    EPILOGUE_OPS,
+    LUT,
+    MAX_LUT_ENTRIES,
+    TABLE_OPS,
+    TENSOR_KINDS,
+    Command,
+    Compute,
+    DmaIn,
+    DmaOut,
+    EpilogueStep,
+    LramBuffer,
+    Operand,
+    Program,
+    TensorDesc,
+    nbytes,
+)
 
 
 class ExecutableError(ValueError):

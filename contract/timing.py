@@ -84,7 +84,6 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from .hw import TorqHw
-
 from .ops import OPS, CycleRule
 from .program import DTYPE_BYTES, Compute, DmaIn, DmaOut, Program
 

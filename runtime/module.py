@@ -48,8 +48,6 @@ from torq.contract.module_abi import MAX_INPUTS, MAX_RESULTS, MODULE_NAME, calli
 
 from .errors import DispatchError
 
-
-
 # --------------------------------------------------------------------------
 # Element types (IREE spelling <-> HAL element type <-> numpy dtype)
 
@@ -218,6 +216,7 @@ class _State:
         except Exception as e:  # loader, simulator, or a bug: report it typed, in one line
             kind = type(e).__name__
             from torq.contract.executable import ExecutableError
+
             from .simulator import SimulatorError
 
             known = isinstance(e, (ExecutableError, SimulatorError))

@@ -61,13 +61,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from torq.contract.hw import TorqHw
-
-from torq.contract.program_validator import ExecutableError, validate_program
-from .kernels import NP_DTYPES, KernelError, OperandCache, eval_epilogue, run_principal, store
 from torq.contract.measures import box_union, measure_lram_peak, program_traffic
 from torq.contract.program import Compute, DmaIn, DmaOut, LramBuffer, Program, TensorDesc, nbytes
-from torq.contract.timing import (TimingError, Timeline, check_slice_sharing, dma_bytes, lram_occupancy, roofline_cycles,
-                     schedule, slices_of)
+from torq.contract.program_validator import ExecutableError, validate_program
+from torq.contract.timing import (
+    Timeline,
+    TimingError,
+    check_slice_sharing,
+    dma_bytes,
+    lram_occupancy,
+    roofline_cycles,
+    schedule,
+    slices_of,
+)
+
+from .kernels import NP_DTYPES, KernelError, OperandCache, eval_epilogue, run_principal, store
 
 _FLOATS = {"bf16", "f16", "f32"}
 

@@ -31,9 +31,9 @@ def measure_int8(spec: dict, build_model, simulated_figures, llvm_cpu_function) 
     from pathlib import Path
 
     import numpy as np
+    from ort_int8 import int8_error_figures, one_input_step_moved, onnxruntime_output, quantize_with_ort
 
     import torq
-    from ort_int8 import int8_error_figures, one_input_step_moved, onnxruntime_output, quantize_with_ort
     from torq.compiler.onnx_import import import_onnx
 
     base = spec["model"][: -len(INT8_SUFFIX)]

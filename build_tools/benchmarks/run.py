@@ -37,8 +37,7 @@ import time
 from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (MODEL_SIZES, build_model, machine_info, machine_markdown, one_line, progress,  # noqa: E402
-                    run_worker, worker_main)
+from common import MODEL_SIZES, build_model, machine_info, machine_markdown, one_line, progress, run_worker, worker_main  # noqa: E402
 from int8 import is_int8, measure_int8  # noqa: E402
 from int8 import markdown as int8_markdown  # noqa: E402
 
@@ -79,10 +78,10 @@ def measure(spec: dict) -> dict:
         return measure_int8(spec, build_model, simulated_figures, llvm_cpu_function)
     import numpy as np
     import torch
-
-    import torq
     from cnn import error_figures
     from run_model import export_mlir
+
+    import torq
 
     model, x, label = build_model(spec["model"], spec["kwargs"])
     row: dict = {"label": label, "model": spec["model"]}

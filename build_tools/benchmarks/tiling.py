@@ -31,9 +31,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import MODEL_SIZES, build_model, machine_info, machine_markdown, one_line, progress, run_worker, worker_main  # noqa: E402
+
 from torq.contract.hw import TorqHw  # noqa: E402
-from common import (MODEL_SIZES, build_model, machine_info, machine_markdown, one_line, progress,  # noqa: E402
-                    run_worker, worker_main)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_MODELS = ["mobilenet_v2", "resnet18", "bert"]

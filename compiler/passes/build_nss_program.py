@@ -3,7 +3,7 @@
 Contract: takes a function after torq-assign-lram-addresses. Executes its
 control structure at compile time (tile loops have static bounds; index
 arithmetic is evaluated), and emits, per tile, the commands of
-`tile_schedule.schedule`: DMA-in of each operand box from its DDR tensor
+`tile_schedule.body_events`: DMA-in of each operand box from its DDR tensor
 (function argument, constant, or scratch), the compute on LRAM at the
 assigned offsets, DMA-out of results into their DDR tensor box. The
 function body is replaced by one `torq_nss.*` op per tensor, buffer and
@@ -80,12 +80,22 @@ from iree.compiler import ir
 
 from torq.contract.measures import measure_lram_peak
 from torq.contract.ops import ACCUMULATE, OPS, RESULT
-from torq.contract.program import (DTYPE_BYTES, Compute, DmaIn, DmaOut, Epilogue, EpilogueStep, LramBuffer,
-                                  Operand, Program, Ref, TensorDesc)
+from torq.contract.program import (
+    DTYPE_BYTES,
+    Compute,
+    DmaIn,
+    DmaOut,
+    Epilogue,
+    EpilogueStep,
+    LramBuffer,
+    Operand,
+    Program,
+    Ref,
+    TensorDesc,
+)
 
 from ..dispatch_extraction import IN_PLACE_RESULTS
-from ..ir_utils import (CompileError, constant_of, element_type, int_array, mlir_dtype,
-                        static_shape)
+from ..ir_utils import CompileError, constant_of, element_type, int_array, mlir_dtype, static_shape
 from ..lram_allocator import align
 from ..nss_ir import program_to_function
 from ..patterns import PAD_VIEW, epilogue_from_json

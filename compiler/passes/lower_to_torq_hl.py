@@ -34,9 +34,21 @@ from torq.contract.ops import ACCUMULATE, OPS
 from torq.contract.program import Epilogue, EpilogueStep, Ref
 
 from ..ir_utils import CompileError, element_type, indexing_maps, location_str, n_inputs, static_shape, walk_ops
-from ..patterns import (PAD_VIEW, Gather, Match, Unsupported, box_read, classify_principal, epilogue_to_json, init_steps,
-                        is_zero_fill, match_group)
-from ..patterns import epilogue_of, is_elementwise, is_identity_like
+from ..patterns import (
+    PAD_VIEW,
+    Gather,
+    Match,
+    Unsupported,
+    box_read,
+    classify_principal,
+    epilogue_of,
+    epilogue_to_json,
+    init_steps,
+    is_elementwise,
+    is_identity_like,
+    is_zero_fill,
+    match_group,
+)
 from . import PassOptions
 
 NAME = "torq-lower-to-torq-hl"

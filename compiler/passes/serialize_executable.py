@@ -12,6 +12,7 @@ import numpy as np
 from iree.compiler import ir
 
 from torq.contract.executable import ExecutableError, serialize_program
+
 from ..ir_utils import CompileError, location_str
 from ..nss_ir import function_to_program
 from . import PassOptions

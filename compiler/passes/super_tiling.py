@@ -100,13 +100,21 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from ..ir_utils import region_ops, walk_ops
-from . import PassOptions
-from ..tiling.roots import (ORDER, TILE_REDUCTION, TILE_ROOT, fuse_groups, is_group_bottom, group_principal,
-                            post_order, root_facts)
-from ..tiling.transform import clone_function, orders_in, root_loop, root_slice, tile_and_fuse
 from ..tiling.cost import footprint
+from ..tiling.roots import (
+    ORDER,
+    TILE_REDUCTION,
+    TILE_ROOT,
+    fuse_groups,
+    group_principal,
+    is_group_bottom,
+    post_order,
+    root_facts,
+)
 from ..tiling.search import choose_tile_sizes
 from ..tiling.seed import seed_footprints, seed_tile_sizes
+from ..tiling.transform import clone_function, orders_in, root_loop, root_slice, tile_and_fuse
+from . import PassOptions
 from .assign_lram_addresses import lram_footprint
 from .lower_to_torq_hl import lower_function
 
@@ -205,7 +213,7 @@ class _Tiler:
             sizes = []
             for k in roots:
                 op = _outside_op(self.func, k)
-                if op is None or (root := root_facts(op, k)) is None:
+                if op is None or root_facts(op, k) is None:
                     continue
                 op.attributes[TILE_ROOT] = ir.UnitAttr.get()
                 del op

@@ -66,8 +66,16 @@ from .contraction import classify_contraction, linear_terms
 from .elementwise import decode_elementwise, is_identity_like
 from .groups import box_read, epilogue_of, init_steps, is_elementwise, match_group
 from .inits import fill_value, is_zero_fill
-from .model import (FUSE_GROUP, FUSE_GROUP_ID, Contraction, Gather, Match, Unsupported, epilogue_from_json,
-                    epilogue_to_json)
+from .model import (
+                    FUSE_GROUP,
+                    FUSE_GROUP_ID,
+                    Contraction,
+                    Gather,
+                    Match,
+                    Unsupported,
+                    epilogue_from_json,
+                    epilogue_to_json,
+)
 from .padding import PAD_VIEW, Padding, data_movement_reason, padding_fold
 from .reduction import classify_gather_reduction, classify_principal, classify_reduction
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from ..ir_utils import indexing_maps, n_inputs, region_ops, static_shape
-from ..ir_utils import iterator_types as _iterators, loop_ranges as _loop_ranges
+from ..ir_utils import iterator_types as _iterators
+from ..ir_utils import loop_ranges as _loop_ranges
 from .model import Contraction
-
 
 # --- affine map analysis -------------------------------------------------------
 

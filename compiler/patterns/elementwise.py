@@ -8,9 +8,8 @@ from iree.compiler import ir
 from torq.contract.program import EPILOGUE_INT_TYPES, LUT, MAX_LUT_ENTRIES, Epilogue, EpilogueStep, Ref
 
 from ..ir_utils import constant_of, mlir_dtype, region_ops
-from .model import Unsupported
 from .contraction import dim_of
-
+from .model import Unsupported
 
 _BINARY = {"arith.addf": "add", "arith.addi": "add", "arith.subf": "sub", "arith.subi": "sub",
            "arith.mulf": "mul", "arith.muli": "mul", "arith.divf": "div",

@@ -12,14 +12,14 @@ from torq.contract.ops import OPS
 from torq.contract.program import EPILOGUE_INT_TYPES, Epilogue, EpilogueStep, Ref
 
 from ..ir_utils import constant_of, indexing_maps, n_inputs, region_ops, static_shape
-from ..ir_utils import iterator_types as _iterators, loop_ranges as _loop_ranges
-from .model import Contraction, Match, Unsupported
+from ..ir_utils import iterator_types as _iterators
+from ..ir_utils import loop_ranges as _loop_ranges
 from .contraction import dim_of
-from .reduction import classify_principal
 from .elementwise import decode_elementwise, int_width, is_identity_like
 from .inits import broadcast_source, fill_value, is_lowest, is_zero_fill, single_user
+from .model import Contraction, Match, Unsupported
 from .padding import padding_fold
-
+from .reduction import classify_principal
 
 
 def is_elementwise(op: ir.Operation) -> bool:

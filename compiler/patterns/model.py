@@ -11,8 +11,6 @@ from iree.compiler import ir
 
 from torq.contract.program import Epilogue, EpilogueStep, Ref
 
-
-
 FUSE_GROUP = "torq-fuse-group"
 FUSE_GROUP_ID = "torq-fuse-group-id"
 

@@ -10,12 +10,12 @@ from iree.compiler import ir
 from torq.contract.ops import OPS
 
 from ..ir_utils import constant_of, indexing_maps, int_array, region_ops
-from ..ir_utils import iterator_types as _iterators, loop_ranges as _loop_ranges
-from .model import Unsupported
+from ..ir_utils import iterator_types as _iterators
+from ..ir_utils import loop_ranges as _loop_ranges
 from .contraction import linear_terms
-from .reduction import classify_principal
 from .inits import is_zero_fill
-
+from .model import Unsupported
+from .reduction import classify_principal
 
 # What a folded `tensor.pad` becomes (torq-fold-padding): an unregistered
 # `torq.pad` op with the same operand and result and attrs `low` / `high`.

@@ -10,11 +10,11 @@ import numpy as np
 from iree.compiler import ir
 
 from ..ir_utils import constant_of, indexing_maps, n_inputs, region_ops, static_shape
-from ..ir_utils import iterator_types as _iterators, loop_ranges as _loop_ranges
-from .model import Contraction, Gather
+from ..ir_utils import iterator_types as _iterators
+from ..ir_utils import loop_ranges as _loop_ranges
 from .contraction import classify_contraction, dim_of, linear_terms, window_pair
 from .elementwise import cmp_predicate
-
+from .model import Contraction, Gather
 
 # --- pooling and reductions --------------------------------------------------------
 

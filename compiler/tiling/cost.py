@@ -12,11 +12,11 @@ from torq.contract.timing import schedule
 
 from ..ir_utils import walk_ops
 from ..passes import PassOptions
-from .roots import UNREPRESENTABLE
-from .transform import clone_function, tile_and_fuse
 from ..passes.assign_lram_addresses import assign_function, lram_footprint
 from ..passes.build_nss_program import build_program
 from ..passes.lower_to_torq_hl import lower_function
+from .roots import UNREPRESENTABLE
+from .transform import clone_function, tile_and_fuse
 
 
 def _has_dynamic_tensors(func: ir.Operation) -> bool:

@@ -13,7 +13,6 @@ from torq.contract.ops import OPS
 from ..ir_utils import indexing_maps, location_str, loop_ranges, region_ops, static_shape
 from ..patterns import FUSE_GROUP, FUSE_GROUP_ID, classify_principal, linear_terms
 
-
 TILE_ROOT = "torq.tile_root"
 # Marks the principal op of the root's group whose reduction loops are tiled.
 TILE_REDUCTION = "torq.tile_reduction"

@@ -12,12 +12,12 @@ from torq.contract.measures import Traffic
 from torq.contract.ops import RESULT
 
 from ..ir_utils import CompileError, element_type, mlir_dtype, static_shape, walk_ops
-from ..patterns import Unsupported
 from ..passes import PassOptions
-from .roots import Root, UNREPRESENTABLE
-from .transform import root_slice
-from .cost import lowered_tiling, footprint, predicted_cost
+from ..patterns import Unsupported
 from ..vector_layout import padded, value_roles, vector_dim, vector_width
+from .cost import footprint, lowered_tiling, predicted_cost
+from .roots import UNREPRESENTABLE, Root
+from .transform import root_slice
 
 
 def divisors(n: int) -> list[int]:

@@ -7,10 +7,9 @@ from iree.compiler import ir
 
 from ..ir_utils import region_ops, static_shape, tensor_nbytes
 from ..passes import PassOptions
-from .roots import Root, SEED_OUTSIDE_GROUP_BYTES, fuse_groups, is_group_bottom
-from .transform import clone_function, orders_in, root_loop, tile_and_fuse
+from .roots import SEED_OUTSIDE_GROUP_BYTES, Root, fuse_groups, is_group_bottom
 from .search import TileSearch, divisors, tiling_record
-
+from .transform import clone_function, orders_in, root_loop, tile_and_fuse
 
 # --- seed strategy: the RFC's estimate ----------------------------------------------
 

@@ -9,7 +9,6 @@ from iree.compiler.dialects.transform import interpreter
 from ..ir_utils import region_ops, walk_ops
 from .roots import ORDER, TILE_REDUCTION, TILE_ROOT
 
-
 # --- tiling on the IR ------------------------------------------------------------
 
 def tile_and_fuse(module_op: ir.Operation, loop_sizes: list[int], interchange: list[int] | None = None,

@@ -8,12 +8,34 @@ import struct
 from typing import Any
 
 from ..hw import TorqHw
-from ..program import Command, Compute, DmaIn, DmaOut, Epilogue, EpilogueStep, LramBuffer, Operand, Program, Ref, TensorDesc
+from ..program import (
+    Command,
+    Compute,
+    DmaIn,
+    DmaOut,
+    Epilogue,
+    EpilogueStep,
+    LramBuffer,
+    Operand,
+    Program,
+    Ref,
+    TensorDesc,
+)
 from ..program_validator import ExecutableError, validate_program
 from ..schemas.torq_fb.AttrKind import AttrKind
-from .format import (DTYPE_CODES, HEADER_BYTES, HW_FIELDS, REF_KIND_CODES, TENSOR_KIND_CODES, FILE_IDENTIFIER,
-                     READABLE_VERSIONS, CommandType, check_hw_schema, inverse)
-from .schema import STRUCT_CODES, I32, U16, U32, Verifier, executable_schema
+from .format import (
+    DTYPE_CODES,
+    FILE_IDENTIFIER,
+    HEADER_BYTES,
+    HW_FIELDS,
+    READABLE_VERSIONS,
+    REF_KIND_CODES,
+    TENSOR_KIND_CODES,
+    CommandType,
+    check_hw_schema,
+    inverse,
+)
+from .schema import I32, STRUCT_CODES, U16, U32, Verifier, executable_schema
 
 
 def parse_executable(blob: bytes | bytearray | memoryview, hw: TorqHw | None = None) -> Program:

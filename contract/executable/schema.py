@@ -13,7 +13,6 @@ from typing import Any
 from ..program_validator import ExecutableError
 from .format import SCHEMA_PATH
 
-
 _SCALAR_SIZES = {
     "bool": 1, "byte": 1, "ubyte": 1, "int8": 1, "uint8": 1,
     "short": 2, "ushort": 2, "int16": 2, "uint16": 2,

@@ -26,8 +26,17 @@ from ..schemas.torq_fb import Program as fbProgram
 from ..schemas.torq_fb import Ref as fbRef
 from ..schemas.torq_fb import TensorDesc as fbTensorDesc
 from ..schemas.torq_fb.AttrKind import AttrKind
-from .format import (COMMAND_CODES, DTYPE_CODES, HW_FIELDS, REF_KIND_CODES, TENSOR_KIND_CODES, FILE_IDENTIFIER, FORMAT_VERSION,
-                     accessor_name, check_hw_schema)
+from .format import (
+    COMMAND_CODES,
+    DTYPE_CODES,
+    FILE_IDENTIFIER,
+    FORMAT_VERSION,
+    HW_FIELDS,
+    REF_KIND_CODES,
+    TENSOR_KIND_CODES,
+    accessor_name,
+    check_hw_schema,
+)
 
 
 def serialize_program(p: Program, *, check: bool = True) -> bytes:

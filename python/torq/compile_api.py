@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
-from torq.compiler.driver import (CompileOptions, UsageError, _ListHw, compile_source,
-                                  parse_torq_flags, write_atomically)
+from torq.compiler.driver import UsageError, _ListHw, compile_source, parse_torq_flags, write_atomically
 from torq.compiler.ir_utils import CompileError
 from torq.compiler.onnx_import import read_onnx_source
 from torq.compiler.target import TargetReport

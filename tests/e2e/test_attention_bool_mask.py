@@ -30,7 +30,6 @@ import torq
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
 from cnn import error_figures  # noqa: E402
-
 from llvm_cpu import llvm_cpu  # noqa: E402
 from test_attention import SMALL_LRAM, qkv, run_on_torq  # noqa: E402
 

@@ -13,7 +13,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from tosa_int8 import dense, ttype
 
 BIN = os.path.dirname(sys.executable)

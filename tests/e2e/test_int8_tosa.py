@@ -9,10 +9,10 @@ import os
 
 import numpy as np
 import pytest
-
-import torq
 from llvm_cpu import TOSA, llvm_cpu
 from tosa_int8 import conv_rescale_clamp, two_layer_net
+
+import torq
 
 BUDGETS = ["SL2610", "SL2610:lram_kb=64"]
 

@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from test_int8_tosa import check_bit_exact, random_int8
+from tosa_int8 import TosaBuilder, depthwise_block, depthwise_rescale_clamp, ttype
 
 import torq
-from test_int8_tosa import TOSA, check_bit_exact, random_int8
-from tosa_int8 import TosaBuilder, depthwise_block, depthwise_rescale_clamp, ttype
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
 from cnn import error_figures  # noqa: E402

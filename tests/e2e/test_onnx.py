@@ -172,6 +172,7 @@ def qdq_conv_model(seed=0) -> onnx.ModelProto:
 
 def test_qdq_int8_conv_bit_exact_vs_llvm_cpu():
     from llvm_cpu import llvm_cpu
+
     from torq.compiler.onnx_import import import_onnx
 
     model = qdq_conv_model()

@@ -7,15 +7,16 @@ written."""
 import io
 
 import numpy as np
-import torch
 import pytest
+import torch
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime.quantization")
 
-import torq  # noqa: E402
 from llvm_cpu import llvm_cpu  # noqa: E402
 from test_ort_quantized import ConvConcat, ConvMaxPool, ort_quantized_model  # noqa: E402
+
+import torq  # noqa: E402
 from torq.compiler.onnx_import import import_onnx  # noqa: E402
 from torq.compiler.onnx_qdq import rewrite_qdq  # noqa: E402
 

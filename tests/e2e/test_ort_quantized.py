@@ -16,9 +16,10 @@ onnx = pytest.importorskip("onnx")
 ort_quant = pytest.importorskip("onnxruntime.quantization")
 torch = pytest.importorskip("torch")
 
+from llvm_cpu import llvm_cpu  # noqa: E402
+
 import torq  # noqa: E402
 from torq.compiler.onnx_import import import_onnx  # noqa: E402
-from llvm_cpu import llvm_cpu  # noqa: E402
 
 
 class ConvBnRelu(torch.nn.Module):

@@ -14,12 +14,11 @@ import io
 import numpy as np
 import pytest
 import torch
-
 from iree.compiler import ir
 from iree.compiler.api import Session, Source
+from llvm_cpu import llvm_cpu
 
 import torq
-from llvm_cpu import llvm_cpu
 from torq.compiler.torch_qdq import rewrite_uint8_activations
 
 

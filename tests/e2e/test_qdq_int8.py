@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
+from llvm_cpu import llvm_cpu  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import torq  # noqa: E402
-from torq.compiler import f32_chain, requant, rescale_fit  # noqa: E402
+from torq.compiler import f32_chain, requant_channels, rescale_fit  # noqa: E402
 from torq.compiler.onnx_import import import_onnx  # noqa: E402
-from llvm_cpu import llvm_cpu  # noqa: E402
 
 GRAPH = "main_graph"
 # Per output channel: weights on input channels 0 and 1 (one is +-1: every accumulator occurs).
@@ -140,7 +140,7 @@ def test_pointwise_qdq_bit_exact_on_torq(per_channel, relu, gemm):
 
 def test_off_by_one_rescale_is_caught(monkeypatch):
     """The exhaustive input sees every step point: moving them by one accumulator fails."""
-    fit = requant.fit_steps
+    fit = requant_channels.fit_steps
 
     def off_by_one(*args, **kw):
         c = fit(*args, **kw)
@@ -149,7 +149,7 @@ def test_off_by_one_rescale_is_caught(monkeypatch):
             rescale_fit.Rescale(r.offset + 1, r.multiplier, r.rounding, r.shift, r.qmin, r.qmax),
             c.differing, c.step_span)
 
-    monkeypatch.setattr(requant, "fit_steps", off_by_one)
+    monkeypatch.setattr(requant_channels, "fit_steps", off_by_one)
     model = pointwise_qdq_model(per_channel=True, relu=True)  # the reference is cached from above
     cm, y, ref, _ = compile_and_compare(model, every_int8_pair())
     assert contraction_dispatches(cm, 256 * 256 * 2 * len(WEIGHTS))[0].executor == "torq"

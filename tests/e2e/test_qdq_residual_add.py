@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
+from llvm_cpu import llvm_cpu  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import torq  # noqa: E402
 from torq.compiler.onnx_import import import_onnx  # noqa: E402
-from llvm_cpu import llvm_cpu  # noqa: E402
 
 C, H = 8, 16
 

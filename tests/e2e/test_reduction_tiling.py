@@ -146,11 +146,11 @@ def test_nested_reduction_loops_channels_and_kernel_rows():
     import ml_dtypes
     from iree.compiler import ir
 
-    from torq.compiler.passes import PassOptions
     from torq.compiler.ir_utils import walk_ops
-    from torq.compiler.tiling import cost as tiling_cost
+    from torq.compiler.passes import PassOptions
     from torq.compiler.passes.assign_lram_addresses import assign_function
     from torq.compiler.passes.build_nss_program import build_program
+    from torq.compiler.tiling import cost as tiling_cost
     from torq.runtime.simulator import Simulator
 
     options = PassOptions(hw=torq.parse_hw_spec("SL2610:lram_kb=1,reserved_kb=0"))

@@ -15,7 +15,6 @@ Models are compiled once per module (module-scoped fixtures).
 from __future__ import annotations
 
 import json
-import os
 import struct
 import subprocess
 import sys

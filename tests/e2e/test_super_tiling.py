@@ -9,8 +9,8 @@ the seed's estimate overflows, the compile fails with one line.
 """
 
 import json
-import re
 import os
+import re
 import sys
 
 import numpy as np

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import HealthCheck, event, example, given, note, settings
 from hypothesis import strategies as st
+from llvm_cpu import TOSA, llvm_cpu
 from numpy.lib.stride_tricks import sliding_window_view
+from tosa_int8 import TosaBuilder
 
 import torq
-from llvm_cpu import TOSA, llvm_cpu
-from tosa_int8 import TosaBuilder
 
 EXAMPLES = int(os.environ.get("TORQ_HYPOTHESIS_EXAMPLES", "10"))
 # Skewed small: that is where tiling happens; 2 MiB holds every model here untiled.

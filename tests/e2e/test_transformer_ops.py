@@ -12,7 +12,6 @@ import math
 import os
 import sys
 
-import numpy as np
 import pytest
 import torch
 import torch.nn as nn

@@ -18,12 +18,12 @@ import sys
 import numpy as np
 import torch
 import torch.nn as nn
-
-import torq
 from test_int8_tosa import check_bit_exact, random_int8
 from tosa_int8 import conv_rescale_clamp
-from torq.contract.program import DTYPE_BYTES, Compute, DmaIn, DmaOut
+
+import torq
 from torq.contract.measures import measure_lram_peak
+from torq.contract.program import DTYPE_BYTES, Compute, DmaIn, DmaOut
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
 from cnn import error_figures  # noqa: E402

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from nss_builders import ProgramBuilder, const, conv_tiled_program, step, val
-from torq.contract.hw import TorqHw
+
 from torq.contract import executable
 from torq.contract.executable import (
     SCHEMA_PATH,
@@ -22,6 +21,7 @@ from torq.contract.executable import (
     parse_executable,
     serialize_program,
 )
+from torq.contract.hw import TorqHw
 from torq.contract.program import DTYPE_BYTES, Compute
 
 SCHEMAS = SCHEMA_PATH.parent

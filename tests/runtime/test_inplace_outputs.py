@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 from nss_builders import ProgramBuilder, bf16_round, conv_tiled_program, conv_weights
-from torq.contract.hw import TorqHw
+
 from torq.contract.executable import ExecutableError, parse_executable, serialize_program
+from torq.contract.hw import TorqHw
 from torq.runtime.simulator import Simulator, SimulatorError
 
 OLD_BLOB = Path(__file__).parent / "data" / "conv_tiled_relu6_v1.torqx"

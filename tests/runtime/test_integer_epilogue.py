@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torq.runtime.kernels import KernelError, eval_epilogue
 from torq.contract.program import Epilogue, EpilogueStep, Ref
+from torq.runtime.kernels import KernelError, eval_epilogue
 
 WIDTHS = {"i8": 8, "i16": 16, "i32": 32, "i64": 64}
 

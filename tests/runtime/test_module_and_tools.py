@@ -8,7 +8,6 @@ IREE compiler. References are numpy and the real `iree-run-module`.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -20,10 +19,8 @@ import pytest
 
 iree_compiler = pytest.importorskip("iree.compiler")
 
-from torq.contract.hw import TorqHw  # noqa: E402
-from torq.runtime import api  # noqa: E402
-from torq.runtime.errors import DispatchError, InputError, ModuleLoadError, TorqRuntimeError  # noqa: E402
 from torq.contract.executable import serialize_program  # noqa: E402
+from torq.contract.hw import TorqHw  # noqa: E402
 from torq.contract.program import (  # noqa: E402
     Compute,
     DmaIn,
@@ -36,6 +33,8 @@ from torq.contract.program import (  # noqa: E402
     Ref,
     TensorDesc,
 )
+from torq.runtime import api  # noqa: E402
+from torq.runtime.errors import DispatchError, InputError, ModuleLoadError, TorqRuntimeError  # noqa: E402
 from torq.runtime.tools import run_module_main  # noqa: E402
 
 SHAPE = (2, 3)

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 from nss_builders import ProgramBuilder, bf16_round, const, step, val
+
 from torq.contract.hw import TorqHw
-from torq.runtime import kernels
 from torq.contract.program_validator import ExecutableError, validate_program
+from torq.runtime import kernels
 from torq.runtime.kernels import KernelError, run_principal
 from torq.runtime.simulator import Simulator
 

@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 import pytest
-
 from nss_builders import ProgramBuilder, const, conv_tiled_program, opnd, step
+
 from torq.contract.hw import TorqHw
 from torq.runtime.simulator import DispatchStats, Simulator, SimulatorError
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
-
 from nss_builders import (
     ProgramBuilder,
     bf16_round,
@@ -21,6 +20,7 @@ from nss_builders import (
     step,
     val,
 )
+
 from torq.contract.hw import TorqHw
 from torq.runtime.simulator import Simulator
 

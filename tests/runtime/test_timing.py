@@ -7,15 +7,13 @@ check), never captured from the simulator.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
-
 from nss_builders import ProgramBuilder, bf16_round, const, opnd, step, val
+
 from torq.contract.hw import TorqHw
+from torq.contract.timing import CommandTime, Timeline, TimingError, _Link, check_slice_sharing, schedule
 from torq.runtime.simulator import Simulator, SimulatorError
-from torq.contract.timing import (CommandTime, Timeline, TimingError, _Link, check_slice_sharing, schedule)
 
 # DMA: 8 B/cycle x 0.5 = 4 B/cycle effective, 10 cycles setup.
 # Compute: 5 cycles overhead; bf16: 64 MACs/cycle, 32 lanes.
@@ -388,8 +386,18 @@ def test_default_hw_conv_program_cycles():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from torq.contract.program import (Compute, DmaIn, DmaOut, Epilogue, EpilogueStep, LramBuffer, Operand,  # noqa: E402
-                                  Program, Ref, TensorDesc)
+from torq.contract.program import (  # noqa: E402
+    Compute,
+    DmaIn,
+    DmaOut,
+    Epilogue,
+    EpilogueStep,
+    LramBuffer,
+    Operand,
+    Program,
+    Ref,
+    TensorDesc,
+)
 from torq.contract.timing import command_cycles  # noqa: E402
 
 

@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 from nss_builders import ProgramBuilder, bf16_round, const, opnd, step, val
+
 from torq.contract.hw import TorqHw
-from torq.runtime import kernels
-from torq.contract.program_validator import ExecutableError, validate_program
-from torq.runtime.kernels import KernelError, eval_epilogue, run_principal, store
 from torq.contract.program import TABLE_OPS, Epilogue
+from torq.contract.program_validator import ExecutableError, validate_program
+from torq.runtime import kernels
+from torq.runtime.kernels import KernelError, eval_epilogue, run_principal, store
 from torq.runtime.simulator import Simulator
 
 U = 2.0**-8  # bf16 unit roundoff (8 significant bits): relative rounding error <= U

@@ -11,14 +11,14 @@ import dataclasses
 
 import numpy as np
 import pytest
-
 from nss_builders import ProgramBuilder, bf16_round
-from torq.contract.ops import RESULT
+
 from torq.compiler.vector_layout import padded, padded_work, role_layout, vector_dim
-from torq.contract.hw import TorqHw
 from torq.contract.executable import ExecutableError, parse_executable, serialize_program
-from torq.runtime.simulator import Simulator, SimulatorError
+from torq.contract.hw import TorqHw
+from torq.contract.ops import RESULT
 from torq.contract.timing import command_cycles
+from torq.runtime.simulator import Simulator, SimulatorError
 
 HW = TorqHw()
 

@@ -10,9 +10,19 @@ import math
 import numpy as np
 import pytest
 
-from torq.compiler.rescale_fit import (NotExact, Rescale, brute_force_step_points, disagreement, fit_channel,
-                                       fit_product, fit_sum,
-                                       fit_rescale, first_reaching, nearest_rescale, step_points)
+from torq.compiler.rescale_fit import (
+    NotExact,
+    Rescale,
+    brute_force_step_points,
+    disagreement,
+    first_reaching,
+    fit_channel,
+    fit_product,
+    fit_rescale,
+    fit_sum,
+    nearest_rescale,
+    step_points,
+)
 
 
 def brute_disagreement(f, g, lo, hi):

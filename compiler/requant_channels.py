@@ -1,0 +1,96 @@
+"""The per-channel constants of a float requantization and their rescale fits,
+shared by the contraction requantization (requant.py) and int8 arithmetic
+without a contraction (requant_elementwise.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+from iree.compiler import ir
+
+from .f32_chain import Chain
+from .ir_utils import constant_of, indexing_maps, map_dims, n_inputs
+from .rescale_fit import ChannelFit, NotExact, channel_step_points, fit_steps
+
+# The accumulator range an i32 residual (from another dispatch) is fitted on.
+RESIDUAL_I32_BOUND = 1 << 30
+
+
+class Known:
+    """Constant values of a function's tensors: arith.constant or a resolved argument."""
+
+    def __init__(self, arg_constants):
+        self.args = arg_constants
+
+    def __call__(self, v: ir.Value) -> np.ndarray | None:
+        if isinstance(v.owner, ir.Block):
+            owner = v.owner.owner
+            if owner is not None and owner.operation.name == "func.func":
+                return self.args.get(ir.BlockArgument(v).arg_number)
+            return None
+        return constant_of(v)
+
+
+def per_channel_constants(op: ir.Operation, known, skip=()) -> tuple[set[int], dict]:
+    """(result dims the constants vary along, {block arg: (result dim or None, value(s))}) for
+    every input of `op` but those in `skip`, each a scalar or one value per channel; raises
+    NotExact when an input is not a constant or varies along several dims."""
+    maps = indexing_maps(op)
+    out = map_dims(maps[-1])
+    args = op.regions[0].blocks[0].arguments
+    per: dict = {}
+    chan_dims = set()
+    for i in range(n_inputs(op)):
+        if i in skip:
+            continue
+        c = known(op.operands[i])
+        d = map_dims(maps[i])
+        if c is None or d is None:
+            raise NotExact(f"operand {i} of the requantization is not a constant")
+        if c.size == 1:
+            per[args[i]] = (None, c.reshape(-1)[0])
+            continue
+        loops = [dd for dd, n in zip(d, c.shape) if n != 1]
+        if len(loops) != 1 or loops[0] not in out:
+            raise NotExact(f"operand {i} of the requantization varies along several dims")
+        chan_dims.add(out.index(loops[0]))
+        per[args[i]] = (out.index(loops[0]), c.reshape(-1))
+    return chan_dims, per
+
+
+def fit_channels(chain: Chain, channels: list, chan: int | None, kind: str, nearest: bool) -> list[ChannelFit]:
+    """The rescale of each channel of `chain` (exact, or with `nearest` the nearest)."""
+    fits: list[ChannelFit] = []
+    steps = _batched_step_points(chain, channels, kind)
+    for ch, ((_, lo, hi), (direction, st)) in enumerate(zip(channels, steps)):
+        glo, ghi = (lo, hi) if direction >= 0 else (-hi, -lo)
+        try:
+            fits.append(fit_steps(st, glo, ghi, direction < 0, nearest))
+        except NotExact as e:
+            where = f"channel {ch}" if chan is not None else "the tensor"
+            raise NotExact(f"{kind} float requantization, {where} (accumulator range [{lo}, {hi}]): {e}") from None
+    return fits
+
+
+def _batched_step_points(chain: Chain, channels: list, kind: str) -> list:
+    """Per channel: (direction, step points of the chain made non-decreasing: of a -> f(-a) on
+    [-hi, -lo] when it decreases), all channels of one direction bisected together
+    (`channel_step_points`)."""
+    dirs = []
+    for ch, (vals, lo, hi) in enumerate(channels):
+        try:
+            dirs.append(chain.for_channel(vals).direction(lo, hi))
+        except NotExact as e:
+            raise NotExact(f"{kind} float requantization, channel {ch} (accumulator range [{lo}, {hi}]): {e}") from None
+    out: list = [None] * len(channels)
+    for d in (1, -1, 0):
+        idx = [c for c in range(len(channels)) if dirs[c] == d]
+        if not idx:
+            continue
+        batch = chain.for_channels([channels[c][0] for c in idx])
+        lo = np.array([channels[c][1] for c in idx], np.int64)
+        hi = np.array([channels[c][2] for c in idx], np.int64)
+        f = batch if d >= 0 else (lambda b: batch(-b))
+        steps = channel_step_points(f, lo, hi) if d >= 0 else channel_step_points(f, -hi, -lo)
+        for c, s in zip(idx, steps):
+            out[c] = (d, s)
+    return out
