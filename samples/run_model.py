@@ -26,15 +26,13 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cnn import error_figures  # noqa: E402
+from cnn import COSINE_LIMIT, REL_L2_LIMIT, error_figures, within_limits  # noqa: E402
 from models import MODELS  # noqa: E402
 
 # torch.export internals warn about their own deprecations on every export.
 warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
-REL_L2_LIMIT = 1e-2
-COSINE_LIMIT = 0.9999
 MAC_SHARE_TARGET = 0.98  # issue 5: share of MACs on the NPU
 
 
@@ -76,7 +74,7 @@ class ModelRun:
 
     @property
     def ok(self) -> bool:
-        return self.rel_l2 <= REL_L2_LIMIT and self.cosine >= COSINE_LIMIT
+        return within_limits(self.rel_l2, self.cosine)
 
 
 def run_model(name: str, size: int | None = None, seq: int | None = None, hw: str = "SL2610",

@@ -27,7 +27,7 @@ SMALL = [
 @pytest.mark.parametrize("name,size", SMALL)
 def test_small_model(name, size):
     run = run_model(name, **size)
-    assert run.rel_l2 <= 1e-2 and run.cosine >= 0.9999, (run.rel_l2, run.cosine)
+    assert run.ok, (run.rel_l2, run.cosine)
     rep = run.report
     assert rep.total_macs > 0 and all(d.macs is not None for d in rep.dispatches)
     assert rep.npu_mac_share >= MAC_SHARE_TARGET, rep.npu_mac_share

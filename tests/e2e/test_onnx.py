@@ -21,6 +21,9 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import torq  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
+from cnn import error_figures, within_limits  # noqa: E402
+
 BIN = os.path.dirname(sys.executable)
 GRAPH = "main_graph"  # IREE's importer names the function after the ONNX graph
 
@@ -33,11 +36,6 @@ def run_ok(name, *args):
     r = tool(name, *args)
     assert r.returncode == 0, f"{name} failed:\n{r.stderr}"
     return r
-
-
-def error_figures(y, ref):
-    y, ref = y.astype(np.float64).ravel(), ref.astype(np.float64).ravel()
-    return np.linalg.norm(y - ref) / np.linalg.norm(ref), y @ ref / (np.linalg.norm(y) * np.linalg.norm(ref))
 
 
 def f32_model(seed=0) -> onnx.ModelProto:
@@ -83,7 +81,7 @@ def test_f32_conv_gemm_cli(f32_case, tmp_path, cli):
     torq_rows = [ln for ln in r.stdout.splitlines() if "│ torq " in ln]  # one row per NPU dispatch
     assert len(torq_rows) >= 3, r.stdout  # both convs and the Gemm
     rel_l2, cosine = error_figures(np.load(tmp_path / "y.npy"), ref)
-    assert rel_l2 <= 1e-2 and cosine >= 0.9999, (rel_l2, cosine)
+    assert within_limits(rel_l2, cosine), (rel_l2, cosine)
 
 
 def test_f32_conv_gemm_python_api(f32_case):
@@ -95,7 +93,7 @@ def test_f32_conv_gemm_python_api(f32_case):
     assert cm.function_names == [GRAPH]
     y = cm(x)  # the module's only function
     rel_l2, cosine = error_figures(y, ref)
-    assert rel_l2 <= 1e-2 and cosine >= 0.9999, (rel_l2, cosine)
+    assert within_limits(rel_l2, cosine), (rel_l2, cosine)
     assert sum(s["macs"] for s in cm.last_stats) >= conv_macs
     # Inputs are checked against the ONNX graph's signature.
     with pytest.raises(Exception, match=rf"{GRAPH}: input 0: expected 1x3x16x16xf32, got 1x3x8x8xf32"):
@@ -127,7 +125,7 @@ def test_external_data_next_to_the_model(tmp_path):
               location="ext.bin", size_threshold=0)
     assert (tmp_path / "ext.bin").stat().st_size > 20_000 > (tmp_path / "ext.onnx").stat().st_size
     rel_l2, cosine = error_figures(torq.compile(tmp_path / "ext.onnx")(x), ref)
-    assert rel_l2 <= 1e-2 and cosine >= 0.9999, (rel_l2, cosine)
+    assert within_limits(rel_l2, cosine), (rel_l2, cosine)
     (tmp_path / "ext.bin").unlink()
     with pytest.raises(torq.TorqCompileError, match=r"ext\.onnx: cannot load the model's external tensor data"):
         torq.compile(tmp_path / "ext.onnx")

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 import torq
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
-from cnn import error_figures  # noqa: E402
+from cnn import COSINE_LIMIT, REL_L2_LIMIT, error_figures  # noqa: E402
 from models import make_bert_encoder_layer  # noqa: E402
 
 SMALL_LRAM = "SL2610:lram_kb=64"
@@ -35,7 +35,7 @@ class Fn(nn.Module):
         return self.fn(*xs)
 
 
-def run_on_torq(model, *xs, hw="SL2610", rel=1e-2, cos=0.9999):
+def run_on_torq(model, *xs, hw="SL2610", rel=REL_L2_LIMIT, cos=COSINE_LIMIT):
     """Compiles `model`, checks every dispatch runs on torq and the result against torch."""
     model = model.eval()
     with torch.no_grad():
