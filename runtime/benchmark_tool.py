@@ -55,7 +55,7 @@ from typing import Any, NoReturn, Sequence
 from torq.contract.hw import DEFAULT_HW, HwSpecError, TorqHw, describe_presets, parse_hw_spec
 
 from .errors import InputError
-from .tools import ToolError, _one_line, _write_outputs, check_common_args, parse_input, tool_main
+from .tools import ToolError, _one_line, _write_outputs, check_common_args, input_flag_error, parse_input, tool_main
 
 PROG = "torq-benchmark-module"
 HOST_NOTE = ("host: measured wall time of the call minus the wall time of the Torq dispatch calls "
@@ -427,9 +427,7 @@ def _run(args: argparse.Namespace, parser: _Parser) -> int:
         stats = list(module.last_stats)
         wall = module.last_wall_us
     except InputError as e:
-        if e.index is None or not 0 <= e.index < len(args.input):
-            raise
-        raise ToolError(f"--input #{e.index} '{args.input[e.index]}': {e}") from None
+        raise input_flag_error(e, args.input) from None
     finally:
         module.close()
 

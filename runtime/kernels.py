@@ -1,6 +1,6 @@
 """Numpy reference kernels of the Torq slice ops, as the simulator runs them.
 
-Contract (semantics from `program.py`):
+Contract (semantics from the op table, contract/ops.py, and contract/program.py):
 - Values are computed in a "compute domain": float32 for float dtypes (bf16,
   f16, f32), int64 for integer dtypes. bf16 operands are widened exactly to
   f32; integer operands to int64.
@@ -15,29 +15,13 @@ Contract (semantics from `program.py`):
 - With attr `accumulate` = 1 (a step of a tiled reduction), `conv2d` and
   `matmul` add operand 2, the running f32 / i32 accumulator, to their
   principal result (`accumulate`); the i32 sum wraps like the register.
-- `eval_epilogue` runs the epilogue steps elementwise. Integer values stay
-  int64 (add/sub/mul/neg/max/min/select exact; `div` is floor division, as
-  an arithmetic shift right; division by zero is an error); as soon as a float
-  is involved the step is float32. A `const` with an integral value is an
-  integer. `cast` to bf16/f16/f32 rounds to nearest even; to i8/i16/i32 it
-  rounds half to even (floats) and saturates.
-- Integer steps that name a width in `to` (add/sub/mul/max/min/neg, shl,
-  shr_s, shr_u, trunc, zext; see `program.py`) compute exactly in int64 and
-  wrap to that width, so requantization chains are bit-exact with the MLIR
-  arith ops they come from. A shift by a negative amount or by the width or
-  more is undefined in MLIR and an error here.
-- Table steps (`program.TABLE_OPS`: exp, log, tanh, erf, rsqrt, sqrt) are
-  lookups in a table over all 65536 bf16 bit patterns (`table`): the f32
-  argument is rounded to bf16, the entry is the bf16 nearest to the function
-  of that number (evaluated in double precision). Integer arguments are an
-  error.
+- The epilogue (`eval_epilogue`, integer and table steps) is runtime/epilogue.py.
 - `store` converts a value to the result dtype: floats round to nearest even
   (ml_dtypes), integers round half to even and saturate (defensive clip).
 - Speed never changes a result: `run_principal` may take an `OperandCache`
   (conv2d keeps a batch-1 input's window matrix in it while the input's
-  bytes are unchanged), batch-1 convolutions contract without the unit N
-  dim (the same matrix product on the same data), and `eval_epilogue`
-  writes float steps into intermediates no later step reads (same ufunc).
+  bytes are unchanged) and batch-1 convolutions contract without the unit N
+  dim (the same matrix product on the same data).
 Errors are `KernelError` (a ValueError); the simulator adds the command index.
 """
 
@@ -51,7 +35,6 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from torq.contract.ops import ACCUMULATE, OPS, REDUCE_MODES
-from torq.contract.program import EPILOGUE_INT_TYPES, LUT, TABLE_OPS, Epilogue, Ref
 
 NP_DTYPES: dict[str, np.dtype] = {
     "bf16": np.dtype(ml_dtypes.bfloat16),
@@ -76,7 +59,7 @@ def to_domain(a: np.ndarray) -> np.ndarray:
     return a.astype(np.float32)
 
 
-def _int_limits(dtype: str) -> tuple[int, int]:
+def int_limits(dtype: str) -> tuple[int, int]:
     info = np.iinfo(NP_DTYPES[dtype])
     return int(info.min), int(info.max)
 
@@ -86,7 +69,7 @@ def store(value: np.ndarray, dtype: str) -> np.ndarray:
     if dtype in INT_DTYPES:
         if not np.issubdtype(value.dtype, np.integer):
             value = np.rint(value.astype(np.float64))
-        lo, hi = _int_limits(dtype)
+        lo, hi = int_limits(dtype)
         return np.clip(value, lo, hi).astype(NP_DTYPES[dtype])
     return value.astype(np.float32, copy=False).astype(NP_DTYPES[dtype])
 
@@ -544,265 +527,3 @@ def accumulate(op: str, principal: np.ndarray, ops: list[np.ndarray]) -> np.ndar
         raise KernelError(f"accumulator {acc.shape} {acc.dtype}, the step computes {principal.shape} "
                           f"and accumulates in {want}")
     return _finish_acc(principal + to_domain(acc), integer)
-
-
-# --------------------------------------------------------------------------
-# Epilogue
-
-
-def _is_int(a: Any) -> bool:
-    return np.issubdtype(np.asarray(a).dtype, np.integer)
-
-
-def _common(*xs: np.ndarray) -> tuple[np.ndarray, ...]:
-    if all(_is_int(x) for x in xs):
-        return tuple(np.asarray(x, dtype=np.int64) for x in xs)
-    return tuple(np.asarray(x, dtype=np.float32) for x in xs)
-
-
-def broadcast_operand(a: np.ndarray, axes: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:
-    """Places operand dim i along output dim axes[i] and broadcasts over the others."""
-    if not axes:
-        if a.ndim not in (0, len(shape)):
-            raise KernelError(f"operand of shape {a.shape} needs axes to broadcast to {shape}")
-        axes = tuple(range(a.ndim))
-    order = sorted(range(a.ndim), key=lambda i: axes[i])
-    view_shape = [1] * len(shape)
-    for i in range(a.ndim):
-        view_shape[axes[i]] = a.shape[i]
-    b = a.transpose(order).reshape(view_shape)
-    try:
-        return np.broadcast_to(b, shape)
-    except ValueError:
-        raise KernelError(f"operand of shape {a.shape} with axes {axes} does not broadcast to {shape}") from None
-
-
-def _cast(v: np.ndarray, to: str) -> np.ndarray:
-    if to in INT_DTYPES:
-        lo, hi = _int_limits(to)
-        if not _is_int(v):
-            v = np.rint(v.astype(np.float64))
-        return np.clip(v, lo, hi).astype(np.int64)
-    return v.astype(np.float32).astype(NP_DTYPES[to]).astype(np.float32)
-
-
-def _wrap(v: np.ndarray, bits: int) -> np.ndarray:
-    """Two's-complement wrap of int64 values to `bits` (int64 wraps by itself)."""
-    if bits >= 64:
-        return v
-    half = np.int64(1) << (bits - 1)
-    return ((v + half) & ((np.int64(1) << bits) - 1)) - half
-
-
-def _int_step(op: str, args: list[np.ndarray], bits: int) -> np.ndarray:
-    """An integer step of fixed width: exact in int64, then wrapped."""
-    xs = [np.asarray(a) for a in args]
-    if not all(_is_int(x) for x in xs):
-        raise KernelError(f"integer step {op} on a float value")
-    xs = [x.astype(np.int64) for x in xs]
-    if op == "trunc":
-        return _wrap(xs[0], bits)
-    if op == "zext":
-        if bits >= 64:  # the unsigned value would not fit the int64 domain
-            raise KernelError("zext from a 64-bit value")
-        return xs[0] & np.int64((1 << bits) - 1)
-    if op in ("shl", "shr_s", "shr_u"):
-        a, b = xs
-        if np.any((b < 0) | (b >= bits)):
-            raise KernelError(f"{op} by an amount outside [0, {bits})")
-        if op == "shl":
-            return _wrap(a << b, bits)
-        if op == "shr_s":
-            return _wrap(a, bits) >> b
-        unsigned = a.astype(np.uint64) & np.uint64((1 << bits) - 1 if bits < 64 else (1 << 64) - 1)
-        return _wrap((unsigned >> b.astype(np.uint64)).astype(np.int64), bits)
-    if op == "neg":
-        return _wrap(-xs[0], bits)
-    return _wrap(_step(op, xs, ""), bits)
-
-
-# --------------------------------------------------------------------------
-# Lookup tables of the transcendental steps
-
-_TABLE_FNS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "exp": np.exp,
-    "log": np.log,
-    "tanh": np.tanh,
-    "erf": np.vectorize(math.erf, otypes=[np.float64]),
-    "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "sqrt": np.sqrt,
-}
-_TABLES: dict[str, np.ndarray] = {}
-
-
-def round_to_bf16(y: np.ndarray) -> np.ndarray:
-    """The bf16 nearest to each float64 `y` (ties to even), as float32.
-
-    Rounds once, from double precision: a float64 -> float32 -> bf16 cast
-    could round twice. Below the smallest normal the bf16 quantum is 2^-133
-    (subnormals); magnitudes that round beyond the largest bf16 become inf.
-    """
-    y = np.asarray(y, dtype=np.float64)
-    out = y.copy()  # nan, +-inf and 0 stay as they are
-    finite = np.isfinite(y) & (y != 0)
-    _, e = np.frexp(y[finite])  # y = m * 2^e with |m| in [0.5, 1): 8 significant bits
-    q = np.maximum(e, -125) - 8  # the quantum 2^q; bf16 normals have e >= -125, below it stays 2^-133
-    out[finite] = np.ldexp(np.rint(np.ldexp(y[finite], -q)), q)  # rint: ties to even
-    with np.errstate(over="ignore"):
-        return out.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
-
-
-def table(fn: str) -> np.ndarray:
-    """The lookup table of step `fn`: entry i is the value for the bf16 with bits i (float32)."""
-    t = _TABLES.get(fn)
-    if t is None:
-        with np.errstate(all="ignore"):
-            x = np.arange(1 << 16, dtype=np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)
-            t = round_to_bf16(_TABLE_FNS[fn](x))
-        t.setflags(write=False)
-        _TABLES[fn] = t
-    return t
-
-
-def table_lookup(fn: str, a: np.ndarray) -> np.ndarray:
-    """Step `fn` on f32 values `a`: round to bf16 (the index), read the table."""
-    if _is_int(a):
-        raise KernelError(f"table step {fn} on an integer value")
-    bits = np.asarray(a, dtype=np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
-    return table(fn)[bits]
-
-
-def lut_lookup(index: np.ndarray, entries: list[np.ndarray]) -> np.ndarray:
-    """Step "lut": entry `index` of the table `entries` (integer constants)."""
-    if not _is_int(index) or not all(_is_int(e) for e in entries):
-        raise KernelError("lut step: the index and the entries must be integers")
-    index = np.asarray(index, dtype=np.int64)
-    if np.any((index < 0) | (index >= len(entries))):
-        raise KernelError(f"lut step: index outside [0, {len(entries)})")
-    return np.asarray(entries, dtype=np.int64).reshape(-1)[index]
-
-
-def _step(op: str, args: list[np.ndarray], to: str) -> np.ndarray:
-    if op == "cast":
-        return _cast(args[0], to)
-    if op == LUT:
-        return lut_lookup(args[0], args[1:])
-    if op in TABLE_OPS:
-        if to:
-            raise KernelError(f"table step {op} with integer width {to!r}")
-        return table_lookup(op, args[0])
-    if to:
-        if to not in EPILOGUE_INT_TYPES:
-            raise KernelError(f"integer step {op} with unknown width {to!r}")
-        return _int_step(op, args, EPILOGUE_INT_TYPES[to])
-    if op == "neg":
-        return -_common(args[0])[0]
-    if op.startswith("select_"):
-        a, b = _common(args[0], args[1])
-        c, d = _common(args[2], args[3])
-        cond = {"gt": a > b, "lt": a < b, "ge": a >= b, "le": a <= b}[op[len("select_"):]]
-        return np.where(cond, c, d)
-    a, b = _common(args[0], args[1])
-    if op == "add":
-        return a + b
-    if op == "sub":
-        return a - b
-    if op == "mul":
-        return a * b
-    if op == "max":
-        return np.maximum(a, b)
-    if op == "min":
-        return np.minimum(a, b)
-    if op == "div":
-        if _is_int(a):
-            if np.any(b == 0):
-                raise KernelError("integer division by zero in epilogue")
-            return np.floor_divide(a, b)
-        return a / b
-    raise KernelError(f"unknown epilogue op {op!r}")
-
-
-# Float steps the evaluator may write into a dead intermediate (same ufunc as `_step`).
-_FLOAT_UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
-                 "max": np.maximum, "min": np.minimum}
-
-
-def _operand_view(a: np.ndarray, axes: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:
-    """`broadcast_operand` without the broadcast: a view that broadcasts against `shape`
-    (numpy broadcasts each step; the values are the same)."""
-    if not axes:
-        if a.ndim not in (0, len(shape)):
-            raise KernelError(f"operand of shape {a.shape} needs axes to broadcast to {shape}")
-        axes = tuple(range(a.ndim))
-    view_shape = [1] * len(shape)
-    for i in range(a.ndim):
-        view_shape[axes[i]] = a.shape[i]
-    if any(v != 1 and v != n for v, n in zip(view_shape, shape)):
-        raise KernelError(f"operand of shape {a.shape} with axes {axes} does not broadcast to {shape}")
-    order = sorted(range(a.ndim), key=lambda i: axes[i])
-    return a.transpose(order).reshape(view_shape)
-
-
-def eval_epilogue(
-    epilogue: Epilogue, principal: np.ndarray | None, operands: list[np.ndarray], shape: tuple[int, ...]
-) -> np.ndarray:
-    """Evaluates the epilogue over the result `shape`; returns the stored value (compute domain)."""
-    values: list[np.ndarray] = [] if principal is None else [principal]
-    steps = epilogue.steps
-    # Operands broadcast lazily (by each step) unless the result is empty, where a
-    # check on the unbroadcast operand could see values the broadcast drops.
-    lazy = math.prod(shape) > 0
-    domain: dict[int, np.ndarray] = {}
-    # Intermediates made here (not the principal, not operands) that no later step
-    # reads may take the result of a float step in place: same ufunc, same values.
-    base = len(values)
-    last_use = {base + k: k for k in range(len(steps))}  # value -> last step reading it
-    for k, st in enumerate(steps):
-        for r in st.args:
-            if r.kind == "value":
-                last_use[r.index] = k
-    result = epilogue.result
-    last_use[result if result >= 0 else base + len(steps) + result] = len(steps)  # stored: never overwritten
-    owned: set[int] = set()
-
-    def load(r: Ref) -> np.ndarray:
-        if r.kind == "value":
-            return values[r.index]
-        if r.kind == "operand":
-            a = domain.get(r.index)
-            if a is None:
-                a = domain[r.index] = to_domain(operands[r.index])
-            return _operand_view(a, tuple(r.axes), shape) if lazy else broadcast_operand(a, tuple(r.axes), shape)
-        c = float(r.const)
-        return np.asarray(int(c), dtype=np.int64) if c.is_integer() else np.asarray(c, dtype=np.float32)
-
-    with np.errstate(all="ignore"):  # float inf/nan behave as IEEE f32
-        for k, s in enumerate(steps):
-            try:
-                args = [load(r) for r in s.args]
-                ufunc = _FLOAT_UFUNCS.get(s.op) if not s.to else None
-                if ufunc is not None and len(args) == 2 and not (_is_int(args[0]) and _is_int(args[1])):
-                    a, b = np.asarray(args[0], dtype=np.float32), np.asarray(args[1], dtype=np.float32)
-                    out_shape = np.broadcast_shapes(a.shape, b.shape)
-                    out = None
-                    for r in s.args:
-                        if r.kind == "value" and r.index in owned and last_use.get(r.index) == k:
-                            v = values[r.index]
-                            if isinstance(v, np.ndarray) and v.shape == out_shape and v.dtype == np.float32:
-                                out = v
-                                break
-                    values.append(ufunc(a, b, out=out) if out is not None else ufunc(a, b))
-                    owned.add(len(values) - 1)
-                else:
-                    values.append(_step(s.op, args, s.to))
-                    if s.op.startswith("select_"):
-                        owned.add(len(values) - 1)  # np.where: a new array
-            except (IndexError, KeyError, OverflowError) as e:
-                raise KernelError(f"epilogue step {k} ({s.op}): bad reference ({e})") from None
-    if not values:
-        raise KernelError("epilogue computes no value")
-    out = values[epilogue.result]
-    try:
-        return np.broadcast_to(out, shape)
-    except ValueError:
-        raise KernelError(f"epilogue value of shape {np.shape(out)} does not fit the result shape {shape}") from None

@@ -75,7 +75,8 @@ from torq.contract.timing import (
     slices_of,
 )
 
-from .kernels import NP_DTYPES, KernelError, OperandCache, eval_epilogue, run_principal, store
+from .epilogue import eval_epilogue
+from .kernels import NP_DTYPES, KernelError, OperandCache, run_principal, store
 
 _FLOATS = {"bf16", "f16", "f32"}
 

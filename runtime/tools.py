@@ -162,6 +162,14 @@ def _parse_scalar(token: str, et: ElementType, what: str) -> Any:
         raise ToolError(f"{what}: bad {et.name} value '{token}'") from None
 
 
+def input_flag_error(e: InputError, flags: list[str]) -> Exception:
+    """A bad call input as the error of the `--input` flag (and so the file) it came from;
+    `e` itself when it names no input of `flags`."""
+    if e.index is None or not 0 <= e.index < len(flags):
+        return e
+    return ToolError(f"--input #{e.index} '{flags[e.index]}': {e}")
+
+
 def parse_input(text: str, index: int, flag: str = "--input") -> np.ndarray:
     """Parses one `--input=` value (or another flag's, in the same forms) into an array (see
     module docstring)."""
@@ -364,10 +372,7 @@ def _run(args: argparse.Namespace, parser: _Parser) -> int:
         results = module.call_raw(args.function, *inputs)
         stats = list(module.last_stats)
     except InputError as e:
-        if e.index is None or not 0 <= e.index < len(args.input):
-            raise
-        # Name the flag (and so the file) the bad input came from.
-        raise ToolError(f"--input #{e.index} '{args.input[e.index]}': {e}") from None
+        raise input_flag_error(e, args.input) from None
     finally:
         module.close()
 

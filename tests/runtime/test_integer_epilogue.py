@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from torq.contract.program import Epilogue, EpilogueStep, Ref
-from torq.runtime.kernels import KernelError, eval_epilogue
+from torq.runtime.epilogue import eval_epilogue
+from torq.runtime.kernels import KernelError
 
 WIDTHS = {"i8": 8, "i16": 16, "i32": 32, "i64": 64}
 

@@ -16,7 +16,7 @@ from nss_builders import ProgramBuilder, bf16_round, const, conv_tiled_program, 
 from torq.contract.hw import TorqHw
 from torq.contract.program import Epilogue
 from torq.runtime import simulator as sim_module
-from torq.runtime.kernels import eval_epilogue
+from torq.runtime.epilogue import eval_epilogue
 from torq.runtime.simulator import Simulator, SimulatorError
 
 HALF_ULP_BF16 = 2.0**-8

@@ -23,8 +23,9 @@ from nss_builders import ProgramBuilder, bf16_round, const, opnd, step, val
 from torq.contract.hw import TorqHw
 from torq.contract.program import TABLE_OPS, Epilogue
 from torq.contract.program_validator import ExecutableError, validate_program
-from torq.runtime import kernels
-from torq.runtime.kernels import KernelError, eval_epilogue, run_principal, store
+from torq.runtime import epilogue
+from torq.runtime.epilogue import eval_epilogue
+from torq.runtime.kernels import KernelError, run_principal, store
 from torq.runtime.simulator import Simulator
 
 U = 2.0**-8  # bf16 unit roundoff (8 significant bits): relative rounding error <= U
@@ -61,7 +62,7 @@ def bf16_neighbours(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("fn", sorted(TABLE_OPS))
 def test_table_entries_are_the_nearest_bf16(fn):
     x = all_bf16()
-    got = kernels.table(fn)[x.astype(np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)].astype(np.float64)
+    got = epilogue.table(fn)[x.astype(np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)].astype(np.float64)
     with np.errstate(all="ignore"):
         ref = TORCH_FNS[fn](torch.from_numpy(x)).numpy()
     # Every entry is a bf16 value.
@@ -82,7 +83,7 @@ def test_table_entries_are_the_nearest_bf16(fn):
 
 def test_table_special_values():
     x = np.array([0.0, -0.0, np.inf, -np.inf, -1.0, 1.0], np.float32)
-    look = kernels.table_lookup
+    look = epilogue.table_lookup
     # exp(-1) = 0.36788: bf16 neighbours 188/512 and 189/512; e = 2.71828: 174/64 and 173/64.
     np.testing.assert_array_equal(look("exp", x), [1, 1, np.inf, 0, 188 / 512, 174 / 64])
     np.testing.assert_array_equal(look("rsqrt", x[:4]), [np.inf, -np.inf, 0, np.nan])
