@@ -57,7 +57,7 @@ class CompileOptions:
         return PassOptions(hw=self.hw, keep_f32=self.keep_f32, super_tiling_strategy=self.strategy,
                            tiling_traffic_slack=self.traffic_slack,
                            slice_distribution=self.slice_distribution,
-                           tiling_log=[] if self.dump_tiling else None,
+                           record_tiling=bool(self.dump_tiling),
                            host_fallback_on_error=self.host_fallback_on_error, requant=self.requant)
 
 

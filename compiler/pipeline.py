@@ -80,8 +80,11 @@ def parse_pipeline(text: str) -> list[str]:
 
 
 def run_passes(module: ir.Module, names: list[str], options: PassOptions,
-               print_after_all=None) -> None:
+               print_after_all=None) -> dict[str, object]:
+    """Runs the passes `names` on `module`; returns what Torq passes reported, by pass name
+    (a pass's `run` returns None or its report, e.g. torq-super-tiling's tiling records)."""
     pending: list[str] = []
+    reports: dict[str, object] = {}
 
     def flush():
         if pending:
@@ -96,12 +99,15 @@ def run_passes(module: ir.Module, names: list[str], options: PassOptions,
     for name in names:
         if name in PASSES:
             flush()
-            PASSES[name].run(module, options)
+            report = PASSES[name].run(module, options)
+            if report is not None:
+                reports[name] = report
             if print_after_all:
                 print_after_all(name, module)
         else:
             pending.append(name)
     flush()
+    return reports
 
 
 def run_pipeline_text(module: ir.Module, text: str, options: PassOptions) -> None:

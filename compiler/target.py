@@ -44,7 +44,7 @@ from .dispatch_extraction import (
 )
 from .ir_utils import CompileError, location_str, walk_ops
 from .macs import count_macs
-from .passes import PassOptions
+from .passes import PassOptions, super_tiling
 from .patterns import Unsupported, classify_contraction, data_movement_reason, is_zero_fill, match_group
 from .pipeline import PRE_PASSES, dispatch_pipeline, run_passes
 from .requant import io_conversion_reason
@@ -283,8 +283,6 @@ class TorqTarget:
             name = f"{_enclosing_function_name(dispatch)}_dispatch_{i}"
             macs = count_macs(dispatch)  # read-only, before the dispatch is replaced
             scratch = ir.Module.create()
-            log = self.options.tiling_log
-            first_record = len(log) if log is not None else 0
             try:
                 ex = extract_dispatch_function(dispatch, name, scratch)
                 passmanager.PassManager.parse(f"builtin.module({PRE_PASSES})").run(scratch.operation)
@@ -300,7 +298,7 @@ class TorqTarget:
                     _check_supported(scratch.body.operations[0].operation, self.options)
                 if reason:
                     raise Unsupported(reason)
-                run_passes(scratch, pipeline, self.options, self.print_after_all)
+                reports = run_passes(scratch, pipeline, self.options, self.print_after_all)
             except (Unsupported, CompileError) as e:
                 # Unsupported: no Torq form, host by design; CompileError: a failed Torq
                 # compile, a user error unless --torq-host-fallback-on-error.
@@ -311,8 +309,6 @@ class TorqTarget:
                 self.remark(dispatch, f"dispatch {name} stays on host: {reason}")
                 report.dispatches.append(DispatchDecision(name, "host", reason, macs=macs))
                 _hoist_pads_for_host(dispatch)
-                if log is not None:
-                    del log[first_record:]  # records of the abandoned attempt
                 continue
             func = ex.func = scratch.body.operations[0].operation
             if stopped is not None:
@@ -322,8 +318,9 @@ class TorqTarget:
                 continue
             blob = np.array(ir.DenseElementsAttr(func.attributes["torq.executable"]), dtype=np.int8).tobytes()
             meta = json.loads(ir.StringAttr(func.attributes["torq.program"]).value)
-            if log is not None:
-                report.tiling.append(_tiling_record(name, blob, self.options, log[first_record:]))
+            if self.options.record_tiling:
+                records = reports.get(super_tiling.NAME, [])
+                report.tiling.append(_tiling_record(name, blob, self.options, records))
             for summary in requant:
                 if summary.approximate:
                     self.remark(dispatch, f"dispatch {name}: {summary.line()}")

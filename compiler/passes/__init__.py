@@ -17,8 +17,8 @@ class PassOptions:
     # 0 by default: a body whose buffers fill LRAM splits each compute over the slices
     # (torq-build-nss-program), so no halo re-reads are needed to use both slices.
     tiling_traffic_slack: float = 0.0
-    # When a list, torq-super-tiling appends one record per tiled root (--torq-dump-tiling).
-    tiling_log: list | None = None
+    # torq-super-tiling returns one record per root it visits (--torq-dump-tiling).
+    record_tiling: bool = False
     slice_distribution: str = "cyclic"  # see slice_distribution.py: cyclic | block | block-cyclic[:B]
     # --torq-host-fallback-on-error: a dispatch the Torq pipeline fails on stays on host
     # with a remark (the error text) instead of failing the compile.

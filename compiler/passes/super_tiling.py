@@ -89,10 +89,11 @@ plus one step's slices.
   overflow (whole weights, halos, fused intermediates); the allocator in
   torq-assign-lram-addresses then stops the compile with a one-line error.
 
-`--torq-dump-tiling`: one record per root visited (its shape, tiled dims,
-sizes, tile count, LRAM footprint of its slice, fused groups; tiled
-reduction loops of the principal op, their extents and sizes, and the
-accumulation steps per tile; the seed's footprint, factor and estimate).
+With `PassOptions.record_tiling` (`--torq-dump-tiling`), `run` returns one
+record per root visited (its shape, tiled dims, sizes, tile count, LRAM
+footprint of its slice, fused groups; tiled reduction loops of the principal
+op, their extents and sizes, and the accumulation steps per tile; the seed's
+footprint, factor and estimate); otherwise None.
 """
 
 from __future__ import annotations
@@ -139,6 +140,7 @@ class _Tiler:
         self.seed = options.super_tiling_strategy == "seed"
         self.fused: set[int] = set()  # orders of ops fused into some tile loop
         self.table: list[tuple[int, int]] = []
+        self.records: list[dict] = []  # one per root visited, with options.record_tiling
 
     def run(self) -> None:
         i64 = ir.IntegerType.get_signless(64)
@@ -172,7 +174,7 @@ class _Tiler:
         if not self.seed and root.reduction_loops:
             group_principal(op).attributes[TILE_REDUCTION] = ir.UnitAttr.get()
         del op
-        record: dict | None = {} if self.options.tiling_log is not None else None
+        record: dict | None = {} if self.options.record_tiling else None
         if self.seed:
             sizes = seed_tile_sizes(self.func, root, self.table, self.options, record)
         else:
@@ -196,7 +198,7 @@ class _Tiler:
                 if name in o.attributes:
                     del o.attributes[name]
         if record is not None:
-            self.options.tiling_log.append(record)
+            self.records.append(record)
         return True
 
     def fit_function_body(self, roots: list[int]) -> None:
@@ -226,8 +228,11 @@ class _Tiler:
             self.visit(max(sizes)[1], force=True)
 
 
-def tile_function(func: ir.Operation, options: PassOptions) -> None:
-    _Tiler(func, options).run()
+def tile_function(func: ir.Operation, options: PassOptions) -> list[dict]:
+    """Tiles `func`; the records of the roots it visited (empty unless options.record_tiling)."""
+    tiler = _Tiler(func, options)
+    tiler.run()
+    return tiler.records
 
 
 def _enclosing_module(op: ir.Operation) -> ir.Operation:
@@ -237,7 +242,9 @@ def _enclosing_module(op: ir.Operation) -> ir.Operation:
     return p
 
 
-def run(module: ir.Module, options: PassOptions) -> None:
+def run(module: ir.Module, options: PassOptions) -> list[dict] | None:
+    records = []
     for op in list(module.body.operations):
         if op.operation.name == "func.func":
-            tile_function(op.operation, options)
+            records += tile_function(op.operation, options)
+    return records if options.record_tiling else None
