@@ -5,7 +5,7 @@ integer value (the model's output DequantizeLinear fused into the last
 conv's dispatch; PT2E's float output after an int8 conv, a dequantize of the
 accumulator itself), the NPU writes the integer tensor and a small host
 dispatch computes the tail from it (`HostTail`, built into a dispatch by
-dispatch_extraction.host_tail_dispatch):
+host_dispatches.host_tail_dispatch):
 
 - `split_tail`: the ops after the last float-to-int conversion, reading only
   that int value and scalar constants;

@@ -35,13 +35,11 @@ from torq.contract.module_abi import MAX_INPUTS, MAX_RESULTS, MODULE_NAME, expor
 from .dispatch_extraction import (
     ExtractedDispatch,
     FlowModuleFacts,
-    box_copy_dispatch,
     extract_dispatch_function,
-    hoist_input_pads,
-    host_tail_dispatch,
     lower_requantization,
     mark_in_place_updates,
 )
+from .host_dispatches import box_copy_dispatch, hoist_input_pads, host_tail_dispatch
 from .ir_utils import CompileError, location_str, walk_ops
 from .macs import count_macs
 from .passes import PassOptions, super_tiling

@@ -1,0 +1,268 @@
+"""Flow-level dispatches the target builds for the host: a requantization's
+dequantize tail (`host_tail_dispatch`), a box copy (`box_copy_dispatch`),
+and the paddings of a host dispatch's inputs hoisted before it
+(`hoist_input_pads`), as IREE builds a padding it does not fuse."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from iree.compiler import ir
+from iree.compiler.dialects import arith, flow, iree_tensor_ext
+
+from .box_reads import Box, binding_tensor, static_box
+from .ir_utils import block_ops, int_array, region_ops, static_shape, walk_ops
+from .requant_tail import HostTail
+
+
+def host_tail_dispatch(value: ir.Value, tail: HostTail, element_type: ir.Type) -> ir.Value:
+    """A host dispatch computing `tail` elementwise from `value` (a tensor of `element_type`
+    results, the same shape), at the insertion point."""
+    src = value.type
+    shape = static_shape(src)
+    result_type = ir.RankedTensorType.get(list(shape), element_type)
+    zeros = ", ".join("0" for _ in shape)
+    ones = ", ".join("1" for _ in shape)
+    sizes = ", ".join(str(d) for d in shape)
+    dims = ", ".join(f"d{k}" for k in range(len(shape)))
+    ident = f"affine_map<({dims}) -> ({dims})>"
+    parallel = ", ".join(['"parallel"'] * len(shape))
+    ro = f"!iree_tensor_ext.dispatch.tensor<readonly:{src}>"
+    wo = f"!iree_tensor_ext.dispatch.tensor<writeonly:{result_type}>"
+    body = "\n        ".join(tail.ops_text.splitlines())
+    # Per-channel constants the tail reads, made inside the dispatch.
+    consts = "".join(f"\n    %p{k}_t = arith.constant dense<{values}> : tensor<{len(values)}x{t}>"
+                     for k, (_, t, values) in enumerate(tail.channel_values))
+    ins = "".join(f", %p{k}_t" for k in range(len(tail.channel_values)))
+    in_types = "".join(f", tensor<{len(values)}x{t}>" for _, t, values in tail.channel_values)
+    maps = "".join(f", affine_map<({dims}) -> (d{dim})>" for dim, _, _ in tail.channel_values)
+    args = "".join(f", %p{k}: {t}" for k, (_, t, _) in enumerate(tail.channel_values))
+    text = f"""
+util.func private @torq_host_tail(%x: {src}) -> {result_type} {{
+  %r = flow.dispatch.workgroups(%x) : ({src}) -> {result_type} =
+      (%a: {ro}, %b: {wo}) {{
+    %v = iree_tensor_ext.dispatch.tensor.load %a, offsets = [{zeros}], sizes = [{sizes}], strides = [{ones}] : {ro} -> {src}
+    %e = tensor.empty() : {result_type}{consts}
+    %g = linalg.generic {{indexing_maps = [{ident}{maps}, {ident}], iterator_types = [{parallel}]}}
+        ins(%v{ins} : {src}{in_types}) outs(%e : {result_type}) {{
+      ^bb0(%q: {tail.in_type}{args}, %out: {tail.result_type}):
+        {body}
+        linalg.yield {tail.result} : {tail.result_type}
+    }} -> {result_type}
+    iree_tensor_ext.dispatch.tensor.store %g, %b, offsets = [{zeros}], sizes = [{sizes}], strides = [{ones}] : {result_type} -> {wo}
+    flow.return
+  }} count() -> (index, index, index) {{
+    %x0, %y0, %z0 = iree_tensor_ext.dispatch.workgroup_count_from_slice()
+    flow.return %x0, %y0, %z0 : index, index, index
+  }}
+  util.return %r : {result_type}
+}}"""
+    return clone_host_dispatch(text, [value])
+
+
+def clone_host_dispatch(text: str, operands: list[ir.Value]) -> ir.Value:
+    """A small host dispatch written as text: `text` is a util.func holding one
+    flow.dispatch.workgroups; that dispatch is cloned at the current insertion
+    point with `operands` in place of its own, and its result returned."""
+    helper = ir.Module.parse(text)
+    template = next(op for op in walk_ops(helper.operation) if op.name == "flow.dispatch.workgroups")
+    copy = template.clone()
+    for i, v in enumerate(operands):
+        copy.operands[i] = v
+    return copy.results[0]
+
+
+LOAD = "iree_tensor_ext.dispatch.tensor.load"
+
+
+@dataclass
+class _PadHoist:
+    """A `tensor.pad` of a loaded input that `hoist_input_pads` can build at flow level."""
+    pad: ir.Operation
+    load: ir.Operation  # the load the pad reads
+    binding: ir.BlockArgument  # the readonly binding that load reads
+    operand: int  # the dispatch operand of that binding
+    value: ir.Attribute  # the scalar pad value
+    # Whole input: the dispatch operand itself is padded by `low` / `high` (per
+    # input dim) and every load of the binding reads its box shifted by `low`.
+    # Else only the loaded box is padded (by `low` / `high` per dim of the pad).
+    whole: bool
+    low: list[int]
+    high: list[int]
+
+
+def hoist_input_pads(dispatch: ir.Operation, accept) -> int:
+    """Move the paddings of `dispatch`'s inputs that `accept(pad)` takes out of it;
+    returns how many moved.
+
+    Contract: each accepted `tensor.pad` (static amounts, a constant pad value)
+    of a static `dispatch.tensor.load` of a readonly binding is built before
+    the dispatch as IREE builds a padding it does not fuse: `flow.tensor.splat`
+    of the pad value, and a host copy dispatch (`box_copy_dispatch`) writing
+    the input into it. When the loaded box spans the input on every padded
+    dim (a whole tensor, or a slice of channels padded in H and W), the whole
+    input is padded so: the padded tensor replaces the dispatch operand, the
+    binding is retyped to it, the pad becomes a load of the padded box and
+    every other load of the binding reads its box shifted by the low padding
+    (the same values). Otherwise only the loaded box is padded and becomes
+    the operand, when nothing else reads the binding; anything else stays in
+    the dispatch.
+    """
+    moved = 0
+    while True:  # re-walk after each rewrite: the previous walk's handles may be stale
+        plan = _next_pad_hoist(dispatch, accept)
+        if plan is None:
+            return moved
+        _hoist_pad(dispatch, plan)
+        moved += 1
+
+
+def _next_pad_hoist(dispatch: ir.Operation, accept) -> _PadHoist | None:
+    n_workload, n_args = list(ir.DenseI32ArrayAttr(dispatch.attributes["operandSegmentSizes"]))[:2]
+    for op in block_ops(dispatch.regions[0].blocks[0]):
+        if op.name == "tensor.pad":
+            plan = _pad_hoist_plan(op, n_workload, n_args)
+            if plan is not None and accept(op):
+                return plan
+    return None
+
+
+def _pad_hoist_plan(pad: ir.Operation, n_workload: int, n_args: int) -> _PadHoist | None:
+    """The plan to hoist `pad`, or None if it is not a padding of a loaded input `hoist_input_pads` can move."""
+    try:
+        low, high = int_array(pad.attributes["static_low"]), int_array(pad.attributes["static_high"])
+    except KeyError:
+        return None
+    if len(pad.operands) != 1 or any(x < 0 for x in low + high):
+        return None  # dynamic amounts
+    value = _pad_value(pad)
+    load = pad.operands[0].owner
+    if value is None or isinstance(load, ir.Block) or load.name != LOAD:
+        return None
+    binding = load.operands[0]
+    if not isinstance(binding.owner, ir.Block) or binding.arg_number >= n_args \
+            or binding_tensor(binding.type)[0] != "readonly":
+        return None
+    binding = ir.BlockArgument(binding)
+    box, shape = static_box(load), static_shape(binding_tensor(binding.type)[1])
+    kept = _kept_dims(box, static_shape(load.results[0].type)) if box is not None else None
+    if kept is None or static_shape(pad.results[0].type) is None:
+        return None
+    operand = n_workload + binding.arg_number
+    # Amounts per input dim: a dim the load drops is not padded.
+    low_in = [low[j] if j is not None else 0 for j in kept]
+    high_in = [high[j] if j is not None else 0 for j in kept]
+    spans = all(not (lo or hi) or (o == 0 and sz == d and st == 1)
+                for lo, hi, o, sz, st, d in zip(low_in, high_in, box.offsets, box.sizes, box.strides, shape))
+    readers = [u.owner for u in binding.uses]
+    if spans and all(not isinstance(r, ir.Block) and r.name == LOAD and static_box(r) is not None
+                     for r in readers):
+        return _PadHoist(pad, load, binding, operand, value, True, low_in, high_in)
+    if len(readers) == 1 and len(list(load.results[0].uses)) == 1:
+        return _PadHoist(pad, load, binding, operand, value, False, low, high)
+    return None
+
+
+def _kept_dims(box: Box, result: tuple[int, ...]) -> list[int | None] | None:
+    """Per dim of a loaded box, the result dim it becomes (None for a unit dim the
+    load drops; matched from the left, as `box_map` does), or None if no match."""
+    kept, j = [], 0
+    for size in box.sizes:
+        if j < len(result) and size == result[j]:
+            kept.append(j)
+            j += 1
+        elif size == 1:
+            kept.append(None)
+        else:
+            return None
+    return kept if j == len(result) else None
+
+
+def _pad_value(pad: ir.Operation) -> ir.Attribute | None:
+    """The scalar `arith.constant` attribute `pad` yields, or None."""
+    ops = region_ops(pad)
+    if len(ops) != 1 or ops[0].name != "tensor.yield":
+        return None
+    owner = ops[0].operands[0].owner
+    if isinstance(owner, ir.Block) or owner.name != "arith.constant":
+        return None
+    value = owner.attributes["value"]
+    return value if isinstance(value, (ir.FloatAttr, ir.IntegerAttr)) else None
+
+
+def _hoist_pad(dispatch: ir.Operation, plan: _PadHoist) -> None:
+    box = static_box(plan.load)
+    source = dispatch.operands[plan.operand]
+    if plan.whole:
+        elt = ir.RankedTensorType(source.type).element_type
+        shape = [d + lo + hi for d, lo, hi in zip(static_shape(source.type), plan.low, plan.high)]
+        padded_type = ir.RankedTensorType.get(shape, elt)
+    else:
+        padded_type = plan.pad.results[0].type
+    with ir.InsertionPoint(dispatch), dispatch.location:
+        splat = flow.TensorSplatOp(padded_type, arith.ConstantOp(plan.value.type, plan.value).result, []).result
+        if plan.whole:
+            padded = box_copy_dispatch(source, splat, plan.low)
+        else:
+            padded = box_copy_dispatch(source, splat, plan.low, box, plan.load.results[0].type)
+    dispatch.operands[plan.operand] = padded
+    plan.binding.set_type(ir.Type.parse(f"!iree_tensor_ext.dispatch.tensor<readonly:{padded_type}>"))
+    readers = [u.owner for u in plan.binding.uses]  # the loads, before the new one
+    if plan.whole:  # the loaded box grown by the padding (it starts at 0 on padded dims)
+        padded_box = Box(box.offsets, [sz + lo + hi for sz, lo, hi in zip(box.sizes, plan.low, plan.high)],
+                          box.strides)
+    else:
+        rank = len(static_shape(padded_type))
+        padded_box = Box([0] * rank, list(static_shape(padded_type)), [1] * rank)
+    plan.pad.results[0].replace_all_uses_with(
+        _dispatch_load(plan.binding, padded_box, plan.pad.results[0].type, plan.pad))
+    plan.pad.erase()
+    for load in readers:
+        if list(load.results[0].uses):  # another read of the unpadded input: the same box, shifted
+            b = static_box(load)
+            shifted = Box([o + lo for o, lo in zip(b.offsets, plan.low)], b.sizes, b.strides)
+            load.results[0].replace_all_uses_with(_dispatch_load(plan.binding, shifted, load.results[0].type, load))
+        load.erase()
+
+
+def box_copy_dispatch(source: ir.Value, dest: ir.Value, offsets: list[int], box: Box | None = None,
+                      box_type: ir.Type | None = None) -> ir.Value:
+    """A host copy dispatch, at the insertion point, writing `box` of `source` (the
+    whole of it by default; read as `box_type`, which may drop unit dims of the box)
+    into `dest` at `offsets`; its result is `dest` updated (tied to it).
+
+    This is the dispatch IREE itself makes for an insertion into a padded
+    tensor (its "slow_memcpy"): a `flow.tensor.update` would be wrong there,
+    as the box is not contiguous in `dest`.
+    """
+    st, dt = source.type, dest.type
+    rank = len(static_shape(dt))
+    if box is None:
+        shape = list(static_shape(st))
+        box, box_type = Box([0] * len(shape), shape, [1] * len(shape)), st
+    ro = f"!iree_tensor_ext.dispatch.tensor<readonly:{st}>"
+    rw = f"!iree_tensor_ext.dispatch.tensor<readwrite:{dt}>"
+
+    def ints(values):
+        return ", ".join(str(v) for v in values)
+    text = f"""
+util.func private @torq_box_copy(%src: {st}, %dest: {dt}) -> {dt} {{
+  %r = flow.dispatch.workgroups(%src, %dest) : ({st}, {dt}) -> %dest =
+      (%a: {ro}, %b: {rw}) {{
+    %v = iree_tensor_ext.dispatch.tensor.load %a, offsets = [{ints(box.offsets)}], sizes = [{ints(box.sizes)}], strides = [{ints(box.strides)}] : {ro} -> {box_type}
+    iree_tensor_ext.dispatch.tensor.store %v, %b, offsets = [{ints(offsets)}], sizes = [{ints(static_shape(box_type))}], strides = [{ints([1] * rank)}] : {box_type} -> {rw}
+    flow.return
+  }} count() -> (index, index, index) {{
+    %x, %y, %z = iree_tensor_ext.dispatch.workgroup_count_from_slice()
+    flow.return %x, %y, %z : index, index, index
+  }}
+  util.return %r : {dt}
+}}"""
+    return clone_host_dispatch(text, [source, dest])
+
+
+def _dispatch_load(binding: ir.Value, box: Box, result: ir.Type, before: ir.Operation) -> ir.Value:
+    """`dispatch.tensor.load` of the static `box` of `binding` as `result`, inserted before `before`."""
+    with ir.InsertionPoint(before), before.location:
+        return iree_tensor_ext.DispatchTensorLoadOp(result, binding, [], [], [], [], box.offsets, box.sizes,
+                                                    box.strides).result
