@@ -42,14 +42,26 @@ def lowered_tiling(source: ir.Module | ir.Operation, loop_sizes: list[int] | Non
     return scratch, clone
 
 
+def lowered_footprint(func: ir.Operation | None, options: PassOptions) -> int:
+    """LRAM bytes (allocator end, one buffer set) a lowered tiling (`lowered_tiling`'s
+    function) needs; UNREPRESENTABLE for none. Reads the function, changes nothing."""
+    return UNREPRESENTABLE if func is None else lram_footprint(func, options)
+
+
+def lowered_cost(func: ir.Operation, options: PassOptions) -> tuple[Traffic, int]:
+    """DDR traffic and cycles (contract/timing.py's schedule, the simulator's own model) of
+    the program a lowered tiling becomes (assigns its LRAM addresses)."""
+    assign_function(func, options)
+    program, _ = build_program(func, options)
+    return program_traffic(program), schedule(program, options.hw).makespan
+
+
 def footprint(source: ir.Module | ir.Operation, loop_sizes: list[int] | None, options: PassOptions,
               interchange: list[int] | None = None, reduction: list[int] | None = None) -> int:
     """LRAM bytes (allocator end, one buffer set) the function (`source`, or the one
     in module `source`) needs with its TILE_ROOT op tiled by `loop_sizes`."""
     scratch, clone = lowered_tiling(source, loop_sizes, interchange, reduction)
-    if clone is None:
-        return UNREPRESENTABLE
-    return lram_footprint(clone, options)
+    return lowered_footprint(clone, options)
 
 
 def predicted_cost(source: ir.Module | ir.Operation, loop_sizes: list[int] | None,
@@ -59,6 +71,4 @@ def predicted_cost(source: ir.Module | ir.Operation, loop_sizes: list[int] | Non
     model) of the program the function in `source` becomes with its TILE_ROOT op
     tiled by `loop_sizes` (a tiling `footprint` accepted)."""
     scratch, clone = lowered_tiling(source, loop_sizes, interchange, reduction)
-    assign_function(clone, options)
-    program, _ = build_program(clone, options)
-    return program_traffic(program), schedule(program, options.hw).makespan
+    return lowered_cost(clone, options)

@@ -15,7 +15,7 @@ from ..ir_utils import CompileError, element_type, mlir_dtype, static_shape, wal
 from ..passes import PassOptions
 from ..patterns import Unsupported
 from ..vector_layout import padded, value_roles, vector_dim, vector_width
-from .cost import footprint, lowered_tiling, predicted_cost
+from .cost import lowered_cost, lowered_footprint, lowered_tiling, predicted_cost
 from .roots import UNREPRESENTABLE, Root
 from .transform import root_slice
 
@@ -40,6 +40,8 @@ class TileSearch:
         self.smallest: int | None = None
         self.footprints: dict[tuple, int] = {}
         self.costs: dict[tuple, tuple[Traffic, int]] = {}
+        # Lowered tilings that fit, kept from `footprint` for `cost` (one lowering per candidate).
+        self.lowered: dict[tuple, tuple[ir.Module, ir.Operation]] = {}
         self._vector: tuple[int, int] | None | bool = False  # result_vector(), once
 
     def result_vector(self) -> tuple[int, int] | None:
@@ -74,14 +76,17 @@ class TileSearch:
     def footprint(self, sizes: list[int], outer: int | None = None, red: list[int] | None = None) -> int:
         key = (tuple(sizes), outer) if not red else (tuple(sizes), outer, tuple(red))
         if key not in self.footprints:
-            if red:
-                try:
-                    fp = footprint(self.slice, self.root.loop_sizes(sizes), self.options,
-                                   self.root.interchange(outer), self.root.reduction_sizes(red))
-                except (CompileError, Unsupported):
-                    fp = UNREPRESENTABLE  # this cut has no TorqHL accumulate form
-            else:
-                fp = footprint(self.slice, self.root.loop_sizes(sizes), self.options, self.root.interchange(outer))
+            scratch, clone = None, None
+            try:
+                scratch, clone = lowered_tiling(self.slice, self.root.loop_sizes(sizes), self.root.interchange(outer),
+                                                self.root.reduction_sizes(red))
+                fp = lowered_footprint(clone, self.options)
+            except (CompileError, Unsupported):
+                if not red:
+                    raise
+                fp = UNREPRESENTABLE  # this cut has no TorqHL accumulate form
+            if fp <= self.budget:
+                self.lowered[key] = (scratch, clone)
             self.footprints[key] = fp
             if fp < UNREPRESENTABLE:
                 self.smallest = fp if self.smallest is None else min(self.smallest, fp)
@@ -90,8 +95,12 @@ class TileSearch:
     def cost(self, sizes: list[int], outer: int | None = None, red: list[int] | None = None) -> tuple[Traffic, int]:
         key = (tuple(sizes), outer) if not red else (tuple(sizes), outer, tuple(red))
         if key not in self.costs:
-            self.costs[key] = predicted_cost(self.slice, self.root.loop_sizes(sizes), self.options,
-                                             self.root.interchange(outer), self.root.reduction_sizes(red))
+            lowered = self.lowered.pop(key, None)
+            if lowered is not None:
+                self.costs[key] = lowered_cost(lowered[1], self.options)
+            else:
+                self.costs[key] = predicted_cost(self.slice, self.root.loop_sizes(sizes), self.options,
+                                                 self.root.interchange(outer), self.root.reduction_sizes(red))
         return self.costs[key]
 
     def traffic(self, sizes: list[int], outer: int | None = None, red: list[int] | None = None) -> Traffic:
