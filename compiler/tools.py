@@ -108,32 +108,11 @@ def version_text() -> str:
             f"hardware models: {', '.join(sorted(PRESETS))} (executable format {FORMAT_VERSION})")
 
 
-def _compile_main(tool: str, argv: list[str], torq_default: bool) -> int:
-    if "-h" in argv or "--help" in argv:
-        print(help_text(tool))
-        return 0
-    if "--version" in argv:
-        print(version_text())
-        return 0
+def _run_tool(tool: str, body) -> int:
+    """Runs `body()` (which returns the exit status) with the errors every compiler tool reports
+    the same way: one `tool: error: ...` line (IREE's own diagnostics first), never a traceback."""
     try:
-        opts, rest, quiet = parse_torq_flags(argv)
-        if not torq_default:
-            opts.torq = any(a in _TORQ_TARGETS for a in rest)
-        rest = [a for a in rest if a not in _TORQ_TARGETS]
-        inp, out, flags = _split_io(rest)
-        opts.iree_flags = flags
-        data, name = _read_input(inp)
-        if out is None and not opts.compile_to:
-            raise UsageError("no output file: pass -o model.vmfb")
-        # An ONNX model is imported to torch-dialect MLIR first (onnx_import.is_onnx decides).
-        data, name = read_onnx_source(data, name, path=None if inp == "-" else inp)
-        result = compile_source(data, opts, name, remarks=None if quiet else sys.stderr)
-        payload = result.vmfb if result.vmfb is not None else result.ir_text.encode()
-        if out is None or out == "-":
-            sys.stdout.buffer.write(payload)
-        else:
-            write_atomically(out, payload)
-        return 0
+        return body()
     except _ListHw:
         print(hw_list_text())
         return 0
@@ -147,6 +126,37 @@ def _compile_main(tool: str, argv: list[str], torq_default: bool) -> int:
         return _fail(tool, str(e).removeprefix("error: "))
     except KeyboardInterrupt:
         return _fail(tool, "interrupted", 130)
+
+
+def _compile_main(tool: str, argv: list[str], torq_default: bool) -> int:
+    if "-h" in argv or "--help" in argv:
+        print(help_text(tool))
+        return 0
+    if "--version" in argv:
+        print(version_text())
+        return 0
+    return _run_tool(tool, lambda: _compile(argv, torq_default))
+
+
+def _compile(argv: list[str], torq_default: bool) -> int:
+    opts, rest, quiet = parse_torq_flags(argv)
+    if not torq_default:
+        opts.torq = any(a in _TORQ_TARGETS for a in rest)
+    rest = [a for a in rest if a not in _TORQ_TARGETS]
+    inp, out, flags = _split_io(rest)
+    opts.iree_flags = flags
+    data, name = _read_input(inp)
+    if out is None and not opts.compile_to:
+        raise UsageError("no output file: pass -o model.vmfb")
+    # An ONNX model is imported to torch-dialect MLIR first (onnx_import.is_onnx decides).
+    data, name = read_onnx_source(data, name, path=None if inp == "-" else inp)
+    result = compile_source(data, opts, name, remarks=None if quiet else sys.stderr)
+    payload = result.vmfb if result.vmfb is not None else result.ir_text.encode()
+    if out is None or out == "-":
+        sys.stdout.buffer.write(payload)
+    else:
+        write_atomically(out, payload)
+    return 0
 
 
 def torq_compile_main(argv: list[str] | None = None) -> int:
@@ -171,56 +181,54 @@ def iree_compile_main(argv: list[str] | None = None) -> int:
 
 def torq_opt_main(argv: list[str] | None = None) -> int:
     """Run Torq and MLIR passes on an input file and print the IR (like iree-opt)."""
+    return _run_tool("torq-opt", lambda: _opt(sys.argv[1:] if argv is None else argv))
+
+
+def _opt_args(rest: list[str]) -> tuple[str, str, str | None]:
+    """(input file, --pass-pipeline text, -o path) of torq-opt's non-Torq arguments."""
+    pipeline, files, out = "", [], None
+    i = 0
+    while i < len(rest):
+        a = rest[i]
+        if a.startswith("--pass-pipeline="):
+            pipeline = a.split("=", 1)[1]
+        elif a == "-o":
+            out = rest[i + 1]
+            i += 1
+        elif a.startswith("-") and a != "-":
+            raise UsageError(f"unknown flag '{a}'")
+        else:
+            files.append(a)
+        i += 1
+    if len(files) != 1:
+        raise UsageError("expected exactly one input file")
+    return files[0], pipeline, out
+
+
+def _opt(argv: list[str]) -> int:
     from iree.compiler import ir
 
     from .pipeline import run_pipeline_text
 
-    argv = sys.argv[1:] if argv is None else argv
-    tool = "torq-opt"
-    try:
-        opts, rest, _ = parse_torq_flags(argv)
-        pipeline = ""
-        files, out = [], None
-        i = 0
-        while i < len(rest):
-            a = rest[i]
-            if a.startswith("--pass-pipeline="):
-                pipeline = a.split("=", 1)[1]
-            elif a == "-o":
-                out = rest[i + 1]
-                i += 1
-            elif a.startswith("-") and a != "-":
-                raise UsageError(f"unknown flag '{a}'")
-            else:
-                files.append(a)
-            i += 1
-        if len(files) != 1:
-            raise UsageError("expected exactly one input file")
-        data, name = _read_input(files[0])
-        ctx = ir.Context()
-        ctx.allow_unregistered_dialects = True
-
-        with ctx:
-            try:
-                module = ir.Module.parse(data.decode(), ctx)
-            except ir.MLIRError as e:
-                raise CompileError(f"{name}: failed to parse: {_first_diag(e)}") from None
-            with ir.Location.unknown():
-                if pipeline:
-                    run_pipeline_text(module, pipeline, opts.pass_options())
-            text = str(module)
-        if out:
-            write_atomically(out, text.encode())
-        else:
-            sys.stdout.write(text + "\n")
-        return 0
-    except _ListHw:
-        print(hw_list_text())
-        return 0
-    except UsageError as e:
-        return _fail(tool, str(e), 2)
-    except CompileError as e:
-        return _fail(tool, str(e).removeprefix("error: "))
+    opts, rest, _ = parse_torq_flags(argv)
+    path, pipeline, out = _opt_args(rest)
+    data, name = _read_input(path)
+    ctx = ir.Context()
+    ctx.allow_unregistered_dialects = True
+    with ctx:
+        try:
+            module = ir.Module.parse(data.decode(), ctx)
+        except ir.MLIRError as e:
+            raise CompileError(f"{name}: failed to parse: {_first_diag(e)}") from None
+        with ir.Location.unknown():
+            if pipeline:
+                run_pipeline_text(module, pipeline, opts.pass_options())
+        text = str(module)
+    if out:
+        write_atomically(out, text.encode())
+    else:
+        sys.stdout.write(text + "\n")
+    return 0
 
 
 def _first_diag(e: Exception) -> str:

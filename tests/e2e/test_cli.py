@@ -6,19 +6,9 @@ import sys
 
 import numpy as np
 import pytest
+from mlir_inputs import CONV_F32
 
 BIN = os.path.dirname(sys.executable)
-CONV = """
-func.func @main(%x: tensor<1x4x10x10xf32>) -> tensor<1x8x8x8xf32> {
-  %w = arith.constant dense<0.125> : tensor<8x4x3x3xf32>
-  %zero = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<1x8x8x8xf32>
-  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
-  %c = linalg.conv_2d_nchw_fchw ins(%x, %w : tensor<1x4x10x10xf32>, tensor<8x4x3x3xf32>)
-       outs(%acc : tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
-  return %c : tensor<1x8x8x8xf32>
-}
-"""
 
 
 def run(tool, *args, cwd=None):
@@ -28,7 +18,7 @@ def run(tool, *args, cwd=None):
 @pytest.fixture()
 def conv_mlir(tmp_path):
     p = tmp_path / "conv.mlir"
-    p.write_text(CONV)
+    p.write_text(CONV_F32)
     return p
 
 

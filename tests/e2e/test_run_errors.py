@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from mlir_inputs import CONV_F32  # noqa: E402
 
 import torq
 from torq.runtime.api import LoadedModule
@@ -31,17 +32,7 @@ from torq.runtime.api import LoadedModule
 BIN = Path(sys.executable).parent
 TOOL = "torq-run-module"
 
-LINALG = """
-func.func @main(%x: tensor<1x4x10x10xf32>) -> tensor<1x8x8x8xf32> {
-  %w = arith.constant dense<0.125> : tensor<8x4x3x3xf32>
-  %zero = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<1x8x8x8xf32>
-  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
-  %c = linalg.conv_2d_nchw_fchw ins(%x, %w : tensor<1x4x10x10xf32>, tensor<8x4x3x3xf32>)
-       outs(%acc : tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
-  return %c : tensor<1x8x8x8xf32>
-}
-func.func @dyn(%x: tensor<?x4xf32>) -> tensor<?x4xf32> {
+LINALG = CONV_F32 + """func.func @dyn(%x: tensor<?x4xf32>) -> tensor<?x4xf32> {
   %0 = arith.addf %x, %x : tensor<?x4xf32>
   return %0 : tensor<?x4xf32>
 }
