@@ -98,11 +98,38 @@ def nbytes(shape, dtype: str) -> int:
 #     arguments, integers of the width `to`. An int8 activation (hardswish,
 #     sigmoid, ...) between two quantizations is exact this way: its float
 #     chain is evaluated on all 256 inputs when the table is built.
-TABLE_OPS = frozenset({"exp", "log", "tanh", "erf", "rsqrt", "sqrt"})
+
+
+@dataclass(frozen=True)
+class StepDef:
+    """An epilogue step op: its argument count (-1: an index and 1..MAX_LUT_ENTRIES table
+    entries) and what its `to` names: "dtype" (cast), "width" (an integer step that always
+    wraps to its width), "optional" (wraps when a width is given), "none" (a float-only
+    table lookup), "entries" (the lookup table's integer width)."""
+
+    name: str
+    arity: int
+    to: str
+
+
+def _steps(names: str, arity: int, to: str) -> dict[str, StepDef]:
+    return {n: StepDef(n, arity, to) for n in names.split()}
+
+
 LUT = "lut"
 MAX_LUT_ENTRIES = 256
-EPILOGUE_OPS = {"add", "sub", "mul", "div", "max", "min", "neg", "select_gt", "select_lt",
-                "select_ge", "select_le", "cast", "shl", "shr_s", "shr_u", "trunc", "zext", LUT} | TABLE_OPS
+# The epilogue step table: every step op, defined once (see the comment above).
+EPILOGUE_STEPS: dict[str, StepDef] = {
+    **_steps("add sub mul div max min", 2, "optional"),
+    **_steps("neg", 1, "optional"),
+    **_steps("select_gt select_lt select_ge select_le", 4, "optional"),
+    **_steps("cast", 1, "dtype"),
+    **_steps("shl shr_s shr_u", 2, "width"),
+    **_steps("trunc zext", 1, "width"),
+    **_steps("exp log tanh erf rsqrt sqrt", 1, "none"),
+    LUT: StepDef(LUT, -1, "entries"),
+}
+TABLE_OPS = frozenset(n for n, d in EPILOGUE_STEPS.items() if d.to == "none")
 EPILOGUE_INT_TYPES = {"i1": 1, "i8": 8, "i16": 16, "i32": 32, "i64": 64}
 
 

@@ -13,10 +13,8 @@ from .ops import OPS, OpError
 from .program import (
     DTYPE_BYTES,
     EPILOGUE_INT_TYPES,
-    EPILOGUE_OPS,
-    LUT,
+    EPILOGUE_STEPS,
     MAX_LUT_ENTRIES,
-    TABLE_OPS,
     TENSOR_KINDS,
     Command,
     Compute,
@@ -36,8 +34,6 @@ class ExecutableError(ValueError):
 
 
 _MAX_ELEMENTS = 2**60  # elements of any tensor or operand (numpy indexes with int64)
-_ARITY = {"neg": 1, "cast": 1, "trunc": 1, "zext": 1, "select_gt": 4, "select_lt": 4, "select_ge": 4, "select_le": 4,
-          **{op: 1 for op in TABLE_OPS}}
 
 
 _INT_DTYPES = ("i8", "i16", "i32")
@@ -311,18 +307,19 @@ class _Validator:
         rank = len(c.result.shape)
         for k, s in enumerate(e.steps):
             what = f"command {i} epilogue step {k} ({s.op})"
-            if s.op not in EPILOGUE_OPS:
+            step = EPILOGUE_STEPS.get(s.op)
+            if step is None:
                 self.fail(f"{what}: unknown op")
-            if s.op == LUT:
+            if step.to == "entries":
                 self.check_lut(what, s)
-            elif len(s.args) != _ARITY.get(s.op, 2):
-                self.fail(f"{what}: {len(s.args)} arguments, expected {_ARITY.get(s.op, 2)}")
-            if s.op == "cast":
+            elif len(s.args) != step.arity:
+                self.fail(f"{what}: {len(s.args)} arguments, expected {step.arity}")
+            if step.to == "dtype":
                 self.check_dtype(s.to, what)
-            elif s.op in TABLE_OPS:
+            elif step.to == "none":
                 if s.to:
                     self.fail(f"{what}: a table lookup is float only, has integer width {s.to!r}")
-            elif s.op in ("shl", "shr_s", "shr_u", "trunc", "zext") or s.to:
+            elif step.to == "width" or (step.to == "optional" and s.to):
                 if s.to not in EPILOGUE_INT_TYPES:
                     self.fail(f"{what} has integer width {s.to!r}, not one of {', '.join(EPILOGUE_INT_TYPES)}")
             for r in s.args:

@@ -72,3 +72,24 @@ def test_shape_rules_name_what_is_wrong(op, operands, attrs, message):
 def test_ops_without_a_shape_rule_leave_checks_to_their_kernel():
     assert OPS["matmul"].verify([((2, 3), "i8"), ((3, 4), "i8")], {}) is None
     assert OPS["elementwise"].verify([], {}) is None
+
+
+def test_every_epilogue_step_is_evaluated_by_the_runtime():
+    """The epilogue step table (contract/program.py) and the runtime's evaluator name the same steps."""
+    import numpy as np
+
+    from torq.contract.program import EPILOGUE_STEPS
+    from torq.runtime import epilogue
+
+    ints, floats = np.array([3, -2], np.int64), np.array([0.5, 2.0], np.float32)
+    for step in EPILOGUE_STEPS.values():
+        if step.to == "entries":
+            args, to = [np.array([0, 1], np.int64), np.array(7), np.array(9)], "i8"
+        elif step.to == "none":
+            args, to = [floats], ""
+        elif step.to == "dtype":
+            args, to = [floats], "bf16"
+        else:  # width / optional: the integer form
+            args, to = [ints, np.array([1, 1], np.int64)] * (step.arity // 2) or [ints], "i32"
+        out = epilogue._step(step.name, args[:step.arity] if step.arity > 0 else args, to)
+        assert np.asarray(out).shape == (2,), step.name
