@@ -48,7 +48,7 @@ reads it once the last step is done.
 Copies (`patterns.data_movement_reason`): a result that is a function
 argument, a box of one (`tensor.extract_slice`) or a padded view of either
 (`torq.pad`) is written by DMAs alone, after the computes: its source box
-goes DDR -> LRAM -> DDR in chunks that fit LRAM (`_chunks`, two buffers
+goes DDR -> LRAM -> DDR in chunks that fit LRAM (`nss_copies`, two buffers
 alternating so the DMA-in of one chunk overlaps the DMA-out of the
 previous one), each chunk one tile; a padding's border boxes are written
 from one LRAM buffer that an operand-less `elementwise` compute fills with
@@ -72,7 +72,6 @@ records its `padded_work` (0 when no dim is padded). DMA boxes stay unpadded.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -81,22 +80,18 @@ from iree.compiler import ir
 from torq.contract.measures import measure_lram_peak
 from torq.contract.ops import ACCUMULATE, OPS, RESULT
 from torq.contract.program import (
-    DTYPE_BYTES,
     Compute,
     DmaIn,
     DmaOut,
-    Epilogue,
-    EpilogueStep,
     LramBuffer,
     Operand,
     Program,
-    Ref,
     TensorDesc,
 )
 
 from ..dispatch_extraction import IN_PLACE_RESULTS
 from ..ir_utils import CompileError, constant_of, element_type, int_array, mlir_dtype, static_shape
-from ..lram_allocator import align
+from ..nss_copies import COPY_BODY, is_copy, write_copy
 from ..nss_ir import program_to_function
 from ..patterns import PAD_VIEW, epilogue_from_json
 from ..slice_distribution import Distribution, form, parse_distribution, slice_of
@@ -106,10 +101,6 @@ from . import PassOptions
 
 NAME = "torq-build-nss-program"
 
-# The tile body of the copies' chunks (no block: they run after every tile body).
-_COPY_BODY = object()
-
-
 def _np_dtype(dtype: str):
     import ml_dtypes
 
@@ -117,7 +108,7 @@ def _np_dtype(dtype: str):
             "i32": np.int32}[dtype]
 
 
-class _Builder:
+class NssBuilder:
     def __init__(self, func: ir.Operation, options: PassOptions):
         self.func = func
         self.options = options
@@ -149,10 +140,10 @@ class _Builder:
         self.copies: list[tuple[ir.Value, int]] = []  # (result value, output tensor) written by DMAs alone
         outputs = []
         for i, v in enumerate(ret.operands):
-            if constant_of(v) is not None or (v in self.tensor_of and not _is_copy(v)):
+            if constant_of(v) is not None or (v in self.tensor_of and not is_copy(v)):
                 raise CompileError(f"{func.attributes['sym_name']}: result {i} is not computed on the NPU")
             outputs.append(self._new_tensor("output", v.type, host_res[i], i))
-            if _is_copy(v):
+            if is_copy(v):
                 self.copies.append((v, outputs[-1]))
             else:
                 self.tensor_of[v] = outputs[-1]
@@ -265,13 +256,13 @@ class _Builder:
                 continue  # its DMA-out is emitted right after the compute (see _dma_out)
             elif name == "scf.for" and is_reduction_loop(op):
                 if tile is None:
-                    tile = self._start_tile(block)
+                    tile = self.start_tile(block)
                 self.run_reduction_loop(op, local_buffers, tile)
             elif name == "scf.for":
                 self.run_for(op)
             elif is_torq_hl(op):
                 if tile is None:
-                    tile = self._start_tile(block)
+                    tile = self.start_tile(block)
                 self.compute(op, local_buffers, tile)
             else:
                 raise CompileError(f"unexpected op {name} in a Torq tile")
@@ -312,7 +303,7 @@ class _Builder:
         h, w = dims.index("H"), dims.index("W")
         return tensor, tuple(new_off), tuple(new_sizes), ([low[h], high[h], low[w], high[w]], value)
 
-    def _start_tile(self, block: ir.Block) -> int:
+    def start_tile(self, block: ir.Block) -> int:
         body = self._body_index(block)
         self.tile_iteration.append(self.iterations.get(body, 0))
         self.iterations[body] = self.tile_iteration[-1] + 1
@@ -401,7 +392,7 @@ class _Builder:
         if b.padded_shape and [d for d in sizes if d != 1] != [d for d in b.shape if d != 1]:
             b.shape, b.padded_shape = (), ()
 
-    def _use(self, buf: int):
+    def use(self, buf: int):
         self.buffers[buf].live_end = len(self.commands)
 
     def _resident_key(self, body: int, v: ir.Value, invariant_loops: int) -> tuple:
@@ -458,7 +449,7 @@ class _Builder:
             rbuf = self._buffer(ir.IntegerAttr(op.attributes["torq.lram_result"]).value + shift,
                                 res, op, RESULT, static_shape(res.type))
         for o in operands:
-            self._use(o.buffer)
+            self.use(o.buffer)
         attrs = {}
         for name in [a if isinstance(a, str) else a.name for a in op.attributes]:
             if name in ("epilogue", "macs") or name.startswith("torq."):
@@ -480,55 +471,7 @@ class _Builder:
         self._dma_out(op, res, rbuf)
 
     # -- copies and in-place results ------------------------------------------------
-    def copy(self, v: ir.Value, out: int) -> None:
-        """Writes result `v` (a copy: `_is_copy`) into output tensor `out` with DMAs: the
-        border of a padded view first, from a buffer filled with the pad value, then the
-        source box in chunks through two alternating buffers."""
-        shape = static_shape(v.type)
-        dtype = self.tensors[out].dtype
-        esize = DTYPE_BYTES[dtype]
-        tensor, off, sizes = self.ddr(v)
-        fill, place = None, (0,) * len(shape)
-        if v in self.valid:  # a padded view: its source box lands at `low` in the result
-            base, sizes, fill = self.valid[v]
-            if len(base) != len(shape) or v.owner.name != PAD_VIEW:
-                raise CompileError(f"result {v.get_name()}: a box of a padded view, or padding of a rank-reducing "
-                                   "box, has no DMA copy")
-            place, off = tuple(b - o for b, o in zip(base, off)), base
-        interior = tuple(sizes) if fill is not None else shape
-        if [d for d in sizes if d != 1] != [d for d in interior if d != 1]:
-            raise CompileError(f"result {v.get_name()}: copies a box of {tuple(sizes)} into {interior}")
-        hw = self.options.hw
-        budget, a = hw.available_lram_bytes, hw.lram_alignment
-        fill_bytes = 0
-        border = _border(shape, place, interior) if fill is not None else []
-        if border:
-            need = max(math.prod(s) for _, s in border) * esize
-            fill_bytes = align(min(need, budget // 4), a)
-            n_fill = min(need, budget // 4) // esize
-            buf = self._copy_buffer(0, n_fill * esize)
-            tile = self._start_tile(_COPY_BODY)
-            steps = [EpilogueStep("add", [Ref("const", const=float(fill)), Ref("const", const=0.0)])]
-            self.commands.append(Compute("elementwise", [], Operand(buf, (n_fill,), dtype), {}, Epilogue(steps),
-                                         tile=tile))
-            for b_off, b_sizes in border:
-                for c_off, c_sizes in _chunks(b_sizes, n_fill):
-                    self._use(buf)
-                    self.commands.append(DmaOut(buf, out, tuple(o + c for o, c in zip(b_off, c_off)), c_sizes))
-        total = math.prod(interior)
-        room = budget - fill_bytes
-        per_buffer = room if total * esize <= room else (room // 2) // a * a
-        squeezed = tuple(d for d in interior if d != 1)
-        for k, chunk in enumerate(_chunks(squeezed, max(1, per_buffer // esize))):
-            src_off, src_sizes = _expand(chunk, tuple(sizes))
-            dst_off, dst_sizes = _expand(chunk, interior)
-            buf = self._copy_buffer(fill_bytes + (k % 2) * per_buffer, math.prod(src_sizes) * esize)
-            self._start_tile(_COPY_BODY)
-            self.commands.append(DmaIn(tensor, tuple(o + c for o, c in zip(off, src_off)), src_sizes, buf))
-            self._use(buf)
-            self.commands.append(DmaOut(buf, out, tuple(p + c for p, c in zip(place, dst_off)), dst_sizes))
-
-    def _copy_buffer(self, offset: int, size: int) -> int:
+    def copy_buffer(self, offset: int, size: int) -> int:
         """A dense LRAM buffer for a copy, live from the next command."""
         idx = len(self.buffers)
         n = len(self.commands)
@@ -558,7 +501,7 @@ class _Builder:
         its body, or split over all slices in a body with one buffer set (module docstring)."""
         slices = self.options.hw.slices
         slice_of_tile: dict[int, int] = {}
-        split_body = {body: slices > 1 and self.body_sets.get(body, 1) == 1 and self.bodies[body] is not _COPY_BODY
+        split_body = {body: slices > 1 and self.body_sets.get(body, 1) == 1 and self.bodies[body] is not COPY_BODY
                       for body in range(len(self.bodies))}
         computes: dict[int, list[Compute]] = {}
         for c in self.commands:
@@ -594,7 +537,7 @@ class _Builder:
             if user.name == "tensor.insert_slice":
                 tensor, base, _ = self.ddr(user.operands[1])
                 offsets, sizes = self._slice_params(user, 2)
-                self._use(rbuf)
+                self.use(rbuf)
                 self._keep_layout(rbuf, tuple(sizes))
                 self.commands.append(DmaOut(rbuf, tensor, tuple(b + o for b, o in zip(base, offsets)),
                                             tuple(sizes)))
@@ -602,7 +545,7 @@ class _Builder:
                 self.tensor_of.setdefault(user.results[0], tensor)
             else:
                 tensor, base, sizes = self.ddr(res)
-                self._use(rbuf)
+                self.use(rbuf)
                 self._keep_layout(rbuf, tuple(sizes))
                 self.commands.append(DmaOut(rbuf, tensor, base, sizes))
                 return
@@ -612,51 +555,6 @@ def _split_dim(shape: tuple[int, ...], slices: int) -> int | None:
     """The dim a compute's result is split along over `slices` slices: the outermost
     whose extent is a multiple of `slices` (equal parts), None when there is none."""
     return next((d for d, n in enumerate(shape) if n >= slices and n % slices == 0), None)
-
-
-def _is_copy(v: ir.Value) -> bool:
-    """A result no compute makes: an argument, or a box or padded view (of a box) of one."""
-    return isinstance(v.owner, ir.Block) or v.owner.name in ("tensor.extract_slice", PAD_VIEW)
-
-
-def _chunks(sizes: tuple[int, ...], max_elems: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """Row-major sub-boxes (offsets relative to the box, sizes) of a box of `sizes`, each
-    at most `max_elems` elements: the innermost dims whole, the next one cut."""
-    n = len(sizes)
-    k = n
-    while k > 0 and math.prod(sizes[k - 1:]) <= max_elems:
-        k -= 1
-    if k == 0:
-        return [((0,) * n, tuple(sizes))]
-    inner = math.prod(sizes[k:])
-    step = max(1, max_elems // inner)
-    d = k - 1
-    out = []
-    for outer in itertools.product(*(range(s) for s in sizes[:d])):
-        for start in range(0, sizes[d], step):
-            size = min(step, sizes[d] - start)
-            out.append((tuple(outer) + (start,) + (0,) * (n - k), (1,) * d + (size,) + tuple(sizes[k:])))
-    return out
-
-
-def _expand(box: tuple[tuple[int, ...], tuple[int, ...]], sizes: tuple[int, ...]) -> tuple[tuple, tuple]:
-    """A chunk of the squeezed box (its non-unit dims) as a chunk of the box of `sizes`."""
-    it = iter(zip(*box))
-    pairs = [(0, 1) if s == 1 else next(it) for s in sizes]
-    return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
-
-
-def _border(shape: tuple[int, ...], offsets: tuple[int, ...], sizes: tuple[int, ...]) -> list[tuple[tuple, tuple]]:
-    """Disjoint boxes covering `shape` outside the box (`offsets`, `sizes`): for each dim,
-    the slabs before and after the box along it, within the box on the dims before it."""
-    out = []
-    for d in range(len(shape)):
-        lead_off, lead_size = tuple(offsets[:d]), tuple(sizes[:d])
-        for start, size in ((0, offsets[d]), (offsets[d] + sizes[d], shape[d] - offsets[d] - sizes[d])):
-            if size > 0 and all(lead_size):
-                out.append((lead_off + (start,) + (0,) * (len(shape) - d - 1),
-                            lead_size + (size,) + tuple(shape[d + 1:])))
-    return out
 
 
 def _eval_affine(e: ir.AffineExpr, args: list[int], n_dims: int) -> int:
@@ -682,11 +580,11 @@ def _eval_affine(e: ir.AffineExpr, args: list[int], n_dims: int) -> int:
 
 def build_program(func: ir.Operation, options: PassOptions) -> tuple[Program, dict]:
     """The NSS program of `func` and its slice distribution summary (see module docstring)."""
-    b = _Builder(func, options)
+    b = NssBuilder(func, options)
     b.run_block(func.regions[0].blocks[0])
     first_copy_buffer = len(b.buffers)
     for v, out in b.copies:
-        b.copy(v, out)
+        write_copy(b, v, out)
     b.place_in_place_boxes()
     try:
         dist = parse_distribution(options.slice_distribution)
