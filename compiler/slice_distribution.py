@@ -28,6 +28,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from torq.contract.program import Compute
+
 STRATEGIES = ("cyclic", "block", "block-cyclic")
 DEFAULT_STRATEGY = "cyclic"
 DEFAULT_BLOCK = 2
@@ -80,3 +82,41 @@ def slice_of(k: int, n_tiles: int, slices: int, dist: Distribution) -> int:
     if dist.strategy == "block":
         return k // math.ceil(n_tiles / slices)
     return (k // dist.block) % slices
+
+
+def split_dim(shape: tuple[int, ...], slices: int) -> int | None:
+    """The dim a compute's result is split along over `slices` slices: the outermost
+    whose extent is a multiple of `slices` (equal parts), None when there is none."""
+    return next((d for d, n in enumerate(shape) if n >= slices and n % slices == 0), None)
+
+
+def distribute(commands: list, tile_bodies: list[int], split_bodies: list[bool], slices: int,
+               dist: Distribution) -> dict:
+    """Sets the slice (and split) of every compute of `commands`: from its tile's iteration
+    index in its body (`tile_bodies[tile]`), or split over all slices in a body of
+    `split_bodies` (torq-build-nss-program's docstring); returns the summary it records."""
+    slice_of_tile: dict[int, int] = {}
+    computes: dict[int, list[Compute]] = {}
+    for c in commands:
+        if isinstance(c, Compute):
+            computes.setdefault(tile_bodies[c.tile], []).append(c)
+    summary = []
+    for body in range(len(split_bodies)):
+        tiles = [t for t, b in enumerate(tile_bodies) if b == body]
+        n = len(tiles)
+        if split_bodies[body]:
+            split = 0
+            for c in computes.get(body, []):
+                c.slice = 0
+                if split_dim(c.result.shape, slices) is not None:
+                    c.split = slices
+                    split += 1
+            summary.append({"tiles": n, "form": "split", "slices_used": slices if split else 1,
+                            "split_computes": split})
+            continue
+        for k, t in enumerate(tiles):
+            slice_of_tile[t] = slice_of(k, n, slices, dist)
+        summary.append({"tiles": n, "form": form(n, slices), "slices_used": len({slice_of_tile[t] for t in tiles})})
+        for c in computes.get(body, []):
+            c.slice = slice_of_tile.get(c.tile, 0)
+    return {"strategy": dist.spec, "slices": slices, "bodies": summary}

@@ -94,7 +94,7 @@ from ..ir_utils import CompileError, constant_of, element_type, int_array, mlir_
 from ..nss_copies import COPY_BODY, is_copy, write_copy
 from ..nss_ir import program_to_function
 from ..patterns import PAD_VIEW, epilogue_from_json
-from ..slice_distribution import Distribution, form, parse_distribution, slice_of
+from ..slice_distribution import distribute, parse_distribution
 from ..tile_schedule import enclosing_loops, is_reduction_loop, is_torq_hl, stays_in_body
 from ..vector_layout import padded_value_nbytes, padded_work, role_layout, string_attrs
 from . import PassOptions
@@ -465,7 +465,7 @@ class NssBuilder:
         dense = macs if OPS[kind].inputs > 0 and macs > 0 else math.prod(result.shape)
         self.commands.append(Compute(kind, operands, result,
                                      attrs, epilogue_from_json(ir.StringAttr(op.attributes["epilogue"]).value),
-                                     slice=0,  # set by distribute()
+                                     slice=0,  # set by slice_distribution.distribute
                                      macs=macs, tile=tile, padded_work=work if work != dense else 0))
         local[res] = rbuf
         self._dma_out(op, res, rbuf)
@@ -496,38 +496,11 @@ class NssBuilder:
                     new_sizes.append(1)
             c.offsets, c.sizes = tuple(new_off), tuple(new_sizes)
 
-    def distribute(self, dist: Distribution) -> dict:
-        """Sets the slice (and split) of every compute: from its tile's iteration index in
-        its body, or split over all slices in a body with one buffer set (module docstring)."""
+    def split_bodies(self) -> list[bool]:
+        """Per body: whether its computes split over all slices (one buffer set, not copies)."""
         slices = self.options.hw.slices
-        slice_of_tile: dict[int, int] = {}
-        split_body = {body: slices > 1 and self.body_sets.get(body, 1) == 1 and self.bodies[body] is not COPY_BODY
-                      for body in range(len(self.bodies))}
-        computes: dict[int, list[Compute]] = {}
-        for c in self.commands:
-            if isinstance(c, Compute):
-                computes.setdefault(self.tile_bodies[c.tile], []).append(c)
-        summary = []
-        for body in range(len(self.bodies)):
-            tiles = [t for t, b in enumerate(self.tile_bodies) if b == body]
-            n = len(tiles)
-            if split_body[body]:
-                split = 0
-                for c in computes.get(body, []):
-                    c.slice = 0
-                    if _split_dim(c.result.shape, slices) is not None:
-                        c.split = slices
-                        split += 1
-                summary.append({"tiles": n, "form": "split", "slices_used": slices if split else 1,
-                                "split_computes": split})
-                continue
-            for k, t in enumerate(tiles):
-                slice_of_tile[t] = slice_of(k, n, slices, dist)
-            summary.append({"tiles": n, "form": form(n, slices),
-                            "slices_used": len({slice_of_tile[t] for t in tiles})})
-            for c in computes.get(body, []):
-                c.slice = slice_of_tile.get(c.tile, 0)
-        return {"strategy": dist.spec, "slices": slices, "bodies": summary}
+        return [slices > 1 and self.body_sets.get(body, 1) == 1 and self.bodies[body] is not COPY_BODY
+                for body in range(len(self.bodies))]
 
     def _dma_out(self, op, res, rbuf):
         for use in res.uses:
@@ -549,12 +522,6 @@ class NssBuilder:
                 self._keep_layout(rbuf, tuple(sizes))
                 self.commands.append(DmaOut(rbuf, tensor, base, sizes))
                 return
-
-
-def _split_dim(shape: tuple[int, ...], slices: int) -> int | None:
-    """The dim a compute's result is split along over `slices` slices: the outermost
-    whose extent is a multiple of `slices` (equal parts), None when there is none."""
-    return next((d for d, n in enumerate(shape) if n >= slices and n % slices == 0), None)
 
 
 def _eval_affine(e: ir.AffineExpr, args: list[int], n_dims: int) -> int:
@@ -590,7 +557,7 @@ def build_program(func: ir.Operation, options: PassOptions) -> tuple[Program, di
         dist = parse_distribution(options.slice_distribution)
     except ValueError as e:
         raise CompileError(str(e)) from None
-    summary = b.distribute(dist)
+    summary = distribute(b.commands, b.tile_bodies, b.split_bodies(), options.hw.slices, dist)
     name = ir.StringAttr(func.attributes["sym_name"]).value
     peak = ir.IntegerAttr(func.attributes["torq.lram_peak"]).value if "torq.lram_peak" in func.attributes else 0
     # The copies' buffers live after every compute buffer: their peak is separate.
