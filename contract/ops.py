@@ -44,10 +44,11 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+from .program import INT_DTYPES
+
 RESULT = -1  # the role of an op's result (operands are roles 0, 1, ...)
 ACCUMULATE = "accumulate"  # the attr of an op in accumulate form
 REDUCE_MODES = ("sum", "mean", "max")
-_INT_DTYPES = ("i8", "i16", "i32")
 
 Shape = tuple[int, ...]
 
@@ -80,11 +81,17 @@ class Dims:
     def of(self, attrs: dict, rank: int | None = None) -> str:
         """The checked dims string of `attrs` (OpError when malformed)."""
         d = attrs.get(self.attr)
-        if not (isinstance(d, str) and len(set(d)) == len(d) and set(d) <= set(self.letters)
-                and set(self.letters) - set(self.optional) <= set(d) and (rank is None or len(d) == rank)):
+        if not names_dims(d, self.letters, self.optional, rank):
             raise OpError(f"attr {self.attr}={d!r} does not name the dims (letters {self.letters}, optional "
                           f"{self.optional or 'none'}{f', rank {rank}' if rank is not None else ''})")
         return d
+
+
+def names_dims(d: object, letters: str, optional: str = "", rank: int | None = None) -> bool:
+    """Whether `d` is a dims string: distinct letters of `letters`, every one not in `optional`
+    present, `rank` of them when given (the rule the validator and the kernels check)."""
+    return (isinstance(d, str) and len(set(d)) == len(d) and set(d) <= set(letters)
+            and set(letters) - set(optional) <= set(d) and (rank is None or len(d) == rank))
 
 
 Operands = list[tuple[Shape, str]]  # (shape, dtype) of each operand
@@ -134,7 +141,7 @@ class OpDef:
         if len(operands) < self.inputs:
             raise OpError(f"{len(operands)} operands, needs at least {self.inputs}")
         form = self.float_only(attrs)
-        if form and operands[0][1] in _INT_DTYPES:
+        if form and operands[0][1] in INT_DTYPES:
             raise OpError(f"{operands[0][1]} operand, {form} is float only")
         return self.shape_rule(self, operands, attrs)
 

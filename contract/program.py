@@ -130,6 +130,8 @@ EPILOGUE_STEPS: dict[str, StepDef] = {
     LUT: StepDef(LUT, -1, "entries"),
 }
 TABLE_OPS = frozenset(n for n, d in EPILOGUE_STEPS.items() if d.to == "none")
+# Integer dtypes a compute reads or produces (the accumulating domain is i32).
+INT_DTYPES = frozenset({"i8", "i16", "i32"})
 EPILOGUE_INT_TYPES = {"i1": 1, "i8": 8, "i16": 16, "i32": 32, "i64": 64}
 
 

@@ -14,6 +14,7 @@ from .program import (
     DTYPE_BYTES,
     EPILOGUE_INT_TYPES,
     EPILOGUE_STEPS,
+    INT_DTYPES,
     MAX_LUT_ENTRIES,
     TENSOR_KINDS,
     Command,
@@ -36,7 +37,6 @@ class ExecutableError(ValueError):
 _MAX_ELEMENTS = 2**60  # elements of any tensor or operand (numpy indexes with int64)
 
 
-_INT_DTYPES = ("i8", "i16", "i32")
 
 
 def validate_program(p: Program, hw: TorqHw | None = None) -> None:
@@ -267,7 +267,7 @@ class _Validator:
         if not (isinstance(pad, list) and len(pad) == 4 and all(isinstance(p, int) and p >= 0 for p in pad)):
             self.fail(f"command {i} ({c.op}): attr pad must be four non-negative ints [top, bottom, left, right], "
                       f"got {pad!r}")
-        if not isinstance(value, (int, float)) or (c.operands and c.operands[0].dtype in _INT_DTYPES
+        if not isinstance(value, (int, float)) or (c.operands and c.operands[0].dtype in INT_DTYPES
                                                    and not isinstance(value, int)):
             self.fail(f"command {i} ({c.op}): attr pad_value {value!r} is not a value of its input")
 

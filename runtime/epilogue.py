@@ -33,9 +33,9 @@ from typing import Any, Callable
 import ml_dtypes
 import numpy as np
 
-from torq.contract.program import EPILOGUE_INT_TYPES, LUT, TABLE_OPS, Epilogue, Ref
+from torq.contract.program import EPILOGUE_INT_TYPES, INT_DTYPES, LUT, TABLE_OPS, Epilogue, Ref
 
-from .kernels import INT_DTYPES, NP_DTYPES, KernelError, int_limits, to_domain
+from .kernels import NP_DTYPES, KernelError, int_limits, to_domain
 
 
 def _is_int(a: Any) -> bool:

@@ -34,7 +34,8 @@ import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from torq.contract.ops import ACCUMULATE, OPS, REDUCE_MODES
+from torq.contract.ops import ACCUMULATE, OPS, REDUCE_MODES, names_dims
+from torq.contract.program import INT_DTYPES
 
 NP_DTYPES: dict[str, np.dtype] = {
     "bf16": np.dtype(ml_dtypes.bfloat16),
@@ -45,7 +46,6 @@ NP_DTYPES: dict[str, np.dtype] = {
     "i32": np.dtype("<i4"),
     "i1": np.dtype(np.bool_),  # a boolean mask operand, one byte per element
 }
-INT_DTYPES = {"i8", "i16", "i32"}
 
 
 class KernelError(ValueError):
@@ -83,9 +83,7 @@ def _pair(attrs: dict, key: str, op: str = "conv2d", default=(1, 1)) -> tuple[in
 
 def _dims(attrs: dict, key: str, letters: str, rank: int, optional: str = "") -> str:
     d = attrs.get(key)
-    ok = isinstance(d, str) and len(d) == rank and len(set(d)) == rank
-    ok = ok and set(d) <= set(letters) and set(letters) - set(optional) <= set(d)
-    if not ok:
+    if not names_dims(d, letters, optional, rank):
         raise KernelError(f"attr {key}={d!r} does not name the {rank} dims of the operand (letters {letters})")
     return d
 
@@ -280,9 +278,7 @@ def matmul(lhs: np.ndarray, rhs: np.ndarray, attrs: dict) -> tuple[np.ndarray, i
 def _letters(attrs: dict, key: str, letters: str, optional: str, op: str, rank: int | None = None) -> str:
     """A dims string: distinct letters of `letters`, all but `optional` present."""
     d = attrs.get(key)
-    ok = isinstance(d, str) and len(set(d)) == len(d) and set(d) <= set(letters)
-    ok = ok and set(letters) - set(optional) <= set(d) and (rank is None or len(d) == rank)
-    if not ok:
+    if not names_dims(d, letters, optional, rank):
         what = f"the {rank} dims of the operand" if rank is not None else "its dims"
         raise KernelError(f"{op} attr {key}={d!r} does not name {what} (letters {letters}, "
                           f"optional {optional or 'none'})")
