@@ -5,12 +5,12 @@ argument per dispatch input (full `dispatch.tensor.load`), one result per
 dispatch output (full `dispatch.tensor.store`). A dispatch that writes a
 box of a read-write operand (IREE writes a producer into its consumer's
 padded buffer, and each part of a concatenation into the result, this way)
-returns the box; `mark_in_place_updates` then records on the function
-(`IN_PLACE_RESULTS`) that the NPU writes it in place into the read-write
-operand, which the call passes as an extra input (torq-build-nss-program
-makes the output an alias of it). A result whose box the host must still
-insert (one with a host tail) keeps `result_updates` for the target's host
-copy. A load of a static box of an input that is only stored becomes a
+returns the box, listed in the function's `RESULT_UPDATES`;
+torq-mark-in-place-updates then decides that the NPU writes it in place into
+the read-write operand, which the call passes as an extra input
+(torq-build-nss-program makes the output an alias of it). A result whose box
+the host must still insert (one with a host tail) keeps `result_updates` for
+the target's host copy. A load of a static box of an input that is only stored becomes a
 `tensor.extract_slice` (a DMA box: the dispatch is a copy). Any other load
 of a static box of an input (IREE slices the query, key and value of an
 attention out of one tensor this way) becomes a *box read* of the whole
@@ -25,19 +25,20 @@ reading every 2nd pixel becomes a 1x1 convolution with stride 2
 (`box_reads.fold_strided_box_read`). Dynamic boxes, strided boxes read by anything
 but a generic's input, reads of a read-write operand and dynamic shapes are
 `Unsupported`: host. An `iree_linalg_ext.attention` (torch's
-scaled_dot_product_attention) is decomposed into linalg ops the Torq
-patterns match (torq-decompose-attention); one it cannot decompose is
-`Unsupported`.
+scaled_dot_product_attention) is decomposed by the pipeline
+(torq-decompose-attention); one it cannot decompose is `Unsupported` here,
+before the body is taken apart.
 
 Operands that are constants at the flow level (`arith.constant`, or
 `util.global.load` of an immutable global with a constant initial value that
-nothing stores) stay function arguments, but their values are known
-(`FlowModuleFacts.constant`, read-only and on demand), so
-`lower_requantization` can read weights, biases and per-channel scales: it
-replaces a float requantization after an integer contraction with an exact
-integer rescale (`requant.py`), drops the arguments this leaves unread, and
-records a dequantize tail for the host (`host_dispatches.host_tail_dispatch`
-builds it).
+nothing stores) stay function arguments, and carry their value as the
+argument attribute `CONSTANT_ARG` (`FlowModuleFacts.constant_attr`: the same
+attribute, not a copy), with the host's f32 semantics as `HOST_FMA`, so
+torq-lower-requantization can read weights, biases and per-channel scales:
+it replaces a float requantization after an integer contraction with an
+integer rescale, drops the arguments this leaves unread, and reports a
+dequantize tail for the host (`host_dispatches.host_tail_dispatch` builds
+it; `ExtractedDispatch.apply_reports` takes the reports over).
 
 For a dispatch left on the host, `host_dispatches.hoist_input_pads` edits the flow-level
 dispatch itself: a padding of a loaded input is built before the dispatch
@@ -50,7 +51,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-import numpy as np
 from iree.compiler import ir
 
 from .box_reads import (
@@ -64,15 +64,13 @@ from .box_reads import (
     static_box,
 )
 from .f32_chain import host_float_semantics
-from .ir_utils import block_ops, constant_value, static_shape, walk_ops
-from .passes import decompose_attention
+from .ir_utils import block_ops, static_shape, walk_ops
+from .passes import decompose_attention, lower_requantization, mark_in_place_updates
+from .passes.lower_requantization import CONSTANT_ARG, HOST_FMA
+from .passes.mark_in_place_updates import RESULT_UPDATES
 from .patterns import Unsupported
-from .requant import lower_float_requantization, unused_arguments
-from .requant_channels import Known
-from .requant_elementwise import is_int8_arithmetic, lower_int8_arithmetic
 from .requant_summary import RequantSummary
 from .requant_tail import HostTail
-from .rescale_fit import NotExact
 
 
 def _is_full(op: ir.Operation, shape: tuple[int, ...]) -> bool:
@@ -83,22 +81,34 @@ def _is_full(op: ir.Operation, shape: tuple[int, ...]) -> bool:
 
 @dataclass
 class ExtractedDispatch:
+    """A dispatch body as a function, and what the target needs to call it.
+
+    `input_operands` and `in_place` / `host_tails` are as extraction made them until the
+    pipeline ran; `apply_reports` then sets them from what its passes reported (the
+    arguments torq-lower-requantization kept, the results torq-mark-in-place-updates
+    marked, the dequantize tails left to the host)."""
     func: ir.Operation
+    name: str
     input_operands: list[int]  # dispatch operand index of each function argument
     # For each dispatch result: (tied operand index, store offsets) when the
     # dispatch writes a box of a read-write operand, else (-1, None).
     result_updates: list[tuple[int, list[int] | None]]
     # Per function result: elementwise ops the host applies to the NPU result.
     host_tails: dict[int, HostTail] = field(default_factory=dict)
-    # The flow-level value of each function argument (`FlowModuleFacts.constant` reads them).
-    arg_values: list[ir.Value] = field(default_factory=list)
-    # Per dispatch result: the type of the read-write operand it updates and the sizes
-    # of the box it stores (per dim of that operand: unit dims the result drops too), else None.
-    dest_types: list[ir.Type | None] = field(default_factory=list)
-    update_sizes: list[list[int] | None] = field(default_factory=list)
-    # Function results the NPU writes in place into their read-write operand
-    # (`mark_in_place_updates`), in the order the call passes those operands.
+    # Function results the NPU writes in place into their read-write operand,
+    # in the order the call passes those operands.
     in_place: list[int] = field(default_factory=list)
+    # One summary per float requantization compiled to an integer rescale.
+    requant: list[RequantSummary] = field(default_factory=list)
+
+    def apply_reports(self, reports: dict) -> None:
+        """Take over what the dispatch pipeline's passes reported (`pipeline.run_passes`)."""
+        lowering = reports.get(lower_requantization.NAME, {}).get(self.name)
+        if lowering is not None:
+            self.input_operands = [self.input_operands[k] for k in lowering.kept_arguments]
+            self.host_tails = dict(lowering.host_tails)
+            self.requant = list(lowering.rescaled)
+        self.in_place = list(reports.get(mark_in_place_updates.NAME, {}).get(self.name, []))
 
 
 def _tied_operands(dispatch: ir.Operation) -> list[int]:
@@ -107,8 +117,16 @@ def _tied_operands(dispatch: ir.Operation) -> list[int]:
     return [ir.IntegerAttr(a).value for a in ir.ArrayAttr(dispatch.attributes["tied_operands"])]
 
 
-def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Module) -> ExtractedDispatch:
-    """Build `func.func @name` in `module` from a clone of `dispatch`'s body."""
+def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Module,
+                              facts: "FlowModuleFacts | None" = None) -> ExtractedDispatch:
+    """Build `func.func @name` in `module` from a clone of `dispatch`'s body.
+
+    The function carries what the dispatch pipeline needs to know of the flow level
+    (so that it is self-contained, and torq-opt runs the same passes on it):
+    `CONSTANT_ARG` on each argument whose flow-level operand is a known constant
+    (`facts`), `HOST_FMA` when the host's f32 semantics are known, and
+    `RESULT_UPDATES` for the results that update a box of a read-write operand.
+    """
     block = dispatch.regions[0].blocks[0]
     n_operands = len(dispatch.operands)
     tied = _tied_operands(dispatch)
@@ -181,18 +199,37 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
     with ir.InsertionPoint(fblock), dispatch.location:
         ir.Operation.create("func.return", operands=results)
     clone.erase()
-    decompose_attention.decompose_function(func)
-    dest_types = [kinds[t][1] if t >= 0 else None for t, _ in updates]
-    return ExtractedDispatch(func, input_args, updates, arg_values=[dispatch.operands[i] for i in input_args],
-                             dest_types=dest_types, update_sizes=update_sizes)
+    _record_result_updates(func, updates, [kinds[t][1] if t >= 0 else None for t, _ in updates], update_sizes)
+    if facts is not None:
+        _record_flow_facts(func, [dispatch.operands[i] for i in input_args], facts)
+    return ExtractedDispatch(func, name, input_args, updates)
+
+
+def _record_result_updates(func: ir.Operation, updates, dest_types, sizes) -> None:
+    entries = [_update_entry(k, dest, offsets, size)
+               for k, ((tied, offsets), dest, size) in enumerate(zip(updates, dest_types, sizes)) if tied >= 0]
+    if entries:
+        func.attributes[RESULT_UPDATES] = ir.ArrayAttr.get(entries)
+
+
+def _update_entry(k: int, dest: ir.Type, offsets: list[int], sizes: list[int]) -> ir.Attribute:
+    return ir.DictAttr.get({
+        "result": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), k),
+        "shape": ir.DenseI64ArrayAttr.get(list(static_shape(dest))),
+        "offsets": ir.DenseI64ArrayAttr.get(list(offsets)),
+        "sizes": ir.DenseI64ArrayAttr.get(list(sizes))})
+
+
+def _record_flow_facts(func: ir.Operation, operands: list[ir.Value], facts: "FlowModuleFacts") -> None:
+    attrs = [facts.constant_attr(v) for v in operands]
+    if any(a is not None for a in attrs):
+        func.attributes["arg_attrs"] = ir.ArrayAttr.get(
+            [ir.DictAttr.get({CONSTANT_ARG: a} if a is not None else {}) for a in attrs])
+    if facts.host_float is not None:
+        func.attributes[HOST_FMA] = ir.BoolAttr.get(facts.host_float.fma)
 
 
 STORE = "iree_tensor_ext.dispatch.tensor.store"
-# Function attribute: the results written in place into a read-write operand, one
-# dict per such result in call order: {"result": index, "shape": the operand's
-# shape, "offsets" and "sizes": the box the result fills in it (per operand dim;
-# the result may drop unit dims of the box, matched from the left as in `box_map`)}.
-IN_PLACE_RESULTS = "torq.in_place_results"
 
 
 def _replace_box_load(load: ir.Operation, arg: ir.Value, box: "Box", block: ir.Block) -> None:
@@ -213,24 +250,6 @@ def _replace_box_load(load: ir.Operation, arg: ir.Value, box: "Box", block: ir.B
                 owner.operands[k] = view
         if len(stores) < len(uses):
             load.results[0].replace_all_uses_with(box_read_generic(arg, box, load.results[0].type))
-
-
-def mark_in_place_updates(ex: ExtractedDispatch, func: ir.Operation) -> None:
-    """Record (`IN_PLACE_RESULTS` on `func`, `ex.in_place`) that each result updating a
-    box of a read-write operand is written in place on the NPU, except one the host
-    finishes (a host tail: its box is inserted after the tail, `result_updates`)."""
-    entries = []
-    for k, ((tied, offsets), dest, sizes) in enumerate(zip(ex.result_updates, ex.dest_types, ex.update_sizes)):
-        if tied < 0 or k in ex.host_tails:
-            continue
-        ex.in_place.append(k)
-        entries.append(ir.DictAttr.get({
-            "result": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), k),
-            "shape": ir.DenseI64ArrayAttr.get(list(static_shape(dest))),
-            "offsets": ir.DenseI64ArrayAttr.get(list(offsets)),
-            "sizes": ir.DenseI64ArrayAttr.get(list(sizes))}))
-    if entries:
-        func.attributes[IN_PLACE_RESULTS] = ir.ArrayAttr.get(entries)
 
 
 class FlowModuleFacts:
@@ -263,64 +282,17 @@ class FlowModuleFacts:
         """The module's llvm-cpu float semantics (`requant.host_float_semantics`)."""
         return host_float_semantics(self.module_op)
 
-    def constant(self, v: ir.Value) -> np.ndarray | None:
-        """The value of flow-level `v` if it is an `arith.constant` or a `util.global.load`
-        of one of `constant_globals`; else None."""
+    def constant_attr(self, v: ir.Value) -> ir.Attribute | None:
+        """The value of flow-level `v` as an attribute if it is an `arith.constant` or a
+        `util.global.load` of one of `constant_globals`; else None."""
         op = v.owner
         if isinstance(op, ir.Block):
             return None
         if op.name == "arith.constant":
-            return constant_value(op.attributes["value"])
+            return op.attributes["value"]
         if op.name != "util.global.load" or "is_immutable" not in op.attributes:
             return None
-        init = self.constant_globals.get(ir.FlatSymbolRefAttr(op.attributes["global"]).value)
-        return constant_value(init) if init is not None else None
-
-
-def lower_requantization(ex: ExtractedDispatch, func: ir.Operation, facts: FlowModuleFacts,
-                         nearest: bool = True) -> list[RequantSummary]:
-    """Float requantizations after integer contractions in `func` become integer rescales
-    (`requant.lower_float_requantization`: exact, or with `nearest` the nearest within one
-    output step); returns one summary per rewrite.
-
-    Raises Unsupported, with `func` unchanged, when one cannot be reproduced. Arguments
-    the rewrite leaves unread are removed (from `func` and `ex.input_operands`),
-    and dequantize tails cut off become `ex.host_tails`.
-    """
-    had_users = set(range(len(func.regions[0].blocks[0].arguments))) - set(unused_arguments(func))
-    constants = _ConstantArgs(ex, facts)
-    try:
-        done = lower_float_requantization(func, constants, lambda: facts.host_float, nearest)
-        if not done.rescaled and is_int8_arithmetic(func, Known(constants)):
-            done.rescaled = lower_int8_arithmetic(func, Known(constants), lambda: facts.host_float, nearest)
-    except NotExact as e:
-        raise Unsupported(str(e)) from None
-    if not done.rescaled and not done.host_tails:
-        return []
-    ex.host_tails.update(done.host_tails)
-    dropped = sorted((k for k in unused_arguments(func) if k in had_users), reverse=True)
-    block = func.regions[0].blocks[0]
-    for k in dropped:
-        block.erase_argument(k)
-        del ex.input_operands[k]
-        del ex.arg_values[k]
-    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-    func.attributes["function_type"] = ir.TypeAttr.get(
-        ir.FunctionType.get([a.type for a in block.arguments], list(ftype.results)))
-    return done.rescaled
-
-
-class _ConstantArgs:
-    """Function argument index -> constant value (or None), resolved on first use."""
-
-    def __init__(self, ex: ExtractedDispatch, facts: FlowModuleFacts):
-        self.ex, self.facts = ex, facts
-        self.cache: dict[int, np.ndarray | None] = {}
-
-    def get(self, k: int) -> np.ndarray | None:
-        if k not in self.cache:
-            self.cache[k] = self.facts.constant(self.ex.arg_values[k])
-        return self.cache[k]
+        return self.constant_globals.get(ir.FlatSymbolRefAttr(op.attributes["global"]).value)
 
 
 def _check_loads_and_stores(block: ir.Block, kinds, in_pos: dict, out_pos: dict) -> list:

@@ -337,7 +337,10 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
                 import sys
 
                 def printer(name, m):
-                    print(f"// -----// IR Dump After {name} //----- //\n{m}", file=sys.stderr)
+                    # Weights ride on the first passes' arguments (torq.constant): elided, as
+                    # IREE's --mlir-elide-elementsattrs-if-larger would.
+                    text = m.operation.get_asm(large_elements_limit=1024, large_resource_limit=1024)
+                    print(f"// -----// IR Dump After {name} //----- //\n{text}", file=sys.stderr)
             report = TorqTarget(options.pass_options(), remarks=remarks, print_after_all=printer,
                                 stop_after_phase=torq_stop).run(module_op)
             if torq_stop:

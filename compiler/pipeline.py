@@ -17,20 +17,23 @@ from .passes import (
     PassOptions,
     assign_lram_addresses,
     build_nss_program,
+    check_npu_support,
     convert_dtypes,
     decompose_attention,
     fold_padding,
+    lower_requantization,
     lower_to_torq_hl,
+    mark_in_place_updates,
     mark_patterns_for_super_tiling,
     serialize_executable,
     super_tiling,
 )
+from .patterns import Unsupported
 
-# decompose_attention runs inside dispatch extraction (before PRE_PASSES, which
-# decompose the softmax it makes); registered here for torq-opt.
 PASSES: dict[str, ModuleType] = {m.NAME: m for m in (
-    decompose_attention, convert_dtypes, fold_padding, mark_patterns_for_super_tiling, super_tiling,
-    lower_to_torq_hl, assign_lram_addresses, build_nss_program, serialize_executable)}
+    decompose_attention, lower_requantization, mark_in_place_updates, check_npu_support, convert_dtypes,
+    fold_padding, mark_patterns_for_super_tiling, super_tiling, lower_to_torq_hl, assign_lram_addresses,
+    build_nss_program, serialize_executable)}
 
 # Normalisation first: named linalg ops become generics the matchers read;
 # linalg.softmax becomes its reduce / elementwise chain (max, exp(x - max),
@@ -38,7 +41,11 @@ PASSES: dict[str, ModuleType] = {m.NAME: m for m in (
 PRE_PASSES = ("func.func(iree-codegen-decompose-softmax{use-fusion=false}),"
               "linalg-generalize-named-ops,canonicalize,cse")
 
-DISPATCH_PIPELINE = [PRE_PASSES, convert_dtypes.NAME, fold_padding.NAME, mark_patterns_for_super_tiling.NAME,
+# Attention first (PRE_PASSES decompose the softmax it makes); requantization after
+# the pre-passes (it reads generics); the support check once the function is final
+# in what it computes, before any pass that assumes the NPU can run it.
+DISPATCH_PIPELINE = [decompose_attention.NAME, PRE_PASSES, lower_requantization.NAME, mark_in_place_updates.NAME,
+                     check_npu_support.NAME, convert_dtypes.NAME, fold_padding.NAME, mark_patterns_for_super_tiling.NAME,
                      super_tiling.NAME, lower_to_torq_hl.NAME, assign_lram_addresses.NAME,
                      build_nss_program.NAME, serialize_executable.NAME]
 
@@ -94,12 +101,18 @@ def run_passes(module: ir.Module, names: list[str], options: PassOptions,
                 raise CompileError(f"error: pass pipeline '{','.join(pending)}' failed: {e}") from None
             except ValueError as e:
                 raise CompileError(f"error: bad pass pipeline '{','.join(pending)}': {e}") from None
+            if print_after_all:
+                print_after_all(",".join(pending), module)
             pending.clear()
 
     for name in names:
         if name in PASSES:
             flush()
-            report = PASSES[name].run(module, options)
+            try:
+                report = PASSES[name].run(module, options)
+            except Unsupported as e:
+                e.pass_name = name  # torq-opt names it; the target only needs the reason
+                raise
             if report is not None:
                 reports[name] = report
             if print_after_all:
@@ -111,4 +124,9 @@ def run_passes(module: ir.Module, names: list[str], options: PassOptions,
 
 
 def run_pipeline_text(module: ir.Module, text: str, options: PassOptions) -> None:
-    run_passes(module, parse_pipeline(text), options)
+    """Runs a textual pipeline (torq-opt); a function the NPU cannot run is a compile error
+    naming the pass and why (in a compile, the target leaves that dispatch on the host)."""
+    try:
+        run_passes(module, parse_pipeline(text), options)
+    except Unsupported as e:
+        raise CompileError(f"error: {getattr(e, 'pass_name', 'pipeline')}: no NPU form: {e}") from None

@@ -2,16 +2,19 @@
 
 At IREE's dispatch-creation phase every dispatch is a
 `flow.dispatch.workgroups` op. For each one, `TorqTarget.run`:
-1. extracts its body into a tensor function (`dispatch_extraction`);
-2. checks every linalg op against the Torq patterns; a dispatch with an op no
-   pattern covers stays on the host with a remark naming the op and why;
-3. runs the dispatch pipeline (`pipeline.DISPATCH_PIPELINE`) to a serialized
-   executable;
-4. replaces the dispatch with `hal.tensor.export` of its operands, a call to
+1. extracts its body into a self-contained tensor function
+   (`dispatch_extraction`: the flow-level constants it reads and the boxes it
+   updates ride on the function as attributes);
+2. runs the dispatch pipeline (`pipeline.DISPATCH_PIPELINE`) on it, to a
+   serialized executable. Its passes decompose attention, lower float
+   requantizations, mark in-place updates and check what the NPU can run
+   (torq-check-npu-support); a pass that raises `Unsupported` leaves the
+   dispatch on the host with a remark naming the op and why;
+3. replaces the dispatch with `hal.tensor.export` of its operands, a call to
    `torq.run_i<N>_o<M>(executable, ...)` (imported from the `torq` VM module)
    and `hal.tensor.import` of its results.
 A result that updates a box of a read-write operand is written in place by
-the NPU (`dispatch_extraction.mark_in_place_updates`): that operand is passed
+the NPU (torq-mark-in-place-updates): that operand is passed
 after the inputs and the call's result is the whole updated tensor. Only a
 result the host finishes (a dequantize tail) is still inserted by a host copy
 dispatch (`box_copy_dispatch`). A dispatch that computes nothing but copies (boxes
@@ -26,28 +29,19 @@ import sys
 from dataclasses import dataclass, field
 
 import numpy as np
-from iree.compiler import ir, passmanager
+from iree.compiler import ir
 
 from torq.contract.executable import parse_executable
 from torq.contract.measures import program_traffic
-from torq.contract.module_abi import MAX_INPUTS, MAX_RESULTS, MODULE_NAME, export_name
+from torq.contract.module_abi import MODULE_NAME, export_name
 
-from .dispatch_extraction import (
-    ExtractedDispatch,
-    FlowModuleFacts,
-    extract_dispatch_function,
-    lower_requantization,
-    mark_in_place_updates,
-)
+from .dispatch_extraction import ExtractedDispatch, FlowModuleFacts, extract_dispatch_function
 from .host_dispatches import box_copy_dispatch, hoist_input_pads, host_tail_dispatch
 from .ir_utils import CompileError, location_str, walk_ops
 from .macs import count_macs
 from .passes import PassOptions, super_tiling
-from .patterns import Unsupported, classify_contraction, data_movement_reason, is_zero_fill, match_group
-from .pipeline import PRE_PASSES, dispatch_pipeline, run_passes
-from .requant import io_conversion_reason
-
-SUPPORTED_DTYPES = {"bf16", "i8", "i16", "i32", "f32", "i1", "index"}
+from .patterns import Unsupported, classify_contraction
+from .pipeline import dispatch_pipeline, run_passes
 
 
 @dataclass
@@ -91,64 +85,6 @@ class TargetReport:
     def npu_mac_share(self) -> float:
         """MACs of NPU dispatches / MACs of all dispatches (1.0 when there are none)."""
         return self.torq_macs / self.total_macs if self.total_macs else 1.0
-
-
-def _check_supported(func: ir.Operation, options: PassOptions) -> str:
-    groups = 0
-    gathers = []
-    if options.keep_f32:  # also a copy, which has no op computing in f32
-        ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-        if any(isinstance(t, ir.ShapedType) and str(ir.ShapedType(t).element_type) == "f32"
-               for t in list(ftype.inputs) + list(ftype.results)):
-            return "f32 compute requested on host (--torq-keep-f32)"
-    for op in walk_ops(func):
-        if op.name.startswith("linalg.") or op.name == "tensor.pad":  # a pad folds into its users or not
-            if is_zero_fill(op):
-                continue
-            try:
-                m = match_group(op)
-            except Unsupported as e:
-                return f"{op.name}: {e}"
-            groups += m is not None
-            if m is not None and m.gather is not None:
-                gathers.append(m)
-        for r in op.results:
-            # Scalars (constants feeding linalg bodies) are checked by the body
-            # decoder; only tensors must have a slice dtype.
-            if not isinstance(r.type, ir.ShapedType):
-                continue
-            s = str(ir.ShapedType(r.type).element_type)
-            if s == "f32" and options.keep_f32:
-                return "f32 compute requested on host (--torq-keep-f32)"
-            if s not in SUPPORTED_DTYPES:
-                return f"{op.name} computes in {s}, which the slices do not support"
-        # A box of an argument (dispatch extraction makes them for copies) is a DMA box.
-        box_of_argument = op.name == "tensor.extract_slice" and isinstance(op.operands[0].owner, ir.Block)
-        if op.name not in ("func.func", "func.return", "arith.constant", "tensor.empty", "tensor.pad") \
-                and not box_of_argument and not op.name.startswith("linalg.") and op.parent is not None \
-                and op.parent.name == "func.func":
-            return f"'{op.name}' has no Torq lowering"
-    reason = data_movement_reason(func)  # results no group computes must be copies DMAs make
-    if reason:
-        return reason if groups else f"no compute the NPU runs, and {reason}"
-    if gathers:
-        # A reduction that gathers its input (torch-mlir's adaptive average
-        # pooling) reads the whole box from one op body: tiling cannot slice
-        # it, so the dispatch must fit LRAM untiled (the allocator decides,
-        # on the bf16 function the pipeline will see).
-        from .passes import convert_dtypes
-        from .tiling.cost import footprint
-
-        scratch = ir.Module.create()
-        func.clone(ip=ir.InsertionPoint(scratch.body))
-        clone = scratch.body.operations[0].operation
-        if not options.keep_f32:
-            convert_dtypes.convert_function(clone)
-        need, budget = footprint(clone, None, options), options.hw.available_lram_bytes
-        if need > budget:
-            return (f"{gathers[0].principal.name}: a gathering reduction (adaptive average pooling) needs "
-                    f"{need} bytes of LRAM untiled, the budget is {budget}, and its gather form cannot be tiled")
-    return ""
 
 
 def _declare(module_op: ir.Operation, n_in: int, n_out: int, declared: set) -> str:
@@ -273,7 +209,7 @@ class TorqTarget:
     def run(self, module_op: ir.Operation) -> TargetReport:
         report = TargetReport()
         stopped = ir.Module.create() if self.stop_after_phase else None
-        pipeline = dispatch_pipeline(self.stop_after_phase)[1:]  # PRE_PASSES ran already
+        pipeline = dispatch_pipeline(self.stop_after_phase)
         declared: set = set()
         dispatches = [op for op in walk_ops(module_op) if op.name == "flow.dispatch.workgroups"]
         facts = FlowModuleFacts(module_op)
@@ -282,21 +218,9 @@ class TorqTarget:
             macs = count_macs(dispatch)  # read-only, before the dispatch is replaced
             scratch = ir.Module.create()
             try:
-                ex = extract_dispatch_function(dispatch, name, scratch)
-                passmanager.PassManager.parse(f"builtin.module({PRE_PASSES})").run(scratch.operation)
-                # A float requantization after an int8 contraction becomes an integer rescale, or host.
-                requant = lower_requantization(ex, scratch.body.operations[0].operation, facts,
-                                               nearest=self.options.requant == "nearest")
-                mark_in_place_updates(ex, scratch.body.operations[0].operation)
-                n_in = len(ex.input_operands) + len(ex.in_place)
-                if n_in > MAX_INPUTS or len(dispatch.results) > MAX_RESULTS:
-                    raise Unsupported(f"the torq module calls take at most {MAX_INPUTS} tensors and give at most "
-                                      f"{MAX_RESULTS}, this dispatch needs {n_in} and {len(dispatch.results)}")
-                reason = io_conversion_reason(scratch.body.operations[0].operation) or \
-                    _check_supported(scratch.body.operations[0].operation, self.options)
-                if reason:
-                    raise Unsupported(reason)
+                ex = extract_dispatch_function(dispatch, name, scratch, facts)
                 reports = run_passes(scratch, pipeline, self.options, self.print_after_all)
+                ex.apply_reports(reports)
             except (Unsupported, CompileError) as e:
                 # Unsupported: no Torq form, host by design; CompileError: a failed Torq
                 # compile, a user error unless --torq-host-fallback-on-error.
@@ -319,13 +243,13 @@ class TorqTarget:
             if self.options.record_tiling:
                 records = reports.get(super_tiling.NAME, [])
                 report.tiling.append(_tiling_record(name, blob, self.options, records))
-            for summary in requant:
+            for summary in ex.requant:
                 if summary.approximate:
                     self.remark(dispatch, f"dispatch {name}: {summary.line()}")
             callee = _declare(module_op, len(ex.input_operands) + len(ex.in_place), len(dispatch.results), declared)
             _replace_with_call(dispatch, ex, blob, callee)
             report.dispatches.append(DispatchDecision(name, "torq", "", meta["tiles"], meta["lram_peak"], macs,
-                                                      [s.as_dict() for s in requant]))
+                                                      [s.as_dict() for s in ex.requant]))
         if stopped is not None:
             report.stopped_ir = str(stopped)
         return report

@@ -56,7 +56,7 @@ the pad value (exact: a constant of the result dtype). These buffers are
 placed here (all compute buffers are dead by then) within
 `TorqHw.available_lram_bytes`.
 
-In-place results (`dispatch_extraction.IN_PLACE_RESULTS`): the output
+In-place results (`mark_in_place_updates.IN_PLACE_RESULTS`): the output
 tensor has the shape of the read-write operand the result is a box of, and
 is an alias (`TensorDesc.aliases`) of an extra input holding that operand
 (passed after the function's arguments, in the attribute's order); every
@@ -89,7 +89,6 @@ from torq.contract.program import (
     TensorDesc,
 )
 
-from ..dispatch_extraction import IN_PLACE_RESULTS
 from ..ir_utils import CompileError, constant_of, element_type, int_array, mlir_dtype, static_shape
 from ..nss_copies import COPY_BODY, is_copy, write_copy
 from ..nss_ir import program_to_function
@@ -98,6 +97,7 @@ from ..slice_distribution import distribute, parse_distribution
 from ..tile_schedule import enclosing_loops, is_reduction_loop, is_torq_hl, stays_in_body
 from ..vector_layout import padded_value_nbytes, padded_work, role_layout, string_attrs
 from . import PassOptions
+from .mark_in_place_updates import IN_PLACE_RESULTS
 
 NAME = "torq-build-nss-program"
 

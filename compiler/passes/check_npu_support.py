@@ -1,0 +1,120 @@
+"""torq-check-npu-support: refuse, with the reason, a dispatch function the NPU cannot run.
+
+Contract: takes a Torq dispatch function after requantization lowering and
+in-place marking, changes nothing, and raises Unsupported (the dispatch stays
+on host; the target's remark gives the reason) when:
+- the `torq` VM module has no call with that many tensors (`module_abi`);
+- it only quantizes an f32 tensor or dequantizes to f32 (`io_conversion_reason`);
+- --torq-keep-f32 is given and it computes or passes f32;
+- a linalg op (or pad) matches no Torq pattern, or a tensor has a dtype the
+  slices lack, or an op outside linalg bodies has no Torq lowering;
+- a result is neither computed by a fuse group nor a copy a DMA makes;
+- a gathering reduction (adaptive average pooling) does not fit LRAM untiled.
+"""
+
+from __future__ import annotations
+
+from iree.compiler import ir
+
+from torq.contract.module_abi import MAX_INPUTS, MAX_RESULTS
+
+from ..ir_utils import walk_ops
+from ..patterns import Unsupported, data_movement_reason, is_zero_fill, match_group
+from ..requant import io_conversion_reason
+from . import PassOptions, convert_dtypes
+from .mark_in_place_updates import IN_PLACE_RESULTS
+
+NAME = "torq-check-npu-support"
+SUPPORTED_DTYPES = {"bf16", "i8", "i16", "i32", "f32", "i1", "index"}
+# Ops a dispatch function may hold outside linalg bodies besides linalg ops.
+_STRUCTURAL_OPS = ("func.func", "func.return", "arith.constant", "tensor.empty", "tensor.pad")
+
+
+def _call_size_reason(func: ir.Operation) -> str:
+    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    in_place = len(ir.ArrayAttr(func.attributes[IN_PLACE_RESULTS])) if IN_PLACE_RESULTS in func.attributes else 0
+    n_in, n_out = len(ftype.inputs) + in_place, len(ftype.results)
+    if n_in > MAX_INPUTS or n_out > MAX_RESULTS:
+        return (f"the torq module calls take at most {MAX_INPUTS} tensors and give at most "
+                f"{MAX_RESULTS}, this dispatch needs {n_in} and {n_out}")
+    return ""
+
+
+def _f32_io(func: ir.Operation) -> bool:
+    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    return any(isinstance(t, ir.ShapedType) and str(ir.ShapedType(t).element_type) == "f32"
+               for t in list(ftype.inputs) + list(ftype.results))
+
+
+def _op_reason(op: ir.Operation, options: PassOptions, groups: list) -> str:
+    """Why `op` has no NPU form ("" if it has); a matched fuse group goes into `groups`."""
+    if op.name.startswith("linalg.") or op.name == "tensor.pad":
+        if is_zero_fill(op):
+            return ""
+        try:
+            m = match_group(op)
+        except Unsupported as e:
+            return f"{op.name}: {e}"
+        if m is not None:
+            groups.append(m)
+    for r in op.results:
+        # Scalars (constants feeding linalg bodies) are checked by the body
+        # decoder; only tensors must have a slice dtype.
+        if not isinstance(r.type, ir.ShapedType):
+            continue
+        s = str(ir.ShapedType(r.type).element_type)
+        if s == "f32" and options.keep_f32:
+            return "f32 compute requested on host (--torq-keep-f32)"
+        if s not in SUPPORTED_DTYPES:
+            return f"{op.name} computes in {s}, which the slices do not support"
+    # A box of an argument (dispatch extraction makes them for copies) is a DMA box.
+    box_of_argument = op.name == "tensor.extract_slice" and isinstance(op.operands[0].owner, ir.Block)
+    if op.name not in _STRUCTURAL_OPS and not box_of_argument and not op.name.startswith("linalg.") \
+            and op.parent is not None and op.parent.name == "func.func":
+        return f"'{op.name}' has no Torq lowering"
+    return ""
+
+
+def _gather_fit_reason(func: ir.Operation, gather, options: PassOptions) -> str:
+    """A reduction that gathers its input (torch-mlir's adaptive average pooling) reads the
+    whole box from one op body: tiling cannot slice it, so the dispatch must fit LRAM
+    untiled (the allocator decides, on the bf16 function the pipeline will see)."""
+    from ..tiling.cost import footprint
+
+    scratch = ir.Module.create()
+    func.clone(ip=ir.InsertionPoint(scratch.body))
+    clone = scratch.body.operations[0].operation
+    if not options.keep_f32:
+        convert_dtypes.convert_function(clone)
+    need, budget = footprint(clone, None, options), options.hw.available_lram_bytes
+    if need > budget:
+        return (f"{gather.principal.name}: a gathering reduction (adaptive average pooling) needs "
+                f"{need} bytes of LRAM untiled, the budget is {budget}, and its gather form cannot be tiled")
+    return ""
+
+
+def unsupported_reason(func: ir.Operation, options: PassOptions) -> str:
+    """Why the NPU cannot run `func` ("" when it can)."""
+    reason = _call_size_reason(func) or io_conversion_reason(func)
+    if reason:
+        return reason
+    if options.keep_f32 and _f32_io(func):  # also a copy, which has no op computing in f32
+        return "f32 compute requested on host (--torq-keep-f32)"
+    groups: list = []
+    for op in walk_ops(func):
+        reason = _op_reason(op, options, groups)
+        if reason:
+            return reason
+    reason = data_movement_reason(func)  # results no group computes must be copies DMAs make
+    if reason:
+        return reason if groups else f"no compute the NPU runs, and {reason}"
+    gathers = [m for m in groups if m.gather is not None]
+    return _gather_fit_reason(func, gathers[0], options) if gathers else ""
+
+
+def run(module: ir.Module, options: PassOptions) -> None:
+    for op in module.body.operations:
+        if op.operation.name == "func.func":
+            reason = unsupported_reason(op.operation, options)
+            if reason:
+                raise Unsupported(reason)

@@ -1,0 +1,117 @@
+"""torq-lower-requantization: float requantizations become the NPU's integer rescale.
+
+Contract: takes Torq dispatch functions after the pre-passes (generic
+linalg ops). Every float requantization after an integer contraction (ONNX /
+torch QDQ: the i32 accumulator scaled, rounded, offset and clamped in f32)
+is replaced by an integer rescale (`requant.lower_float_requantization`):
+the exact one, or with --torq-requant=nearest the nearest within one output
+step, measured. A dispatch of int8 arithmetic alone (a residual add, a
+pooling) is lowered the same way (`requant_elementwise`). A dequantize the
+NPU cannot finish (an f32 result) is cut off: the function returns the
+integer tensor and the tail is reported for the host (`HostTail`); those
+results are listed in `HOST_TAIL_RESULTS`. Arguments the rewrite leaves
+unread are removed.
+
+Inputs read from the function: `CONSTANT_ARG` on an argument is its known
+value (dispatch extraction attaches the flow-level constant: weights, biases,
+per-channel scales); `HOST_FMA` says how llvm-cpu evaluates f32 (whether it
+fuses mul + add), which the fit reproduces. Both are consumed.
+
+Raises Unsupported (the dispatch stays on host, the function unchanged) when
+a requantization cannot be reproduced. Returns {function name: RequantLowering
+with the summaries, host tails and the original indices of the kept arguments}.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from iree.compiler import ir
+
+from ..f32_chain import HostFloat
+from ..ir_utils import constant_value
+from ..patterns import Unsupported
+from ..requant import lower_float_requantization, unused_arguments
+from ..requant_channels import Known
+from ..requant_elementwise import is_int8_arithmetic, lower_int8_arithmetic
+from ..requant_summary import RequantSummary
+from ..requant_tail import HostTail
+from ..rescale_fit import NotExact
+from . import PassOptions
+
+NAME = "torq-lower-requantization"
+# Argument attribute (input): the argument's known value, dense or dense_resource elements.
+CONSTANT_ARG = "torq.constant"
+# Function attribute (input): whether the host's llvm-cpu fuses f32 mul + add (absent: unknown).
+HOST_FMA = "torq.host_fma"
+# Function attribute (output): the results whose dequantize tail the host computes.
+HOST_TAIL_RESULTS = "torq.host_tail_results"
+
+
+@dataclass
+class RequantReport:
+    """What the pass did to one function."""
+    kept_arguments: list[int]  # original index of each argument left
+    rescaled: list[RequantSummary] = field(default_factory=list)
+    host_tails: dict[int, HostTail] = field(default_factory=dict)  # function result -> tail
+
+
+class _ConstantArgs:
+    """Function argument index -> its `CONSTANT_ARG` value (or None), converted on first use."""
+
+    def __init__(self, func: ir.Operation):
+        self.attrs: list[ir.Attribute | None] = []
+        if "arg_attrs" in func.attributes:
+            for d in ir.ArrayAttr(func.attributes["arg_attrs"]):
+                d = ir.DictAttr(d)
+                self.attrs.append(d[CONSTANT_ARG] if CONSTANT_ARG in d else None)
+        self.cache: dict[int, np.ndarray | None] = {}
+
+    def get(self, k: int) -> np.ndarray | None:
+        if k not in self.cache:
+            attr = self.attrs[k] if k < len(self.attrs) else None
+            self.cache[k] = constant_value(attr) if attr is not None else None
+        return self.cache[k]
+
+
+def _host_float(func: ir.Operation) -> HostFloat | None:
+    if HOST_FMA not in func.attributes:
+        return None
+    return HostFloat(fma=ir.BoolAttr(func.attributes[HOST_FMA]).value)
+
+
+def lower_function(func: ir.Operation, nearest: bool = True) -> RequantReport:
+    """Lowers the requantizations of `func` (see the module docstring)."""
+    block = func.regions[0].blocks[0]
+    n_args = len(block.arguments)
+    had_users = set(range(n_args)) - set(unused_arguments(func))
+    constants, host = _ConstantArgs(func), _host_float(func)
+    for name in ("arg_attrs", HOST_FMA):  # consumed: later passes see a plain function
+        if name in func.attributes:
+            del func.attributes[name]
+    try:
+        done = lower_float_requantization(func, constants, host, nearest)
+        if not done.rescaled and is_int8_arithmetic(func, Known(constants)):
+            done.rescaled = lower_int8_arithmetic(func, Known(constants), host, nearest)
+    except NotExact as e:
+        raise Unsupported(str(e)) from None
+    report = RequantReport(list(range(n_args)), done.rescaled, dict(done.host_tails))
+    if not done.rescaled and not done.host_tails:
+        return report
+    if done.host_tails:
+        func.attributes[HOST_TAIL_RESULTS] = ir.DenseI64ArrayAttr.get(sorted(done.host_tails))
+    dropped = sorted((k for k in unused_arguments(func) if k in had_users), reverse=True)
+    for k in dropped:
+        block.erase_argument(k)
+        del report.kept_arguments[k]
+    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    func.attributes["function_type"] = ir.TypeAttr.get(
+        ir.FunctionType.get([a.type for a in block.arguments], list(ftype.results)))
+    return report
+
+
+def run(module: ir.Module, options: PassOptions) -> dict[str, RequantReport]:
+    return {ir.StringAttr(op.operation.attributes["sym_name"]).value:
+            lower_function(op.operation, nearest=options.requant == "nearest")
+            for op in module.body.operations if op.operation.name == "func.func"}
