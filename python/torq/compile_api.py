@@ -101,15 +101,18 @@ class CompiledModule:
         write_atomically(os.fspath(path), self.vmfb)
 
 
-def compile(model: Any, *args: Any, hw: str | TorqHw = "SL2610", flags: Sequence[str] = (),
+def compile(model: Any, *args: Any, hw: str | TorqHw | None = None, flags: Sequence[str] = (),
             remarks=None) -> CompiledModule:
-    """Compile `model` for Torq. `args` are example inputs for a torch module."""
+    """Compile `model` for Torq. `args` are example inputs for a torch module. `hw` (a preset
+    spec such as "SL2610:lram_kb=256", or a TorqHw) wins over a --torq-hw in `flags`;
+    with neither, the default hardware model."""
     try:
         opts, rest, _ = parse_torq_flags(list(flags))
     except (UsageError, _ListHw) as e:
         raise TorqCompileError(str(e)) from None
     try:
-        opts.hw = hw if isinstance(hw, TorqHw) else parse_hw_spec(hw)
+        if hw is not None:
+            opts.hw = hw if isinstance(hw, TorqHw) else parse_hw_spec(hw)
     except ValueError as e:
         raise TorqCompileError(str(e)) from None
     opts.iree_flags = rest
