@@ -31,9 +31,10 @@ before the body is taken apart.
 
 Operands that are constants at the flow level (`arith.constant`, or
 `util.global.load` of an immutable global with a constant initial value that
-nothing stores) stay function arguments, and carry their value as the
-argument attribute `CONSTANT_ARG` (`FlowModuleFacts.constant_attr`: the same
-attribute, not a copy), with the host's f32 semantics as `HOST_FMA`, so
+nothing stores) stay function arguments; in a function that converts an
+integer to float they carry their value as the argument attribute
+`CONSTANT_ARG` (`FlowModuleFacts.constant_attr`: the same attribute, not a
+copy), with the host's f32 semantics as `HOST_FMA`, so
 torq-lower-requantization can read weights, biases and per-channel scales:
 it replaces a float requantization after an integer contraction with an
 integer rescale, drops the arguments this leaves unread, and reports a
@@ -221,6 +222,12 @@ def _update_entry(k: int, dest: ir.Type, offsets: list[int], sizes: list[int]) -
 
 
 def _record_flow_facts(func: ir.Operation, operands: list[ir.Value], facts: "FlowModuleFacts") -> None:
+    """Only a function that converts an integer to float has them: every float requantization
+    and every int8 arithmetic in f32 does, and nothing else reads them. A bf16 dispatch's
+    compile never depends on its weights' values, so identical layers with different
+    weights stay identical functions (dispatch_compile compiles them once)."""
+    if not any(op.name == "arith.sitofp" for op in walk_ops(func)):
+        return
     attrs = [facts.constant_attr(v) for v in operands]
     if any(a is not None for a in attrs):
         func.attributes["arg_attrs"] = ir.ArrayAttr.get(

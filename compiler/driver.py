@@ -22,6 +22,7 @@ from iree.compiler.api import Output, Session, Source, ctypes_dl
 
 from torq.contract.hw import HwSpecError, TorqHw, describe_presets, parse_hw_spec
 
+from .dispatch_compile import DispatchCache, WorkerError, default_jobs
 from .ir_utils import CompileError
 from .passes import PassOptions
 from .pipeline import TORQ_PHASES
@@ -52,6 +53,19 @@ class CompileOptions:
     host_fallback_on_error: bool = False
     requant: str = "nearest"  # --torq-requant
     dump_quant: str = ""  # path of the JSON written by --torq-dump-quant
+    jobs: int = 0  # --torq-jobs / -j: worker processes for distinct dispatches (0: one per core)
+    cache_dir: str | None = None  # --torq-cache-dir (None: $TORQ_CACHE_DIR, else the user cache directory)
+    no_cache: bool = False  # --torq-no-cache: compile every dispatch afresh
+
+    def dispatch_cache(self) -> DispatchCache | None:
+        """The cache of compiled dispatches: in memory, and on disk unless the directory is 'none'."""
+        if self.no_cache:
+            return None
+        directory = self.cache_dir if self.cache_dir is not None else os.environ.get("TORQ_CACHE_DIR")
+        if directory is None:
+            base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+            directory = os.path.join(base, "torq", "dispatches")
+        return DispatchCache(None if directory in ("", "none") else directory)
 
     def pass_options(self) -> PassOptions:
         return PassOptions(hw=self.hw, keep_f32=self.keep_f32, super_tiling_strategy=self.strategy,
@@ -78,6 +92,10 @@ TORQ_FLAG_HELP = {
     "--torq-host-fallback-on-error": ("", "a dispatch the Torq pipeline fails on runs on host instead of failing"),
     "--torq-print-ir-after-all": ("", "print each NPU dispatch's IR after every Torq pass"),
     "--torq-quiet": ("", "no remarks on stderr"),
+    "--torq-jobs": ("N", "compile distinct dispatches in N processes (also -j N; default: one per core)"),
+    "--torq-cache-dir": ("DIR|none", "where compiled dispatches are kept across compiles (default "
+                         "$TORQ_CACHE_DIR or ~/.cache/torq/dispatches; none: memory only)"),
+    "--torq-no-cache": ("", "compile every dispatch afresh (no cache in memory or on disk)"),
 }
 TORQ_FLAGS = set(TORQ_FLAG_HELP)
 
@@ -87,7 +105,7 @@ def parse_torq_flags(argv: list[str]) -> tuple[CompileOptions, list[str], bool]:
     opts = CompileOptions()
     rest = []
     quiet = False
-    for a in argv:
+    for a in _joined_short_jobs(argv):
         key, eq, value = a.partition("=")
         if key.startswith("--torq-"):
             if key not in TORQ_FLAGS:
@@ -139,6 +157,16 @@ def parse_torq_flags(argv: list[str]) -> tuple[CompileOptions, list[str], bool]:
                 opts.print_ir_after_all = True
             elif key == "--torq-quiet":
                 quiet = True
+            elif key == "--torq-jobs":
+                if not value.isdigit() or int(value) < 1:
+                    raise UsageError(f"bad --torq-jobs '{value}' (a number of processes, 1 or more)")
+                opts.jobs = int(value)
+            elif key == "--torq-cache-dir":
+                if not value:
+                    raise UsageError("--torq-cache-dir needs a directory (or 'none'): --torq-cache-dir=DIR")
+                opts.cache_dir = value
+            elif key == "--torq-no-cache":
+                opts.no_cache = True
         elif key == "--compile-to":
             if value not in PHASES and value not in TORQ_PHASES:
                 raise UsageError(f"unknown --compile-to phase '{value}' "
@@ -147,6 +175,22 @@ def parse_torq_flags(argv: list[str]) -> tuple[CompileOptions, list[str], bool]:
         else:
             rest.append(a)
     return opts, rest, quiet
+
+
+def _joined_short_jobs(argv: list[str]) -> list[str]:
+    """argv with `-j N` / `-jN` spelled `--torq-jobs=N` (make's spelling of the same flag)."""
+    out, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "-j":
+            if i + 1 >= len(argv):
+                raise UsageError("-j needs a number of processes: -j 4")
+            out.append(f"--torq-jobs={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(f"--torq-jobs={a[2:]}" if a.startswith("-j") and a[2:].isdigit() else a)
+        i += 1
+    return out
 
 
 class _ListHw(Exception):
@@ -208,6 +252,8 @@ def compile_source(source: str | bytes, options: CompileOptions, source_name: st
         error = IreeError(str(e), e.diagnostics)
     except (CompileError, UsageError) as e:
         error = type(e)(str(e))
+    except WorkerError as e:  # a bug met in a worker process: its traceback is the detail
+        error = InternalCompilerError(f"internal compiler error: {e}", e.details)
     except Exception as e:  # a bug in the compiler: one line, details on request
         error = InternalCompilerError(f"internal compiler error: {type(e).__name__}: {e}",
                                       traceback.format_exc())
@@ -342,7 +388,8 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
                     text = m.operation.get_asm(large_elements_limit=1024, large_resource_limit=1024)
                     print(f"// -----// IR Dump After {name} //----- //\n{text}", file=sys.stderr)
             report = TorqTarget(options.pass_options(), remarks=remarks, print_after_all=printer,
-                                stop_after_phase=torq_stop).run(module_op)
+                                stop_after_phase=torq_stop, jobs=options.jobs or default_jobs(),
+                                cache=options.dispatch_cache()).run(module_op)
             if torq_stop:
                 return CompileResult(None, report.stopped_ir, report)
         inv = _invocation(session)

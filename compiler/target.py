@@ -24,7 +24,7 @@ of) its inputs, or pads one, runs as a DMA-only NSS program
 
 from __future__ import annotations
 
-import json
+import hashlib
 import sys
 from dataclasses import dataclass, field
 
@@ -35,6 +35,7 @@ from torq.contract.executable import parse_executable
 from torq.contract.measures import program_traffic
 from torq.contract.module_abi import MODULE_NAME, export_name
 
+from .dispatch_compile import Compiled, DispatchCache, DispatchCompiler, Refused, WorkerError, compile_in_process
 from .dispatch_extraction import ExtractedDispatch, FlowModuleFacts, extract_dispatch_function
 from .host_dispatches import box_copy_dispatch, hoist_input_pads, host_tail_dispatch
 from .ir_utils import CompileError, location_str, walk_ops
@@ -56,6 +57,11 @@ class DispatchDecision:
     macs: int | None = None
     # Per float requantization compiled to an integer rescale (requant.RequantSummary.as_dict).
     requant: list[dict] = field(default_factory=list)
+    # The executable is a compile of an identical dispatch (this compile's or the disk cache's).
+    cached: bool = False
+    # sha256 of the Torq executable (reproducibility checks compare these, not whole .vmfb
+    # files, whose llvm-cpu parts may carry a temporary file's name).
+    executable_sha256: str = ""
 
 
 @dataclass
@@ -99,13 +105,13 @@ def _declare(module_op: ir.Operation, n_in: int, n_out: int, declared: set) -> s
     return name
 
 
-def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, blob: bytes, callee: str) -> None:
+def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: Compiled, callee: str) -> None:
     bv = ir.Type.parse("!hal.buffer_view")
     with ir.InsertionPoint(dispatch), dispatch.location:
         exe = ir.Operation.create(
             "util.buffer.constant", results=[ir.Type.parse("!util.buffer")],
             attributes={"value": ir.DenseElementsAttr.get(
-                np.frombuffer(blob, np.int8), type=ir.IntegerType.get_signless(8)),
+                np.frombuffer(compiled.blob, np.int8), type=ir.IntegerType.get_signless(8)),
                 "alignment": ir.IntegerAttr.get(ir.IndexType.get(), 64)})
         # The inputs, then the read-write operands of the results updated in place.
         passed = ex.input_operands + [ex.result_updates[k][0] for k in ex.in_place]
@@ -115,11 +121,11 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, blob: byte
         call = ir.Operation.create("util.call", results=[bv] * len(dispatch.results),
                                    operands=[exe.result] + views,
                                    attributes={"callee": ir.FlatSymbolRefAttr.get(callee)})
-        out_types = ir.FunctionType(ir.TypeAttr(ex.func.attributes["torq.original_type"]).value).results
+        out_types = [ir.Type.parse(t) for t in compiled.host_result_types]
         for r, v, t, (tied, offsets) in zip(dispatch.results, call.results, out_types, ex.result_updates):
             k = list(dispatch.results).index(r)
             # An in-place result is the whole updated operand, of the dispatch result's type.
-            t = r.type if k in ex.in_place else _host_type(ex.func, t, len(out_types), k)
+            t = r.type if k in ex.in_place else t
             imp = ir.Operation.create(
                 "hal.tensor.import", results=[t], operands=[v],
                 attributes={"target_encoding": ir.TypeAttr.get(t),
@@ -131,13 +137,6 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, blob: byte
                 value = box_copy_dispatch(value, dispatch.operands[tied], offsets)
             r.replace_all_uses_with(value)
     dispatch.erase()
-
-
-def _host_type(func: ir.Operation, npu_type: ir.Type, n: int, i: int) -> ir.Type:
-    """The type the host sees for result i (f32 when the NPU computes bf16)."""
-    if "torq.host_result_types" in func.attributes:
-        return ir.TypeAttr(ir.ArrayAttr(func.attributes["torq.host_result_types"])[i]).value
-    return npu_type
 
 
 def _tiling_record(name: str, blob: bytes, options: PassOptions, roots: list[dict]) -> dict:
@@ -196,11 +195,12 @@ class TorqTarget:
     """
 
     def __init__(self, options: PassOptions, remarks=sys.stderr, print_after_all=None,
-                 stop_after_phase: str = ""):
+                 stop_after_phase: str = "", jobs: int = 1, cache: DispatchCache | None = None):
         self.options = options
         self.remarks = remarks
         self.print_after_all = print_after_all
         self.stop_after_phase = stop_after_phase
+        self.jobs, self.cache = jobs, cache
 
     def remark(self, dispatch: ir.Operation, text: str) -> None:
         if self.remarks is not None:
@@ -208,48 +208,86 @@ class TorqTarget:
 
     def run(self, module_op: ir.Operation) -> TargetReport:
         report = TargetReport()
-        stopped = ir.Module.create() if self.stop_after_phase else None
         pipeline = dispatch_pipeline(self.stop_after_phase)
         declared: set = set()
-        dispatches = [op for op in walk_ops(module_op) if op.name == "flow.dispatch.workgroups"]
+        jobs = self._extract_all(module_op, report)
+        if self.stop_after_phase:
+            report.stopped_ir = self._stop(jobs, pipeline, report)
+            return report
+        if self.print_after_all is not None:  # watched: in this process, in order
+            outcomes = [compile_in_process(job.scratch, pipeline, self.options, self.print_after_all)
+                        for job in jobs]
+        else:
+            compiler = DispatchCompiler(self.options, pipeline, self.jobs, self.cache)
+            outcomes = compiler.compile_all([(job.name, job.scratch) for job in jobs])
+        for job, outcome in zip(jobs, outcomes):
+            if isinstance(outcome, Refused):
+                self._refused(job, outcome, report)
+                continue
+            job.ex.apply_reports(outcome.reports)
+            if self.options.record_tiling:
+                records = outcome.reports.get(super_tiling.NAME, [])
+                report.tiling.append(_tiling_record(job.name, outcome.blob, self.options, records))
+            for summary in job.ex.requant:
+                if summary.approximate:
+                    self.remark(job.dispatch, f"dispatch {job.name}: {summary.line()}")
+            callee = _declare(module_op, len(job.ex.input_operands) + len(job.ex.in_place),
+                              len(job.dispatch.results), declared)
+            _replace_with_call(job.dispatch, job.ex, outcome, callee)
+            report.dispatches.append(DispatchDecision(job.name, "torq", "", outcome.tiles, outcome.lram_peak,
+                                                      job.macs, [s.as_dict() for s in job.ex.requant],
+                                                      outcome.cached, hashlib.sha256(outcome.blob).hexdigest()))
+        return report
+
+    def _extract_all(self, module_op: ir.Operation, report: TargetReport) -> list[_Job]:
+        """Every dispatch as a self-contained function; one extraction refuses goes to the host."""
+        jobs = []
         facts = FlowModuleFacts(module_op)
+        dispatches = [op for op in walk_ops(module_op) if op.name == "flow.dispatch.workgroups"]
         for i, dispatch in enumerate(dispatches):
             name = f"{_enclosing_function_name(dispatch)}_dispatch_{i}"
-            macs = count_macs(dispatch)  # read-only, before the dispatch is replaced
-            scratch = ir.Module.create()
+            job = _Job(dispatch, name, count_macs(dispatch), ir.Module.create())  # MACs before it is replaced
             try:
-                ex = extract_dispatch_function(dispatch, name, scratch, facts)
-                reports = run_passes(scratch, pipeline, self.options, self.print_after_all)
-                ex.apply_reports(reports)
+                job.ex = extract_dispatch_function(dispatch, name, job.scratch, facts)
+            except Unsupported as e:
+                self._refused(job, Refused(str(e), unsupported=True), report)
+                continue
+            jobs.append(job)
+        return jobs
+
+    def _refused(self, job: _Job, refusal: Refused, report: TargetReport) -> None:
+        """Unsupported: no Torq form, host by design; a failed Torq compile is a user error
+        unless --torq-host-fallback-on-error; a compiler bug in a worker is raised as one."""
+        if refusal.internal:
+            raise WorkerError(f"dispatch {job.name}: {refusal.message}", refusal.internal)
+        if not refusal.unsupported and not self.options.host_fallback_on_error:
+            raise CompileError(f"{location_str(job.dispatch)}: dispatch {job.name}: {refusal.message}")
+        reason = refusal.message if refusal.unsupported else f"Torq compile failed: {refusal.message}"
+        self.remark(job.dispatch, f"dispatch {job.name} stays on host: {reason}")
+        report.dispatches.append(DispatchDecision(job.name, "host", reason, macs=job.macs))
+        _hoist_pads_for_host(job.dispatch)
+
+    def _stop(self, jobs: list[_Job], pipeline: list[str], report: TargetReport) -> str:
+        """--compile-to a Torq phase: the NPU dispatches at that phase, the flow module unchanged."""
+        stopped = ir.Module.create()
+        for job in jobs:
+            try:
+                run_passes(job.scratch, pipeline, self.options, self.print_after_all)
             except (Unsupported, CompileError) as e:
-                # Unsupported: no Torq form, host by design; CompileError: a failed Torq
-                # compile, a user error unless --torq-host-fallback-on-error.
-                failed = not isinstance(e, Unsupported)
-                if failed and not self.options.host_fallback_on_error:
-                    raise CompileError(f"{location_str(dispatch)}: dispatch {name}: {e}") from None
-                reason = f"Torq compile failed: {e}" if failed else str(e)
-                self.remark(dispatch, f"dispatch {name} stays on host: {reason}")
-                report.dispatches.append(DispatchDecision(name, "host", reason, macs=macs))
-                _hoist_pads_for_host(dispatch)
+                self._refused(job, Refused(str(e), isinstance(e, Unsupported)), report)
                 continue
-            func = ex.func = scratch.body.operations[0].operation
-            if stopped is not None:
-                func.detach_from_parent()
-                stopped.body.append(func)
-                report.dispatches.append(DispatchDecision(name, "torq", macs=macs))
-                continue
-            blob = np.array(ir.DenseElementsAttr(func.attributes["torq.executable"]), dtype=np.int8).tobytes()
-            meta = json.loads(ir.StringAttr(func.attributes["torq.program"]).value)
-            if self.options.record_tiling:
-                records = reports.get(super_tiling.NAME, [])
-                report.tiling.append(_tiling_record(name, blob, self.options, records))
-            for summary in ex.requant:
-                if summary.approximate:
-                    self.remark(dispatch, f"dispatch {name}: {summary.line()}")
-            callee = _declare(module_op, len(ex.input_operands) + len(ex.in_place), len(dispatch.results), declared)
-            _replace_with_call(dispatch, ex, blob, callee)
-            report.dispatches.append(DispatchDecision(name, "torq", "", meta["tiles"], meta["lram_peak"], macs,
-                                                      [s.as_dict() for s in ex.requant]))
-        if stopped is not None:
-            report.stopped_ir = str(stopped)
-        return report
+            func = job.scratch.body.operations[0].operation
+            func.detach_from_parent()
+            stopped.body.append(func)
+            report.dispatches.append(DispatchDecision(job.name, "torq", macs=job.macs))
+        return str(stopped)
+
+
+@dataclass
+class _Job:
+    """One dispatch on its way through the target."""
+    dispatch: ir.Operation
+    name: str
+    macs: int | None
+    scratch: ir.Module
+    ex: ExtractedDispatch | None = None

@@ -31,6 +31,7 @@ def measure_int8(spec: dict, build_model, simulated_figures, llvm_cpu_function) 
     from pathlib import Path
 
     import numpy as np
+    from common import compile_cold_and_warm
     from ort_int8 import int8_error_figures, one_input_step_moved, onnxruntime_output, quantize_with_ort
 
     import torq
@@ -49,12 +50,11 @@ def measure_int8(spec: dict, build_model, simulated_figures, llvm_cpu_function) 
         cpu = np.asarray(cpu_fn(xs))
         moved = np.asarray(cpu_fn(one_input_step_moved(Path(path), xs)))
         onnxrt = onnxruntime_output(path, xs)
-        t0 = time.perf_counter()
         try:
-            cm = torq.compile(str(path), hw=spec["hw"], remarks=io.StringIO())
+            cm, row["torq_compile_s"], row["warm_compile_s"] = compile_cold_and_warm(str(path), spec["hw"],
+                                                                                     io.StringIO())
         except torq.TorqCompileError as e:
             return {**row, "error": f"torq compile: {' '.join(str(e).split())[:300]}"}
-        row["torq_compile_s"] = time.perf_counter() - t0
     cm(xs)  # warm-up
     t0 = time.perf_counter()
     y = np.asarray(cm(xs))
@@ -71,7 +71,7 @@ def measure_int8(spec: dict, build_model, simulated_figures, llvm_cpu_function) 
     return row
 
 
-COLUMNS = ["model", "torq-compile s", "iree-compile llvm-cpu s", "ratio", "simulated cycles",
+COLUMNS = ["model", "torq-compile s", "iree-compile llvm-cpu s", "ratio", "warm recompile s", "simulated cycles",
            "int8 / bf16 cycles", "efficiency vs roofline", "DDR traffic ratio", "NPU share of MACs",
            "dispatches torq/host", "rel L2 vs llvm-cpu", "rel L2 vs onnxruntime", "llvm-cpu vs onnxruntime",
            "outputs 0 / 1 / 2+ steps off", "llvm-cpu, one input step moved", "exact rescale channels", "wall s"]
@@ -85,7 +85,7 @@ def _row(r: dict, bf16: dict | None) -> list[str]:
     ratio = f"{r['cycles'] / bf16['cycles']:.3f}" if bf16 and bf16.get("cycles") else "-"
     ch = r["requant_channels"]
     return [r["label"], f"{r['torq_compile_s']:.1f}", f"{r['iree_compile_s']:.1f}",
-            f"{r['torq_compile_s'] / r['iree_compile_s']:.1f}×", f"{r['cycles']:,}", ratio,
+            f"{r['torq_compile_s'] / r['iree_compile_s']:.1f}×", f"{r['warm_compile_s']:.1f}", f"{r['cycles']:,}", ratio,
             f"{100 * r['efficiency']:.1f}%" if r["efficiency"] else "-",
             f"{r['traffic_ratio']:.3f}" if r["traffic_ratio"] else "-", f"{100 * r['mac_share']:.2f}%",
             f"{r['torq_dispatches']}/{r['host_dispatches']}", f"{r['rel_l2_cpu']:.2e}", f"{r['rel_l2_ort']:.2e}",
@@ -123,7 +123,7 @@ def markdown(rows: list[dict]) -> list[str]:
     lines += ["", "Each model is the bf16 row's architecture and weights, exported with `torch.onnx.export` and "
               "quantized by onnxruntime `quantize_static` (QDQ, per-channel int8 weights, int8 activations, 4 "
               "random calibration inputs; samples/ort_int8.py). torq-compile and iree-compile (llvm-cpu) read the "
-              "same quantized ONNX file. int8 / bf16 cycles = this row's simulated cycles / the bf16 row's of the "
+              "same quantized ONNX file (torq-compile cold and warm as in the bf16 table). int8 / bf16 cycles = this row's simulated cycles / the bf16 row's of the "
               "same model in this run. Errors: the dequantized output vs IREE llvm-cpu and onnxruntime on the same "
               "model (relative L2; DESIGN §7 asks ≤ 1e-2), and the outputs 0, 1, 2+ output steps from llvm-cpu's; "
               "a requantization whose f32 chain no integer rescale reproduces on every accumulator value takes the "

@@ -1,0 +1,173 @@
+"""Identical dispatches compile once, in memory and through the on-disk cache; distinct ones
+compile in worker processes (compiler/dispatch_compile.py).
+
+The references are compiles with the cache off (`--torq-no-cache`) and in one
+process (`--torq-jobs=1`): a cached or parallel compile must give the same
+.vmfb byte for byte, and any change of what the compile depends on must miss.
+"""
+
+import os
+import pickle
+import sys
+
+import numpy as np
+import pytest
+from iree.compiler import ir
+
+import torq
+from torq.compiler.dispatch_compile import DispatchCache, cache_key
+from torq.compiler.passes import PassOptions
+from torq.compiler.pipeline import DISPATCH_PIPELINE
+from torq.contract.hw import parse_hw_spec
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
+from cnn import error_figures, within_limits  # noqa: E402
+
+# A chain of six matmuls (+ relu) with weights passed in: five distinct shapes, then two
+# layers of the same shape whose dispatches are identical functions.
+WIDTHS = [64, 48, 40, 32, 24, 24, 24]
+
+
+def _chain_mlir() -> str:
+    args = ", ".join(f"%w{i}: tensor<{a}x{b}xf32>" for i, (a, b) in enumerate(zip(WIDTHS, WIDTHS[1:])))
+    lines = [f"func.func @main(%x: tensor<8x{WIDTHS[0]}xf32>, {args}) -> tensor<8x{WIDTHS[-1]}xf32> {{",
+             "  %zero = arith.constant 0.0 : f32"]
+    v = "%x"
+    for i, (a, b) in enumerate(zip(WIDTHS, WIDTHS[1:])):
+        lines += [
+            f"  %e{i} = tensor.empty() : tensor<8x{b}xf32>",
+            f"  %f{i} = linalg.fill ins(%zero : f32) outs(%e{i} : tensor<8x{b}xf32>) -> tensor<8x{b}xf32>",
+            f"  %m{i} = linalg.matmul ins({v}, %w{i} : tensor<8x{a}xf32>, tensor<{a}x{b}xf32>) "
+            f"outs(%f{i} : tensor<8x{b}xf32>) -> tensor<8x{b}xf32>",
+            f"  %r{i} = linalg.generic {{indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, "
+            f"affine_map<(d0, d1) -> (d0, d1)>], iterator_types = [\"parallel\", \"parallel\"]}} "
+            f"ins(%m{i} : tensor<8x{b}xf32>) outs(%e{i} : tensor<8x{b}xf32>) {{",
+            "  ^bb0(%in: f32, %out: f32):",
+            "    %y = arith.maximumf %in, %zero : f32",
+            "    linalg.yield %y : f32",
+            f"  }} -> tensor<8x{b}xf32>"]
+        v = f"%r{i}"
+    lines += [f"  return {v} : tensor<8x{WIDTHS[-1]}xf32>", "}"]
+    return "\n".join(lines)
+
+
+CHAIN = _chain_mlir()
+
+
+def _compile(*flags):
+    cm = torq.compile(CHAIN, flags=["--torq-quiet", *flags])
+    return cm, [(d.name, d.executor, d.reason, d.cached) for d in cm.report.dispatches]
+
+
+def _inputs():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, WIDTHS[0])).astype(np.float32)
+    ws = [(rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32) for a, b in zip(WIDTHS, WIDTHS[1:])]
+    return x, ws
+
+
+def test_identical_dispatches_compile_once_and_run():
+    fresh, fresh_decisions = _compile("--torq-no-cache", "--torq-jobs=1")
+    cm, decisions = _compile("--torq-jobs=1")
+    assert [d[:3] for d in decisions] == [d[:3] for d in fresh_decisions]
+    assert all(d[1] == "torq" for d in decisions), decisions
+    # The last layer's dispatch is the one before it: the same function, compiled once.
+    assert [d[3] for d in decisions] == [False] * 5 + [True]
+    assert not any(d[3] for d in fresh_decisions)
+    assert cm.vmfb == fresh.vmfb  # the reused executable, renamed, equals a fresh compile
+    x, ws = _inputs()
+    ref = x
+    for w in ws:
+        ref = np.maximum(ref @ w, 0)
+    assert within_limits(*error_figures(np.asarray(cm(x, *ws)), ref))
+
+
+def test_disk_cache_hits_equal_fresh_compiles_and_changes_miss(tmp_path):
+    fresh, _ = _compile("--torq-no-cache")
+    cache = f"--torq-cache-dir={tmp_path}"
+    cold, cold_decisions = _compile(cache, "--torq-jobs=1")
+    warm, warm_decisions = _compile(cache, "--torq-jobs=1")
+    assert [d[3] for d in cold_decisions] == [False] * 5 + [True]
+    assert all(d[3] for d in warm_decisions)
+    assert cold.vmfb == fresh.vmfb and warm.vmfb == fresh.vmfb
+    assert len(list(tmp_path.rglob("*.pickle"))) == 5
+    # What the compile depends on is in the key: another hardware model or strategy misses.
+    for flags in (["--torq-hw=SL2610:lram_kb=256"], ["--torq-super-tiling-strategy=traffic"]):
+        _, decisions = _compile(cache, "--torq-jobs=1", *flags)
+        assert [d[3] for d in decisions] == [False] * 5 + [True], flags
+    # An unreadable entry is a miss, not an error.
+    for entry in tmp_path.rglob("*.pickle"):
+        entry.write_bytes(b"not a pickle")
+    again, decisions = _compile(cache, "--torq-jobs=1")
+    assert [d[3] for d in decisions] == [False] * 5 + [True]
+    assert again.vmfb == fresh.vmfb
+
+
+def test_parallel_compile_equals_one_process():
+    one, one_decisions = _compile("--torq-no-cache", "--torq-jobs=1")
+    two, two_decisions = _compile("--torq-no-cache", "-j", "2")
+    assert two_decisions == one_decisions
+    assert two.vmfb == one.vmfb
+
+
+def test_parallel_compile_reports_refusals_as_one_process_does():
+    # math.sin has no Torq lowering: the last matmul's dispatch (which fuses it) stays on
+    # host, refused inside a worker's pipeline (torq-check-npu-support).
+    text = CHAIN.replace("%y = arith.maximumf %in, %zero : f32\n    linalg.yield %y : f32\n  } -> tensor<8x24xf32>\n"
+                         "  return", "%y = math.sin %in : f32\n    linalg.yield %y : f32\n  } -> tensor<8x24xf32>\n"
+                         "  return")
+    assert text != CHAIN
+    one = torq.compile(text, flags=["--torq-quiet", "--torq-no-cache", "--torq-jobs=1"])
+    two = torq.compile(text, flags=["--torq-quiet", "--torq-no-cache", "--torq-jobs=2"])
+    decisions = [(d.name, d.executor, d.reason) for d in two.report.dispatches]
+    assert decisions == [(d.name, d.executor, d.reason) for d in one.report.dispatches]
+    assert any("'math.sin'" in reason for _, executor, reason in decisions if executor == "host"), decisions
+    assert two.vmfb == one.vmfb
+
+
+LIT_INPUT = os.path.join(os.path.dirname(__file__), "..", "compiler", "lower_requantization.mlir")
+
+
+def _key(text: str, options: PassOptions | None = None) -> str:
+    with ir.Context() as ctx, ir.Location.unknown():
+        ctx.allow_unregistered_dialects = True
+        return cache_key(ir.Module.parse(text), DISPATCH_PIPELINE, options or PassOptions())
+
+
+def test_cache_key_reads_constants_not_names_or_locations():
+    text = open(LIT_INPUT).read()
+    key = _key(text)
+    assert _key(text.replace("@qdq_gemm", "@another_name")) == key
+    assert _key(text.replace("%sx = arith.constant", "%sx = arith.constant") + "\n// a comment\n") == key
+    with_loc = text.replace("return %q : tensor<16x4xi8>", 'return %q : tensor<16x4xi8> loc("model.py":7:3)')
+    assert with_loc != text and _key(with_loc) == key
+    # A flow-level constant the requantization reads (an argument's torq.constant) is in the key.
+    assert _key(text.replace("dense<[-384, -378, 381, -297]>", "dense<[-384, -378, 381, -296]>")) != key
+    assert _key(text, PassOptions(requant="exact")) != key
+    assert _key(text, PassOptions(hw=parse_hw_spec("SL2610:slices=1"))) != key
+
+
+def test_cache_entries_round_trip(tmp_path):
+    cm, _ = _compile(f"--torq-cache-dir={tmp_path}", "--torq-jobs=1")
+    entries = list(tmp_path.rglob("*.pickle"))
+    assert entries
+    cache = DispatchCache(str(tmp_path))
+    key = entries[0].stem
+    assert cache.get(key) == pickle.loads(entries[0].read_bytes())
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--torq-jobs=0"], "bad --torq-jobs '0'"),
+    (["-j"], "-j needs a number of processes"),
+    (["--torq-cache-dir="], "--torq-cache-dir needs a directory"),
+])
+def test_bad_parallel_and_cache_flags(flags, message):
+    with pytest.raises(torq.TorqCompileError, match=message):
+        torq.compile(CHAIN, flags=flags)
+
+
+def test_hw_flag_reaches_the_python_api():
+    cm = torq.compile(CHAIN, flags=["--torq-quiet", "--torq-hw=SL2610:lram_kb=256"])
+    assert cm.hw.lram_kb == 256
+    cm = torq.compile(CHAIN, hw="SL2610:lram_kb=128", flags=["--torq-quiet", "--torq-hw=SL2610:lram_kb=256"])
+    assert cm.hw.lram_kb == 128  # the keyword wins
