@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import pickle
 import subprocess
@@ -46,6 +45,7 @@ from iree.compiler import ir, passmanager
 from torq.contract.executable import parse_executable, serialize_program
 
 from .ir_utils import CompileError
+from .nss_ir import program_meta
 from .passes import PassOptions
 from .patterns import Unsupported
 from .pipeline import run_passes
@@ -106,7 +106,7 @@ def compile_in_process(module: ir.Module, pipeline: list[str], options: PassOpti
 
 def _compiled(func: ir.Operation, reports: dict) -> Compiled:
     blob = np.array(ir.DenseElementsAttr(func.attributes["torq.executable"]), dtype=np.int8).tobytes()
-    meta = json.loads(ir.StringAttr(func.attributes["torq.program"]).value)
+    meta = program_meta(func)
     ftype = ir.FunctionType(ir.TypeAttr(func.attributes["torq.original_type"]).value)
     results = [str(t) for t in ftype.results]
     if "torq.host_result_types" in func.attributes:  # f32 where the NPU computes bf16

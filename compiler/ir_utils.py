@@ -260,3 +260,38 @@ def bf16_dense_attr(values: np.ndarray, shape: tuple[int, ...]) -> ir.Attribute:
     bits = np.asarray(values, np.float32).astype(ml_dtypes.bfloat16).view(np.uint16).reshape(shape)
     return ir.DenseElementsAttr.get(np.ascontiguousarray(bits),
                                     type=ir.RankedTensorType.get(list(shape), ir.BF16Type.get()))
+
+
+def record_attr(value) -> ir.Attribute:
+    """A plain record (dict, list, str, bool, int, float) as a typed attribute: a dictionary,
+    array, string, bool, i64 or f64 attribute (`record_value` reads it back)."""
+    if isinstance(value, dict):
+        return ir.DictAttr.get({str(k): record_attr(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return ir.ArrayAttr.get([record_attr(v) for v in value])
+    if isinstance(value, bool):
+        return ir.BoolAttr.get(value)
+    if isinstance(value, (int, np.integer)):
+        return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(value))
+    if isinstance(value, (float, np.floating)):
+        return ir.FloatAttr.get(ir.F64Type.get(), float(value))
+    if isinstance(value, str):
+        return ir.StringAttr.get(value)
+    raise TypeError(f"no attribute form for a {type(value).__name__} in a record")
+
+
+def record_value(attr: ir.Attribute):
+    """The plain record a `record_attr` attribute holds."""
+    if isinstance(attr, ir.DictAttr):
+        return {named.name: record_value(named.attr) for named in attr}
+    if isinstance(attr, ir.ArrayAttr):
+        return [record_value(a) for a in attr]
+    if isinstance(attr, ir.BoolAttr):
+        return attr.value
+    if isinstance(attr, ir.IntegerAttr):
+        return attr.value
+    if isinstance(attr, ir.FloatAttr):
+        return attr.value
+    if isinstance(attr, ir.StringAttr):
+        return attr.value
+    raise TypeError(f"not a record attribute: {attr}")

@@ -4,7 +4,8 @@
 `program_to_function`; `torq-serialize-executable` reads it back with
 `function_to_program`. Each op carries its record as a JSON `spec` string
 (readable in lit tests); constant tensors also carry their bytes as a
-`value` i8 elements attribute.
+`value` i8 elements attribute. The function's `torq.program` dictionary
+holds the program's name, tiles, LRAM peak and hardware model.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ from torq.contract.program import (
     TensorDesc,
 )
 
+from .ir_utils import record_attr, record_value
+
+# Function attribute: the program's name, tiles, LRAM peak and hardware model, a dictionary.
+PROGRAM_ATTR = "torq.program"
 _KINDS = {"dma_in": DmaIn, "dma_out": DmaOut, "compute": Compute}
 _NAMES = {v: k for k, v in _KINDS.items()}
 
@@ -68,8 +73,13 @@ def program_to_function(p: Program, func: ir.Operation) -> None:
     func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get([], []))
     while len(block.arguments):
         block.erase_argument(0)
-    func.attributes["torq.program"] = ir.StringAttr.get(json.dumps(
-        {"name": p.name, "tiles": p.tiles, "lram_peak": p.lram_peak, "hw": p.hw}))
+    func.attributes[PROGRAM_ATTR] = record_attr({"name": p.name, "tiles": p.tiles, "lram_peak": p.lram_peak,
+                                                 "hw": p.hw})
+
+
+def program_meta(func: ir.Operation) -> dict:
+    """{"name", "tiles", "lram_peak", "hw"} of a function torq-build-nss-program wrote."""
+    return record_value(func.attributes[PROGRAM_ATTR])
 
 
 def _operand(d) -> Operand:
@@ -89,7 +99,7 @@ def _command(kind: str, d: dict):
 
 
 def function_to_program(func: ir.Operation) -> Program:
-    meta = json.loads(ir.StringAttr(func.attributes["torq.program"]).value)
+    meta = program_meta(func)
     tensors, buffers, commands = [], [], []
     for o in func.regions[0].blocks[0].operations:
         op = o.operation

@@ -24,7 +24,7 @@ result's outermost dim whose extent is a multiple of the slice count (equal
 parts, so the timing model's ceil(work / split) per slice is exact), from
 the shared operand buffers: no extra DMA byte, no extra LRAM. A compute
 whose result has no such dim runs on slice 0 alone. The function gets
-`torq.distribution`: {"strategy", "slices", "bodies": [{"tiles", "form",
+`torq.distribution`, a dictionary: {"strategy", "slices", "bodies": [{"tiles", "form",
 "slices_used"}]} with form "exact", "oversubscribed", "general" or "split"
 (then also "split_computes": how many were split). Buffers keep the offsets
 `torq-assign-lram-addresses` gave them, so tiles on different slices that
@@ -89,7 +89,7 @@ from torq.contract.program import (
     TensorDesc,
 )
 
-from ..ir_utils import CompileError, constant_of, element_type, int_array, mlir_dtype, static_shape
+from ..ir_utils import CompileError, constant_of, element_type, int_array, mlir_dtype, record_attr, static_shape
 from ..nss_copies import COPY_BODY, is_copy, write_copy
 from ..nss_ir import program_to_function
 from ..patterns import PAD_VIEW, epilogue_from_json
@@ -566,11 +566,9 @@ def build_program(func: ir.Operation, options: PassOptions) -> tuple[Program, di
 
 
 def run(module: ir.Module, options: PassOptions) -> None:
-    import json
-
     for op in list(module.body.operations):
         if op.operation.name == "func.func" and "torq.program" not in op.operation.attributes:
             func = op.operation
             program, summary = build_program(func, options)
             program_to_function(program, func)
-            func.attributes["torq.distribution"] = ir.StringAttr.get(json.dumps(summary))
+            func.attributes["torq.distribution"] = record_attr(summary)

@@ -30,7 +30,7 @@
 // slices (50 = 2 x 25 elements each); with one slice there is no split.
 // CHECK-LABEL: func.func @one_tile()
 // CHECK-SAME: torq.original_type = (tensor<50xbf16>, tensor<50xbf16>) -> tensor<50xbf16>
-// CHECK-SAME: torq.program = "{\22name\22: \22one_tile\22, \22tiles\22: 1, \22lram_peak\22: 300, \22hw\22: {\22name\22: \22SL2610\22,
+// CHECK-SAME: torq.program = {hw = {clock_mhz = 800 : i64, {{.*}}name = "SL2610", {{.*}}}, lram_peak = 300 : i64, name = "one_tile", tiles = 1 : i64}
 // CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:0,\22kind\22:\22input\22,\22shape\22:[50],\22dtype\22:\22bf16\22,\22host_dtype\22:\22f32\22,\22arg_index\22:0}"}
 // CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:1,\22kind\22:\22input\22,\22shape\22:[50],\22dtype\22:\22bf16\22,\22host_dtype\22:\22f32\22,\22arg_index\22:1}"}
 // CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:2,\22kind\22:\22output\22,\22shape\22:[50],\22dtype\22:\22bf16\22,\22host_dtype\22:\22f32\22,\22arg_index\22:0}"}
@@ -67,7 +67,7 @@ func.func @one_tile(%a: tensor<50xbf16>, %b: tensor<50xbf16>) -> tensor<50xbf16>
 // slice 0. No host type records: host dtypes are the bf16 types.
 // CHECK-LABEL: func.func @two_tiles()
 // CHECK-SAME: torq.original_type = (tensor<4x16xbf16>) -> tensor<4x16xbf16>
-// CHECK-SAME: torq.program = "{\22name\22: \22two_tiles\22, \22tiles\22: 2, \22lram_peak\22: 128,
+// CHECK-SAME: torq.program = {hw = {{.*}}, lram_peak = 128 : i64, name = "two_tiles", tiles = 2 : i64}
 // CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:0,\22kind\22:\22input\22,\22shape\22:[4,16],\22dtype\22:\22bf16\22,\22host_dtype\22:\22bf16\22,\22arg_index\22:0}"}
 // CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:1,\22kind\22:\22output\22,\22shape\22:[4,16],\22dtype\22:\22bf16\22,\22host_dtype\22:\22bf16\22,\22arg_index\22:0}"}
 // CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:0,\22offset\22:0,\22size\22:64,\22live_start\22:0,\22live_end\22:1}"}
@@ -105,12 +105,12 @@ func.func @two_tiles(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> attributes {tor
 // slice 0. A result with no dim the slice count divides (3x5) is not split.
 // With one slice nothing is split.
 // CHECK-LABEL: func.func @one_set()
-// CHECK-SAME: torq.distribution = "{\22strategy\22: \22cyclic\22, \22slices\22: 2, \22bodies\22: [{\22tiles\22: 1, \22form\22: \22split\22, \22slices_used\22: 1, \22split_computes\22: 0}, {\22tiles\22: 2, \22form\22: \22split\22, \22slices_used\22: 2, \22split_computes\22: 2}]}"
+// CHECK-SAME: torq.distribution = {bodies = [{form = "split", slices_used = 1 : i64, split_computes = 0 : i64, tiles = 1 : i64}, {form = "split", slices_used = 2 : i64, split_computes = 2 : i64, tiles = 2 : i64}], slices = 2 : i64, strategy = "cyclic"}
 // CHECK: "torq_nss.compute"() {{.*}}\22shape\22:[3,5]{{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0,\22padded_work\22:24}"}
 // CHECK: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:1,\22split\22:2}"}
 // CHECK: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:2,\22split\22:2}"}
 // ONE-LABEL: func.func @one_set()
-// ONE-SAME: \22bodies\22: [{\22tiles\22: 1, \22form\22: \22exact\22, \22slices_used\22: 1}, {\22tiles\22: 2, \22form\22: \22general\22, \22slices_used\22: 1}]
+// ONE-SAME: torq.distribution = {bodies = [{form = "exact", slices_used = 1 : i64, tiles = 1 : i64}, {form = "general", slices_used = 1 : i64, tiles = 2 : i64}]
 // ONE-NOT: split
 func.func @one_set(%x: tensor<4x16xbf16>, %z: tensor<3x5xbf16>) -> (tensor<4x16xbf16>, tensor<3x5xbf16>) attributes {torq.lram_end = 128 : i64, torq.lram_peak = 128 : i64} {
   %c0 = arith.constant 0 : index

@@ -13,7 +13,7 @@
 // chunk tile 1.
 // CHECK-LABEL: func.func @pad()
 // CHECK-SAME: torq.original_type = (tensor<4x8xbf16>) -> tensor<6x11xbf16>
-// CHECK-SAME: torq.program = "{\22name\22: \22pad\22, \22tiles\22: 2, \22lram_peak\22: 64,
+// CHECK-SAME: torq.program = {hw = {{.*}}, lram_peak = 64 : i64, name = "pad", tiles = 2 : i64}
 // CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:0,\22kind\22:\22input\22,\22shape\22:[4,8],\22dtype\22:\22bf16\22,\22host_dtype\22:\22f32\22,\22arg_index\22:0}"}
 // CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:1,\22kind\22:\22output\22,\22shape\22:[6,11],\22dtype\22:\22bf16\22,\22host_dtype\22:\22f32\22,\22arg_index\22:0}"}
 // CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:0,\22offset\22:0,\22size\22:22,\22live_start\22:0,\22live_end\22:4}"}
@@ -36,7 +36,7 @@ func.func @pad(%a: tensor<4x8xbf16>) -> tensor<6x11xbf16> attributes {torq.host_
 // operand's shape and aliases it, passed as input 1 after the arguments; the
 // DMA-out box gets the box's offsets and its dropped unit dim.
 // CHECK-LABEL: func.func @in_place_copy()
-// CHECK-SAME: \22tiles\22: 1, \22lram_peak\22: 64,
+// CHECK-SAME: lram_peak = 64 : i64, name = "in_place_copy", tiles = 1 : i64}
 // CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:0,\22kind\22:\22input\22,\22shape\22:[4,8],\22dtype\22:\22bf16\22,\22host_dtype\22:\22bf16\22,\22arg_index\22:0}"}
 // CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:1,\22kind\22:\22output\22,\22shape\22:[1,4,16],\22dtype\22:\22bf16\22,\22host_dtype\22:\22bf16\22,\22arg_index\22:0,\22aliases\22:1}"}
 // CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:2,\22kind\22:\22input\22,\22shape\22:[1,4,16],\22dtype\22:\22bf16\22,\22host_dtype\22:\22bf16\22,\22arg_index\22:1}"}
@@ -53,7 +53,7 @@ func.func @in_place_copy(%a: tensor<4x8xbf16>) -> tensor<4x8xbf16> attributes {t
 // of one chunk can overlap the DMA-out of the previous one. Each chunk is a
 // tile.
 // CHECK-LABEL: func.func @chunked_box_copy()
-// CHECK-SAME: \22tiles\22: 4, \22lram_peak\22: 512,
+// CHECK-SAME: lram_peak = 512 : i64, name = "chunked_box_copy", tiles = 4 : i64}
 // CHECK: "torq_nss.buffer"() {spec = "{\22id\22:0,\22offset\22:0,\22size\22:512,\22live_start\22:0,\22live_end\22:1}"}
 // CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:1,\22offset\22:512,\22size\22:512,\22live_start\22:2,\22live_end\22:3}"}
 // CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:2,\22offset\22:0,\22size\22:512,\22live_start\22:4,\22live_end\22:5}"}

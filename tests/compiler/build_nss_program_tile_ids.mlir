@@ -11,7 +11,7 @@
 // RUN: torq-opt %s --pass-pipeline='builtin.module(torq-build-nss-program)' | FileCheck %s
 
 // CHECK-LABEL: func.func @body_then_loop()
-// CHECK-SAME: \22tiles\22: 3,
+// CHECK-SAME: tiles = 3 : i64}
 // CHECK: "torq_nss.tensor"() {spec = "{\22index\22:2,\22kind\22:\22scratch\22,\22shape\22:[4,16],
 // CHECK: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0],\22sizes\22:[4,16],
 // CHECK-NEXT: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0,\22split\22:2}"}

@@ -13,7 +13,7 @@
 // FOLD: %[[V:.*]] = "torq.pad"(%arg0) {high = array<i64: 0, 1, 1>, low = array<i64: 0, 1, 2>, value = -5 : i8} : (tensor<2x3x4xi8>) -> tensor<2x5x7xi8>
 // FOLD: return %[[V]]
 // NSS-LABEL: func.func @pad_result()
-// NSS-SAME: \22tiles\22: 2, \22lram_peak\22: 24,
+// NSS-SAME: lram_peak = 24 : i64, name = "pad_result", tiles = 2 : i64}
 // NSS-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:0,\22kind\22:\22input\22,\22shape\22:[2,3,4],\22dtype\22:\22i8\22,\22host_dtype\22:\22i8\22,\22arg_index\22:0}"}
 // NSS-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:1,\22kind\22:\22output\22,\22shape\22:[2,5,7],\22dtype\22:\22i8\22,\22host_dtype\22:\22i8\22,\22arg_index\22:0}"}
 // NSS-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:0,\22offset\22:0,\22size\22:14,\22live_start\22:0,\22live_end\22:4}"}

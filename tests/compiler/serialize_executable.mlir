@@ -12,10 +12,10 @@
 // CHECK-LABEL: func.func @prog()
 // CHECK-SAME: attributes {torq.executable = dense<"0x{{[0-9A-F][0-9A-F][0-9A-F][0-9A-F][0-9A-F][0-9A-F][0-9A-F][0-9A-F]}}544F5251{{([0-9A-F][0-9A-F])*}}534C3236313000{{([0-9A-F][0-9A-F])*}}70726F6700{{([0-9A-F][0-9A-F])*}}"> : tensor<{{[0-9]+}}xi8>
 // CHECK-SAME: torq.lram_peak = 128 : i64
-// CHECK-SAME: torq.program = "{\22name\22: \22prog\22, \22tiles\22: 1,
+// CHECK-SAME: torq.program = {hw = {name = "SL2610"}, lram_peak = 128 : i64, name = "prog", tiles = 1 : i64}
 // CHECK-NEXT: return
 // CHECK-NEXT: }
-func.func @prog() attributes {torq.lram_peak = 128 : i64, torq.original_type = (tensor<2x16xbf16>) -> tensor<2x16xbf16>, torq.program = "{\22name\22: \22prog\22, \22tiles\22: 1, \22lram_peak\22: 128, \22hw\22: {\22name\22: \22SL2610\22}}"} {
+func.func @prog() attributes {torq.lram_peak = 128 : i64, torq.original_type = (tensor<2x16xbf16>) -> tensor<2x16xbf16>, torq.program = {hw = {name = "SL2610"}, lram_peak = 128 : i64, name = "prog", tiles = 1 : i64}} {
   "torq_nss.tensor"() {spec = "{\22index\22:0,\22kind\22:\22input\22,\22shape\22:[2,16],\22dtype\22:\22bf16\22,\22host_dtype\22:\22f32\22,\22arg_index\22:0}"} : () -> ()
   "torq_nss.tensor"() {spec = "{\22index\22:1,\22kind\22:\22output\22,\22shape\22:[2,16],\22dtype\22:\22bf16\22,\22host_dtype\22:\22f32\22,\22arg_index\22:0}"} : () -> ()
   "torq_nss.buffer"() {spec = "{\22id\22:0,\22offset\22:0,\22size\22:64,\22live_start\22:0,\22live_end\22:1}"} : () -> ()

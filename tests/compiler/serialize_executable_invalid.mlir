@@ -7,7 +7,7 @@
 // CHECK: torq-opt: error: prog.py:9:1: error: program 'prog': LRAM buffers 0 [0, 64) and 1 [32, 96) overlap while both are live (commands 1..1)
 // CHECK-NOT: Traceback
 // CHECK-NOT: func.func
-func.func @prog() attributes {torq.lram_peak = 128 : i64, torq.original_type = (tensor<2x16xbf16>) -> tensor<2x16xbf16>, torq.program = "{\22name\22: \22prog\22, \22tiles\22: 1, \22lram_peak\22: 128, \22hw\22: {\22name\22: \22SL2610\22}}"} {
+func.func @prog() attributes {torq.lram_peak = 128 : i64, torq.original_type = (tensor<2x16xbf16>) -> tensor<2x16xbf16>, torq.program = {hw = {name = "SL2610"}, lram_peak = 128 : i64, name = "prog", tiles = 1 : i64}} {
   "torq_nss.tensor"() {spec = "{\22index\22:0,\22kind\22:\22input\22,\22shape\22:[2,16],\22dtype\22:\22bf16\22,\22host_dtype\22:\22f32\22,\22arg_index\22:0}"} : () -> ()
   "torq_nss.tensor"() {spec = "{\22index\22:1,\22kind\22:\22output\22,\22shape\22:[2,16],\22dtype\22:\22bf16\22,\22host_dtype\22:\22f32\22,\22arg_index\22:0}"} : () -> ()
   "torq_nss.buffer"() {spec = "{\22id\22:0,\22offset\22:0,\22size\22:64,\22live_start\22:0,\22live_end\22:1}"} : () -> ()

@@ -11,7 +11,9 @@ import sys
 
 import numpy as np
 import pytest
+from iree.compiler import ir
 
+from torq.compiler.ir_utils import record_value
 from torq.compiler.slice_distribution import DistributionError, form, parse_distribution, slice_of
 
 BIN = os.path.dirname(sys.executable)
@@ -87,10 +89,17 @@ def test_pass_assigns_slices(tmp_path, spec, hw, expect, form_):
     computes = re.findall(r'"torq_nss.compute"\(\) \{spec = "(.*)"\}', r.stdout)
     got = [json.loads(c.replace('\\22', '"'))["slice"] for c in computes]
     assert got == expect
-    m = re.search(r'torq.distribution = "(.*?)"[,}]', r.stdout)
-    summary = json.loads(m.group(1).replace('\\22', '"'))
+    summary = _distribution(r.stdout)
     assert summary["strategy"] == spec and summary["bodies"] == [
         {"tiles": 5, "form": form_, "slices_used": len(set(expect))}]
+
+
+def _distribution(printed: str) -> dict:
+    """The torq.distribution dictionary of the one function in torq-opt's output."""
+    with ir.Context() as ctx:
+        ctx.allow_unregistered_dialects = True
+        func = ir.Module.parse(printed).body.operations[0].operation
+        return record_value(func.attributes["torq.distribution"])
 
 
 def test_bad_flag_is_a_usage_error(tmp_path):
