@@ -37,7 +37,6 @@ import tempfile
 import threading
 import traceback
 from dataclasses import dataclass, field, replace
-from importlib import metadata
 
 import numpy as np
 from iree.compiler import ir, passmanager
@@ -49,6 +48,7 @@ from .nss_ir import program_meta
 from .passes import PassOptions
 from .patterns import Unsupported
 from .pipeline import run_passes
+from .versions import installed_version
 
 CACHE_FORMAT = 1
 # Fewer distinct dispatches than this compile in this process: starting a worker
@@ -127,12 +127,7 @@ def _bytecode(module: ir.Module) -> bytes:
 
 
 def _versions() -> str:
-    def version(dist: str) -> str:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return "?"
-    return f"iree-torq {version('iree-torq')}, iree-base-compiler {version('iree-base-compiler')}"
+    return f"iree-torq {installed_version('iree-torq')}, iree-base-compiler {installed_version('iree-base-compiler')}"
 
 
 def cache_key(module: ir.Module, pipeline: list[str], options: PassOptions) -> str:

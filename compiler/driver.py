@@ -101,72 +101,19 @@ TORQ_FLAGS = set(TORQ_FLAG_HELP)
 
 
 def parse_torq_flags(argv: list[str]) -> tuple[CompileOptions, list[str], bool]:
-    """Split argv into Torq options and the rest (IREE flags, inputs, -o)."""
+    """Split argv into Torq options and the rest (IREE flags, inputs, -o); the bool is --torq-quiet."""
     opts = CompileOptions()
     rest = []
     quiet = False
     for a in _joined_short_jobs(argv):
-        key, eq, value = a.partition("=")
+        key, _, value = a.partition("=")
         if key.startswith("--torq-"):
             if key not in TORQ_FLAGS:
                 raise UsageError(f"unknown flag '{key}' (Torq flags: {', '.join(sorted(TORQ_FLAGS))})")
-            if key == "--torq-hw":
-                if value == "list":
-                    raise _ListHw()
-                try:
-                    opts.hw = parse_hw_spec(value)
-                except HwSpecError as e:
-                    raise UsageError(str(e)) from None
-            elif key == "--torq-keep-f32":
-                opts.keep_f32 = value in ("", "true", "1")
-            elif key == "--torq-super-tiling-strategy":
-                from .passes.super_tiling import STRATEGIES
-                if value not in STRATEGIES:
-                    raise UsageError(f"unknown --torq-super-tiling-strategy '{value}' ({', '.join(STRATEGIES)})")
-                opts.strategy = value
-            elif key == "--torq-tiling-traffic-slack":
-                try:
-                    opts.traffic_slack = float(value)
-                except ValueError:
-                    opts.traffic_slack = -1.0
-                if not 0.0 <= opts.traffic_slack <= 10.0:
-                    raise UsageError(f"bad --torq-tiling-traffic-slack '{value}' (a fraction from 0 to 10, "
-                                     "e.g. 0.05 for 5% more DDR bytes)")
-            elif key == "--torq-slice-distribution":
-                from .slice_distribution import DistributionError, parse_distribution
-
-                try:
-                    opts.slice_distribution = parse_distribution(value).spec
-                except DistributionError as e:
-                    raise UsageError(str(e)) from None
-            elif key == "--torq-dump-tiling":
-                if not value:
-                    raise UsageError("--torq-dump-tiling needs a path: --torq-dump-tiling=tiling.json")
-                opts.dump_tiling = value
-            elif key == "--torq-requant":
-                if value not in REQUANT_MODES:
-                    raise UsageError(f"unknown --torq-requant '{value}' ({', '.join(REQUANT_MODES)})")
-                opts.requant = value
-            elif key == "--torq-dump-quant":
-                if not value:
-                    raise UsageError("--torq-dump-quant needs a path: --torq-dump-quant=quant.json")
-                opts.dump_quant = value
-            elif key == "--torq-host-fallback-on-error":
-                opts.host_fallback_on_error = value in ("", "true", "1")
-            elif key == "--torq-print-ir-after-all":
-                opts.print_ir_after_all = True
-            elif key == "--torq-quiet":
+            if key == "--torq-quiet":
                 quiet = True
-            elif key == "--torq-jobs":
-                if not value.isdigit() or int(value) < 1:
-                    raise UsageError(f"bad --torq-jobs '{value}' (a number of processes, 1 or more)")
-                opts.jobs = int(value)
-            elif key == "--torq-cache-dir":
-                if not value:
-                    raise UsageError("--torq-cache-dir needs a directory (or 'none'): --torq-cache-dir=DIR")
-                opts.cache_dir = value
-            elif key == "--torq-no-cache":
-                opts.no_cache = True
+            else:
+                _FLAG_SETTERS[key](opts, value)
         elif key == "--compile-to":
             if value not in PHASES and value not in TORQ_PHASES:
                 raise UsageError(f"unknown --compile-to phase '{value}' "
@@ -175,6 +122,91 @@ def parse_torq_flags(argv: list[str]) -> tuple[CompileOptions, list[str], bool]:
         else:
             rest.append(a)
     return opts, rest, quiet
+
+
+def _set_hw(opts: CompileOptions, value: str) -> None:
+    if value == "list":
+        raise _ListHw()
+    try:
+        opts.hw = parse_hw_spec(value)
+    except HwSpecError as e:
+        raise UsageError(str(e)) from None
+
+
+def _set_strategy(opts: CompileOptions, value: str) -> None:
+    from .passes.super_tiling import STRATEGIES
+
+    if value not in STRATEGIES:
+        raise UsageError(f"unknown --torq-super-tiling-strategy '{value}' ({', '.join(STRATEGIES)})")
+    opts.strategy = value
+
+
+def _set_traffic_slack(opts: CompileOptions, value: str) -> None:
+    try:
+        opts.traffic_slack = float(value)
+    except ValueError:
+        opts.traffic_slack = -1.0
+    if not 0.0 <= opts.traffic_slack <= 10.0:
+        raise UsageError(f"bad --torq-tiling-traffic-slack '{value}' (a fraction from 0 to 10, "
+                         "e.g. 0.05 for 5% more DDR bytes)")
+
+
+def _set_slice_distribution(opts: CompileOptions, value: str) -> None:
+    from .slice_distribution import DistributionError, parse_distribution
+
+    try:
+        opts.slice_distribution = parse_distribution(value).spec
+    except DistributionError as e:
+        raise UsageError(str(e)) from None
+
+
+def _set_requant(opts: CompileOptions, value: str) -> None:
+    if value not in REQUANT_MODES:
+        raise UsageError(f"unknown --torq-requant '{value}' ({', '.join(REQUANT_MODES)})")
+    opts.requant = value
+
+
+def _set_jobs(opts: CompileOptions, value: str) -> None:
+    if not value.isdigit() or int(value) < 1:
+        raise UsageError(f"bad --torq-jobs '{value}' (a number of processes, 1 or more)")
+    opts.jobs = int(value)
+
+
+def _needs_value(flag: str, example: str, field: str):
+    """A setter of a string option that must not be empty."""
+    def setter(opts: CompileOptions, value: str) -> None:
+        if not value:
+            raise UsageError(f"{flag} needs {example}")
+        setattr(opts, field, value)
+    return setter
+
+
+def _switch(field: str):
+    """A setter of a boolean option (bare, or =true / =1)."""
+    def setter(opts: CompileOptions, value: str) -> None:
+        setattr(opts, field, value in ("", "true", "1"))
+    return setter
+
+
+# How each Torq flag (but --torq-quiet) sets its option; the flags themselves are TORQ_FLAG_HELP's.
+_FLAG_SETTERS = {
+    "--torq-hw": _set_hw,
+    "--torq-requant": _set_requant,
+    "--torq-dump-quant": _needs_value("--torq-dump-quant", "a path: --torq-dump-quant=quant.json", "dump_quant"),
+    "--torq-dump-tiling": _needs_value("--torq-dump-tiling", "a path: --torq-dump-tiling=tiling.json",
+                                       "dump_tiling"),
+    "--torq-super-tiling-strategy": _set_strategy,
+    "--torq-tiling-traffic-slack": _set_traffic_slack,
+    "--torq-slice-distribution": _set_slice_distribution,
+    "--torq-keep-f32": _switch("keep_f32"),
+    "--torq-host-fallback-on-error": _switch("host_fallback_on_error"),
+    "--torq-print-ir-after-all": lambda opts, value: setattr(opts, "print_ir_after_all", True),
+    "--torq-jobs": _set_jobs,
+    "--torq-cache-dir": _needs_value("--torq-cache-dir", "a directory (or 'none'): --torq-cache-dir=DIR",
+                                     "cache_dir"),
+    "--torq-no-cache": lambda opts, value: setattr(opts, "no_cache", True),
+}
+assert set(_FLAG_SETTERS) | {"--torq-quiet"} == TORQ_FLAGS
 
 
 def _joined_short_jobs(argv: list[str]) -> list[str]:

@@ -92,16 +92,10 @@ def help_text(tool: str) -> str:
 
 def version_text() -> str:
     """`--version`: this package, the IREE packages it runs on, and the hardware models."""
-    from importlib import metadata
-
     from torq.contract.executable import FORMAT_VERSION
     from torq.contract.hw import PRESETS
 
-    def version(dist: str) -> str:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return "not installed"
+    from .versions import installed_version as version
 
     return (f"iree-torq {version('iree-torq')}\n"
             f"iree-base-compiler {version('iree-base-compiler')}, iree-base-runtime {version('iree-base-runtime')}\n"

@@ -36,21 +36,28 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 MAC_SHARE_TARGET = 0.98  # issue 5: share of MACs on the NPU
 
 
-def build(name: str, size: int | None = None, seq: int | None = None, layers: int = 1):
-    """(model, example input, label) of a `MODELS` entry with the given input size."""
+def build(name: str, **kwargs):
+    """(model, example input, label) of a `MODELS` entry built with `kwargs` (size, seq,
+    layers, ...), or of "cnn" (samples/cnn.py at `size`, default 32)."""
+    if name == "cnn":
+        from cnn import make_model
+
+        size = kwargs.get("size", 32)
+        x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(1))
+        return make_model(), x, f"cnn 1x3x{size}x{size}"
     if name not in MODELS:
         raise SystemExit(f"run_model: error: unknown model '{name}' (one of {', '.join(MODELS)})")
-    kwargs: dict = {}
-    if name in ("mobilenet_v2", "resnet18") and size:
-        kwargs["size"] = size
-    if name == "bert":
-        if seq:
-            kwargs["seq"] = seq
-        if layers != 1:
-            kwargs["layers"] = layers
     model, x = MODELS[name](**kwargs)
+    layers = kwargs.get("layers", 1)
     label = f"{name} {'x'.join(map(str, x.shape))}" + (f" ({layers} layers)" if layers != 1 else "")
     return model, x, label
+
+
+def _size_kwargs(name: str, size: int | None, seq: int | None, layers: int) -> dict:
+    """The command line's sizes as `MODELS` arguments (each model takes only its own)."""
+    if name == "bert":
+        return {k: v for k, v in (("seq", seq), ("layers", layers)) if v and (k != "layers" or v != 1)}
+    return {"size": size} if size and name in ("mobilenet_v2", "mobilenet_v3", "resnet18") else {}
 
 
 def export_mlir(model: torch.nn.Module, x: torch.Tensor) -> str:
@@ -82,7 +89,7 @@ def run_model(name: str, size: int | None = None, seq: int | None = None, hw: st
     """Export, compile for Torq, run on the simulator and compare with torch fp32."""
     import torq
 
-    model, x, label = build(name, size, seq, layers)
+    model, x, label = build(name, **_size_kwargs(name, size, seq, layers))
     with torch.no_grad():
         ref = model(x).numpy()
     t0 = time.perf_counter()

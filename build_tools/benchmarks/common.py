@@ -46,20 +46,10 @@ MODEL_SIZES = {
 
 
 def build_model(name: str, kwargs: dict):
-    """(model, example input, label) for a `MODEL_SIZES` name ("cnn" is samples/cnn.py)."""
-    import torch
+    """(model, example input, label) for a `MODEL_SIZES` name (samples/run_model.build)."""
+    from run_model import build
 
-    if name == "cnn":
-        from cnn import make_model
-
-        size = kwargs.get("size", 32)
-        x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(1))
-        return make_model(), x, f"cnn 1x3x{size}x{size}"
-    from models import MODELS
-
-    model, x = MODELS[name](**kwargs)
-    layers = kwargs.get("layers", 1)
-    return model, x, f"{name} {'x'.join(map(str, x.shape))}" + (f" ({layers} layers)" if layers > 1 else "")
+    return build(name, **kwargs)
 
 
 def versions() -> dict:

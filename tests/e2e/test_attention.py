@@ -16,11 +16,11 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch_reference import run_against_torch
 
 import torq
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
-from cnn import error_figures, within_limits  # noqa: E402
 
 SMALL_LRAM = "SL2610:lram_kb=64"
 
@@ -43,15 +43,8 @@ def qkv(batch, heads, seq, dim, seed, kv_seq=None):
 
 
 def run_on_torq(model, xs, hw="SL2610"):
-    model = model.eval()
-    with torch.no_grad():
-        ref = model(*xs).numpy()
-    cm = torq.compile(model, *xs, hw=hw)
-    host = [(d.name, d.reason) for d in cm.report.dispatches if d.executor != "torq"]
-    y = cm(*(x.numpy() for x in xs))
-    rel_l2, cosine = error_figures(y, ref)
-    assert within_limits(rel_l2, cosine), (rel_l2, cosine)
-    return cm, host
+    run = run_against_torch(model, *xs, hw=hw, npu_only=False)
+    return run.cm, run.host
 
 
 @pytest.mark.parametrize("shape", [(1, 2, 16, 16), (1, 4, 64, 32), (1, 4, 32, 64)])

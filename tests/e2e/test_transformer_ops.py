@@ -16,11 +16,12 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch_reference import run_against_torch
 
 import torq
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
-from cnn import COSINE_LIMIT, REL_L2_LIMIT, error_figures  # noqa: E402
+from cnn import COSINE_LIMIT, REL_L2_LIMIT  # noqa: E402
 from models import make_bert_encoder_layer  # noqa: E402
 
 SMALL_LRAM = "SL2610:lram_kb=64"
@@ -37,16 +38,8 @@ class Fn(nn.Module):
 
 def run_on_torq(model, *xs, hw="SL2610", rel=REL_L2_LIMIT, cos=COSINE_LIMIT):
     """Compiles `model`, checks every dispatch runs on torq and the result against torch."""
-    model = model.eval()
-    with torch.no_grad():
-        ref = model(*xs).numpy()
-    cm = torq.compile(model, *xs, hw=hw)
-    host = [(d.name, d.reason) for d in cm.report.dispatches if d.executor != "torq"]
-    assert not host, host
-    y = cm(*(x.numpy() for x in xs))
-    rel_l2, cosine = error_figures(y, ref)
-    assert rel_l2 <= rel and cosine >= cos, (rel_l2, cosine)
-    return cm, rel_l2
+    run = run_against_torch(model, *xs, hw=hw, rel=rel, cos=cos)
+    return run.cm, run.rel_l2
 
 
 def gen(seed):
