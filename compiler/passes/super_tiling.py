@@ -112,7 +112,7 @@ from ..tiling.roots import (
     post_order,
     root_facts,
 )
-from ..tiling.search import choose_tile_sizes
+from ..tiling.search import TileChoice, choose_tile_sizes
 from ..tiling.seed import seed_footprints, seed_tile_sizes
 from ..tiling.transform import clone_function, orders_in, root_loop, root_slice, tile_and_fuse
 from . import PassOptions
@@ -176,17 +176,18 @@ class _Tiler:
         del op
         record: dict | None = {} if self.options.record_tiling else None
         if self.seed:
-            sizes = seed_tile_sizes(self.func, root, self.table, self.options, record)
+            choice = TileChoice(seed_tile_sizes(self.func, root, self.table, self.options, record))
         else:
-            sizes = choose_tile_sizes(self.func, root, self.options, record, force)
-        if root.reduction is not None and not any(sizes):
+            choice = choose_tile_sizes(self.func, root, self.options, record, force)
+        sizes = choice.sizes
+        if choice.reduction is not None and not any(sizes):
             # Only the reduction is tiled: its loop is the "tile loop" of the root.
-            tile_and_fuse(_enclosing_module(self.func), [], None, root.reduction_sizes(root.reduction))
+            tile_and_fuse(_enclosing_module(self.func), [], None, root.reduction_sizes(choice.reduction))
             if record is not None:
                 record["fused_groups"] = sorted(root.groups)
         elif sizes is not None:
-            tile_and_fuse(_enclosing_module(self.func), root.loop_sizes(sizes), root.interchange(root.outer),
-                          root.reduction_sizes(root.reduction))
+            tile_and_fuse(_enclosing_module(self.func), root.loop_sizes(sizes), root.interchange(choice.outer),
+                          root.reduction_sizes(choice.reduction))
             loop = root_loop(self.func)
             self.fused |= orders_in(loop)
             if record is not None:

@@ -75,10 +75,11 @@ def post_order(func: ir.Operation) -> list[ir.Operation]:
     return order
 
 
-@dataclass
+@dataclass(frozen=True)
 class Root:
     """What the search needs to know about a root, read before anything is tiled
-    (plain values: op handles do not survive the tiling)."""
+    (plain values: op handles do not survive the tiling). The search's answer is a
+    separate `search.TileChoice`: a Root is never changed."""
     order: int
     name: str
     location: str
@@ -86,12 +87,10 @@ class Root:
     shape: tuple[int, ...]  # the result's
     loop_of_dim: tuple[int | None, ...]  # loop indexing each result dim (None: not a plain loop)
     n_loops: int
-    outer: int | None = None  # result dim whose loop the chosen tiling puts outermost (None: loop order)
     # The group principal's tileable reduction loops, in the order they are tiled
     # (matmul K; conv input channels, then kernel rows, then columns): (loop, extent).
     reduction_loops: tuple[tuple[int, int], ...] = ()
     principal_loops: int = 0  # loops of the group's principal op
-    reduction: list[int] | None = None  # chosen size per reduction_loops entry (0: untiled), None: none tiled
 
     def reduction_sizes(self, red: list[int] | None) -> list[int] | None:
         """Per-reduction-loop tile sizes as the per-loop sizes of the principal op
@@ -134,12 +133,9 @@ def root_facts(op: ir.Operation, order: int) -> Root | None:
         n_loops = out_map.n_dims
     else:
         loops, n_loops = tuple(range(len(shape))), len(shape)
-    root = Root(order, op.name, location_str(op), tuple(sorted(fuse_groups(op))), shape, loops, n_loops)
     principal = group_principal(op)
-    if principal is not None:
-        root.reduction_loops = _reduction_loops(principal)
-        root.principal_loops = indexing_maps(principal)[0].n_dims
-    return root
+    reduction = (_reduction_loops(principal), indexing_maps(principal)[0].n_dims) if principal is not None else ((), 0)
+    return Root(order, op.name, location_str(op), tuple(sorted(fuse_groups(op))), shape, loops, n_loops, *reduction)
 
 
 def group_principal(bottom: ir.Operation) -> ir.Operation | None:

@@ -5,6 +5,7 @@ torq-super-tiling's docstring for the rules."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from iree.compiler import ir
 
@@ -43,6 +44,9 @@ class TileSearch:
         # Lowered tilings that fit, kept from `footprint` for `cost` (one lowering per candidate).
         self.lowered: dict[tuple, tuple[ir.Module, ir.Operation]] = {}
         self._vector: tuple[int, int] | None | bool = False  # result_vector(), once
+        # What the search chose besides the parallel sizes (see TileChoice).
+        self.outer: int | None = None
+        self.reduction: list[int] | None = None
 
     def result_vector(self) -> tuple[int, int] | None:
         """(dim, vector width) along which the root's result is vectorised in LRAM
@@ -197,7 +201,7 @@ def _two_dim_sizes(search: TileSearch) -> list[int] | None:
     indexed by a alone, e.g. a matmul's weight columns, stays loaded over the inner
     loop, so a larger t_a means fewer re-reads of what b indexes), also half of it,
     each with the largest fitting t_b; of those, the least predicted DDR traffic,
-    then the fewest tiles. Sets `search.root.outer` to the chosen outer dim."""
+    then the fewest tiles. Sets `search.outer` to the chosen outer dim."""
     shape = search.root.shape
     dims = [d for d in range(len(shape)) if search.root.tileable(d)]
     scored = []
@@ -221,7 +225,7 @@ def _two_dim_sizes(search: TileSearch) -> list[int] | None:
     if not scored:
         return None
     best = min(scored)
-    search.root.outer = best[2]
+    search.outer = best[2]
     return best[4]
 
 
@@ -247,7 +251,7 @@ def _parallel_sizes(search: TileSearch, chosen: list[int] | None) -> list[int] |
     base = chosen or [0] * len(root.shape)
     if sum(1 for t in base if t) > 1:
         return chosen  # 2-D tilings keep their shape
-    traffic, cycles = search.cost(base, root.outer)
+    traffic, cycles = search.cost(base, search.outer)
     limit = int(traffic.dma_bytes * (1 + search.options.tiling_traffic_slack))
     best = (cycles, _tile_count(root.shape, base), base)
     dims = [d for d, t in enumerate(base) if t] or [d for d in range(len(root.shape)) if root.tileable(d)]
@@ -277,9 +281,9 @@ def _better_cut(search: TileSearch, root: Root, d: int, t: int, best: tuple, tra
     sizes = [0] * len(root.shape)
     sizes[d] = t
     try:
-        if search.footprint(sizes, root.outer) > search.budget:
+        if search.footprint(sizes, search.outer) > search.budget:
             return best
-        t_traffic, t_cycles = search.cost(sizes, root.outer)
+        t_traffic, t_cycles = search.cost(sizes, search.outer)
     except (CompileError, Unsupported):
         return best  # this cut has no TorqHL form (e.g. a gathering pool): keep the tiling we have
     extra = t_traffic.dma_bytes / max(traffic.dma_bytes, 1) - 1
@@ -300,7 +304,7 @@ def _reduction_sizes(search: TileSearch) -> tuple[list[int], list[int]] | None:
     (its largest divisors whose reduction fits, `REDUCTION_PARALLEL_CANDIDATES` of
     them) and every tileable dim at 1; of those, the least predicted DDR traffic
     (a smaller parallel tile re-reads the other operand's K-slices more often),
-    then the fewest tiles x reduction steps. Sets `search.root.reduction`."""
+    then the fewest tiles x reduction steps. Sets `search.reduction`."""
     root = search.root
     if not root.reduction_loops:
         return None
@@ -330,16 +334,24 @@ def _reduction_sizes(search: TileSearch) -> tuple[list[int], list[int]] | None:
         search.footprint(options[-1], red=[1] * len(root.reduction_loops))
         return None
     best = min(scored)
-    root.reduction = best[4]
+    search.reduction = best[4]
     return best[3], best[4]
 
 
+@dataclass(frozen=True)
+class TileChoice:
+    """How to tile a root: per-result-dim sizes (0 = untiled dim; None: untiled), the result
+    dim whose loop goes outermost (None: loop order), and the sizes of the group principal's
+    reduction loops (`Root.reduction_loops` order; None: none tiled, `sizes` may then be all 0)."""
+    sizes: list[int] | None
+    outer: int | None = None
+    reduction: list[int] | None = None
+
+
 def choose_tile_sizes(func: ir.Operation, root: Root, options: PassOptions,
-                      record: dict | None = None, force: bool = False) -> list[int] | None:
-    """Per-result-dim tile sizes for the TILE_ROOT op (0 = untiled dim), or None when
-    its slice fits untiled (`force`: tile it anyway); `root.reduction` receives the
-    reduction sizes when the group's reduction loops must be tiled too (and the
-    sizes may then be all 0). `record` receives the decision."""
+                      record: dict | None = None, force: bool = False) -> TileChoice:
+    """The tiling of the TILE_ROOT op: untiled when its slice fits (`force`: tiled anyway).
+    `record` receives the decision."""
     search = TileSearch(func, root, options)
     untiled = search.footprint([0] * len(root.shape))
     sizes = None
@@ -353,17 +365,18 @@ def choose_tile_sizes(func: ir.Operation, root: Root, options: PassOptions,
             raise CompileError(
                 f"{root.location}: error: {root.name}: cannot fit LRAM even with size-1 tiles: "
                 f"{smallest}, budget {search.budget} bytes")
-    if options.super_tiling_strategy == "default" and root.reduction is None:
+    if options.super_tiling_strategy == "default" and search.reduction is None:
         sizes = _parallel_sizes(search, sizes)
     if record is not None:
-        record.update(tiling_record(root, sizes, search.footprint(sizes or [0] * len(root.shape), root.outer,
-                                                            root.reduction), untiled, len(search.footprints)))
-        record["outer_dim"] = root.outer
-    return sizes
+        lram = search.footprint(sizes or [0] * len(root.shape), search.outer, search.reduction)
+        record.update(tiling_record(root, sizes, lram, untiled, len(search.footprints), search.reduction))
+        record["outer_dim"] = search.outer
+    return TileChoice(sizes, search.outer, search.reduction)
 
 
-def tiling_record(root: Root, sizes: list[int] | None, lram: int, untiled: int, evaluated: int) -> dict:
-    red = [(loop, extent, t) for (loop, extent), t in zip(root.reduction_loops, root.reduction or []) if t]
+def tiling_record(root: Root, sizes: list[int] | None, lram: int, untiled: int, evaluated: int,
+                  reduction: list[int] | None = None) -> dict:
+    red = [(loop, extent, t) for (loop, extent), t in zip(root.reduction_loops, reduction or []) if t]
     return {"root": root.name, "location": root.location, "groups": list(root.groups),
             "shape": list(root.shape), "tiled_dims": [d for d, t in enumerate(sizes or []) if t],
             "tile_sizes": sizes or [0] * len(root.shape), "tiles": _tile_count(root.shape, sizes),
