@@ -133,14 +133,6 @@ def _set_hw(opts: CompileOptions, value: str) -> None:
         raise UsageError(str(e)) from None
 
 
-def _set_strategy(opts: CompileOptions, value: str) -> None:
-    from .passes.super_tiling import STRATEGIES
-
-    if value not in STRATEGIES:
-        raise UsageError(f"unknown --torq-super-tiling-strategy '{value}' ({', '.join(STRATEGIES)})")
-    opts.strategy = value
-
-
 def _set_traffic_slack(opts: CompileOptions, value: str) -> None:
     try:
         opts.traffic_slack = float(value)
@@ -160,16 +152,26 @@ def _set_slice_distribution(opts: CompileOptions, value: str) -> None:
         raise UsageError(str(e)) from None
 
 
-def _set_requant(opts: CompileOptions, value: str) -> None:
-    if value not in REQUANT_MODES:
-        raise UsageError(f"unknown --torq-requant '{value}' ({', '.join(REQUANT_MODES)})")
-    opts.requant = value
-
-
 def _set_jobs(opts: CompileOptions, value: str) -> None:
     if not value.isdigit() or int(value) < 1:
         raise UsageError(f"bad --torq-jobs '{value}' (a number of processes, 1 or more)")
     opts.jobs = int(value)
+
+
+def _one_of(flag: str, choices, field: str):
+    """A setter of an option that takes one of `choices` (a sequence, or a function giving it)."""
+    def setter(opts: CompileOptions, value: str) -> None:
+        allowed = choices() if callable(choices) else choices
+        if value not in allowed:
+            raise UsageError(f"unknown {flag} '{value}' ({', '.join(allowed)})")
+        setattr(opts, field, value)
+    return setter
+
+
+def _tiling_strategies():
+    from .passes.super_tiling import STRATEGIES
+
+    return STRATEGIES
 
 
 def _needs_value(flag: str, example: str, field: str):
@@ -191,11 +193,11 @@ def _switch(field: str):
 # How each Torq flag (but --torq-quiet) sets its option; the flags themselves are TORQ_FLAG_HELP's.
 _FLAG_SETTERS = {
     "--torq-hw": _set_hw,
-    "--torq-requant": _set_requant,
+    "--torq-requant": _one_of("--torq-requant", REQUANT_MODES, "requant"),
     "--torq-dump-quant": _needs_value("--torq-dump-quant", "a path: --torq-dump-quant=quant.json", "dump_quant"),
     "--torq-dump-tiling": _needs_value("--torq-dump-tiling", "a path: --torq-dump-tiling=tiling.json",
                                        "dump_tiling"),
-    "--torq-super-tiling-strategy": _set_strategy,
+    "--torq-super-tiling-strategy": _one_of("--torq-super-tiling-strategy", _tiling_strategies, "strategy"),
     "--torq-tiling-traffic-slack": _set_traffic_slack,
     "--torq-slice-distribution": _set_slice_distribution,
     "--torq-keep-f32": _switch("keep_f32"),
