@@ -120,7 +120,8 @@ def renamed(blob: bytes, name: str, options: PassOptions) -> bytes:
     return blob if program.name == name else serialize_program(replace(program, name=name))
 
 
-def _bytecode(module: ir.Module) -> bytes:
+def bytecode(module: ir.Module) -> bytes:
+    """The MLIR bytecode of `module`: what the cache key hashes and what a worker parses."""
     f = io.BytesIO()
     module.operation.write_bytecode(f)
     return f.getvalue()
@@ -130,16 +131,17 @@ def _versions() -> str:
     return f"iree-torq {installed_version('iree-torq')}, iree-base-compiler {installed_version('iree-base-compiler')}"
 
 
-def cache_key(module: ir.Module, pipeline: list[str], options: PassOptions) -> str:
-    """The content address of compiling `module` (one function) with `pipeline` and `options`."""
-    canonical = ir.Module.parse(_bytecode(module))  # a copy: locations and name go, the compile keeps them
+def cache_key(data: bytes, pipeline: list[str], options: PassOptions) -> str:
+    """The content address of compiling the one-function module of bytecode `data` with
+    `pipeline` and `options`."""
+    canonical = ir.Module.parse(data)  # a copy: locations and name go, the compile keeps them
     func = canonical.body.operations[0].operation
     func.attributes["sym_name"] = ir.StringAttr.get(_KEY_NAME)
     passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(canonical.operation)
     h = hashlib.sha256()
     for part in (f"torq dispatch cache {CACHE_FORMAT}", _versions(), repr(pipeline), repr(options)):
         h.update(part.encode() + b"\0")
-    h.update(_bytecode(canonical))
+    h.update(bytecode(canonical))
     return h.hexdigest()
 
 
@@ -268,7 +270,9 @@ class DispatchCompiler:
 
     def compile_all(self, items: list[tuple[str, ir.Module]]) -> list[Compiled | Refused]:
         """One outcome per (dispatch name, module), in order; identical dispatches compile once."""
-        keys = [cache_key(m, self.pipeline, self.options) if self.cache else None for _, m in items]
+        # Each function's bytecode once: the key hashes it and a worker parses it.
+        data = [bytecode(m) if self.cache else None for _, m in items]
+        keys = [cache_key(d, self.pipeline, self.options) if d is not None else None for d in data]
         outcomes: list[Compiled | Refused | None] = [None] * len(items)
         first: dict[str, int] = {}  # key -> the item that compiles it
         todo = []
@@ -279,7 +283,7 @@ class DispatchCompiler:
             elif key is None or key not in first:
                 first[key] = i
                 todo.append(i)
-        for i, outcome in zip(todo, self._compile([items[i][1] for i in todo])):
+        for i, outcome in zip(todo, self._compile([items[i][1] for i in todo], [data[i] for i in todo])):
             outcomes[i] = outcome
             if keys[i] and isinstance(outcome, Compiled):
                 self.cache.put(keys[i], outcome)
@@ -292,11 +296,12 @@ class DispatchCompiler:
                 outcome.blob = renamed(outcome.blob, name, self.options)
         return outcomes
 
-    def _compile(self, modules: list[ir.Module]) -> list[Compiled | Refused]:
+    def _compile(self, modules: list[ir.Module], data: list[bytes | None]) -> list[Compiled | Refused]:
         if self.jobs <= 1 or len(modules) < MIN_PARALLEL:
             return [compile_in_process(m, self.pipeline, self.options) for m in modules]
         pool = _WorkerPool(min(self.jobs, len(modules)))
         try:
-            return pool.run([(_bytecode(m), self.pipeline, self.options) for m in modules])
+            return pool.run([(d if d is not None else bytecode(m), self.pipeline, self.options)
+                             for m, d in zip(modules, data)])
         finally:
             pool.close()
