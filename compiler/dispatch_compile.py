@@ -48,7 +48,7 @@ from .nss_ir import program_meta
 from .passes import PassOptions
 from .patterns import Unsupported
 from .pipeline import run_passes
-from .versions import installed_version
+from .versions import compiler_source_fingerprint, installed_version
 
 CACHE_FORMAT = 1
 # Fewer distinct dispatches than this compile in this process: starting a worker
@@ -128,7 +128,8 @@ def bytecode(module: ir.Module) -> bytes:
 
 
 def _versions() -> str:
-    return f"iree-torq {installed_version('iree-torq')}, iree-base-compiler {installed_version('iree-base-compiler')}"
+    return (f"iree-torq {installed_version('iree-torq')} ({compiler_source_fingerprint()}), "
+            f"iree-base-compiler {installed_version('iree-base-compiler')}")
 
 
 def cache_key(data: bytes, pipeline: list[str], options: PassOptions) -> str:

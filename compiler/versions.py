@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from importlib import metadata
+from pathlib import Path
 
 
 def installed_version(dist: str, missing: str = "not installed") -> str:
@@ -11,3 +14,18 @@ def installed_version(dist: str, missing: str = "not installed") -> str:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return missing
+
+
+@functools.cache
+def compiler_source_fingerprint() -> str:
+    """A sha256 over the source of the packages a dispatch compile runs (torq.compiler and
+    torq.contract): the dispatch cache's key holds it, so an edited compiler (a developer's
+    tree, where the package version stays the same) never reads what another one wrote."""
+    from torq import compiler, contract
+
+    h = hashlib.sha256()
+    for package in (compiler, contract):
+        root = Path(package.__file__).parent
+        for path in sorted(root.rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()

@@ -147,6 +147,17 @@ def test_cache_key_reads_constants_not_names_or_locations():
     assert _key(text, PassOptions(hw=parse_hw_spec("SL2610:slices=1"))) != key
 
 
+def test_cache_key_holds_the_compiler_source(monkeypatch):
+    """An edited compiler (the package version unchanged, as in a developer's tree) misses:
+    an entry written by another compiler could hold a program this one cannot run."""
+    from torq.compiler import dispatch_compile
+
+    text = open(LIT_INPUT).read()
+    key = _key(text)
+    monkeypatch.setattr(dispatch_compile, "compiler_source_fingerprint", lambda: "0" * 64)
+    assert _key(text) != key
+
+
 def test_cache_entries_hold_the_executables_the_compile_used(tmp_path):
     cm, _ = _compile(f"--torq-cache-dir={tmp_path}", "--torq-jobs=1")
     used = {d.executable_sha256 for d in cm.report.dispatches if not d.cached}
