@@ -52,6 +52,7 @@ class CompileOptions:
     dump_tiling: str = ""  # path of the JSON written by --torq-dump-tiling
     host_fallback_on_error: bool = False
     requant: str = "nearest"  # --torq-requant
+    int8_float_ops: str = "host"  # --torq-int8-float-ops
     dump_quant: str = ""  # path of the JSON written by --torq-dump-quant
     jobs: int = 0  # --torq-jobs / -j: worker processes for distinct dispatches (0: one per core)
     cache_dir: str | None = None  # --torq-cache-dir (None: $TORQ_CACHE_DIR, else the user cache directory)
@@ -72,16 +73,21 @@ class CompileOptions:
                            tiling_traffic_slack=self.traffic_slack,
                            slice_distribution=self.slice_distribution,
                            record_tiling=bool(self.dump_tiling),
-                           host_fallback_on_error=self.host_fallback_on_error, requant=self.requant)
+                           host_fallback_on_error=self.host_fallback_on_error, requant=self.requant,
+                           int8_float_ops=self.int8_float_ops)
 
 
 REQUANT_MODES = ("nearest", "exact")
+INT8_FLOAT_OPS = ("host", "bf16")
 # Every Torq flag with its value form and what it does: the one list `parse_torq_flags`
 # accepts and `--help` prints.
 TORQ_FLAG_HELP = {
     "--torq-hw": ("NAME[:key=value,...]", "hardware model to compile for (default SL2610); 'list' lists them"),
     "--torq-requant": ("nearest|exact", "int8 float requantizations: the nearest integer rescale (default, at "
                        "most one output step off, measured and reported) or only exact ones (the rest on host)"),
+    "--torq-int8-float-ops": ("host|bf16", "float compute between int8 tensors that no integer rescale "
+                              "reproduces (a quantized softmax or layer norm): on host in f32 (default) or on "
+                              "the NPU in bf16 (its int8 results may then differ by more than one output step)"),
     "--torq-dump-quant": ("FILE.json", "write each dispatch's requantization summary"),
     "--torq-dump-tiling": ("FILE.json", "write each dispatch's super-tiling decision"),
     "--torq-super-tiling-strategy": ("default|traffic|seed", "super-tiling search strategy"),
@@ -194,6 +200,7 @@ def _switch(field: str):
 _FLAG_SETTERS = {
     "--torq-hw": _set_hw,
     "--torq-requant": _one_of("--torq-requant", REQUANT_MODES, "requant"),
+    "--torq-int8-float-ops": _one_of("--torq-int8-float-ops", INT8_FLOAT_OPS, "int8_float_ops"),
     "--torq-dump-quant": _needs_value("--torq-dump-quant", "a path: --torq-dump-quant=quant.json", "dump_quant"),
     "--torq-dump-tiling": _needs_value("--torq-dump-tiling", "a path: --torq-dump-tiling=tiling.json",
                                        "dump_tiling"),

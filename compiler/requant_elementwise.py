@@ -265,6 +265,37 @@ def _erase_dead(func: ir.Operation) -> None:
                 changed = True
 
 
+def _forms(func: ir.Operation) -> tuple[list, list]:
+    """The generics of `func` that read something (one without inputs is a fill, generalized:
+    a reduction's init) and their iterator types."""
+    generics = [o for o in region_ops(func) if o.name == "linalg.generic" and n_inputs(o)]
+    return generics, [iterator_types(g) for g in generics]
+
+
+def _raise_if_float_island(func: ir.Operation) -> None:
+    """FloatIsland if `func`, fused elementwise, has neither integer form; decided on a copy,
+    so an island keeps the ops the bf16 path matches."""
+    scratch = ir.Module.create()
+    func.clone(ip=ir.InsertionPoint(scratch.body))
+    passmanager.PassManager.parse("builtin.module(func.func(linalg-fuse-elementwise-ops))").run(scratch.operation)
+    _, its = _forms(scratch.body.operations[0].operation)
+    if (len(its) == 1 and "reduction" not in its[0]) or \
+            (len(its) == 2 and "reduction" in its[0] and "reduction" not in its[1]):
+        return
+    forms = ", ".join("reduction" if "reduction" in i else "elementwise" for i in its)
+    raise FloatIsland(f"int8 arithmetic in f32 as {len(its)} linalg ops ({forms}) is neither one "
+                      f"elementwise op nor a sum reduction and its quantize", forms)
+
+
+class FloatIsland(NotExact):
+    """Int8 in, int8 out, and f32 between in a form no integer rescale reproduces (a softmax,
+    a normalization): with --torq-requant=nearest it runs in bf16 (`forms`: its linalg ops)."""
+
+    def __init__(self, message: str, forms: str):
+        super().__init__(message)
+        self.forms = forms
+
+
 def lower_int8_arithmetic(func: ir.Operation, known, host, nearest: bool) -> list:
     """Rewrites `func` (`is_int8_arithmetic`) into integer generics (E or R in the module
     docstring); returns its RequantSummary. Raises NotExact when it has neither form or a
@@ -273,10 +304,9 @@ def lower_int8_arithmetic(func: ir.Operation, known, host, nearest: bool) -> lis
     host = host() if callable(host) else host
     if host is None:
         raise NotExact("the host target's float semantics (FMA contraction) are unknown")
+    _raise_if_float_island(func)
     passmanager.PassManager.parse("func.func(linalg-fuse-elementwise-ops)").run(func)
-    # (A generic without inputs is a fill, generalized: the reduction's init.)
-    generics = [o for o in region_ops(func) if o.name == "linalg.generic" and n_inputs(o)]
-    its = [iterator_types(g) for g in generics]
+    generics, its = _forms(func)
     if len(generics) == 1 and "reduction" not in its[0]:
         op = generics[0]
         variables, ranges = _variables(op, known)
@@ -289,10 +319,8 @@ def lower_int8_arithmetic(func: ir.Operation, known, host, nearest: bool) -> lis
     elif len(generics) == 2 and "reduction" in its[0] and "reduction" not in its[1]:
         op = generics[1]
         new, summary = _lower_pooling(generics[0], op, known, host, nearest)
-    else:
-        forms = ", ".join("reduction" if "reduction" in i else "elementwise" for i in its)
-        raise NotExact(f"int8 arithmetic in f32 as {len(generics)} linalg ops ({forms}) is neither one "
-                       f"elementwise op nor a sum reduction and its quantize")
+    else:  # _raise_if_float_island saw one of the two
+        raise AssertionError("linalg-fuse-elementwise-ops fused differently on a copy")
     op.results[0].replace_all_uses_with(new)
     op.erase()
     _erase_dead(func)

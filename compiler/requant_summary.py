@@ -39,6 +39,13 @@ class RequantSummary:
     # What follows stage 1 when it reads per-channel values (a bias added after the quantized
     # matmul, then maybe an activation): its steps, summarized as `of_stages` does.
     rest: "RequantSummary | None" = None
+    # Int8 in and out, f32 between in a form no integer rescale reproduces (a softmax, a
+    # normalization): computed in bf16 on the NPU, not within one output step by construction.
+    bf16_island: bool = False
+
+    @classmethod
+    def float_island(cls, kind: str) -> "RequantSummary":
+        return cls(kind, [], [], bf16_island=True)
 
     @classmethod
     def of_stages(cls, kind: str, stages: list) -> "RequantSummary":
@@ -69,6 +76,10 @@ class RequantSummary:
         return sum(self.differing) / span if span else 0.0
 
     def line(self) -> str:
+        if self.bf16_island:
+            return (f"{self.kind}: computed in bf16 (float compute next to int8 tensors that no integer "
+                    f"rescale reproduces, as a softmax or a layer norm): its int8 results may differ from "
+                    f"the f32 chain by more than one output step")
         head = f"{self.kind}: f32 requantization -> " + \
             (f"integer rescale, {_channels_text(self.differing, self.step_span)}" if self.differing
              else "integer arithmetic")
@@ -104,7 +115,7 @@ class RequantSummary:
 
     @property
     def approximate(self) -> bool:
-        return self.exact_channels < self.channels or bool(self.sum_differing) or bool(self.table_ambiguous) \
+        return self.bf16_island or self.exact_channels < self.channels or bool(self.sum_differing) or bool(self.table_ambiguous) \
             or any(self.residual_differing or ()) or bool(self.pooled_ambiguous) \
             or (self.rest is not None and self.rest.approximate)
 
@@ -115,7 +126,7 @@ class RequantSummary:
                 "table_entries": self.table_entries, "table_ambiguous": self.table_ambiguous,
                 "residual_differing": self.residual_differing, "residual_step_span": self.residual_step_span,
                 "pair_kind": self.pair_kind, "pooled_ambiguous": self.pooled_ambiguous,
-                "pooled_sums": self.pooled_sums, "rest": self.rest.as_dict() if self.rest else None}
+                "pooled_sums": self.pooled_sums, "bf16_island": self.bf16_island, "rest": self.rest.as_dict() if self.rest else None}
 
 
 def _channels_text(differing: list[int], step_span: list[int]) -> str:

@@ -63,9 +63,13 @@ def nbytes(shape, dtype: str) -> int:
 
 # Epilogue step ops. Each step reads refs and writes a new value.
 #   binary: add sub mul div max min ; unary: neg
+#   "round" a : a rounded to the nearest integer, ties to even (math.roundeven:
+#     the quantize of a float value); an integer is left as it is
 #   "select_gt" a b c d : (a > b) ? c : d     (relu/clamp written as cmp+select)
 #   "select_lt" a b c d : (a < b) ? c : d
-#   "cast" a (attr "to": dtype)  -- rounding to a narrower type mid-chain
+#   "cast" a (attr "to": dtype)  -- rounding to a narrower type mid-chain; to an
+#     integer dtype a float rounds to nearest even and saturates (the compiler
+#     casts only values it knows are integral: arith.fptosi truncates)
 # Integer requantization (what TOSA rescale lowers to) needs exact
 # fixed-width integer arithmetic, so integer steps may name their width in
 # "to" (one of EPILOGUE_INT_TYPES); the result then wraps to that width in
@@ -121,7 +125,7 @@ MAX_LUT_ENTRIES = 256
 # The epilogue step table: every step op, defined once (see the comment above).
 EPILOGUE_STEPS: dict[str, StepDef] = {
     **_steps("add sub mul div max min", 2, "optional"),
-    **_steps("neg", 1, "optional"),
+    **_steps("neg round", 1, "optional"),
     **_steps("select_gt select_lt select_ge select_le", 4, "optional"),
     **_steps("cast", 1, "dtype"),
     **_steps("shl shr_s shr_u", 2, "width"),

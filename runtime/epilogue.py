@@ -9,7 +9,8 @@ Contract (values in the compute domain of runtime/kernels.py):
   an arithmetic shift right; division by zero is an error); as soon as a float
   is involved the step is float32. A `const` with an integral value is an
   integer. `cast` to bf16/f16/f32 rounds to nearest even; to i8/i16/i32 it
-  rounds half to even (floats) and saturates.
+  rounds half to even (floats) and saturates. `round` rounds a float to the
+  nearest integer (ties to even) in f32 and leaves an integer as it is.
 - Integer steps that name a width in `to` (add/sub/mul/max/min/neg, shl,
   shr_s, shr_u, trunc, zext; see contract/program.py) compute exactly in int64 and
   wrap to that width, so requantization chains are bit-exact with the MLIR
@@ -106,6 +107,8 @@ def _int_step(op: str, args: list[np.ndarray], bits: int) -> np.ndarray:
         return _wrap((unsigned >> b.astype(np.uint64)).astype(np.int64), bits)
     if op == "neg":
         return _wrap(-xs[0], bits)
+    if op == "round":
+        return _wrap(xs[0], bits)
     return _wrap(_step(op, xs, ""), bits)
 
 
@@ -185,6 +188,8 @@ def _step(op: str, args: list[np.ndarray], to: str) -> np.ndarray:
         return _int_step(op, args, EPILOGUE_INT_TYPES[to])
     if op == "neg":
         return -_common(args[0])[0]
+    if op == "round":
+        return args[0] if _is_int(args[0]) else np.rint(np.asarray(args[0], dtype=np.float32))
     if op.startswith("select_"):
         a, b = _common(args[0], args[1])
         c, d = _common(args[2], args[3])

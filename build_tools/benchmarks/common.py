@@ -42,6 +42,8 @@ MODEL_SIZES = {
     "mobilenet_v3_int8": ({"size": 224}, {"size": 64}),
     "resnet18_int8": ({"size": 224}, {"size": 64}),
     "bert_int8": ({"seq": 128}, {"seq": 32}),
+    # ... with softmax and LayerNorm on the NPU in bf16 (--torq-int8-float-ops=bf16).
+    "bert_int8_bf16_float_ops": ({"seq": 128}, {"seq": 32}),
 }
 
 
@@ -124,7 +126,7 @@ def worker_main(argv: list[str], measure) -> int:
     return 0
 
 
-def compile_cold_and_warm(model, hw: str, remarks) -> tuple[object, float, float]:
+def compile_cold_and_warm(model, hw: str, remarks, flags: list[str] = ()) -> tuple[object, float, float]:
     """(compiled module, seconds of a cold `torq.compile`, seconds of the same compile again).
 
     Both use one fresh dispatch cache directory: the first compile finds it empty (within
@@ -134,7 +136,7 @@ def compile_cold_and_warm(model, hw: str, remarks) -> tuple[object, float, float
     import torq
 
     with tempfile.TemporaryDirectory(prefix="torq-bench-cache-") as cache:
-        flags = [f"--torq-cache-dir={cache}"]
+        flags = [f"--torq-cache-dir={cache}", *flags]
         t0 = time.perf_counter()
         cm = torq.compile(model, hw=hw, remarks=remarks, flags=flags)
         cold = time.perf_counter() - t0

@@ -19,10 +19,20 @@ import tempfile
 import time
 
 INT8_SUFFIX = "_int8"
+# A variant row: the same int8 model compiled with Torq flags (name suffix -> flags, label).
+FLAG_VARIANTS = {"_bf16_float_ops": (["--torq-int8-float-ops=bf16"], "softmax, LayerNorm in bf16 on the NPU")}
+
+
+def _split_name(name: str) -> tuple[str, str]:
+    """(the bf16 model's name, the variant suffix or "") of an int8 row's name."""
+    for suffix in FLAG_VARIANTS:
+        if name.endswith(INT8_SUFFIX + suffix):
+            return name[: -len(INT8_SUFFIX + suffix)], suffix
+    return (name[: -len(INT8_SUFFIX)], "") if name.endswith(INT8_SUFFIX) else (name, "")
 
 
 def is_int8(name: str) -> bool:
-    return name.endswith(INT8_SUFFIX)
+    return _split_name(name) != (name, "")
 
 
 def measure_int8(spec: dict, build_model, simulated_figures, llvm_cpu_function) -> dict:
@@ -37,9 +47,11 @@ def measure_int8(spec: dict, build_model, simulated_figures, llvm_cpu_function) 
     import torq
     from torq.compiler.onnx_import import import_onnx
 
-    base = spec["model"][: -len(INT8_SUFFIX)]
+    base, variant = _split_name(spec["model"])
+    flags, what = FLAG_VARIANTS.get(variant, ([], ""))
     model, x, label = build_model(base, spec["kwargs"])
-    row: dict = {"label": f"int8 {label}", "model": base, "int8": True}
+    row: dict = {"label": f"int8 {label}" + (f" ({what}: {' '.join(flags)})" if flags else ""), "model": base,
+                 "int8": True}
     xs = x.numpy()
     with tempfile.TemporaryDirectory(prefix="torq-int8-") as tmp:
         t0 = time.perf_counter()
@@ -52,7 +64,7 @@ def measure_int8(spec: dict, build_model, simulated_figures, llvm_cpu_function) 
         onnxrt = onnxruntime_output(path, xs)
         try:
             cm, row["torq_compile_s"], row["warm_compile_s"] = compile_cold_and_warm(str(path), spec["hw"],
-                                                                                     io.StringIO())
+                                                                                     io.StringIO(), flags)
         except torq.TorqCompileError as e:
             return {**row, "error": f"torq compile: {' '.join(str(e).split())[:300]}"}
     cm(xs)  # warm-up

@@ -27,3 +27,8 @@ class PassOptions:
     # nearest the f32 chain (at most one output step off, measured); "exact" keeps only rescales
     # equal to it on every accumulator (the rest stay on host).
     requant: str = "nearest"
+    # --torq-int8-float-ops: where float compute between int8 tensors that no integer rescale
+    # reproduces (a quantized model's softmax, layer norm) runs: "host" (f32, as the model
+    # states it) or "bf16" (on the NPU; results may differ from the f32 chain by more than
+    # one output step, measured in the benchmarks).
+    int8_float_ops: str = "host"

@@ -5,6 +5,9 @@ in-place marking, changes nothing, and raises Unsupported (the dispatch stays
 on host; the target's remark gives the reason) when:
 - the `torq` VM module has no call with that many tensors (`module_abi`);
 - it only quantizes an f32 tensor or dequantizes to f32 (`io_conversion_reason`);
+- it converts between integers and floats around float compute (a dequantize or
+  quantize requantization lowering left: a quantized softmax or layer norm)
+  and --torq-int8-float-ops is not bf16;
 - --torq-keep-f32 is given and it computes or passes f32;
 - a linalg op (or pad) matches no Torq pattern, or a tensor has a dtype the
   slices lack, or an op outside linalg bodies has no Torq lowering;
@@ -37,6 +40,23 @@ def _call_size_reason(func: ir.Operation) -> str:
     if n_in > MAX_INPUTS or n_out > MAX_RESULTS:
         return (f"the torq module calls take at most {MAX_INPUTS} tensors and give at most "
                 f"{MAX_RESULTS}, this dispatch needs {n_in} and {n_out}")
+    return ""
+
+
+_INT_FLOAT_CONVERSIONS = {"arith.sitofp": "a dequantize (integer to float)",
+                          "arith.fptosi": "a quantize (float to integer)"}
+
+
+def _int_float_conversion_reason(func: ir.Operation, options: PassOptions) -> str:
+    """Why float compute between integer tensors stays on host under --torq-int8-float-ops=host:
+    the host computes it in f32 as the model states it; the slices would in bf16."""
+    if options.int8_float_ops == "bf16":
+        return ""
+    for op in walk_ops(func):
+        if op.name in _INT_FLOAT_CONVERSIONS and op.parent is not None and op.parent.name.startswith("linalg."):
+            return (f"'{op.name}' in a {op.parent.name} body: {_INT_FLOAT_CONVERSIONS[op.name]} in float "
+                    f"compute that no integer rescale reproduces stays on host in f32 "
+                    f"(--torq-int8-float-ops=bf16 runs it on the NPU in bf16)")
     return ""
 
 
@@ -95,7 +115,7 @@ def _gather_fit_reason(func: ir.Operation, gather, options: PassOptions) -> str:
 
 def unsupported_reason(func: ir.Operation, options: PassOptions) -> str:
     """Why the NPU cannot run `func` ("" when it can)."""
-    reason = _call_size_reason(func) or io_conversion_reason(func)
+    reason = _call_size_reason(func) or io_conversion_reason(func) or _int_float_conversion_reason(func, options)
     if reason:
         return reason
     if options.keep_f32 and _f32_io(func):  # also a copy, which has no op computing in f32

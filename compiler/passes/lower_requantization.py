@@ -6,7 +6,9 @@ torch QDQ: the i32 accumulator scaled, rounded, offset and clamped in f32)
 is replaced by an integer rescale (`requant.lower_float_requantization`):
 the exact one, or with --torq-requant=nearest the nearest within one output
 step, measured. A dispatch of int8 arithmetic alone (a residual add, a
-pooling) is lowered the same way (`requant_elementwise`). A dequantize the
+pooling) is lowered the same way (`requant_elementwise`); one in a form no
+integer rescale reproduces (a softmax, a layer norm: a float island) is left
+float with --torq-int8-float-ops=bf16 (summarized as such), else refused. A dequantize the
 NPU cannot finish (an f32 result) is cut off: the function returns the
 integer tensor and the tail is reported for the host (`HostTail`); those
 results are listed in `HOST_TAIL_RESULTS`. Arguments the rewrite leaves
@@ -30,11 +32,11 @@ import numpy as np
 from iree.compiler import ir
 
 from ..f32_chain import HostFloat
-from ..ir_utils import constant_value
+from ..ir_utils import constant_value, walk_ops
 from ..patterns import Unsupported
 from ..requant import lower_float_requantization, unused_arguments
 from ..requant_channels import Known
-from ..requant_elementwise import is_int8_arithmetic, lower_int8_arithmetic
+from ..requant_elementwise import FloatIsland, is_int8_arithmetic, lower_int8_arithmetic
 from ..requant_summary import RequantSummary
 from ..requant_tail import HostTail
 from ..rescale_fit import NotExact
@@ -81,8 +83,18 @@ def _host_float(func: ir.Operation) -> HostFloat | None:
     return HostFloat(fma=ir.BoolAttr(func.attributes[HOST_FMA]).value)
 
 
-def lower_function(func: ir.Operation, nearest: bool = True) -> RequantReport:
-    """Lowers the requantizations of `func` (see the module docstring)."""
+def _float_conversions(func: ir.Operation) -> str:
+    """What a function left float converts between integers and floats in its linalg bodies
+    ("" if nothing): the dequantize into, or the quantize out of, float compute."""
+    names = {o.name for o in walk_ops(func) if o.parent is not None and o.parent.name.startswith("linalg.")}
+    into, out = "arith.sitofp" in names, "arith.fptosi" in names
+    return {(True, True): "int8 to float to int8", (True, False): "int8 to float",
+            (False, True): "float to int8"}.get((into, out), "")
+
+
+def lower_function(func: ir.Operation, nearest: bool = True, bf16_islands: bool = False) -> RequantReport:
+    """Lowers the requantizations of `func` (see the module docstring); with `bf16_islands`
+    (and `nearest`) a float island between int8 tensors is left float, for bf16."""
     block = func.regions[0].blocks[0]
     n_args = len(block.arguments)
     had_users = set(range(n_args)) - set(unused_arguments(func))
@@ -93,9 +105,21 @@ def lower_function(func: ir.Operation, nearest: bool = True) -> RequantReport:
     try:
         done = lower_float_requantization(func, constants, host, nearest)
         if not done.rescaled and is_int8_arithmetic(func, Known(constants)):
-            done.rescaled = lower_int8_arithmetic(func, Known(constants), host, nearest)
+            try:
+                done.rescaled = lower_int8_arithmetic(func, Known(constants), host, nearest)
+            except FloatIsland as island:
+                if not (nearest and bf16_islands):
+                    raise NotExact(f"{island}: on host in f32 (--torq-int8-float-ops=bf16 runs it on "
+                                   f"the NPU in bf16)") from None
+                # The dispatch stays float: convert-dtypes makes it bf16, its dequantize and
+                # quantize are epilogue casts and a round step (patterns/elementwise.py).
+                done.rescaled = [RequantSummary.float_island(f"int8 {island.forms}")]
     except NotExact as e:
         raise Unsupported(str(e)) from None
+    if bf16_islands and nearest and not done.rescaled:
+        kind = _float_conversions(func)
+        if kind:
+            done.rescaled = [RequantSummary.float_island(kind)]
     report = RequantReport(list(range(n_args)), done.rescaled, dict(done.host_tails))
     if not done.rescaled and not done.host_tails:
         return report
@@ -113,5 +137,6 @@ def lower_function(func: ir.Operation, nearest: bool = True) -> RequantReport:
 
 def run(module: ir.Module, options: PassOptions) -> dict[str, RequantReport]:
     return {ir.StringAttr(op.operation.attributes["sym_name"]).value:
-            lower_function(op.operation, nearest=options.requant == "nearest")
+            lower_function(op.operation, nearest=options.requant == "nearest",
+                           bf16_islands=options.int8_float_ops == "bf16")
             for op in module.body.operations if op.operation.name == "func.func"}

@@ -19,6 +19,10 @@ _CMP = {"ogt": "gt", "ugt": "gt", "sgt": "gt", "olt": "lt", "ult": "lt", "slt": 
         "oge": "ge", "uge": "ge", "sge": "ge", "ole": "le", "ule": "le", "sle": "le"}
 _SHIFTS = {"arith.shli": "shl", "arith.shrsi": "shr_s", "arith.shrui": "shr_u"}
 _FLOAT_CASTS = {"arith.truncf", "arith.extf"}
+# Float ops whose result is an integer when their operands are (the quantize of a float
+# value: round, add the zero point, clamp), so a later arith.fptosi is a plain cast.
+_INTEGRAL_PRESERVING = {"arith.addf", "arith.subf", "arith.mulf", "arith.maximumf", "arith.maxnumf",
+                        "arith.minimumf", "arith.minnumf", "arith.negf"}
 # Transcendental functions: table lookup steps (program.TABLE_OPS), float only.
 _TABLE_FNS = {"math.exp": "exp", "math.log": "log", "math.tanh": "tanh", "math.erf": "erf",
               "math.rsqrt": "rsqrt", "math.sqrt": "sqrt"}
@@ -82,6 +86,13 @@ def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: i
             values[arg] = arg_refs[i]
     steps: list[EpilogueStep] = []
     cmps: dict[ir.Value, tuple[str, Ref, Ref]] = {}
+    integral: set[ir.Value] = set()  # float values known to hold integers
+
+    def is_integral(v: ir.Value) -> bool:
+        if v in integral or int_width(v.type):
+            return True
+        c = constant_of(v)
+        return c is not None and c.ndim == 0 and float(c).is_integer()
 
     def ref(v: ir.Value) -> Ref:
         if v in values:
@@ -125,6 +136,8 @@ def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: i
             return Epilogue(steps, result)
         if name == "arith.constant":
             continue
+        if name in _INTEGRAL_PRESERVING and all(is_integral(v) for v in body_op.operands):
+            integral.add(body_op.results[0])
         if name in _BINARY:
             push(EpilogueStep(_BINARY[name], [ref(body_op.operands[0]), ref(body_op.operands[1])],
                               to=int_width(body_op.results[0].type)), body_op.results[0])
@@ -169,9 +182,25 @@ def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: i
                 raise Unsupported("arith.select whose condition is neither a comparison nor an i1 operand")
             push(EpilogueStep("select_" + pred, [a, b, ref(body_op.operands[1]), ref(body_op.operands[2])]),
                  body_op.results[0])
-        elif name in _FLOAT_CASTS:
+            if is_integral(body_op.operands[1]) and is_integral(body_op.operands[2]):
+                integral.add(body_op.results[0])
+        elif name in _FLOAT_CASTS or name == "arith.sitofp":
+            # sitofp: the integer (a dequantize's x - zero point) rounded to the float type.
             push(EpilogueStep("cast", [ref(body_op.operands[0])],
                               to=mlir_dtype(body_op.results[0].type)), body_op.results[0])
+            if name == "arith.sitofp":
+                integral.add(body_op.results[0])
+        elif name == "math.roundeven":
+            push(EpilogueStep("round", [ref(body_op.operands[0])]), body_op.results[0])
+            integral.add(body_op.results[0])
+        elif name == "arith.fptosi":
+            # The slices' float -> integer cast rounds to nearest; fptosi truncates. They agree
+            # on integers, which is what a quantize (round, zero point, clamp) converts.
+            if not is_integral(body_op.operands[0]) or not int_width(body_op.results[0].type):
+                raise Unsupported(f"arith.fptosi in {op.name} body converts a value not known to be an "
+                                  f"integer (the slices' float to integer cast rounds, fptosi truncates)")
+            push(EpilogueStep("cast", [ref(body_op.operands[0])], to=str(body_op.results[0].type)),
+                 body_op.results[0])
         else:
             raise Unsupported(f"'{name}' in an elementwise body has no Torq lowering")
     raise Unsupported("elementwise body without linalg.yield")

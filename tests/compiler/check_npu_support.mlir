@@ -10,7 +10,7 @@
 // CHECK: arith.addf
 // REM: torq-opt: error: torq-check-npu-support: no NPU form: linalg.generic: 'arith.remf' in an elementwise body has no Torq lowering
 // REM-NOT: Traceback
-// F32: torq-opt: error: torq-check-npu-support: no NPU form: linalg.generic: 'arith.sitofp' in an elementwise body has no Torq lowering
+// F32: torq-opt: error: torq-check-npu-support: no NPU form: 'arith.sitofp' in a linalg.generic body: a dequantize (integer to float) in float compute that no integer rescale reproduces stays on host in f32 (--torq-int8-float-ops=bf16 runs it on the NPU in bf16)
 
 #id2 = affine_map<(d0, d1) -> (d0, d1)>
 func.func @add(%x: tensor<4x16xbf16>, %y: tensor<4x16xbf16>) -> tensor<4x16xbf16> attributes {torq.dispatch} {

@@ -112,3 +112,18 @@ def test_lut_index_outside_the_table_is_an_error(index):
     e = Epilogue([EpilogueStep("lut", [Ref("operand", 0)] + [Ref("const", const=1.0)] * 3, to="i8")], 0)
     with pytest.raises(KernelError, match=r"lut step: index outside \[0, 3\)"):
         eval_epilogue(e, None, [np.array([index], np.int64)], (1,))
+
+
+def test_float_quantize_chain_rounds_ties_to_even_and_saturates():
+    """The quantize of a float (QuantizeLinear: divide, round half to even, zero point, clamp,
+    convert) as epilogue steps, against Python's round (ties to even) on the same f32 quotient."""
+    x = np.array([0.5, 1.5, 2.5, -0.5, -2.5, 0.49, 100.0, -100.0, 3.0], np.float32) * np.float32(0.25)
+    steps = [EpilogueStep("div", [Ref("operand", index=0), Ref("const", const=0.25)]),
+             EpilogueStep("round", [Ref("value", index=0)]),
+             EpilogueStep("add", [Ref("value", index=1), Ref("const", const=-3.0)]),
+             EpilogueStep("max", [Ref("value", index=2), Ref("const", const=-128.0)]),
+             EpilogueStep("min", [Ref("value", index=3), Ref("const", const=127.0)]),
+             EpilogueStep("cast", [Ref("value", index=4)], to="i8")]
+    got = eval_epilogue(Epilogue(steps, 5), None, [x], x.shape)
+    want = [min(127, max(-128, round(float(v / np.float32(0.25))) - 3)) for v in x]
+    assert got.tolist() == want == [-3, -1, -1, -3, -5, -3, 97, -103, 0]
