@@ -149,30 +149,33 @@ def _tiling_record(name: str, blob: bytes, options: PassOptions, roots: list[dic
             "compulsory_bytes": t.compulsory_bytes, "traffic_ratio": round(t.ratio, 4)}
 
 
-def _feeds_depthwise(pad: ir.Operation) -> bool:
-    """Whether a depthwise convolution reads the result of `pad`."""
-    for use in pad.results[0].uses:
-        user = use.owner
-        if isinstance(user, ir.Block):
-            continue
-        if user.name.startswith("linalg.depthwise_conv"):
-            return True
-        c = classify_contraction(user) if user.name == "linalg.generic" else None
-        if c is not None and c.kind == "depthwise_conv2d":
-            return True
-    return False
+def _keeps_fused_pad(user: ir.Operation) -> bool:
+    """Whether llvm-cpu compiles `user` with a `tensor.pad` fused into its input: a 2-D conv
+    that is not depthwise, or a pooling (as a named op or a conv2d-shaped generic)."""
+    if user.name.startswith("linalg.pooling_"):
+        return True
+    if user.name.startswith("linalg.conv_2d"):
+        return True
+    c = classify_contraction(user) if user.name == "linalg.generic" else None
+    return c is not None and c.kind == "conv2d"
+
+
+def _needs_hoisting(pad: ir.Operation) -> bool:
+    """Whether an op llvm-cpu cannot compile with the fused pad reads the result of `pad`."""
+    return any(not isinstance(use.owner, ir.Block) and not _keeps_fused_pad(use.owner)
+               for use in pad.results[0].uses)
 
 
 def _hoist_pads_for_host(dispatch: ir.Operation) -> None:
     """A dispatch left on the host keeps the `tensor.pad` dispatch creation fused into
     it for the NPU (driver.DISPATCH_FLAGS). llvm-cpu cannot compile such a pad
-    feeding a depthwise conv (as is, nor decomposed into fill + insert_slice: the
-    fill of the padded tensor is never tiled), so that padding is built before the
-    dispatch as IREE builds it without the fusion flag (`hoist_input_pads`: a splat
-    of the pad value and a host copy dispatch of the input into it) and the
-    dispatch reads the padded tensor. Other consumers (convs, pools) compile with
-    the fused pad, so they keep it (no extra copy)."""
-    hoist_input_pads(dispatch, _feeds_depthwise)
+    feeding a depthwise conv or a 1-D conv (as is, nor decomposed into fill +
+    insert_slice: the fill of the padded tensor is never tiled), so that padding is
+    built before the dispatch as IREE builds it without the fusion flag
+    (`hoist_input_pads`: a splat of the pad value and a host copy dispatch of the
+    input into it) and the dispatch reads the padded tensor. 2-D convs and pools
+    compile with the fused pad, so they keep it (no extra copy)."""
+    hoist_input_pads(dispatch, _needs_hoisting)
 
 
 def _enclosing_function_name(dispatch: ir.Operation) -> str:
