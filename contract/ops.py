@@ -211,10 +211,12 @@ out[n,o,y,x] = sum_{c,i,j} in[n,c,y*sh+i*dh,x*sw+j*dw] * w[o,c,i,j]; MACs = outp
 Grouped: with a G letter in all three dims strings (input over N,G,C,H,W, weight over G,O,C,H,W,
 output over N,G,O,H,W) out[n,g,o,y,x] = sum_{c,i,j} in[n,g,c,y*sh+i*dh,x*sw+j*dw] * w[g,o,c,i,j];
 C may then be absent from input and weight (one channel per group: a depthwise conv with channel
-multiplier O) and O from weight and output. A weight without H and W is a 1x1 kernel.""",
+multiplier O) and O from weight and output. A weight without H and W is a 1x1 kernel.
+A 1-D conv (torch Conv1d; IREE folds a unit H away) has no H in any of the three: the window
+slides along W only, and pad is [0, 0, left, right].""",
         inputs=2,
-        dims=(Dims("input_dims", "NGCHW", "NGC"), Dims("weight_dims", "GOCHW", "GOCHW"),
-              Dims("output_dims", "NGOHW", "NGO")),
+        dims=(Dims("input_dims", "NGCHW", "NGCH"), Dims("weight_dims", "GOCHW", "GOCHW"),
+              Dims("output_dims", "NGOHW", "NGOH")),
         vector=((0, "input_dims", "CG"), (1, "weight_dims", "CO"), (RESULT, "output_dims", "OG")),
         work_roles=(0, RESULT),  # C_in and C_out
         pads_input=True, accumulates=True, cycles=CycleRule.MAC_ARRAY),

@@ -97,7 +97,10 @@ def _pad_spec(x: np.ndarray, dims: str, attrs: dict, op: str) -> tuple[tuple, An
             or not all(isinstance(p, (int, np.integer)) and p >= 0 for p in pad)):
         raise KernelError(f"{op} attr pad must be four non-negative ints [top, bottom, left, right], got {pad!r}")
     widths = [(0, 0)] * x.ndim
-    widths[dims.index("H")] = (int(pad[0]), int(pad[1]))
+    if "H" in dims:  # a 1-D conv has no H: top and bottom must be 0
+        widths[dims.index("H")] = (int(pad[0]), int(pad[1]))
+    elif pad[0] or pad[1]:
+        raise KernelError(f"{op} attr pad {list(pad)} pads H, which input_dims {dims} does not have")
     widths[dims.index("W")] = (int(pad[2]), int(pad[3]))
     value = attrs.get("pad_value", 0)
     if not isinstance(value, (int, float, np.number)):
@@ -189,7 +192,8 @@ def conv2d(x: np.ndarray, w: np.ndarray, attrs: dict, cache: OperandCache | None
     matrix of a batch-1 input is reused across calls on unchanged bytes.
     """
     in_d, w_d = attrs.get("input_dims"), attrs.get("weight_dims")
-    if isinstance(in_d, str) and isinstance(w_d, str) and ("G" in in_d or not {"H", "W"} & set(w_d)):
+    if isinstance(in_d, str) and isinstance(w_d, str) and ("G" in in_d or "H" not in in_d
+                                                           or not {"H", "W"} & set(w_d)):
         return grouped_conv2d(x, w, attrs)
     in_dims = _dims(attrs, "input_dims", "NCHW", x.ndim, optional="N")
     w_dims = _dims(attrs, "weight_dims", "OCHW", w.ndim)
@@ -349,21 +353,25 @@ def grouped_conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[np.ndarra
     O are required (a plain conv2d). With G, C (channels per group) may be
     absent from both input and weight (one channel per group: a depthwise
     conv with a channel multiplier O), and O (outputs per group) from both
-    weight and output. The weight may lack both H and W: a 1x1 kernel.
+    weight and output. The weight may lack both H and W: a 1x1 kernel. A 1-D
+    conv (IREE folds a unit H away) has no H in any of the three.
     MACs = output elements * C * kh * kw.
     """
     op = "conv2d"
-    in_dims = _letters(attrs, "input_dims", "NGCHW", "NGC", op, x.ndim)
+    in_dims = _letters(attrs, "input_dims", "NGCHW", "NGCH", op, x.ndim)
     w_dims = _letters(attrs, "weight_dims", "GOCHW", "GOCHW", op, w.ndim)
-    out_dims = _letters(attrs, "output_dims", "NGOHW", "NGO", op)
+    out_dims = _letters(attrs, "output_dims", "NGOHW", "NGOH", op)
     grouped = "G" in in_dims
+    one_d = "H" not in in_dims  # a 1-D conv: the weight has W (or no kernel dims), never H
     consistent = (("G" in w_dims) == grouped == ("G" in out_dims) and ("C" in in_dims) == ("C" in w_dims)
-                  and ("O" in w_dims) == ("O" in out_dims) and ("H" in w_dims) == ("W" in w_dims)
+                  and ("O" in w_dims) == ("O" in out_dims) and ("H" in in_dims) == ("H" in out_dims)
+                  and (("H" not in w_dims) if one_d else ("H" in w_dims) == ("W" in w_dims))
                   and (grouped or ("C" in in_dims and "O" in w_dims)))
     if not consistent:
         raise KernelError(f"{op} dims {in_dims},{w_dims}->{out_dims}: G must be in all three or none; C in "
                           "input and weight or in neither, O in weight and output or in neither (both "
-                          "required without G); H and W in the weight together or not at all")
+                          "required without G); H and W in the weight together or not at all, or "
+                          "only W in a 1-D conv (no H in input and output)")
     x = _padded(x, in_dims, attrs, op)
     stride, dilation = _pair(attrs, "stride", op), _pair(attrs, "dilation", op)
     xs, ws, integer = _accumulate_domain(x, w, op)

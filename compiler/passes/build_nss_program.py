@@ -298,10 +298,11 @@ class NssBuilder:
             return tensor, tuple(new_off), tuple(new_sizes), None
         dims = ir.StringAttr(op.attributes["input_dims"]).value if "input_dims" in op.attributes else ""
         padded = [d for d in range(len(low)) if low[d] or high[d]]
-        if k != 0 or "H" not in dims or "W" not in dims or any(dims[d] not in "HW" for d in padded):
+        if k != 0 or "W" not in dims or any(dims[d] not in "HW" for d in padded):
             raise CompileError(f"{op.name}: operand {k} reads padding the op cannot apply")
-        h, w = dims.index("H"), dims.index("W")
-        return tensor, tuple(new_off), tuple(new_sizes), ([low[h], high[h], low[w], high[w]], value)
+        w = dims.index("W")
+        top_bottom = [low[dims.index("H")], high[dims.index("H")]] if "H" in dims else [0, 0]  # a 1-D conv: W only
+        return tensor, tuple(new_off), tuple(new_sizes), (top_bottom + [low[w], high[w]], value)
 
     def start_tile(self, block: ir.Block) -> int:
         body = self._body_index(block)

@@ -127,6 +127,11 @@ def _classify_conv(its, in_terms, w_dims, out_dims, ranges) -> Contraction | Non
             letters_in.append(letter)
         else:
             return None
+    if len(spatial_pairs) == 1:  # a 1-D conv (IREE folds a unit H away): its one window is W
+        ((a, _, b, _),) = spatial_pairs
+        roles[a], roles[b] = "W", "kW"
+        letters_in = [("W" if letter == "H" else letter) for letter in letters_in]
+        spatial_pairs = [(None, 1, None, 1)] + spatial_pairs
     if len(spatial_pairs) != 2:
         return None
     (oh, sh, kh, dh), (ow, sw, kw, dw) = spatial_pairs
@@ -155,8 +160,9 @@ def _classify_conv(its, in_terms, w_dims, out_dims, ranges) -> Contraction | Non
     for d in out_dims:
         out_elems *= ranges[d]
     c_size = next((ranges[d] for d, r in roles.items() if r == "C"), 1)
-    macs = out_elems * c_size * ranges[kh] * ranges[kw]
-    kind = "depthwise_conv2d" if grouped and not has_c and not has_o else "conv2d"
+    macs = out_elems * c_size * (ranges[kh] if kh is not None else 1) * ranges[kw]
+    # A 1-D depthwise conv stays a grouped conv2d (G alone): depthwise_conv2d windows H x W.
+    kind = "depthwise_conv2d" if grouped and not has_c and not has_o and kh is not None else "conv2d"
     if kind == "depthwise_conv2d":  # the group dim is the channel: name it C
         letters_in, w_letters, out_letters = ([("C" if l == "G" else l) for l in ls]
                                               for ls in (letters_in, w_letters, out_letters))
