@@ -157,7 +157,7 @@ def _keeps_fused_pad(user: ir.Operation) -> bool:
     if user.name.startswith("linalg.conv_2d"):
         return True
     c = classify_contraction(user) if user.name == "linalg.generic" else None
-    return c is not None and c.kind == "conv2d"
+    return c is not None and c.kind == "conv2d" and "H" in c.attrs["input_dims"]  # not a 1-D conv
 
 
 def _needs_hoisting(pad: ir.Operation) -> bool:

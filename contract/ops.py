@@ -213,7 +213,8 @@ output over N,G,O,H,W) out[n,g,o,y,x] = sum_{c,i,j} in[n,g,c,y*sh+i*dh,x*sw+j*dw
 C may then be absent from input and weight (one channel per group: a depthwise conv with channel
 multiplier O) and O from weight and output. A weight without H and W is a 1x1 kernel.
 A 1-D conv (torch Conv1d; IREE folds a unit H away) has no H in any of the three: the window
-slides along W only, and pad is [0, 0, left, right].""",
+slides along W only, and pad is [0, 0, left, right]; without G it may lack C (one input
+channel: an audio front end's first conv reading the waveform).""",
         inputs=2,
         dims=(Dims("input_dims", "NGCHW", "NGCH"), Dims("weight_dims", "GOCHW", "GOCHW"),
               Dims("output_dims", "NGOHW", "NGOH")),

@@ -354,7 +354,8 @@ def grouped_conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[np.ndarra
     absent from both input and weight (one channel per group: a depthwise
     conv with a channel multiplier O), and O (outputs per group) from both
     weight and output. The weight may lack both H and W: a 1x1 kernel. A 1-D
-    conv (IREE folds a unit H away) has no H in any of the three.
+    conv (IREE folds a unit H away) has no H in any of the three, and without G
+    may lack C (one input channel).
     MACs = output elements * C * kh * kw.
     """
     op = "conv2d"
@@ -366,11 +367,11 @@ def grouped_conv2d(x: np.ndarray, w: np.ndarray, attrs: dict) -> tuple[np.ndarra
     consistent = (("G" in w_dims) == grouped == ("G" in out_dims) and ("C" in in_dims) == ("C" in w_dims)
                   and ("O" in w_dims) == ("O" in out_dims) and ("H" in in_dims) == ("H" in out_dims)
                   and (("H" not in w_dims) if one_d else ("H" in w_dims) == ("W" in w_dims))
-                  and (grouped or ("C" in in_dims and "O" in w_dims)))
+                  and (grouped or ("O" in w_dims and ("C" in in_dims or one_d))))
     if not consistent:
         raise KernelError(f"{op} dims {in_dims},{w_dims}->{out_dims}: G must be in all three or none; C in "
                           "input and weight or in neither, O in weight and output or in neither (both "
-                          "required without G); H and W in the weight together or not at all, or "
+                          "required without G, but C in a 1-D conv); H and W in the weight together or not at all, or "
                           "only W in a 1-D conv (no H in input and output)")
     x = _padded(x, in_dims, attrs, op)
     stride, dilation = _pair(attrs, "stride", op), _pair(attrs, "dilation", op)

@@ -154,7 +154,8 @@ def _classify_conv(its, in_terms, w_dims, out_dims, ranges) -> Contraction | Non
         return None  # a loop dim with no role
     grouped = "G" in roles.values()
     has_c, has_o = "C" in roles.values(), "O" in roles.values()
-    if not grouped and not (has_c and has_o):
+    # Without C: one input channel (a 1-D audio front end's first conv reads the waveform).
+    if not grouped and not (has_o and (has_c or kh is None)):
         return None
     out_elems = 1
     for d in out_dims:

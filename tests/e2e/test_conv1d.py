@@ -48,6 +48,20 @@ class SeparableConv1d(nn.Module):
         return self.grouped(torch.relu(self.dilated(torch.relu(self.depthwise(self.pointwise(x))))))
 
 
+class WaveformFrontEnd(nn.Module):
+    """Moonshine's / wav2vec2's stem on the raw waveform: conv1d of one input channel (k127
+    stride 64), GroupNorm, tanh, conv1d k7 stride 3, GELU."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv1d(1, 64, 127, stride=64, bias=False)
+        self.norm = nn.GroupNorm(1, 64)
+        self.conv2 = nn.Conv1d(64, 128, 7, stride=3)
+
+    def forward(self, x):
+        return F.gelu(self.conv2(torch.tanh(self.norm(self.conv1(x)))))
+
+
 class OneRowConv2d(nn.Module):
     """A Conv2d over a single row (kernel 1x5): IREE makes it a 1-D conv too."""
 
@@ -60,7 +74,7 @@ class OneRowConv2d(nn.Module):
 
 
 @pytest.mark.parametrize("model, shape", [(WhisperFrontEnd, (1, 80, 200)), (SeparableConv1d, (2, 32, 100)),
-                                          (OneRowConv2d, (1, 16, 1, 64))])
+                                          (WaveformFrontEnd, (1, 1, 16000)), (OneRowConv2d, (1, 16, 1, 64))])
 def test_conv1d_runs_on_the_npu(model, shape):
     torch.manual_seed(0)
     m, x = model().eval(), torch.randn(*shape, generator=torch.Generator().manual_seed(1))
