@@ -8,6 +8,9 @@
 - `bert_encoder_layer(hidden=768, heads=12, ffn=3072)`: one BERT-base encoder
   layer (self-attention + GELU feed-forward, post-layer-norm); `layers=N`
   stacks N of them.
+- `audio_encoder(frames=3000)`: a Whisper-tiny-style audio encoder: 80 mel
+  bins through two 1-D convs (k3; the second stride 2) with GELU, sinusoidal
+  positions, BERT-style layers (d 384, 6 heads, FFN 1536; `layers=2`).
 - `mlp()`: a small multi-layer perceptron (benchmark baseline).
 
 Each `make_*` returns `(model in eval mode, example input)`; sizes are
@@ -166,6 +169,26 @@ class BertEncoderLayer(nn.Module):
         return self.norm2(x + self.ff(x))
 
 
+class AudioEncoder(nn.Module):
+    """Whisper's encoder shape: conv1d stem over mel frames, then transformer layers over
+    the frames / 2 tokens (random weights; BERT-style post-norm layers)."""
+
+    def __init__(self, frames: int, mels: int = 80, hidden: int = 384, heads: int = 6, ffn: int = 1536,
+                 layers: int = 2):
+        super().__init__()
+        self.conv1 = nn.Conv1d(mels, hidden, 3, padding=1)
+        self.conv2 = nn.Conv1d(hidden, hidden, 3, stride=2, padding=1)
+        tokens = (frames + 1) // 2
+        t = torch.arange(tokens, dtype=torch.float32)[:, None]
+        rates = torch.exp(-math.log(10000.0) * torch.arange(hidden // 2, dtype=torch.float32) / (hidden // 2 - 1))
+        self.register_buffer("positions", torch.cat([torch.sin(t * rates), torch.cos(t * rates)], 1))
+        self.layers = nn.Sequential(*[BertEncoderLayer(hidden, heads, ffn) for _ in range(layers)])
+
+    def forward(self, x):
+        x = nn.functional.gelu(self.conv2(nn.functional.gelu(self.conv1(x))))
+        return self.layers(x.transpose(1, 2) + self.positions)
+
+
 def _init(model: nn.Module, seed: int) -> nn.Module:
     """Random but well-scaled weights and non-trivial batch-norm statistics."""
     g = torch.Generator().manual_seed(seed)
@@ -202,6 +225,12 @@ def make_bert_encoder_layer(seq: int = 128, hidden: int = 768, heads: int = 12, 
     return model, torch.randn(1, seq, hidden, generator=torch.Generator().manual_seed(seed))
 
 
+def make_audio_encoder(frames: int = 3000, layers: int = 2, seed: int = 0):
+    torch.manual_seed(seed)
+    return _init(AudioEncoder(frames, layers=layers), seed), \
+        torch.randn(1, 80, frames, generator=torch.Generator().manual_seed(seed))
+
+
 def make_mlp(batch: int = 8, features: int = 784, hidden: int = 1024, classes: int = 10, seed: int = 0):
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
@@ -210,4 +239,4 @@ def make_mlp(batch: int = 8, features: int = 784, hidden: int = 1024, classes: i
 
 
 MODELS = {"mobilenet_v2": make_mobilenet_v2, "mobilenet_v3": make_mobilenet_v3, "resnet18": make_resnet18, "bert": make_bert_encoder_layer,
-          "mlp": make_mlp}
+          "audio_encoder": make_audio_encoder, "mlp": make_mlp}

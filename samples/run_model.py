@@ -15,6 +15,7 @@ benchmark table. Exit status 0 when the error is within the limits.
 from __future__ import annotations
 
 import argparse
+import inspect
 import io
 import os
 import sys
@@ -48,15 +49,18 @@ def build(name: str, **kwargs):
     if name not in MODELS:
         raise SystemExit(f"run_model: error: unknown model '{name}' (one of {', '.join(MODELS)})")
     model, x = MODELS[name](**kwargs)
-    layers = kwargs.get("layers", 1)
+    default = inspect.signature(MODELS[name]).parameters.get("layers")
+    layers = kwargs.get("layers", default.default if default is not None else 1)
     label = f"{name} {'x'.join(map(str, x.shape))}" + (f" ({layers} layers)" if layers != 1 else "")
     return model, x, label
 
 
-def _size_kwargs(name: str, size: int | None, seq: int | None, layers: int) -> dict:
+def _size_kwargs(name: str, size: int | None, seq: int | None, layers: int | None) -> dict:
     """The command line's sizes as `MODELS` arguments (each model takes only its own)."""
     if name == "bert":
         return {k: v for k, v in (("seq", seq), ("layers", layers)) if v and (k != "layers" or v != 1)}
+    if name == "audio_encoder":  # --seq is its mel frames
+        return {k: v for k, v in (("frames", seq), ("layers", layers)) if v}
     return {"size": size} if size and name in ("mobilenet_v2", "mobilenet_v3", "resnet18") else {}
 
 
@@ -85,7 +89,7 @@ class ModelRun:
 
 
 def run_model(name: str, size: int | None = None, seq: int | None = None, hw: str = "SL2610",
-              flags: tuple[str, ...] = (), layers: int = 1) -> ModelRun:
+              flags: tuple[str, ...] = (), layers: int | None = None) -> ModelRun:
     """Export, compile for Torq, run on the simulator and compare with torch fp32."""
     import torq
 
@@ -124,8 +128,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model", choices=[m for m in MODELS if m != "mlp"])
     p.add_argument("--size", type=int, help="input height and width of the CNNs (default 224)")
-    p.add_argument("--seq", type=int, help="sequence length of the BERT layer (default 128)")
-    p.add_argument("--layers", type=int, default=1, help="BERT encoder layers (default 1)")
+    p.add_argument("--seq", type=int, help="sequence length of the BERT layer (default 128), mel frames of "
+                   "the audio encoder (default 3000)")
+    p.add_argument("--layers", type=int, help="encoder layers (BERT default 1, audio encoder default 2)")
     p.add_argument("--hw", default="SL2610", help="Torq hardware, e.g. SL2610:lram_kb=64")
     p.add_argument("--flag", action="append", default=[], help="extra compiler flag (repeatable), e.g. "
                    "--flag=--torq-super-tiling-strategy=seed")

@@ -37,6 +37,7 @@ MODEL_SIZES = {
     "mobilenet_v3": ({"size": 224}, {"size": 64}),
     "resnet18": ({"size": 224}, {"size": 64}),
     "bert": ({"seq": 128}, {"seq": 32}),
+    "audio_encoder": ({"frames": 3000}, {"frames": 200}),
     # The same models quantized to int8 by onnxruntime (int8.py).
     "mobilenet_v2_int8": ({"size": 224}, {"size": 64}),
     "mobilenet_v3_int8": ({"size": 224}, {"size": 64}),

@@ -21,6 +21,7 @@ SMALL = [
     pytest.param("mobilenet_v2", {"size": 64}, marks=slow, id="mobilenet_v2-64"),
     pytest.param("resnet18", {"size": 64}, id="resnet18-64"),
     pytest.param("bert", {"seq": 32}, id="bert-seq32"),
+    pytest.param("audio_encoder", {"seq": 200}, id="audio_encoder-200"),
 ]
 
 
