@@ -9,14 +9,17 @@ batch norm + ReLU of it; MobileNetV3 yields a batch norm's output and the
 hardsigmoid of it. One TorqHL op writes one result, so such a generic had no
 Torq form, and neither had the pooling or matmul it is the epilogue of.
 
-Each elementwise generic with N > 1 results whose output maps are all the
-same and whose body does not read its outputs becomes N generics, in result
-order: generic k computes yield value k from the original inputs it needs
-and, where that value is computed from an earlier yield value j, from the
-result of generic j instead of computing it again (so the mean above is the
-pool's epilogue, and the batch norm reads the mean). Values the chain shares
-but no result yields are computed again by each generic that needs them.
-A result that yields the same value as an earlier one is that result. The
+Each elementwise generic with N > 1 results whose output maps are
+permutations and whose body does not read its outputs becomes N generics, in
+result order, each over the original loops with its result's output map:
+generic k computes yield value k from the original inputs it needs and,
+where that value is computed from an earlier yield value j, from the result
+of generic j (read through j's output map) instead of computing it again (so
+the mean above is the pool's epilogue, and the batch norm reads the mean).
+Values the chain shares but no result yields are computed again by each
+generic that needs them. A result that yields the same value as an earlier
+one in the same layout is that result; in another layout (wav2vec2's bias
+add, yielded both as is and transposed) it is a copy of it. The
 function computes exactly what it did, op for op. Other ops are unchanged.
 """
 
@@ -37,7 +40,7 @@ def _splittable(op: ir.Operation) -> bool:
         return False
     maps = indexing_maps(op)
     n_in = n_inputs(op)
-    if any(str(m) != str(maps[n_in]) for m in maps[n_in:]):
+    if not all(m.is_permutation for m in maps[n_in:]):
         return False
     block = op.regions[0].blocks[0]
     return not any(list(a.uses) for a in list(block.arguments)[n_in:])
@@ -67,18 +70,18 @@ def _split(op: ir.Operation) -> None:
     yields = list(body[-1].operands)
     body = body[:-1]
     maps = ir.ArrayAttr(op.attributes["indexing_maps"])
-    out_map = maps[n_in]
-    made: dict = {}  # yield value -> the new generic's result
+    made: dict = {}  # yield value -> (the new generic's result, its output map)
     for k, y in enumerate(yields):
-        if y in made:
-            op.results[k].replace_all_uses_with(made[y])
+        out_map = maps[n_in + k]
+        if y in made and str(made[y][1]) == str(out_map):
+            op.results[k].replace_all_uses_with(made[y][0])
             continue
-        ops = _slice(y, body, made)
+        ops = _slice(y, body, made)  # [] for a value made in another layout: a copy of it
         used = {v for o in ops for v in o.operands} | {y}
         args = [a for a in list(block.arguments)[:n_in] if a in used]
         earlier = [v for v in made if v in used]
-        operands = [op.operands[a.arg_number] for a in args] + [made[v] for v in earlier]
-        in_maps = [maps[a.arg_number] for a in args] + [out_map] * len(earlier)
+        operands = [op.operands[a.arg_number] for a in args] + [made[v][0] for v in earlier]
+        in_maps = [maps[a.arg_number] for a in args] + [made[v][1] for v in earlier]
         with ir.InsertionPoint(op), op.location:
             new = ir.Operation.create(
                 "linalg.generic", results=[op.results[k].type],
@@ -87,7 +90,7 @@ def _split(op: ir.Operation) -> None:
                             "iterator_types": op.attributes["iterator_types"],
                             "operandSegmentSizes": ir.DenseI32ArrayAttr.get([len(operands), 1])},
                 regions=1)
-        types = [a.type for a in args] + [ir.RankedTensorType(made[v].type).element_type for v in earlier]
+        types = [a.type for a in args] + [ir.RankedTensorType(made[v][0].type).element_type for v in earlier]
         nb = new.regions[0].blocks.append(*types, list(block.arguments)[n_in + k].type)
         mapping = dict(zip(args + earlier, list(nb.arguments)))
         with ir.InsertionPoint(nb), op.location:
@@ -99,7 +102,7 @@ def _split(op: ir.Operation) -> None:
                 for r_old, r_new in zip(o.results, c.results):
                     mapping[r_old] = r_new
             ir.Operation.create("linalg.yield", operands=[mapping.get(y, y)])
-        made[y] = new.results[0]
+        made.setdefault(y, (new.results[0], out_map))
         op.results[k].replace_all_uses_with(new.results[0])
     op.erase()
 

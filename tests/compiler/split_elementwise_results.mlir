@@ -61,3 +61,27 @@ func.func @pool_then_norm(%x: tensor<8x8x8xf32>, %scale: tensor<8xf32>, %shift: 
   } -> (tensor<8x4x4xf32>, tensor<8x4x4xf32>)
   return %r#0, %r#1 : tensor<8x4x4xf32>, tensor<8x4x4xf32>
 }
+
+// wav2vec2's projection bias add, yielded as is and transposed (IREE stores the
+// transposed copy for the next conv): the second generic copies the first's result
+// through the transposed output map instead of adding again; both lower to TorqHL.
+// CHECK-LABEL: func.func @same_value_two_layouts(
+// CHECK: %[[ADD:.*]] = linalg.generic {indexing_maps = [#{{.*}}, #{{.*}}, #[[ID:.*]]], {{.*}} outs(%{{.*}} : tensor<1x49x256xf32>)
+// CHECK: arith.addf
+// CHECK: %[[T:.*]] = linalg.generic {indexing_maps = [#[[ID]], #{{.*}}], {{.*}} ins(%[[ADD]] : tensor<1x49x256xf32>) outs(%{{.*}} : tensor<256x1x49xf32>)
+// CHECK-NEXT: ^bb0(%[[IN:.*]]: f32, %{{.*}}: f32):
+// CHECK-NEXT: linalg.yield %[[IN]] : f32
+// CHECK: return %[[ADD]], %[[T]]
+// HL-LABEL: func.func @same_value_two_layouts(
+// HL: %[[A:.*]] = "torq_hl.elementwise"(%arg0, %arg1)
+// HL: "torq_hl.elementwise"(%[[A]]) {{.*}}\22axes\22: [1, 2, 0]{{.*}} -> tensor<256x1x49xbf16>
+func.func @same_value_two_layouts(%x: tensor<1x49x256xf32>, %b: tensor<256xf32>) -> (tensor<1x49x256xf32>, tensor<256x1x49xf32>) {
+  %e0 = tensor.empty() : tensor<1x49x256xf32>
+  %e1 = tensor.empty() : tensor<256x1x49xf32>
+  %r:2 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d2, d0, d1)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x, %b : tensor<1x49x256xf32>, tensor<256xf32>) outs(%e0, %e1 : tensor<1x49x256xf32>, tensor<256x1x49xf32>) {
+  ^bb0(%a: f32, %c: f32, %o: f32, %o2: f32):
+    %s = arith.addf %a, %c : f32
+    linalg.yield %s, %s : f32, f32
+  } -> (tensor<1x49x256xf32>, tensor<256x1x49xf32>)
+  return %r#0, %r#1 : tensor<1x49x256xf32>, tensor<256x1x49xf32>
+}
