@@ -50,8 +50,8 @@ _INT_FLOAT_CONVERSIONS = {"arith.sitofp": "a dequantize (integer to float)",
 def _int_float_conversion_reason(func: ir.Operation, options: PassOptions) -> str:
     """Why float compute between integer tensors stays on host under --torq-int8-float-ops=host:
     the host computes it in f32 as the model states it; the slices would in bf16."""
-    if options.int8_float_ops == "bf16":
-        return ""
+    if options.int8_float_ops == "bf16" or not _io_of(func, ("i8", "ui8")):
+        return ""  # a float model's own int -> float conversions (a pooling's count) are no dequantize
     for op in walk_ops(func):
         if op.name in _INT_FLOAT_CONVERSIONS and op.parent is not None and op.parent.name.startswith("linalg."):
             return (f"'{op.name}' in a {op.parent.name} body: {_INT_FLOAT_CONVERSIONS[op.name]} in float "
@@ -60,9 +60,10 @@ def _int_float_conversion_reason(func: ir.Operation, options: PassOptions) -> st
     return ""
 
 
-def _f32_io(func: ir.Operation) -> bool:
+def _io_of(func: ir.Operation, element_types: tuple[str, ...]) -> bool:
+    """Whether an argument or result of `func` is a tensor of one of `element_types`."""
     ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-    return any(isinstance(t, ir.ShapedType) and str(ir.ShapedType(t).element_type) == "f32"
+    return any(isinstance(t, ir.ShapedType) and str(ir.ShapedType(t).element_type) in element_types
                for t in list(ftype.inputs) + list(ftype.results))
 
 
@@ -118,7 +119,7 @@ def unsupported_reason(func: ir.Operation, options: PassOptions) -> str:
     reason = _call_size_reason(func) or io_conversion_reason(func) or _int_float_conversion_reason(func, options)
     if reason:
         return reason
-    if options.keep_f32 and _f32_io(func):  # also a copy, which has no op computing in f32
+    if options.keep_f32 and _io_of(func, ("f32",)):  # also a copy, which has no op computing in f32
         return "f32 compute requested on host (--torq-keep-f32)"
     groups: list = []
     for op in walk_ops(func):
