@@ -234,6 +234,25 @@ class Chain:
             raise NotExact("the chain is not monotone in the accumulator")
         return r.dir
 
+    def sign_signatures(self, ends: np.ndarray) -> list[bytes | None]:
+        """Per channel of a `for_channels` chain: a key such that channels with equal keys have
+        equal `direction`s, or None for a channel to ask `direction` itself.
+
+        A direction is derived from the signs of the values that do not depend on the
+        accumulator and are a product's factor or a divisor; the key is the signs of all of
+        them. A zero among them (a product by zero is constant) changes which signs matter, so
+        such a channel gets None. The evaluation on `ends`, a (channels, 2) array
+        of accumulator ranges, also checks every channel's range as `direction` does (raises
+        NotExact without naming the channel)."""
+        seen: list = []
+        self.evaluate(ends, check=True, constants=seen)
+        n = len(ends)
+        cols = [np.full(n, np.sign(a.reshape(-1)[0])) if a.size == 1 else np.sign(a.reshape(n, -1)[:, 0])
+                for a in (np.asarray(v, np.float64) for v in seen) if a.ndim == 0 or a.shape[-1] == 1]
+        table = np.stack(cols, 1) if cols else np.ones((n, 0))
+        regular = np.all(table != 0, 1) & ~np.isnan(table).any(1)
+        return [row.tobytes() if ok else None for row, ok in zip(table, regular)]
+
     def with_fma_pick(self, pick: int, fuse_shared: bool | None = None) -> "Chain":
         c = copy.copy(self)
         c.fma_pick, c.fuse_shared = pick, fuse_shared
@@ -276,7 +295,8 @@ class Chain:
             raise NotExact(EITHER_FMA)
         return out
 
-    def evaluate(self, a: np.ndarray, check: bool = False, extra: tuple = ()) -> _Val:
+    def evaluate(self, a: np.ndarray, check: bool = False, extra: tuple = (),
+                 constants: list | None = None) -> _Val:
         if self.acc_scale is None:
             env: dict = {self.acc: _Val(np.asarray(a, np.int64), 1, type_name(self.acc.type))}
         else:  # S * scale is exact in f64 (|S| < 2^29, a 24-bit scale), then rounded once
@@ -301,6 +321,12 @@ class Chain:
                 return _Val(c.reshape(-1, 1).astype(np.float32 if t == "f32" else np.int64), 0, t)
             c = c.reshape(())
             return _Val(np.float32(c) if t == "f32" else np.int64(c), 0, t)
+
+        def factors(*vals: _Val) -> None:
+            """Records the factors of a product (a division) of the accumulator: the signs of
+            the constant ones set its direction (one of constants only is a constant)."""
+            if constants is not None and any(np.ndim(x.v) and np.shape(x.v)[-1] != 1 for x in vals):
+                constants.extend(x.v for x in vals)
 
         def int_result(x: np.ndarray, t: str) -> np.ndarray:
             lo, hi = INT_RANGE[t]
@@ -329,6 +355,7 @@ class Chain:
                 if single:
                     p = single[0].owner
                     x, y = ref(p.operands[0]), ref(p.operands[1])
+                    factors(x, y)
                     z = ref(op.operands[1] if op.operands[0] == single[0] else op.operands[0])
                     pd = _mul_dir(x, y)
                     if name == "arith.subf" and op.operands[0] == single[0]:  # x*y - z
@@ -341,6 +368,8 @@ class Chain:
                     continue
             if name in _FLOAT_BIN:
                 x, y = ref(op.operands[0]), ref(op.operands[1])
+                if name in ("arith.mulf", "arith.divf"):
+                    factors(x, y)
                 with np.errstate(all="ignore"):
                     r = _FLOAT_BIN[name](np.float32(x.v) if np.ndim(x.v) == 0 else x.v,
                                          np.float32(y.v) if np.ndim(y.v) == 0 else y.v).astype(np.float32)
@@ -363,6 +392,7 @@ class Chain:
                 elif name == "arith.subi":
                     r, d = x.v - y.v, _combine(x.dir, _neg(y.dir))
                 else:
+                    factors(x, y)
                     r, d = x.v * y.v, _mul_dir(x, y)
                 env[res] = _Val(int_result(r, t), d, t)
             elif name in ("arith.extsi", "arith.trunci"):

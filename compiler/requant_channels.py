@@ -75,22 +75,45 @@ def _batched_step_points(chain: Chain, channels: list, kind: str) -> list:
     """Per channel: (direction, step points of the chain made non-decreasing: of a -> f(-a) on
     [-hi, -lo] when it decreases), all channels of one direction bisected together
     (`channel_step_points`)."""
-    dirs = []
-    for ch, (vals, lo, hi) in enumerate(channels):
-        try:
-            dirs.append(chain.for_channel(vals).direction(lo, hi))
-        except NotExact as e:
-            raise NotExact(f"{kind} float requantization, channel {ch} (accumulator range [{lo}, {hi}]): {e}") from None
+    dirs = _directions(chain, channels, kind)
     out: list = [None] * len(channels)
     for d in (1, -1, 0):
         idx = [c for c in range(len(channels)) if dirs[c] == d]
         if not idx:
             continue
-        batch = chain.for_channels([channels[c][0] for c in idx])
+        def levels(rows, d=d, idx=idx):  # the chain of channels idx[rows], made non-decreasing
+            batch = chain.for_channels([channels[idx[r]][0] for r in rows])
+            return batch if d >= 0 else (lambda b: batch(-b))
+
         lo = np.array([channels[c][1] for c in idx], np.int64)
         hi = np.array([channels[c][2] for c in idx], np.int64)
-        f = batch if d >= 0 else (lambda b: batch(-b))
-        steps = channel_step_points(f, lo, hi) if d >= 0 else channel_step_points(f, -hi, -lo)
+        f = levels(range(len(idx)))
+        steps = channel_step_points(f, lo, hi, levels) if d >= 0 else channel_step_points(f, -hi, -lo, levels)
         for c, s in zip(idx, steps):
             out[c] = (d, s)
     return out
+
+
+def _directions(chain: Chain, channels: list, kind: str) -> list[int]:
+    """Per channel: the direction of its chain on its accumulator range (`Chain.direction`),
+    asked once per group of channels whose constants have the same signs."""
+    keys: list = [None] * len(channels)
+    if len(channels) > 1:
+        try:
+            ends = np.array([[lo, hi] for _, lo, hi in channels], np.int64)
+            keys = chain.for_channels([vals for vals, _, _ in channels]).sign_signatures(ends)
+        except NotExact:
+            pass  # one channel's range fails: asked one by one below, which names it
+    known: dict = {}
+    dirs = []
+    for ch, ((vals, lo, hi), key) in enumerate(zip(channels, keys)):
+        if key is None or key not in known:
+            try:
+                d = chain.for_channel(vals).direction(lo, hi)
+            except NotExact as e:
+                raise NotExact(f"{kind} float requantization, channel {ch} (accumulator range [{lo}, {hi}]): "
+                               f"{e}") from None
+            if key is not None:
+                known[key] = d
+        dirs.append(known[key] if key is not None else d)
+    return dirs

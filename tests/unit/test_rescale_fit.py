@@ -13,7 +13,10 @@ import pytest
 from torq.compiler.rescale_fit import (
     NotExact,
     Rescale,
+    _best_rounding,
+    _slope_interval,
     brute_force_step_points,
+    channel_step_points,
     disagreement,
     first_reaching,
     fit_channel,
@@ -128,6 +131,53 @@ def test_step_points_agree_with_brute_force_on_a_qdq_chain():
     f = qdq_chain(0.02, 0.003, 0.05, 3, 0.1)
     assert all(np.array_equal(x, y) for x, y in zip(step_points(f, -30_000, 30_000),
                                                      brute_force_step_points(f, -30_000, 30_000)))
+
+
+def test_channel_step_points_where_the_line_misses():
+    """Curved and flat-then-steep channels: the window around the line through the sampled
+    levels misses, and the bisection between them (per channel subset, or on all) still finds
+    every step point brute force does."""
+    curves = [lambda a: np.floor(np.sqrt(np.maximum(a, 0) * 40.0)).astype(np.int64),
+              lambda a: np.where(a < 5000, a // 1000, 5 + (a - 5000) // 7),
+              lambda a: np.floor_divide(3 * a + 1, 7)]
+    lo, hi = np.array([0, 0, -900]), np.array([20_000, 6_000, 900])
+
+    def f(a):  # (channels, points), channel c is curves[c]
+        return np.stack([curves[c](a[c]) for c in range(len(curves))])
+
+    for rows_f in (None, lambda rows: lambda a: np.stack([curves[c](a[i]) for i, c in enumerate(rows)])):
+        got = channel_step_points(f, lo, hi, rows_f)
+        for c, curve in enumerate(curves):
+            want = brute_force_step_points(curve, int(lo[c]), int(hi[c]))
+            assert got[c][:2] == want[:2] and np.array_equal(got[c][2], want[2]), c
+
+
+def test_slope_interval_matches_every_pair():
+    """The bounds from the least and largest gap per level distance equal those of all pairs
+    (m > (j - i) / (T_j - T_i + 1), m < (j - i) / (T_j - T_i - 1)), levels skipped included."""
+    from fractions import Fraction
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        ts = np.cumsum(rng.integers(0, 9, int(rng.integers(2, 60)))).astype(np.int64) - 40
+        ks = np.arange(1, len(ts) + 1, dtype=np.int64)
+        i, j = np.triu_indices(len(ts), 1)
+        pairs = [(int(j_ - i_), int(ts[j_] - ts[i_])) for i_, j_ in zip(i, j)]
+        lo = max((Fraction(g, d + 1) for g, d in pairs), default=Fraction(0))
+        hi = min((Fraction(g, d - 1) for g, d in pairs if d >= 2), default=None)
+        assert _slope_interval(ks, ts) == (lo, hi), seed
+
+
+def test_best_rounding_is_the_most_matching_rounding():
+    """The rounding term found by the interval sweep matches as many pairs as the best of
+    every candidate tried by brute force (clamped levels included)."""
+    rng = np.random.default_rng(3)
+    s = rng.integers(-5000, 5000, 300).astype(np.int64)
+    one = 64
+    q = np.clip(np.floor_divide(s + 17, one) + (rng.random(300) < 0.1), -20, 20)
+    r, matched = _best_rounding(s, q, -20, 20, one)
+    g = lambda r: np.clip(np.floor_divide(s + r, one), -20, 20)  # noqa: E731
+    assert matched == int((g(r) == q).sum())
+    assert matched == max(int((g(x) == q).sum()) for x in range(-200, 200))
 
 
 def int8_pairs():
