@@ -216,7 +216,9 @@ class _WorkerPool:
 
     def run(self, tasks: list[tuple]) -> list[Compiled | Refused]:
         results: list = [None] * len(tasks)
-        pending = iter(enumerate(tasks))
+        # Largest dispatch (bytecode, weights included) first: the big ones take longest (their
+        # channels' rescales), and one started last would leave the other workers idle.
+        pending = iter(sorted(enumerate(tasks), key=lambda t: -len(t[1][0])))
         lock = threading.Lock()
         failures: list[str] = []
 

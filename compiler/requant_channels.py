@@ -9,7 +9,8 @@ from iree.compiler import ir
 
 from .f32_chain import Chain
 from .ir_utils import constant_of, indexing_maps, map_dims, n_inputs
-from .rescale_fit import ChannelFit, NotExact, channel_step_points, fit_steps
+from .rescale_batch import fit_many
+from .rescale_fit import ChannelFit, NotExact, channel_step_points
 
 # The accumulator range an i32 residual (from another dispatch) is fitted on.
 RESIDUAL_I32_BOUND = 1 << 30
@@ -59,15 +60,14 @@ def per_channel_constants(op: ir.Operation, known, skip=()) -> tuple[set[int], d
 
 def fit_channels(chain: Chain, channels: list, chan: int | None, kind: str, nearest: bool) -> list[ChannelFit]:
     """The rescale of each channel of `chain` (exact, or with `nearest` the nearest)."""
-    fits: list[ChannelFit] = []
     steps = _batched_step_points(chain, channels, kind)
-    for ch, ((_, lo, hi), (direction, st)) in enumerate(zip(channels, steps)):
-        glo, ghi = (lo, hi) if direction >= 0 else (-hi, -lo)
-        try:
-            fits.append(fit_steps(st, glo, ghi, direction < 0, nearest))
-        except NotExact as e:
+    ends = [(lo, hi) if direction >= 0 else (-hi, -lo) for (_, lo, hi), (direction, _) in zip(channels, steps)]
+    fits = fit_many([st for _, st in steps], [g[0] for g in ends], [g[1] for g in ends],
+                    [direction < 0 for direction, _ in steps], nearest)
+    for ch, ((_, lo, hi), fit) in enumerate(zip(channels, fits)):
+        if isinstance(fit, NotExact):
             where = f"channel {ch}" if chan is not None else "the tensor"
-            raise NotExact(f"{kind} float requantization, {where} (accumulator range [{lo}, {hi}]): {e}") from None
+            raise NotExact(f"{kind} float requantization, {where} (accumulator range [{lo}, {hi}]): {fit}")
     return fits
 
 

@@ -206,7 +206,13 @@ def fit_rescale(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int) -> Rescale
     if qlo == qhi:
         return Rescale(0, 0, 0, 0, qlo, qlo)
     ks = np.arange(qlo + 1, qhi + 1, dtype=np.int64)
-    m_lo, m_hi = _slope_interval(ks, ts)
+    return rescale_in_interval(qlo, qhi, ts, lo, hi, *_slope_interval(ks, ts))
+
+
+def rescale_in_interval(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int, m_lo: Fraction,
+                        m_hi: Fraction | None) -> Rescale:
+    """`fit_rescale` given the open interval of slopes its step points admit (`_slope_interval`)."""
+    ks = np.arange(qlo + 1, qhi + 1, dtype=np.int64)
     if m_hi is not None and m_lo >= m_hi:
         raise NotExact(f"its {len(ks)} step points lie on no line (f32 rounding moved some off the "
                        f"exact scale), so no integer multiplier/shift reproduces them; not approximated")
@@ -281,14 +287,20 @@ def fit_steps(steps: tuple[int, int, np.ndarray], glo: int, ghi: int, mirrored: 
               nearest: bool = True) -> ChannelFit:
     """`fit_channel` from the `step_points` of g on [glo, ghi] (g(b) = f(-b) when `mirrored`)."""
     qlo, qhi, ts = steps
-    span = int(ts[-1] - ts[0] + 1) if len(ts) else 0
-    exact = True
     try:
-        r = fit_rescale(qlo, qhi, ts, glo, ghi)
+        return checked_fit(steps, glo, ghi, mirrored, fit_rescale(qlo, qhi, ts, glo, ghi), True)
     except NotExact:
         if not nearest:
             raise
-        r, exact = nearest_rescale(qlo, qhi, ts, glo, ghi), False
+    return checked_fit(steps, glo, ghi, mirrored, nearest_rescale(qlo, qhi, ts, glo, ghi), False)
+
+
+def checked_fit(steps: tuple[int, int, np.ndarray], glo: int, ghi: int, mirrored: bool, r: Rescale,
+                exact: bool) -> ChannelFit:
+    """The `ChannelFit` of rescale `r` (exact, or the nearest) of g with `steps` on [glo, ghi],
+    measured: raises NotExact if it is more than one output step off anywhere."""
+    qlo, qhi, ts = steps
+    span = int(ts[-1] - ts[0] + 1) if len(ts) else 0
     differing, worst = disagreement(ts, _rescale_step_points(r, np.arange(qlo + 1, qhi + 1), glo, ghi), glo, ghi)
     if exact and differing:  # cannot happen if fit_rescale is right: never emit it unchecked
         raise NotExact(f"internal check failed: the exact rescale differs on {differing} accumulator values")
@@ -338,66 +350,98 @@ _NEAREST_ROUNDINGS = 4
 _COARSE = 8
 
 
-def _multiplier_costs(ks_shifted: np.ndarray, ts: np.ndarray, mults: np.ndarray, lo: int,
-                      hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per multiplier m: (least sum |U_k - T_k| over the rounding terms R tried, that R).
+def _multiplier_costs(ks_shifted: np.ndarray, ts: np.ndarray, mults: np.ndarray, lo: np.ndarray,
+                      hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per channel c and multiplier mults[c, j]: (least sum |U_k - T_k| over the rounding
+    terms R tried, that R); ks_shifted (k 2^s) and ts are (channels, levels), lo and hi
+    (channels,).
 
     Level k is reached at T_k exactly when R is in [c_k, c_k + m), c_k = k 2^s - m T_k: the R in
     the most of these intervals is one of the c_k (a sweep over the sorted c and c + m, the
     ends before the starts at equal values), and among the `_NEAREST_ROUNDINGS` best of those
     the least sum |U_k - T_k|, U_k = ceil((k 2^s - R) / m), wins."""
-    n, m = len(ts), mults[:, None]
-    cs = np.sort(ks_shifted[None, :] - m * ts[None, :], axis=1)
-    order = np.argsort(np.concatenate([cs + m, cs], 1), axis=1, kind="stable")
-    ended_before = np.cumsum(order < n, axis=1)
-    rows, pos = np.nonzero(order >= n)
-    ended = np.empty((len(mults), n), np.int64)
-    ended[rows, order[rows, pos] - n] = ended_before[rows, pos]
-    inside = np.arange(1, n + 1)[None, :] - ended
-    rs = np.take_along_axis(cs, np.argsort(-inside, axis=1, kind="stable")[:, :_NEAREST_ROUNDINGS], 1)
-    us = -((rs[:, :, None] - ks_shifted[None, None, :]) // mults[:, None, None])
-    cost = np.abs(_clamp(us, lo, hi + 1) - ts[None, None, :]).sum(-1)
-    best = np.argmin(cost, axis=1)
-    pick = np.arange(len(mults))
-    return cost[pick, best], rs[pick, best]
+    n, m = ts.shape[-1], mults[:, :, None]
+    cs = np.sort(ks_shifted[:, None, :] - m * ts[:, None, :], axis=-1)
+    order = np.argsort(np.concatenate([cs + m, cs], -1), axis=-1, kind="stable")
+    ended_before = np.cumsum(order < n, axis=-1)
+    where = np.empty_like(order)  # the sorted position of each element
+    np.put_along_axis(where, order, np.broadcast_to(np.arange(2 * n), order.shape), -1)
+    inside = np.arange(1, n + 1) - np.take_along_axis(ended_before, where[..., n:], -1)
+    top = np.argsort(-inside, axis=-1, kind="stable")[..., :_NEAREST_ROUNDINGS]
+    rs = np.take_along_axis(cs, top, -1)
+    us = -((rs[..., None] - ks_shifted[:, None, None, :]) // mults[:, :, None, None])
+    cost = np.abs(_clamp(us, lo[:, None, None, None], hi[:, None, None, None] + 1) - ts[:, None, None, :]).sum(-1)
+    best = np.argmin(cost, -1)[..., None]
+    return np.take_along_axis(cost, best, -1)[..., 0], np.take_along_axis(rs, best, -1)[..., 0]
 
 
-def _coarse_to_fine(mults: np.ndarray, m0: int, costs) -> tuple[int, int]:
-    """(m, R) of the least (cost, |m - m0|) among the sorted candidate `mults`, searched every
+class MultiplierSearch:
+    """The least (cost, |m - m0|) among the sorted candidate `mults`, searched every
     `_COARSE`-th first, then around the best at halving distances: 15 of 65 candidates
     priced. (Pricing all: 0.13% fewer differing accumulator values on an int8 ResNet-18,
-    a model's requantizations 3.6x slower to fit.)"""
-    known: dict = {}
+    a model's requantizations 3.6x slower to fit.) The caller prices what `wanted` asks
+    (`_multiplier_costs`), for one channel or many side by side."""
 
-    def price(idx):
-        idx = sorted({i for i in idx if 0 <= i < len(mults)} - known.keys())
-        if idx:
-            for i, c, r in zip(idx, *costs(mults[idx])):
-                known[i] = (int(c), abs(int(mults[i]) - m0), i, int(r))
+    def __init__(self, mults: np.ndarray, m0: int):
+        self.mults, self.m0 = mults, m0
+        self.known: dict = {}
+        self.step = _COARSE // 2
+        self.asked = self._unknown([*range(0, len(mults), _COARSE), len(mults) - 1])
 
-    price([*range(0, len(mults), _COARSE), len(mults) - 1])
-    step = _COARSE // 2
-    while step:
-        best = min(known.values())[2]
-        price([best - step, best + step])
-        step //= 2
-    _, _, i, r = min(known.values())
-    return int(mults[i]), r
+    def _unknown(self, idx) -> list[int]:
+        return sorted({i for i in idx if 0 <= i < len(self.mults)} - self.known.keys())
+
+    def wanted(self) -> list[int] | None:
+        """The candidate indices to price next, or None when the search is done."""
+        while not self.asked:
+            if not self.step:
+                return None
+            best = min(self.known.values())[2]
+            self.asked = self._unknown([best - self.step, best + self.step])
+            self.step //= 2
+        return self.asked
+
+    def priced(self, costs, roundings) -> None:
+        for i, c, r in zip(self.asked, costs, roundings):
+            self.known[i] = (int(c), abs(int(self.mults[i]) - self.m0), i, int(r))
+        self.asked = []
+
+    def result(self) -> tuple[int, int]:
+        """(m, R) of the best candidate priced."""
+        _, _, i, r = min(self.known.values())
+        return int(self.mults[i]), r
 
 
 def nearest_rescale(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int) -> Rescale:
     """The rescale whose step points U_k are nearest the step points `ts` of a non-decreasing
     step function with levels qlo..qhi on [lo, hi] (least sum |U_k - T_k|, see the module
     docstring); raises NotExact when the step points span no slope."""
-    ks = np.arange(qlo + 1, qhi + 1, dtype=np.int64)
     ts = np.asarray(ts, np.int64)
+    ks = np.arange(qlo + 1, qhi + 1, dtype=np.int64)
     if len(ks) < 2 or ts[-1] == ts[0]:
         raise NotExact("its levels change at a single accumulator value; no slope to fit")
-    slope = 1.0 / np.polyfit(ks.astype(np.float64), ts.astype(np.float64), 1)[0]  # levels per unit
+    shift, m0, mults = nearest_candidates(qlo, qhi, ts, lo, hi, 1.0 / np.polyfit(ks.astype(np.float64),
+                                                                               ts.astype(np.float64), 1)[0])
+    def costs(m):
+        cost, rounding = _multiplier_costs((ks * (1 << shift))[None], ts[None], m[None], np.array([lo]),
+                                           np.array([hi]))
+        return cost[0], rounding[0]
+
+    search = MultiplierSearch(mults, m0)
+    while (asked := search.wanted()) is not None:
+        search.priced(*costs(mults[asked]))
+    m, total = search.result()
+    return nearest_result(qlo, qhi, lo, hi, shift, m, total)
+
+
+def nearest_candidates(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int,
+                       slope: float) -> tuple[int, int, np.ndarray]:
+    """(shift, least-squares multiplier m0, the sorted candidate multipliers around it) of
+    `nearest_rescale`, from the least-squares `slope` of the levels over the step points."""
     if not slope > 0:
         raise NotExact("its step points do not increase with the level")
     reach = max(abs(lo), abs(hi), 1)
-    kmax = int(np.abs(ks).max()) + 1
+    kmax = max(abs(qlo + 1), abs(qhi)) + 1
     # Largest shift keeping the multiplier below 2^31 and every product of the search in i64.
     shift = min(_MAX_SHIFT, int(math.floor(math.log2(_MAX_MULTIPLIER / slope))),
                 60 - kmax.bit_length(), int(math.floor(math.log2((1 << 60) / (slope * reach)))))
@@ -407,8 +451,12 @@ def nearest_rescale(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int) -> Res
     width = max(1, int(ts[-1] - ts[0]))
     spread = max(1, int(math.ceil(m0 * 2.0 / width)))  # the least-squares slope is this uncertain
     js = np.arange(-_NEAREST_MULTIPLIERS, _NEAREST_MULTIPLIERS + 1)
-    mults = np.unique(np.clip(m0 + (spread * js) // _NEAREST_MULTIPLIERS, 1, _MAX_MULTIPLIER))
-    m, total = _coarse_to_fine(mults, m0, lambda m: _multiplier_costs(ks * (1 << shift), ts, m, lo, hi))
+    return shift, m0, np.unique(np.clip(m0 + (spread * js) // _NEAREST_MULTIPLIERS, 1, _MAX_MULTIPLIER))
+
+
+def nearest_result(qlo: int, qhi: int, lo: int, hi: int, shift: int, m: int, total: int) -> Rescale:
+    """The rescale of multiplier `m` and intercept `total` (offset m + rounding); raises
+    NotExact when the offset does not fit 32 bits or the arithmetic i64."""
     offset = total // m  # a + offset stays an i32 (an accumulator-sized intercept); 0 <= rounding < m
     r = Rescale(offset, m, total - offset * m, shift, qlo, qhi)
     if not (-(1 << 31) <= offset < (1 << 31)) or \

@@ -140,16 +140,15 @@ def test_pointwise_qdq_bit_exact_on_torq(per_channel, relu, gemm):
 
 def test_off_by_one_rescale_is_caught(monkeypatch):
     """The exhaustive input sees every step point: moving them by one accumulator fails."""
-    fit = requant_channels.fit_steps
+    fit = requant_channels.fit_many
 
     def off_by_one(*args, **kw):
-        c = fit(*args, **kw)
-        r = c.rescale
-        return rescale_fit.ChannelFit(
-            rescale_fit.Rescale(r.offset + 1, r.multiplier, r.rounding, r.shift, r.qmin, r.qmax),
-            c.differing, c.step_span)
+        return [rescale_fit.ChannelFit(
+            rescale_fit.Rescale(c.rescale.offset + 1, c.rescale.multiplier, c.rescale.rounding, c.rescale.shift,
+                                c.rescale.qmin, c.rescale.qmax), c.differing, c.step_span)
+            for c in fit(*args, **kw)]
 
-    monkeypatch.setattr(requant_channels, "fit_steps", off_by_one)
+    monkeypatch.setattr(requant_channels, "fit_many", off_by_one)
     model = pointwise_qdq_model(per_channel=True, relu=True)  # the reference is cached from above
     cm, y, ref, _ = compile_and_compare(model, every_int8_pair())
     assert contraction_dispatches(cm, 256 * 256 * 2 * len(WEIGHTS))[0].executor == "torq"

@@ -1,0 +1,198 @@
+"""The rescales of all channels of a requantization at once (compiler/rescale_fit.py per channel).
+
+A per-channel requantization of a contraction has hundreds to thousands of channels
+(BERT's FFN: 3,072 per matmul), each with up to 255 step points. Fitting them one by one
+costs a millisecond each in numpy calls on small arrays; here the array work of
+all channels with the same number of levels is done in one go:
+
+- `slope_intervals`: the exact-slope interval of each channel (`rescale_fit._slope_interval`),
+  the least and largest step-point gap per level distance of a block of channels at once;
+- `nearest_many`: `rescale_fit.nearest_rescale` of many channels, every stage of the
+  coarse-to-fine multiplier search (`rescale_fit.MultiplierSearch`) priced for all of them in one `_multiplier_costs`;
+- `fit_many`: `rescale_fit.fit_steps` of many channels, with these two.
+
+Results equal the per-channel functions' (tests/unit/test_rescale_batch.py), but for the
+least-squares slope the nearest search starts from: a closed-form fit here, `np.polyfit`
+there, which may round m0 differently in its last bit.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from fractions import Fraction
+
+import numpy as np
+
+from .rescale_fit import (
+    _NEAREST_ROUNDINGS,
+    ChannelFit,
+    MultiplierSearch,
+    NotExact,
+    Rescale,
+    _multiplier_costs,
+    checked_fit,
+    nearest_candidates,
+    nearest_result,
+    rescale_in_interval,
+)
+
+# Elements of the largest temporary array (a block of channels' gaps or search costs).
+_BLOCK_ELEMENTS = 1 << 22
+
+
+def _refusal(e: NotExact) -> NotExact:
+    """`e` as a value to return: a fresh exception, without the traceback whose frames would
+    hold this module's arrays (and every other local) in a reference cycle."""
+    return NotExact(str(e))
+
+
+def _by_length(arrays: list) -> dict[int, list[int]]:
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, a in enumerate(arrays):
+        groups[len(a)].append(i)
+    return groups
+
+
+def _gap_extremes(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of `t` (step points from 0, non-decreasing) and level distance g >= 1: the
+    least and the largest T_(i+g) - T_i."""
+    rows, n = t.shape
+    span = int(t[:, -1].max())
+    past = 2 * span + 2  # stands for the levels past the last: larger than any gap
+    padded = np.empty((rows, 2 * n), np.int64)
+    padded[:, :n] = t
+    ahead = np.ndarray((rows, n, n), np.int64, padded, strides=(16 * n, 8, 8))  # padded[r, i + g]
+    gaps = np.empty((rows, n, n), np.int32 if span < 1 << 29 else np.int64)
+    padded[:, n:] = past
+    np.subtract(ahead, t[:, :, None], out=gaps, casting="unsafe")
+    least = gaps.min(1)[:, 1:].astype(np.int64)
+    padded[:, n:] = -past
+    np.subtract(ahead, t[:, :, None], out=gaps, casting="unsafe")
+    return least, gaps.max(1)[:, 1:].astype(np.int64)
+
+
+def _row_extremes(num: np.ndarray, den: np.ndarray, valid: np.ndarray, largest: bool) -> list[Fraction | None]:
+    """Per row: the largest (or least) num / den over its valid entries, exactly (float
+    ratios may tie: confirmed by cross-multiplication), None where a row has none."""
+    ratio = np.where(valid, num / np.where(valid, den, 1), -np.inf if largest else np.inf)
+    best = np.argmax(ratio, 1) if largest else np.argmin(ratio, 1)
+    rows = np.arange(len(num))
+    bn, bd = num[rows, best], den[rows, best]
+    while True:
+        worse = valid & ((num * bd[:, None] > bn[:, None] * den) if largest else (num * bd[:, None] < bn[:, None] * den))
+        again = worse.any(1)
+        if not again.any():
+            break
+        first = np.argmax(worse, 1)
+        bn, bd = np.where(again, num[rows, first], bn), np.where(again, den[rows, first], bd)
+    return [Fraction(int(a), int(b)) if ok else None for a, b, ok in zip(bn, bd, valid.any(1))]
+
+
+def slope_intervals(ts_list: list[np.ndarray]) -> list[tuple[Fraction, Fraction | None]]:
+    """`rescale_fit._slope_interval` of each channel's step points (levels consecutive)."""
+    out: list = [None] * len(ts_list)
+    for n, idx in _by_length(ts_list).items():
+        if n < 2:
+            for i in idx:
+                out[i] = (Fraction(0), None)
+            continue
+        t = np.stack([ts_list[i] for i in idx]).astype(np.int64)
+        t -= t[:, :1]
+        dk = np.broadcast_to(np.arange(1, n, dtype=np.int64), (len(idx), n - 1))
+        block = max(1, _BLOCK_ELEMENTS // (n * n))
+        for a in range(0, len(idx), block):
+            least, largest = _gap_extremes(t[a:a + block])
+            d = dk[:len(least)]
+            lows = _row_extremes(d, least + 1, np.ones_like(least, bool), True)
+            highs = _row_extremes(d, largest - 1, largest >= 2, False)
+            for i, lo, hi in zip(idx[a:a + block], lows, highs):
+                out[i] = (lo or Fraction(0), hi)
+    return out
+
+
+def _least_squares_slopes(ts: np.ndarray) -> np.ndarray:
+    """Per row: levels per accumulator unit of the least-squares line of the levels (one per
+    column) over the step points."""
+    x = np.arange(ts.shape[1], dtype=np.float64)
+    x -= x.mean()
+    y = ts - ts.mean(1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        return (x * x).sum() / (y * x).sum(1)
+
+
+def nearest_many(items: list[tuple[tuple[int, int, np.ndarray], int, int]]) -> list[Rescale | NotExact]:
+    """`rescale_fit.nearest_rescale` of each (steps, lo, hi), or the NotExact it raises."""
+    out: list = [None] * len(items)
+    for n, idx in _by_length([ts for (_, _, ts), _, _ in items]).items():
+        searched = []
+        slopes = _least_squares_slopes(np.stack([items[i][0][2] for i in idx]).astype(np.float64))
+        for i, slope in zip(idx, slopes):
+            (qlo, qhi, ts), lo, hi = items[i]
+            try:
+                if n < 2 or ts[-1] == ts[0]:
+                    raise NotExact("its levels change at a single accumulator value; no slope to fit")
+                searched.append((i, *nearest_candidates(qlo, qhi, np.asarray(ts, np.int64), lo, hi, float(slope))))
+            except NotExact as e:
+                out[i] = _refusal(e)
+        block = max(1, _BLOCK_ELEMENTS // (n * 16 * _NEAREST_ROUNDINGS))
+        for a in range(0, len(searched), block):
+            for (i, shift, _, _), (m, total) in zip(searched[a:a + block], _search(items, searched[a:a + block])):
+                (qlo, qhi, _), lo, hi = items[i]
+                try:
+                    out[i] = nearest_result(qlo, qhi, lo, hi, shift, m, total)
+                except NotExact as e:
+                    out[i] = _refusal(e)
+    return out
+
+
+def _search(items: list, searched: list) -> list[tuple[int, int]]:
+    """(m, R) of each searched channel (index, shift, m0, candidate multipliers): the coarse-to-
+    fine search of `rescale_fit.MultiplierSearch`, each stage priced for all channels at once."""
+    kss = np.stack([np.arange(items[i][0][0] + 1, items[i][0][1] + 1, dtype=np.int64) * (1 << shift)
+                    for i, shift, _, _ in searched])
+    ts = np.stack([np.asarray(items[i][0][2], np.int64) for i, _, _, _ in searched])
+    lo = np.array([items[i][1] for i, _, _, _ in searched], np.int64)
+    hi = np.array([items[i][2] for i, _, _, _ in searched], np.int64)
+    searches = [MultiplierSearch(mults, m0) for _, _, m0, mults in searched]
+    wanted = [s.wanted() for s in searches]
+    while any(w is not None for w in wanted):
+        width = max(len(w) for w in wanted if w is not None)
+        pick = np.array([(w or [0]) + [(w or [0])[-1]] * (width - len(w or [0])) for w in wanted])
+        mults = np.stack([np.asarray(c[3])[p] for c, p in zip(searched, pick)])
+        cost, rounding = _multiplier_costs(kss, ts, mults, lo, hi)
+        for s, w, c, r in zip(searches, wanted, cost, rounding):
+            if w is not None:
+                s.priced(c[:len(w)], r[:len(w)])
+        wanted = [s.wanted() if w is not None else None for s, w in zip(searches, wanted)]
+    return [s.result() for s in searches]
+
+
+def fit_many(steps: list[tuple[int, int, np.ndarray]], glos: list[int], ghis: list[int], mirrored: list[bool],
+             nearest: bool) -> list[ChannelFit | NotExact]:
+    """`rescale_fit.fit_steps` of each channel, or the NotExact it raises."""
+    intervals = slope_intervals([ts for qlo, qhi, ts in steps])
+    out: list = [None] * len(steps)
+    rescales: list = [None] * len(steps)
+    exact = [True] * len(steps)
+    todo = []
+    for c, (qlo, qhi, ts) in enumerate(steps):
+        try:
+            rescales[c] = Rescale(0, 0, 0, 0, qlo, qlo) if qlo == qhi else \
+                rescale_in_interval(qlo, qhi, ts, glos[c], ghis[c], *intervals[c])
+        except NotExact as e:
+            if nearest:
+                todo.append(c)
+            else:
+                out[c] = _refusal(e)
+    for c, r in zip(todo, nearest_many([(steps[c], glos[c], ghis[c]) for c in todo])):
+        if isinstance(r, NotExact):
+            out[c] = r
+        else:
+            rescales[c], exact[c] = r, False
+    for c in range(len(steps)):
+        if out[c] is None:
+            try:
+                out[c] = checked_fit(steps[c], glos[c], ghis[c], mirrored[c], rescales[c], exact[c])
+            except NotExact as e:
+                out[c] = _refusal(e)
+    return out

@@ -1,0 +1,58 @@
+"""compiler/rescale_batch.py fits many channels at once; every result (rescale, measured
+disagreement, or the reason it refuses) must equal the per-channel rescale_fit.fit_steps."""
+
+import numpy as np
+import pytest
+
+from torq.compiler.rescale_batch import fit_many, slope_intervals
+from torq.compiler.rescale_fit import NotExact, _slope_interval, fit_steps, step_points
+
+
+def qdq_channel(scale: float, bias: float, zero_point: int):
+    """An ONNX-style requantization of an accumulator, f32 like the host: round(a s + b) + z, clamped."""
+    def f(a):
+        v = np.asarray(a, np.float64).astype(np.float32) * np.float32(scale) + np.float32(bias)
+        return np.clip(np.rint(v.astype(np.float32)) + zero_point, -128, 127).astype(np.int64)
+    return f
+
+
+def channels(seed: int, count: int):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        scale = float(rng.uniform(2e-4, 3e-3)) * (1 if rng.random() < 0.8 else 40)  # some with few levels
+        f = qdq_channel(scale, float(rng.uniform(-3, 3)), int(rng.integers(-10, 10)))
+        lo, hi = -int(rng.integers(20_000, 200_000)), int(rng.integers(20_000, 200_000))
+        out.append((step_points(f, lo, hi), lo, hi, bool(rng.random() < 0.3)))
+    out.append(((5, 5, np.zeros(0, np.int64)), -10, 10, False))  # one level only
+    out.append(((5, 6, np.array([3], np.int64)), -10, 10, False))  # one step point
+    return out
+
+
+def _same(a, b):
+    if isinstance(a, NotExact) or isinstance(b, NotExact):
+        return str(a) == str(b)
+    return a.rescale == b.rescale and a.differing == b.differing and a.step_span == b.step_span
+
+
+@pytest.mark.parametrize("nearest", [True, False])
+def test_fit_many_equals_fit_steps(nearest):
+    chans = channels(7, 40)
+    got = fit_many([c[0] for c in chans], [c[1] for c in chans], [c[2] for c in chans], [c[3] for c in chans],
+                   nearest)
+    for (steps, lo, hi, mirrored), fit in zip(chans, got):
+        try:
+            want = fit_steps(steps, lo, hi, mirrored, nearest)
+        except NotExact as e:
+            want = e
+        assert _same(want, fit), (steps[:2], want, fit)
+    assert any(isinstance(f, NotExact) for f in got) != nearest  # both paths taken
+    assert any(not isinstance(f, NotExact) and f.exact for f in got)
+
+
+def test_slope_intervals_equal_per_channel():
+    rng = np.random.default_rng(2)
+    ts_list = [np.cumsum(rng.integers(0, 9, int(rng.integers(1, 30)))).astype(np.int64) for _ in range(50)]
+    ts_list += [np.array([4, 9, 9, 15], np.int64)] * 3  # same length: one block
+    want = [_slope_interval(np.arange(1, len(t) + 1, dtype=np.int64), t) for t in ts_list]
+    assert slope_intervals(ts_list) == want
