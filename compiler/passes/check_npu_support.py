@@ -50,14 +50,26 @@ _INT_FLOAT_CONVERSIONS = {"arith.sitofp": "a dequantize (integer to float)",
 def _int_float_conversion_reason(func: ir.Operation, options: PassOptions) -> str:
     """Why float compute between integer tensors stays on host under --torq-int8-float-ops=host:
     the host computes it in f32 as the model states it; the slices would in bf16."""
-    if options.int8_float_ops == "bf16" or not _io_of(func, ("i8", "ui8")):
-        return ""  # a float model's own int -> float conversions (a pooling's count) are no dequantize
+    if options.int8_float_ops == "bf16":
+        return ""
+    int8_io = _io_of(func, ("i8", "ui8"))
     for op in walk_ops(func):
-        if op.name in _INT_FLOAT_CONVERSIONS and op.parent is not None and op.parent.name.startswith("linalg."):
+        if op.name in _INT_FLOAT_CONVERSIONS and op.parent is not None and op.parent.name.startswith("linalg.") \
+                and (int8_io or _narrow_integer_side(op)):
             return (f"'{op.name}' in a {op.parent.name} body: {_INT_FLOAT_CONVERSIONS[op.name]} in float "
                     f"compute that no integer rescale reproduces stays on host in f32 "
                     f"(--torq-int8-float-ops=bf16 runs it on the NPU in bf16)")
     return ""
+
+
+def _narrow_integer_side(conversion: ir.Operation) -> bool:
+    """Whether an int <-> float conversion's integer is at most 16 bits: a quantize to, or a
+    dequantize of, an int8 level (with its zero point: i16), even in a dispatch with float
+    tensors only (a model's final quantize-dequantize pair). A float model's own conversions
+    (an average pooling's count, from an index) are of i32 / i64."""
+    value = conversion.results[0] if conversion.name == "arith.fptosi" else conversion.operands[0]
+    t = value.type
+    return isinstance(t, ir.IntegerType) and ir.IntegerType(t).width <= 16
 
 
 def _io_of(func: ir.Operation, element_types: tuple[str, ...]) -> bool:
