@@ -34,6 +34,7 @@ from .rescale_fit import (
     nearest_candidates,
     nearest_result,
     rescale_in_interval,
+    slope_bounds,
 )
 
 # Elements of the largest temporary array (a block of channels' gaps or search costs).
@@ -53,41 +54,6 @@ def _by_length(arrays: list) -> dict[int, list[int]]:
     return groups
 
 
-def _gap_extremes(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of `t` (step points from 0, non-decreasing) and level distance g >= 1: the
-    least and the largest T_(i+g) - T_i."""
-    rows, n = t.shape
-    span = int(t[:, -1].max())
-    past = 2 * span + 2  # stands for the levels past the last: larger than any gap
-    padded = np.empty((rows, 2 * n), np.int64)
-    padded[:, :n] = t
-    ahead = np.ndarray((rows, n, n), np.int64, padded, strides=(16 * n, 8, 8))  # padded[r, i + g]
-    gaps = np.empty((rows, n, n), np.int32 if span < 1 << 29 else np.int64)
-    padded[:, n:] = past
-    np.subtract(ahead, t[:, :, None], out=gaps, casting="unsafe")
-    least = gaps.min(1)[:, 1:].astype(np.int64)
-    padded[:, n:] = -past
-    np.subtract(ahead, t[:, :, None], out=gaps, casting="unsafe")
-    return least, gaps.max(1)[:, 1:].astype(np.int64)
-
-
-def _row_extremes(num: np.ndarray, den: np.ndarray, valid: np.ndarray, largest: bool) -> list[Fraction | None]:
-    """Per row: the largest (or least) num / den over its valid entries, exactly (float
-    ratios may tie: confirmed by cross-multiplication), None where a row has none."""
-    ratio = np.where(valid, num / np.where(valid, den, 1), -np.inf if largest else np.inf)
-    best = np.argmax(ratio, 1) if largest else np.argmin(ratio, 1)
-    rows = np.arange(len(num))
-    bn, bd = num[rows, best], den[rows, best]
-    while True:
-        worse = valid & ((num * bd[:, None] > bn[:, None] * den) if largest else (num * bd[:, None] < bn[:, None] * den))
-        again = worse.any(1)
-        if not again.any():
-            break
-        first = np.argmax(worse, 1)
-        bn, bd = np.where(again, num[rows, first], bn), np.where(again, den[rows, first], bd)
-    return [Fraction(int(a), int(b)) if ok else None for a, b, ok in zip(bn, bd, valid.any(1))]
-
-
 def slope_intervals(ts_list: list[np.ndarray]) -> list[tuple[Fraction, Fraction | None]]:
     """`rescale_fit._slope_interval` of each channel's step points (levels consecutive)."""
     out: list = [None] * len(ts_list)
@@ -98,15 +64,10 @@ def slope_intervals(ts_list: list[np.ndarray]) -> list[tuple[Fraction, Fraction 
             continue
         t = np.stack([ts_list[i] for i in idx]).astype(np.int64)
         t -= t[:, :1]
-        dk = np.broadcast_to(np.arange(1, n, dtype=np.int64), (len(idx), n - 1))
         block = max(1, _BLOCK_ELEMENTS // (n * n))
         for a in range(0, len(idx), block):
-            least, largest = _gap_extremes(t[a:a + block])
-            d = dk[:len(least)]
-            lows = _row_extremes(d, least + 1, np.ones_like(least, bool), True)
-            highs = _row_extremes(d, largest - 1, largest >= 2, False)
-            for i, lo, hi in zip(idx[a:a + block], lows, highs):
-                out[i] = (lo or Fraction(0), hi)
+            for i, bounds in zip(idx[a:a + block], slope_bounds(t[a:a + block])):
+                out[i] = bounds
     return out
 
 

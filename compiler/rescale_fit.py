@@ -80,10 +80,10 @@ _SAMPLED_LEVELS = 16
 _WINDOW = 3
 
 
-def channel_step_points(f, lo, hi, rows_f=None) -> list[tuple[int, int, np.ndarray]]:
+def channel_step_points(f, lo, hi, rows_f) -> list[tuple[int, int, np.ndarray]]:
     """`step_points` of many channels at once: `f` maps a (channels, points) array of
     accumulators to their levels, channel c non-decreasing on [lo[c], hi[c]]; `rows_f(rows)`
-    is the same for a subset of the channels (None: `f` on all, slower where a window misses).
+    is the same for a subset of the channels (those where a window misses).
 
     Every `_SAMPLED_LEVELS`-th level (and the last) is bisected on the whole range. A level in
     between lies between its two sampled neighbours' step points; the line through them
@@ -127,10 +127,9 @@ def channel_step_points(f, lo, hi, rows_f=None) -> list[tuple[int, int, np.ndarr
     ts = _bisect(f, ks, np.where(hit, left, right - 1), right, right)
     missed = np.nonzero((valid & ~hit).any(1))[0]
     if len(missed):  # a chain far from a line between two sampled levels: bisect between them
-        rows = missed if rows_f is not None else slice(None)
-        wide = (valid & ~hit)[rows]
-        ts[rows] = _bisect(rows_f(missed) if rows_f is not None else f, ks[rows],
-                           np.where(wide, t_a[rows] - 1, ts[rows] - 1), ts[rows], ts[rows])
+        wide = (valid & ~hit)[missed]
+        ts[missed] = _bisect(rows_f(missed), ks[missed], np.where(wide, t_a[missed] - 1, ts[missed] - 1), ts[missed],
+                             ts[missed])
     return [(int(qlo[c]), int(qhi[c]), ts[c, :n[c]]) for c in range(len(lo))]
 
 
@@ -160,44 +159,57 @@ class Rescale:
         return _clamp(v, self.qmin, self.qmax)
 
 
+def gap_extremes(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of `t` (step points from 0, non-decreasing) and level distance g >= 1: the
+    least and the largest T_(i+g) - T_i (one (rows, n, n) buffer, i32 where the span allows)."""
+    rows, n = t.shape
+    span = int(t[:, -1].max())
+    past = 2 * span + 2  # stands for the levels past the last: larger than any gap
+    padded = np.empty((rows, 2 * n), np.int64)
+    padded[:, :n] = t
+    ahead = np.ndarray((rows, n, n), np.int64, padded, strides=(16 * n, 8, 8))  # padded[r, i + g]
+    gaps = np.empty((rows, n, n), np.int32 if span < 1 << 29 else np.int64)
+    padded[:, n:] = past
+    np.subtract(ahead, t[:, :, None], out=gaps, casting="unsafe")
+    least = gaps.min(1)[:, 1:].astype(np.int64)
+    padded[:, n:] = -past
+    np.subtract(ahead, t[:, :, None], out=gaps, casting="unsafe")
+    return least, gaps.max(1)[:, 1:].astype(np.int64)
+
+
+def row_extremes(num: np.ndarray, den: np.ndarray, valid: np.ndarray, largest: bool) -> list[Fraction | None]:
+    """Per row: the largest (or least) num / den over its valid entries, exactly (float
+    ratios may tie: confirmed by cross-multiplication), None where a row has none."""
+    ratio = np.where(valid, num / np.where(valid, den, 1), -np.inf if largest else np.inf)
+    best = np.argmax(ratio, 1) if largest else np.argmin(ratio, 1)
+    rows = np.arange(len(num))
+    bn, bd = num[rows, best], den[rows, best]
+    while True:
+        worse = valid & ((num * bd[:, None] > bn[:, None] * den) if largest else (num * bd[:, None] < bn[:, None] * den))
+        again = worse.any(1)
+        if not again.any():
+            break
+        first = np.argmax(worse, 1)
+        bn, bd = np.where(again, num[rows, first], bn), np.where(again, den[rows, first], bd)
+    return [Fraction(int(a), int(b)) if ok else None for a, b, ok in zip(bn, bd, valid.any(1))]
+
+
+def slope_bounds(t: np.ndarray) -> list[tuple[Fraction, Fraction | None]]:
+    """`_slope_interval` of each row of `t` (step points from 0, rows of one length n >= 2)."""
+    least, largest = gap_extremes(t)
+    dk = np.broadcast_to(np.arange(1, t.shape[1], dtype=np.int64), least.shape)
+    lows = row_extremes(dk, least + 1, np.ones_like(least, bool), True)
+    return [(lo or Fraction(0), hi) for lo, hi in zip(lows, row_extremes(dk, largest - 1, largest >= 2, False))]
+
+
 def _slope_interval(ks: np.ndarray, ts: np.ndarray) -> tuple[Fraction, Fraction | None]:
     """Open interval of slopes m of lines with m T_k + r >= k > m (T_k - 1) + r for all k:
-    m > (j - k) / (T_j - T_k + 1) and m < (j - k) / (T_j - T_k - 1) for every j > k."""
-    # The levels ks are consecutive (ks[j] - ks[i] = j - i): over the pairs of one gap g = j - i
-    # the bounds are extreme where T_j - T_i is least (lower bound) or largest (upper bound).
-    n = len(ks)
-    dk = np.arange(1, n, dtype=np.int64)
-    t = ts - ts[0]  # 0 .. span: gaps fit an i32 when the span does (one n x n buffer for both)
-    span = int(t[-1]) if n else 0
-    gaps = np.empty((n, n), np.int32 if span < 1 << 29 else np.int64)
-    past = 2 * span + 2  # stands for the levels past the last: larger than any gap
-    padded = np.empty(2 * n, np.int64)
-    padded[:n] = t
-    ahead = np.ndarray((n, n), np.int64, padded, strides=(8, 8))  # ahead[i, g] = padded[i + g]
-    padded[n:] = past
-    np.subtract(ahead, t[:, None], out=gaps, casting="unsafe")  # gaps[i, g] = T_(i+g) - T_i
-    least_gap = gaps.min(0)[1:].astype(np.int64)
-    padded[n:] = -past
-    np.subtract(ahead, t[:, None], out=gaps, casting="unsafe")
-    largest_gap = gaps.max(0)[1:].astype(np.int64)
-
-    def extreme(num, den, largest):
-        if len(num) == 0:
-            return None
-        best = int(np.argmax(num / den) if largest else np.argmin(num / den))
-        frac = Fraction(int(num[best]), int(den[best]))
-        while True:  # float ratios may tie: confirm with exact cross-multiplication
-            worse = (num * frac.denominator > frac.numerator * den) if largest else \
-                (num * frac.denominator < frac.numerator * den)
-            if not worse.any():
-                return frac
-            k = int(np.nonzero(worse)[0][0])
-            frac = Fraction(int(num[k]), int(den[k]))
-
-    lo = extreme(dk, least_gap + 1, True) or Fraction(0)
-    steep = largest_gap >= 2
-    hi = extreme(dk[steep], largest_gap[steep] - 1, False)
-    return lo, hi
+    m > (j - k) / (T_j - T_k + 1) and m < (j - k) / (T_j - T_k - 1) for every j > k.
+    The levels ks are consecutive (ks[j] - ks[i] = j - i): over the pairs of one distance
+    j - i the bounds are extreme where T_j - T_i is least (lower bound) or largest (upper)."""
+    if len(ks) < 2:
+        return Fraction(0), None
+    return slope_bounds((np.asarray(ts, np.int64) - ts[0])[None])[0]
 
 
 def fit_rescale(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int) -> Rescale:
