@@ -57,6 +57,7 @@ class CompileOptions:
     jobs: int = 0  # --torq-jobs / -j: worker processes for distinct dispatches (0: one per core)
     cache_dir: str | None = None  # --torq-cache-dir (None: $TORQ_CACHE_DIR, else the user cache directory)
     no_cache: bool = False  # --torq-no-cache: compile every dispatch afresh
+    check_dispatches: bool = False  # --torq-check-dispatches (compiler/dispatch_check.py)
 
     def dispatch_cache(self) -> DispatchCache | None:
         """The cache of compiled dispatches: in memory, and on disk unless the directory is 'none'."""
@@ -102,6 +103,9 @@ TORQ_FLAG_HELP = {
     "--torq-cache-dir": ("DIR|none", "where compiled dispatches are kept across compiles (default "
                          "$TORQ_CACHE_DIR or ~/.cache/torq/dispatches; none: memory only)"),
     "--torq-no-cache": ("", "compile every dispatch afresh (no cache in memory or on disk)"),
+    "--torq-check-dispatches": ("", "keep a host (llvm-cpu) copy of every NPU dispatch and compare each NPU "
+                                "result with it at run time, on the same inputs (torq-run-module "
+                                "--print-stats; LoadedModule.last_checks)"),
 }
 TORQ_FLAGS = set(TORQ_FLAG_HELP)
 
@@ -214,6 +218,7 @@ _FLAG_SETTERS = {
     "--torq-cache-dir": _needs_value("--torq-cache-dir", "a directory (or 'none'): --torq-cache-dir=DIR",
                                      "cache_dir"),
     "--torq-no-cache": lambda opts, value: setattr(opts, "no_cache", True),
+    "--torq-check-dispatches": _switch("check_dispatches"),
 }
 assert set(_FLAG_SETTERS) | {"--torq-quiet"} == TORQ_FLAGS
 
@@ -430,7 +435,8 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
                     print(f"// -----// IR Dump After {name} //----- //\n{text}", file=sys.stderr)
             report = TorqTarget(options.pass_options(), remarks=remarks, print_after_all=printer,
                                 stop_after_phase=torq_stop, jobs=options.jobs or default_jobs(),
-                                cache=options.dispatch_cache()).run(module_op)
+                                cache=options.dispatch_cache(),
+                                check_dispatches=options.check_dispatches).run(module_op)
             if torq_stop:
                 return CompileResult(None, report.stopped_ir, report)
         inv = _invocation(session)

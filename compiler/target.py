@@ -35,6 +35,7 @@ from torq.contract.executable import parse_executable
 from torq.contract.measures import program_traffic
 from torq.contract.module_abi import MODULE_NAME, export_name
 
+from . import dispatch_check
 from .dispatch_compile import Compiled, DispatchCache, DispatchCompiler, Refused, WorkerError, compile_in_process
 from .dispatch_extraction import ExtractedDispatch, FlowModuleFacts, extract_dispatch_function
 from .host_dispatches import box_copy_dispatch, hoist_input_pads, host_tail_dispatch
@@ -105,9 +106,14 @@ def _declare(module_op: ir.Operation, n_in: int, n_out: int, declared: set) -> s
     return name
 
 
-def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: Compiled, callee: str) -> None:
+def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: Compiled, callee: str,
+                       check: bool = False) -> None:
+    """`dispatch` replaced by the call of its executable; with `check`, each result the call
+    returns whole is compared at run time with that of a host copy of `dispatch`
+    (compiler/dispatch_check.py)."""
     bv = ir.Type.parse("!hal.buffer_view")
     with ir.InsertionPoint(dispatch), dispatch.location:
+        copy = dispatch_check.host_copy(dispatch) if check else None
         exe = ir.Operation.create(
             "util.buffer.constant", results=[ir.Type.parse("!util.buffer")],
             attributes={"value": ir.DenseElementsAttr.get(
@@ -133,10 +139,14 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
             value = imp.result
             if k in ex.host_tails:  # the dequantize after an int8 NPU result runs on the host
                 value = host_tail_dispatch(value, ex.host_tails[k], ir.RankedTensorType(r.type).element_type)
+            if copy is not None and tied < 0:
+                value = dispatch_check.checked(exe.result, k, value, copy.results[k])
             if tied >= 0 and k not in ex.in_place:  # the host writes the finished box into the operand
                 value = box_copy_dispatch(value, dispatch.operands[tied], offsets)
             r.replace_all_uses_with(value)
     dispatch.erase()
+    if copy is not None:
+        _hoist_pads_for_host(copy)
 
 
 def _tiling_record(name: str, blob: bytes, options: PassOptions, roots: list[dict]) -> dict:
@@ -198,8 +208,10 @@ class TorqTarget:
     """
 
     def __init__(self, options: PassOptions, remarks=sys.stderr, print_after_all=None,
-                 stop_after_phase: str = "", jobs: int = 1, cache: DispatchCache | None = None):
+                 stop_after_phase: str = "", jobs: int = 1, cache: DispatchCache | None = None,
+                 check_dispatches: bool = False):
         self.options = options
+        self.check_dispatches = check_dispatches
         self.remarks = remarks
         self.print_after_all = print_after_all
         self.stop_after_phase = stop_after_phase
@@ -236,7 +248,9 @@ class TorqTarget:
                     self.remark(job.dispatch, f"dispatch {job.name}: {summary.line()}")
             callee = _declare(module_op, len(job.ex.input_operands) + len(job.ex.in_place),
                               len(job.dispatch.results), declared)
-            _replace_with_call(job.dispatch, job.ex, outcome, callee)
+            if self.check_dispatches:
+                dispatch_check.declare_check(module_op, declared)
+            _replace_with_call(job.dispatch, job.ex, outcome, callee, self.check_dispatches)
             report.dispatches.append(DispatchDecision(job.name, "torq", "", outcome.tiles, outcome.lram_peak,
                                                       job.macs, [s.as_dict() for s in job.ex.requant],
                                                       outcome.cached, hashlib.sha256(outcome.blob).hexdigest()))

@@ -7,6 +7,12 @@ M x `!hal.buffer_view` and calling convention "0" + "r" * (N + 1) + "_" +
 "r" * M. The runtime's `TorqModule` exports one function per arity, N in
 1..MAX_INPUTS and M in 1..MAX_RESULTS (the VM refuses variadic conventions),
 so the compiler leaves a dispatch with more to the host.
+
+With --torq-check-dispatches each checked NPU result also goes through
+`torq.check` (`CHECK_EXPORT`): (`!util.buffer` executable, `!util.buffer`
+holding the result's index as one i32, the NPU result, the same result of
+the dispatch's host copy) -> the NPU result, unchanged; the runtime records
+how far apart the two are.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ from __future__ import annotations
 MODULE_NAME = "torq"
 MAX_INPUTS = 16
 MAX_RESULTS = 4
+CHECK_EXPORT = "check"
+CHECK_CONVENTION = "0rrrr_r"
 
 
 def export_name(n_inputs: int, n_results: int) -> str:

@@ -27,6 +27,9 @@ Contract:
   `m.last_wall_us` is the host wall time of the last call (VM invocation
   only, inputs already converted). `m.record_timeline = True` makes the
   stats carry each command's simulated start/end ("timeline").
+  `m.last_checks`: with a module compiled with --torq-check-dispatches, one
+  record per checked NPU result of the last call, against its host copy
+  (runtime/dispatch_check.py).
 - `m.save(path)` writes the .vmfb, `m.function_names` lists the functions,
   `m.signature(name)` gives the parsed signature, `m.close()` frees IREE
   objects (also automatic on collection and at interpreter exit).
@@ -264,6 +267,8 @@ class LoadedModule:
         self._vmfb = vmfb
         self.source = source
         self.last_stats: list[dict] = []
+        # Per checked NPU result of the last call, with --torq-check-dispatches (runtime/dispatch_check.py).
+        self.last_checks: list[dict] = []
         self.last_wall_us: float = 0.0
         res = self._res = _Resources()
         self._finalizer = weakref.finalize(self, _Resources.close, res)
@@ -424,6 +429,7 @@ class LoadedModule:
         finally:
             self.last_wall_us = (time.perf_counter() - t0) * 1e6
             self.last_stats = list(res.torq.last_stats)
+            self.last_checks = list(res.torq.last_checks)
         results: list[tuple[Any, ElementType | None]] = []
         for i in range(rets.size):
             value = rets.get_variant(i)

@@ -18,6 +18,9 @@ Contract:
   `reset()` right before each top-level invocation. With
   `record_timeline = True` each dict also has the simulator's "timeline"
   (per-command start/end cycles and LRAM occupancy).
+- `torq.check` (a module compiled with --torq-check-dispatches) appends
+  `dispatch_check.compare`'s record of the NPU result and its host copy's to
+  `last_checks` (cleared by `reset()` too) and returns the NPU result.
 - A failure inside a call is stored in `pending_error` as a `DispatchError`
   (message keeps the loader's / simulator's message) and re-raised into the
   VM, which aborts the invocation. The caller re-raises `pending_error`
@@ -44,7 +47,15 @@ import ml_dtypes
 import numpy as np
 
 from torq.contract.hw import TorqHw
-from torq.contract.module_abi import MAX_INPUTS, MAX_RESULTS, MODULE_NAME, calling_convention, export_name
+from torq.contract.module_abi import (
+    CHECK_CONVENTION,
+    CHECK_EXPORT,
+    MAX_INPUTS,
+    MAX_RESULTS,
+    MODULE_NAME,
+    calling_convention,
+    export_name,
+)
 
 from .errors import DispatchError
 
@@ -135,6 +146,7 @@ class _State:
         self.simulators: dict[TorqHw, Any] = {}
         self.plans: dict[tuple[int, TorqHw], Any] = {}  # (id of a cached program, hw) -> Simulator plan
         self.last_stats: list[dict] = []
+        self.last_checks: list[dict] = []  # torq.check records (runtime/dispatch_check.py)
         self.record_timeline = False
         self.t0 = time.perf_counter()
         self.pending_error: BaseException | None = None
@@ -243,6 +255,22 @@ class _State:
         return results[0] if n_results == 1 else tuple(results)
 
 
+    def check(self, blob_ref: rt.VmRef, which_ref: rt.VmRef, npu_ref: rt.VmRef, host_ref: rt.VmRef) -> Any:
+        """`torq.check`: record how far the NPU result is from its host copy's; return it unchanged."""
+        from .dispatch_check import compare
+
+        try:
+            name = self.program(blob_ref).name
+            index = int(np.frombuffer(memoryview(which_ref.deref(rt.VmBuffer)), np.int32)[0])
+            npu, host = (buffer_view_to_numpy(r.deref(rt.HalBufferView)) for r in (npu_ref, host_ref))
+            self.last_checks.append(compare(name, index, npu, host))
+        except Exception as e:
+            err = DispatchError(f"{MODULE_NAME}.{CHECK_EXPORT}: {type(e).__name__}: {e}", "")
+            self.pending_error = err
+            raise err from e.with_traceback(None)
+        return npu_ref
+
+
 def _make_export(n_results: int) -> Callable[..., Any]:
     def fn(instance: "_Instance", blob: rt.VmRef, *args: rt.VmRef) -> Any:
         state = instance.state()
@@ -251,6 +279,13 @@ def _make_export(n_results: int) -> Callable[..., Any]:
         return state.run(n_results, blob, args)
 
     return fn
+
+
+def _check_export(instance: "_Instance", blob: rt.VmRef, which: rt.VmRef, npu: rt.VmRef, host: rt.VmRef) -> Any:
+    state = instance.state()
+    if state is None or state.device is None:
+        raise DispatchError("the torq module is closed")
+    return state.check(blob, which, npu, host)
 
 
 class _Instance:
@@ -270,6 +305,7 @@ class TorqModule:
         for n_in in range(1, MAX_INPUTS + 1):
             for n_out in range(1, MAX_RESULTS + 1):
                 iface.export(export_name(n_in, n_out), calling_convention(n_in, n_out), _make_export(n_out))
+        iface.export(CHECK_EXPORT, CHECK_CONVENTION, _check_export)
         state.iface = iface
         state.vm_module = iface.create()
         self._finalizer = weakref.finalize(self, _State.close, state)
@@ -289,6 +325,11 @@ class TorqModule:
         return self._state.last_stats
 
     @property
+    def last_checks(self) -> list[dict]:
+        """The `torq.check` records of the last call (a module compiled with --torq-check-dispatches)."""
+        return self._state.last_checks
+
+    @property
     def pending_error(self) -> BaseException | None:
         return self._state.pending_error
 
@@ -303,6 +344,7 @@ class TorqModule:
     def reset(self) -> None:
         """Clears stats and pending error and restarts the wall clock; call right before each invocation."""
         self._state.last_stats.clear()
+        self._state.last_checks.clear()
         self._state.pending_error = None
         self._state.t0 = time.perf_counter()
 

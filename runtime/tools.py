@@ -5,7 +5,8 @@ Contract:
   `--device=torq` (the only device: IREE CPU for host code + the simulator),
   repeated `--input=` in argument order, repeated `--output=` in result order,
   `--torq-hw=SPEC` (`parse_hw_spec`; `--torq-hw=list` prints the presets),
-  `--print-stats` (per-dispatch table), `--output_max_element_count=1024`,
+  `--print-stats` (per-dispatch table; with a module compiled with
+  --torq-check-dispatches also each NPU result against its host copy), `--output_max_element_count=1024`,
   repeated `--expected_output=` in result order (the `--input` forms, or
   `(ignored)`), with `--expected_f32_threshold=0.0001`,
   `--expected_f16_threshold=0.001`, `--expected_bf16_threshold=0.01`,
@@ -283,6 +284,25 @@ def _print_stats(stats: list[dict], function: str) -> None:
     console.print(table)
 
 
+def _print_checks(checks: list[dict]) -> None:
+    """The NPU results of a module compiled with --torq-check-dispatches vs their host copies."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .dispatch_check import summary_line
+
+    console = Console(file=sys.stdout, width=max(100, Console().width))
+    table = Table(title="NPU results vs their host copies (IREE llvm-cpu, same inputs)")
+    for title in ("name", "result", "dtype", "elements", "differing", "max steps", "max abs", "rel L2"):
+        table.add_column(title, justify="left" if title in ("name", "dtype") else "right")
+    for c in checks:
+        steps = "" if c["max_steps"] is None else str(c["max_steps"])
+        table.add_row(c["name"], str(c["result"]), c["dtype"], f"{c['elements']:,}", f"{c['differing']:,}", steps,
+                      f"{c['max_abs']:.3g}", f"{c['rel_l2']:.2e}")
+    console.print(table)
+    console.print(summary_line(checks))
+
+
 # --------------------------------------------------------------------------
 # Outputs
 
@@ -370,7 +390,7 @@ def _run(args: argparse.Namespace, parser: _Parser) -> int:
     module = load(args.module, hw=hw)
     try:
         results = module.call_raw(args.function, *inputs)
-        stats = list(module.last_stats)
+        stats, checks = list(module.last_stats), list(module.last_checks)
     except InputError as e:
         raise input_flag_error(e, args.input) from None
     finally:
@@ -388,6 +408,8 @@ def _run(args: argparse.Namespace, parser: _Parser) -> int:
     sys.stdout.write("\n".join([f"EXEC @{args.function}", *lines]) + "\n")
     if args.print_stats:
         _print_stats(stats, args.function)
+        if checks:
+            _print_checks(checks)
     if args.expected:
         print(f"[FAILED] {mismatch}" if mismatch else "[SUCCESS] all function outputs matched their expected values.")
     sys.stdout.flush()
