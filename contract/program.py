@@ -257,6 +257,8 @@ class Program:
     commands: list[Command]
     tiles: int = 1
     lram_peak: int = 0  # compiler's figure: highest sum of live buffer bytes
+    # Where the dispatch came from in the model (torch file:lines, ONNX node names); reports only.
+    source: str = ""
 
     def inputs(self) -> list[TensorDesc]:
         return sorted((t for t in self.tensors if t.kind == "input"), key=lambda t: t.arg_index)

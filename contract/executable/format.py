@@ -24,6 +24,8 @@ FILE_IDENTIFIER = b"TORQ"
 # Compute.split (a compute run on several slices at once) was appended without a bump:
 # it changes timing only, a blob without it reads split = 1, and a reader without it
 # computes the same outputs.
+# Program.source (where the dispatch came from in the model) was appended the same way: a
+# blob without it reads "", and a reader without it runs the same program.
 FORMAT_VERSION = 2
 # Versions this reader parses: a version 1 blob is a version 2 blob without aliases.
 READABLE_VERSIONS = (1, 2)

@@ -178,6 +178,7 @@ class _Reader:
             commands=[self.command(t, i) for i, t in enumerate(fb.tables("commands", "CommandEntry"))],
             tiles=fb.scalar("tiles"),
             lram_peak=fb.scalar("lram_peak"),
+            source=fb.text("source"),
         )
 
     def hw(self, fb: _Table | None) -> dict:

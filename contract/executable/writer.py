@@ -61,6 +61,8 @@ class _Writer:
         tensors = self.tables([self.tensor(t) for t in p.tensors])
         buffers = self.tables([self.buffer(x) for x in p.buffers])
         commands = self.tables([self.command(c) for c in p.commands])
+        # Only when known: a program without a source serializes as it did before the field.
+        source = b.CreateString(p.source) if p.source else 0
         fbProgram.Start(b)
         fbProgram.AddVersion(b, FORMAT_VERSION)
         fbProgram.AddName(b, name)
@@ -70,6 +72,8 @@ class _Writer:
         fbProgram.AddCommands(b, commands)
         fbProgram.AddTiles(b, p.tiles)
         fbProgram.AddLramPeak(b, p.lram_peak)
+        if source:
+            fbProgram.AddSource(b, source)
         b.Finish(fbProgram.End(b), file_identifier=FILE_IDENTIFIER)
         return bytes(b.Output())
 

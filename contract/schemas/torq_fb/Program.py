@@ -142,7 +142,14 @@ class Program(object):
             return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
         return 0
 
-def ProgramStart(builder): builder.StartObject(8)
+    # Program
+    def Source(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+def ProgramStart(builder): builder.StartObject(9)
 def Start(builder):
     return ProgramStart(builder)
 def ProgramAddVersion(builder, version): builder.PrependUint32Slot(0, version, 0)
@@ -178,6 +185,9 @@ def AddTiles(builder, tiles):
 def ProgramAddLramPeak(builder, lramPeak): builder.PrependInt64Slot(7, lramPeak, 0)
 def AddLramPeak(builder, lramPeak):
     return ProgramAddLramPeak(builder, lramPeak)
+def ProgramAddSource(builder, source): builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(source), 0)
+def AddSource(builder, source):
+    return ProgramAddSource(builder, source)
 def ProgramEnd(builder): return builder.EndObject()
 def End(builder):
     return ProgramEnd(builder)
