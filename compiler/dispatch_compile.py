@@ -10,10 +10,11 @@ package versions, nothing else. `DispatchCompiler.compile_all` uses that:
   one model are the same dispatch at different source lines), the pipeline,
   the `PassOptions` (hardware model included) and the versions of iree-torq
   and IREE. A hit is the stored executable with its program renamed to the
-  dispatch's name (the only place the name enters it), which equals a fresh
-  compile byte for byte (tests/e2e/test_dispatch_cache.py). Entries live in
-  memory for one compile and on disk across compiles (`cache_dir`, one file
-  per key, written atomically). Only successes are stored: a refusal is
+  dispatch's name and given its source (`source_locations.SOURCE_ATTR`; the
+  only places they enter it), which equals a fresh compile byte for byte
+  (tests/e2e/test_dispatch_cache.py). Entries live in memory for one compile
+  and on disk across compiles (`cache_dir`, one file per key, written
+  atomically). Only successes are stored: a refusal is
   found again, with its remark, on the next compile.
 - **Distinct dispatches compile in parallel** (`jobs` > 1): the functions go
   as bytecode to worker processes (`dispatch_worker`, each with its own
@@ -48,6 +49,7 @@ from .nss_ir import program_meta
 from .passes import PassOptions
 from .patterns import Unsupported
 from .pipeline import run_passes
+from .source_locations import SOURCE_ATTR
 from .versions import compiler_source_fingerprint, installed_version
 
 CACHE_FORMAT = 1
@@ -114,10 +116,19 @@ def _compiled(func: ir.Operation, reports: dict) -> Compiled:
     return Compiled(blob, meta["tiles"], meta["lram_peak"], results, reports)
 
 
-def renamed(blob: bytes, name: str, options: PassOptions) -> bytes:
-    """`blob` with its program named `name` (a cache hit compiled under another name)."""
+def renamed(blob: bytes, name: str, source: str, options: PassOptions) -> bytes:
+    """`blob` with its program named `name` and from `source` (a cache hit compiled under
+    another name, from another place in the model)."""
     program = parse_executable(blob, options.hw)
-    return blob if program.name == name else serialize_program(replace(program, name=name))
+    if program.name == name and program.source == source:
+        return blob
+    return serialize_program(replace(program, name=name, source=source))
+
+
+def _source_of(module: ir.Module) -> str:
+    """The `SOURCE_ATTR` of the one-function `module` ("" without one)."""
+    func = module.body.operations[0].operation
+    return ir.StringAttr(func.attributes[SOURCE_ATTR]).value if SOURCE_ATTR in func.attributes else ""
 
 
 def bytecode(module: ir.Module) -> bytes:
@@ -138,6 +149,8 @@ def cache_key(data: bytes, pipeline: list[str], options: PassOptions) -> str:
     canonical = ir.Module.parse(data)  # a copy: locations and name go, the compile keeps them
     func = canonical.body.operations[0].operation
     func.attributes["sym_name"] = ir.StringAttr.get(_KEY_NAME)
+    if SOURCE_ATTR in func.attributes:  # where it came from in the model, like its locations
+        del func.attributes[SOURCE_ATTR]
     passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(canonical.operation)
     h = hashlib.sha256()
     for part in (f"torq dispatch cache {CACHE_FORMAT}", _versions(), repr(pipeline), repr(options)):
@@ -294,9 +307,9 @@ class DispatchCompiler:
             if outcomes[i] is None:  # a duplicate of an item compiled just now
                 done = outcomes[first[key]]
                 outcomes[i] = replace(done, cached=True) if isinstance(done, Compiled) else done
-        for (name, _), outcome in zip(items, outcomes):
+        for (name, module), outcome in zip(items, outcomes):
             if isinstance(outcome, Compiled) and outcome.cached:
-                outcome.blob = renamed(outcome.blob, name, self.options)
+                outcome.blob = renamed(outcome.blob, name, _source_of(module), self.options)
         return outcomes
 
     def _compile(self, modules: list[ir.Module], data: list[bytes | None]) -> list[Compiled | Refused]:

@@ -20,6 +20,12 @@ result the host finishes (a dequantize tail) is still inserted by a host copy
 dispatch (`box_copy_dispatch`). A dispatch that computes nothing but copies (boxes
 of) its inputs, or pads one, runs as a DMA-only NSS program
 (`patterns.data_movement_reason`).
+
+Each dispatch's source in the model and op kinds (`source_locations`) ride
+on its decision, its remarks and its executable (`Program.source`); every
+public function's dispatches are recorded in its `iree.reflection`
+(`attach_dispatch_records`, contract/dispatch_records.py) for the runtime's
+per-layer report.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from iree.compiler import ir
 
+from torq.contract import dispatch_records
 from torq.contract.executable import parse_executable
 from torq.contract.measures import program_traffic
 from torq.contract.module_abi import MODULE_NAME, export_name
@@ -44,6 +51,7 @@ from .macs import count_macs
 from .passes import PassOptions, super_tiling
 from .patterns import Unsupported, classify_contraction
 from .pipeline import dispatch_pipeline, run_passes
+from .source_locations import SOURCE_ATTR, dispatch_op_kinds, dispatch_source, first_frame_location
 
 
 @dataclass
@@ -63,6 +71,10 @@ class DispatchDecision:
     # sha256 of the Torq executable (reproducibility checks compare these, not whole .vmfb
     # files, whose llvm-cpu parts may carry a temporary file's name).
     executable_sha256: str = ""
+    # Where it came from in the model (source_locations.dispatch_source: torch file:lines, ONNX
+    # node names; "" when unknown) and what it computes (dispatch_op_kinds, e.g. conv2d+elementwise).
+    source: str = ""
+    ops: str = ""
 
 
 @dataclass
@@ -188,6 +200,28 @@ def _hoist_pads_for_host(dispatch: ir.Operation) -> None:
     hoist_input_pads(dispatch, _needs_hoisting)
 
 
+def attach_dispatch_records(module_op: ir.Operation, report: TargetReport) -> None:
+    """Each public function's dispatches (NPU and host, in program order) into its
+    `iree.reflection`, where the runtime's reports read them (contract/dispatch_records.py)."""
+    for op in (o.operation for o in module_op.regions[0].blocks[0].operations):
+        if op.name != "util.func" or "sym_name" not in op.attributes:
+            continue
+        if "sym_visibility" in op.attributes and ir.StringAttr(op.attributes["sym_visibility"]).value != "public":
+            continue
+        function = ir.StringAttr(op.attributes["sym_name"]).value.replace("$async", "")
+        mine = [d for d in report.dispatches if d.name.rsplit("_dispatch_", 1)[0] == function]
+        if not mine:
+            continue
+        records = [{"name": d.name, "executor": d.executor, "ops": d.ops, "macs": d.macs, "source": d.source,
+                    "reason": d.reason} for d in mine]
+        entries = {}
+        if "iree.reflection" in op.attributes:
+            old = ir.DictAttr(op.attributes["iree.reflection"])
+            entries = {old[i].name: old[i].attr for i in range(len(old))}
+        entries[dispatch_records.KEY] = ir.StringAttr.get(dispatch_records.encode(records))
+        op.attributes["iree.reflection"] = ir.DictAttr.get(entries)
+
+
 def _enclosing_function_name(dispatch: ir.Operation) -> str:
     """The util.func holding `dispatch` ("$async" dropped), or "initializer" for a
     dispatch IREE hoisted into a util.initializer (e.g. a constant causal mask)."""
@@ -217,9 +251,15 @@ class TorqTarget:
         self.stop_after_phase = stop_after_phase
         self.jobs, self.cache = jobs, cache
 
-    def remark(self, dispatch: ir.Operation, text: str) -> None:
-        if self.remarks is not None:
-            print(f"{location_str(dispatch)}: remark: {text}", file=self.remarks)
+    def remark(self, job: _Job, text: str) -> None:
+        """A remark on `job`'s dispatch, at its location, naming where it came from in the model."""
+        if self.remarks is None:
+            return
+        where = location_str(job.dispatch)
+        if where.startswith("callsite(") and first_frame_location(job.source):
+            where = first_frame_location(job.source)  # the model's line, not the export's call stack
+        tail = f" [source: {job.source}]" if job.source else ""
+        print(f"{where}: remark: {text}{tail}", file=self.remarks)
 
     def run(self, module_op: ir.Operation) -> TargetReport:
         report = TargetReport()
@@ -245,7 +285,7 @@ class TorqTarget:
                 report.tiling.append(_tiling_record(job.name, outcome.blob, self.options, records))
             for summary in job.ex.requant:
                 if summary.approximate:
-                    self.remark(job.dispatch, f"dispatch {job.name}: {summary.line()}")
+                    self.remark(job, f"dispatch {job.name}: {summary.line()}")
             callee = _declare(module_op, len(job.ex.input_operands) + len(job.ex.in_place),
                               len(job.dispatch.results), declared)
             if self.check_dispatches:
@@ -253,7 +293,9 @@ class TorqTarget:
             _replace_with_call(job.dispatch, job.ex, outcome, callee, self.check_dispatches)
             report.dispatches.append(DispatchDecision(job.name, "torq", "", outcome.tiles, outcome.lram_peak,
                                                       job.macs, [s.as_dict() for s in job.ex.requant],
-                                                      outcome.cached, hashlib.sha256(outcome.blob).hexdigest()))
+                                                      outcome.cached, hashlib.sha256(outcome.blob).hexdigest(),
+                                                      job.source, job.ops))
+        attach_dispatch_records(module_op, report)
         return report
 
     def _extract_all(self, module_op: ir.Operation, report: TargetReport) -> list[_Job]:
@@ -263,12 +305,17 @@ class TorqTarget:
         dispatches = [op for op in walk_ops(module_op) if op.name == "flow.dispatch.workgroups"]
         for i, dispatch in enumerate(dispatches):
             name = f"{_enclosing_function_name(dispatch)}_dispatch_{i}"
-            job = _Job(dispatch, name, count_macs(dispatch), ir.Module.create())  # MACs before it is replaced
+            # MACs, source and op kinds before the dispatch is replaced
+            job = _Job(dispatch, name, count_macs(dispatch), ir.Module.create(), dispatch_source(dispatch),
+                       dispatch_op_kinds(dispatch))
             try:
                 job.ex = extract_dispatch_function(dispatch, name, job.scratch, facts)
             except Unsupported as e:
                 self._refused(job, Refused(str(e), unsupported=True), report)
                 continue
+            if job.source:  # into the executable (Program.source), for the runtime's reports
+                func = job.scratch.body.operations[0].operation
+                func.attributes[SOURCE_ATTR] = ir.StringAttr.get(job.source)
             jobs.append(job)
         return jobs
 
@@ -280,8 +327,9 @@ class TorqTarget:
         if not refusal.unsupported and not self.options.host_fallback_on_error:
             raise CompileError(f"{location_str(job.dispatch)}: dispatch {job.name}: {refusal.message}")
         reason = refusal.message if refusal.unsupported else f"Torq compile failed: {refusal.message}"
-        self.remark(job.dispatch, f"dispatch {job.name} stays on host: {reason}")
-        report.dispatches.append(DispatchDecision(job.name, "host", reason, macs=job.macs))
+        self.remark(job, f"dispatch {job.name} stays on host: {reason}")
+        report.dispatches.append(DispatchDecision(job.name, "host", reason, macs=job.macs, source=job.source,
+                                                  ops=job.ops))
         _hoist_pads_for_host(job.dispatch)
 
     def _stop(self, jobs: list[_Job], pipeline: list[str], report: TargetReport) -> str:
@@ -296,7 +344,8 @@ class TorqTarget:
             func = job.scratch.body.operations[0].operation
             func.detach_from_parent()
             stopped.body.append(func)
-            report.dispatches.append(DispatchDecision(job.name, "torq", macs=job.macs))
+            report.dispatches.append(DispatchDecision(job.name, "torq", macs=job.macs, source=job.source,
+                                                      ops=job.ops))
         return str(stopped)
 
 
@@ -307,4 +356,6 @@ class _Job:
     name: str
     macs: int | None
     scratch: ir.Module
+    source: str = ""
+    ops: str = ""
     ex: ExtractedDispatch | None = None
