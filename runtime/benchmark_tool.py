@@ -5,7 +5,7 @@ Contract:
   `--device=torq`, repeated `--input=` (same forms as torq-run-module,
   parsed by `tools.parse_input`), `--benchmark_repetitions=N` (default 1),
   `--torq-hw=SPEC` (`--torq-hw=list` lists presets), `--json=stats.json`,
-  `--trace=trace.json`, `--report=DIR`.
+  `--trace=trace.json`, `--report=DIR`, `--csv=layers.csv`.
 - One untimed warm-up call, then N timed calls. Prints, like
   iree-benchmark-module, one `BM_<function>/real_time` line per repetition
   and the `_mean`, `_median`, `_stddev` aggregates of the host wall time of
@@ -14,7 +14,11 @@ Contract:
   deterministic): totals (cycles, latency at the device clock, DMA bytes
   in/out, compulsory bytes and DDR traffic ratio, LRAM peak, MACs, roofline
   cycles and cycle efficiency, DESIGN §7) and a per-dispatch table (name,
-  executor, tiles, cycles, time, share, DMA bytes, LRAM peak, efficiency).
+  executor, tiles, cycles, time, share, DMA bytes, LRAM peak, efficiency),
+  then the network summary in Vela's style (`layer_report.summary_lines`:
+  inferences/s from the simulated latency at the device clock, DDR MB per
+  inference, achieved TOPS, NPU MAC utilisation, NPU vs host dispatches, time
+  and MACs).
   IREE's Python runtime gives no per-dispatch timing of host (llvm-cpu)
   dispatches, so the host is one row: the measured wall time of the call
   minus the wall time spent in Torq dispatch calls (host dispatches, VM and
@@ -30,7 +34,19 @@ Contract:
   "roofline_cycles", "efficiency", "host_wall_us", "estimated_us"}}.
   Totals are sums over Torq dispatches (LRAM peak: the max); traffic ratio =
   (in + out) / compulsory; efficiency = roofline / cycles;
-  estimated_us = latency_us + host_wall_us.
+  estimated_us = latency_us + host_wall_us. Also "layers" (the per-layer rows
+  below) and "summary" (the network summary, `layer_report.network_summary`).
+- `--csv`: the per-layer report (`layer_report`), one row per dispatch of
+  the function, NPU and host, in program order, from the compile record the
+  .vmfb carries (contract/dispatch_records.py) and the last call's stats:
+  index, name, executor, source (where it came from in the model: torch
+  `file:line`s, ONNX node names; empty when the input had no locations),
+  ops, cycles, cycles_pct (of the network's NPU cycles, summing to 100),
+  time_us (simulated latency; host: measured wall time of its host segment),
+  macs (the compiler's count), mac_util_pct (MACs / (cycles x peak MACs per
+  cycle at its dtype, `TorqHw`)), lram_peak_bytes, lram_pct (of the LRAM
+  budget), dma_bytes_in, dma_bytes_out, traffic_ratio, note (a host
+  dispatch's reason). Host rows leave the simulated fields empty.
 - `--trace`: Chrome / Perfetto JSON (`chrome://tracing`, ui.perfetto.dev)
   of the last call on one estimated timeline in µs: host segments (measured
   wall time between Torq calls) on the host track, each Torq dispatch (its
@@ -38,9 +54,12 @@ Contract:
   track per DMA engine and per slice, each inside its dispatch's span.
 - `--report=DIR`: `cycles_vs_roofline.png` (per Torq dispatch),
   `lram_occupancy.png` (engine activity and LRAM occupancy over time of the
-  dispatch with the most cycles) and `summary.md`.
+  dispatch with the most cycles) and `summary.md` (the totals, the table,
+  and the per-layer report with the network summary).
 - Errors: one line `torq-benchmark-module: error: <message>` on stderr,
-  never a traceback; exit 1, or 2 for usage errors.
+  never a traceback; exit 1, or 2 for usage errors. The --csv, --json and
+  --trace files are written together, atomically: a path that cannot be
+  written leaves none of them.
 """
 
 from __future__ import annotations
@@ -54,6 +73,7 @@ from typing import Any, NoReturn, Sequence
 
 from torq.contract.hw import DEFAULT_HW, HwSpecError, TorqHw, describe_presets, parse_hw_spec
 
+from . import layer_report
 from .errors import InputError
 from .tools import ToolError, _one_line, _write_outputs, check_common_args, input_flag_error, parse_input, tool_main
 
@@ -86,6 +106,8 @@ def _parser() -> _Parser:
     p.add_argument("--json", dest="json_path", default=None, help="write the figures as JSON to this file")
     p.add_argument("--trace", dest="trace_path", default=None, help="write a Chrome/Perfetto trace to this file")
     p.add_argument("--report", dest="report_dir", default=None, help="write PNG plots and summary.md to this directory")
+    p.add_argument("--csv", dest="csv_path", default=None,
+                   help="write the per-layer report (one row per dispatch, Vela's style) as CSV to this file")
     return p
 
 
@@ -359,8 +381,10 @@ def write_report(directory: str, fig: dict, stats: list[dict]) -> list[str]:
         else:
             md.append(f"| {i} | host* | host | - | - | {_fmt_time(d['wall_us'])} wall | {100 * d['share']:.1f}% "
                       "| - | - | - | - |")
-    md += ["", f"\\* {HOST_NOTE}.", "", "![cycles vs roofline](cycles_vs_roofline.png)", "",
-           "![LRAM occupancy](lram_occupancy.png)", ""]
+    md += ["", f"\\* {HOST_NOTE}.", ""]
+    if "layers" in fig:
+        md += layer_report.markdown_lines(fig["layers"], fig["summary"])
+    md += ["![cycles vs roofline](cycles_vs_roofline.png)", "", "![LRAM occupancy](lram_occupancy.png)", ""]
     path = os.path.join(directory, "summary.md")
     _write_files([(path, "\n".join(md).encode(), False)])
     written.append(path)
@@ -433,7 +457,12 @@ def _run(args: argparse.Namespace, parser: _Parser) -> int:
 
     device = _hw_of(stats, hw)
     fig = build_figures(stats, wall, samples, device, args.module, args.function)
+    records = layer_report.read_dispatch_records(args.module, args.function)
+    fig["layers"] = layer_report.layer_rows(records, stats, wall, device)
+    fig["summary"] = layer_report.network_summary(fig["layers"], stats, wall, device)
     writes = []
+    if args.csv_path:
+        writes.append((args.csv_path, layer_report.csv_text(fig["layers"]).encode(), False))
     if args.json_path:
         writes.append((args.json_path, (json.dumps(fig, indent=1) + "\n").encode(), False))
     if args.trace_path:
@@ -442,6 +471,7 @@ def _run(args: argparse.Namespace, parser: _Parser) -> int:
     if args.report_dir:
         write_report(args.report_dir, fig, stats)
     print_benchmark(fig)
+    print("\n" + "\n".join(layer_report.summary_lines(fig["summary"])))
     sys.stdout.flush()
     return 0
 

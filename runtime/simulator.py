@@ -62,6 +62,7 @@ import numpy as np
 
 from torq.contract.hw import TorqHw
 from torq.contract.measures import box_union, measure_lram_peak, program_traffic
+from torq.contract.ops import OPS, CycleRule
 from torq.contract.program import Compute, DmaIn, DmaOut, LramBuffer, Program, TensorDesc, nbytes
 from torq.contract.program_validator import ExecutableError, validate_program
 from torq.contract.timing import (
@@ -79,6 +80,14 @@ from .epilogue import eval_epilogue
 from .kernels import NP_DTYPES, KernelError, OperandCache, run_principal, store
 
 _FLOATS = {"bf16", "f16", "f32"}
+
+
+def peak_macs_per_cycle(program: Program, hw: TorqHw) -> int:
+    """MACs per cycle of all slices at the dtype of the program's MAC computes (as the roofline
+    rates them: a compute runs at its slower operand's rate); 0 when it has none."""
+    rates = [min(hw.macs_per_cycle(o.dtype) for o in c.operands[:2]) for c in program.commands
+             if isinstance(c, Compute) and c.macs > 0 and OPS[c.op].cycles is not CycleRule.WINDOW_ON_LANES]
+    return min(rates) * hw.slices if rates else 0
 
 
 class SimulatorError(RuntimeError):
@@ -105,6 +114,10 @@ class DispatchStats:
     roofline_cycles: int = 0  # DESIGN section 7
     slices_used: int = 0  # distinct slices that run a compute
     engine_busy_cycles: dict = dataclasses.field(default_factory=dict)  # engine -> busy cycles
+    # The device's MACs per cycle (all slices) at the dtype of the dispatch's MAC computes (the
+    # slowest if several; 0 without any): MAC utilisation = model MACs / (cycles x this).
+    peak_macs_per_cycle: int = 0
+    source: str = ""  # Program.source: where the dispatch came from in the model
     # Only with record_timeline: {"events": [...], "lram_occupancy": [[cycle, bytes], ...]}.
     timeline: dict | None = None
 
@@ -181,6 +194,8 @@ class Simulator:
             compulsory_bytes=traffic.compulsory_bytes,
             lram_peak_bytes=measure_lram_peak(program.buffers, len(program.commands)),
             macs=sum(c.macs for c in program.commands if isinstance(c, Compute)),
+            peak_macs_per_cycle=peak_macs_per_cycle(program, self.hw),
+            source=program.source,
         )
         self._add_timing(program, timeline, stats)
         constants = {}
