@@ -127,23 +127,27 @@ def worker_main(argv: list[str], measure) -> int:
     return 0
 
 
-def compile_cold_and_warm(model, hw: str, remarks, flags: list[str] = ()) -> tuple[object, float, float]:
+def compile_cold_and_warm(model, hw: str, remarks, flags: list[str] = (),
+                          cache: str | None = None) -> tuple[object, float, float]:
     """(compiled module, seconds of a cold `torq.compile`, seconds of the same compile again).
 
-    Both use one fresh dispatch cache directory: the first compile finds it empty (within
-    it, identical dispatches still compile once), the second finds every NPU dispatch
-    there, as a user's recompile does. Dispatches compile in one worker per core (the
-    default). Raises torq.TorqCompileError as torq.compile does."""
+    Both use one fresh dispatch cache directory (`cache`, an empty directory the caller
+    keeps, or a temporary one): the first compile finds it empty (within it, identical
+    dispatches still compile once), the second finds every NPU dispatch there, as a
+    user's recompile does. Dispatches compile in one worker per core (the default).
+    Raises torq.TorqCompileError as torq.compile does."""
     import torq
 
-    with tempfile.TemporaryDirectory(prefix="torq-bench-cache-") as cache:
-        flags = [f"--torq-cache-dir={cache}", *flags]
-        t0 = time.perf_counter()
-        cm = torq.compile(model, hw=hw, remarks=remarks, flags=flags)
-        cold = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        torq.compile(model, hw=hw, remarks=remarks, flags=flags)
-        return cm, cold, time.perf_counter() - t0
+    if cache is None:
+        with tempfile.TemporaryDirectory(prefix="torq-bench-cache-") as tmp:
+            return compile_cold_and_warm(model, hw, remarks, flags, tmp)
+    flags = [f"--torq-cache-dir={cache}", *flags]
+    t0 = time.perf_counter()
+    cm = torq.compile(model, hw=hw, remarks=remarks, flags=flags)
+    cold = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    torq.compile(model, hw=hw, remarks=remarks, flags=flags)
+    return cm, cold, time.perf_counter() - t0
 
 
 def one_line(text: str, limit: int = 160) -> str:

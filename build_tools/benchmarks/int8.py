@@ -62,11 +62,18 @@ def measure_int8(spec: dict, build_model, simulated_figures, llvm_cpu_function) 
         cpu = np.asarray(cpu_fn(xs))
         moved = np.asarray(cpu_fn(one_input_step_moved(Path(path), xs)))
         onnxrt = onnxruntime_output(path, xs)
+        cache = Path(tmp) / "cache"
         try:
             cm, row["torq_compile_s"], row["warm_compile_s"] = compile_cold_and_warm(str(path), spec["hw"],
-                                                                                     io.StringIO(), flags)
+                                                                                     io.StringIO(), flags, str(cache))
+            # The same model with each NPU dispatch checked against its llvm-cpu copy (its NPU
+            # dispatches from the cache): the per-layer figures.
+            checked = torq.compile(str(path), hw=spec["hw"], remarks=io.StringIO(),
+                                   flags=[f"--torq-cache-dir={cache}", "--torq-check-dispatches", *flags])
         except torq.TorqCompileError as e:
             return {**row, "error": f"torq compile: {' '.join(str(e).split())[:300]}"}
+    checked(xs)
+    row["layer_checks"] = checked.last_checks
     cm(xs)  # warm-up
     t0 = time.perf_counter()
     y = np.asarray(cm(xs))
@@ -86,7 +93,7 @@ def measure_int8(spec: dict, build_model, simulated_figures, llvm_cpu_function) 
 COLUMNS = ["model", "torq-compile s", "iree-compile llvm-cpu s", "ratio", "warm recompile s", "simulated cycles",
            "int8 / bf16 cycles", "efficiency vs roofline", "DDR traffic ratio", "NPU share of MACs",
            "dispatches torq/host", "rel L2 vs llvm-cpu", "rel L2 vs onnxruntime", "llvm-cpu vs onnxruntime",
-           "outputs 0 / 1 / 2+ steps off", "llvm-cpu, one input step moved", "exact rescale channels", "wall s"]
+           "outputs 0 / 1 / 2+ steps off", "per layer vs llvm-cpu, same inputs", "llvm-cpu, one input step moved", "exact rescale channels", "wall s"]
 
 
 def _row(r: dict, bf16: dict | None) -> list[str]:
@@ -101,7 +108,7 @@ def _row(r: dict, bf16: dict | None) -> list[str]:
             f"{100 * r['efficiency']:.1f}%" if r["efficiency"] else "-",
             f"{r['traffic_ratio']:.3f}" if r["traffic_ratio"] else "-", f"{100 * r['mac_share']:.2f}%",
             f"{r['torq_dispatches']}/{r['host_dispatches']}", f"{r['rel_l2_cpu']:.2e}", f"{r['rel_l2_ort']:.2e}",
-            f"{r['cpu_vs_ort']:.2e}", f"{hist[0]} / {hist[1]} / {sum(hist[2:])}", _one_step(r),
+            f"{r['cpu_vs_ort']:.2e}", f"{hist[0]} / {hist[1]} / {sum(hist[2:])}", _per_layer(r), _one_step(r),
             f"{r['requant_exact_channels']:,} of {ch:,}" if ch else "-", f"{r.get('wall_s', 0):.0f}"]
 
 
@@ -113,6 +120,23 @@ def _cpu_int8_isa() -> str:
         return "unknown"
     have = [name for flag, name in (("avx512_vnni", "AVX-512 VNNI"), ("avx_vnni", "AVX-VNNI")) if flag in flags]
     return ", ".join(have) if have else ("AVX2, no VNNI" if "avx2" in flags else "no AVX2")
+
+
+def _per_layer(r: dict) -> str:
+    """The NPU results vs their llvm-cpu copies on the same inputs (--torq-check-dispatches)."""
+    checks = r.get("layer_checks")
+    if not checks:
+        return "-"
+    ints = [c for c in checks if c["max_steps"] is not None]
+    floats = [c for c in checks if c["max_steps"] is None]
+    parts = []
+    if ints:
+        off, n = sum(c["differing"] for c in ints), sum(c["elements"] for c in ints)
+        parts.append(f"{len(ints)} int8: {off:,} of {n:,} off ({100 * off / n:.3f}%), "
+                     f"≤ {max(c['max_steps'] for c in ints)} step")
+    if floats:
+        parts.append(f"{len(floats)} f32: rel L2 ≤ {max(c['rel_l2'] for c in floats):.1e}")
+    return "; ".join(parts)
 
 
 def _one_step(r: dict) -> str:
@@ -140,7 +164,10 @@ def markdown(rows: list[dict]) -> list[str]:
               "model (relative L2; DESIGN §7 asks ≤ 1e-2), and the outputs 0, 1, 2+ output steps from llvm-cpu's; "
               "a requantization whose f32 chain no integer rescale reproduces on every accumulator value takes the "
               "nearest (one step off on the values the compile report counts): exact rescale channels = channels "
-              "reproduced exactly / all requantized channels on the NPU. llvm-cpu, one input step moved: llvm-cpu's "
+              "reproduced exactly / all requantized channels on the NPU. Per layer: the model compiled again with "
+              "--torq-check-dispatches, each NPU dispatch's result against its own llvm-cpu copy fed the same "
+              "inputs (int8 results: elements off and the most output steps; a dequantized f32 result: relative "
+              "L2), so a layer's figure does not carry the layers before it. llvm-cpu, one input step moved: llvm-cpu's "
               "own output when one input element (seeded choice) moves by the input's quantization step, vs its "
               "output on the unmoved input: the model's sensitivity, the error any int8 implementation that rounds "
               "a single value differently from llvm-cpu starts from. onnxruntime's int8 kernels depend on the CPU: "
