@@ -14,8 +14,10 @@ Contract:
   keeps the locations of the ops it fuses, and the region ops of a fused
   elementwise generic keep theirs), without repeats, lines of one file
   joined (`/m/model.py:9,10`; files and names by `; `), at most
-  `MAX_FRAMES`. "" when nothing is known (a text input printed without
-  debug info has locations of the text itself: those are reported as they are).
+  `MAX_FRAMES`. A file frame counts only when that file exists: MLIR text
+  printed without debug info (`torq.compile` of a torch module prints it so)
+  has locations in a buffer named after the model, which name no file the
+  user can open. "" when nothing is known.
 - `dispatch_op_kinds(dispatch)` names what the dispatch computes, in order,
   without repeats, joined by `+`: a named linalg op by its name
   (`matmul`, `softmax`), a generic by its contraction kind (`conv2d`,
@@ -29,6 +31,8 @@ Contract:
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 
 from iree.compiler import ir
@@ -142,6 +146,17 @@ def join_frames(frames: list[str]) -> str:
     return "; ".join(parts + names)
 
 
+@functools.lru_cache(maxsize=256)
+def _names_a_file(path: str) -> bool:
+    return os.path.isfile(path)
+
+
+def _is_known(frame: str) -> bool:
+    """A name (ONNX node), or a file line of a file that exists."""
+    fl = _split_file_line(frame)
+    return fl is None or _names_a_file(fl[0])
+
+
 def dispatch_source(dispatch: ir.Operation) -> str:
     """Where `dispatch` came from in the model (see module docstring)."""
     frames: list[str] = []
@@ -152,7 +167,8 @@ def dispatch_source(dispatch: ir.Operation) -> str:
         for frame in location_frames(str(op.location)):
             if frame not in seen:
                 seen.add(frame)
-                frames.append(frame)
+                if _is_known(frame):
+                    frames.append(frame)
     more = len(frames) - MAX_FRAMES
     text = join_frames(frames[:MAX_FRAMES])
     return f"{text} (+{more} more)" if more > 0 else text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from rich.console import Console
 from rich.table import Table
 
@@ -25,18 +27,24 @@ def host_dispatches(report) -> list[tuple[str, int | None, str]]:
     return [(d.name, d.macs, d.reason) for d in report.dispatches if d.executor == "host"]
 
 
+def short_source(source: str) -> str:
+    """A dispatch's source in the model (`DispatchDecision.source`) with file names for paths."""
+    return "; ".join(os.path.basename(part) if "/" in part.split(":")[0] and part.rsplit(":", 1)[-1][:1].isdigit()
+                     else part for part in source.split("; "))
+
+
 def print_host_dispatches(report, console: Console | None = None) -> None:
-    """The dispatches left on the host with the compiler's reason (its remark)."""
+    """The dispatches left on the host with the compiler's reason (its remark) and their source."""
     console = _console(console)
-    rows = host_dispatches(report)
+    rows = [d for d in report.dispatches if d.executor == "host"]
     if not rows:
         console.print("no dispatch left on the host")
         return
     t = Table(title=f"{len(rows)} dispatch{'es' if len(rows) > 1 else ''} on the host")
-    for col in ("dispatch", "MACs", "reason"):
+    for col in ("dispatch", "source", "MACs", "reason"):
         t.add_column(col, justify="right" if col == "MACs" else "left", overflow="fold")
-    for name, macs, reason in rows:
-        t.add_row(name, "?" if macs is None else f"{macs:,}", reason)
+    for d in rows:
+        t.add_row(d.name, short_source(d.source), "?" if d.macs is None else f"{d.macs:,}", d.reason)
     console.print(t)
 
 
@@ -54,9 +62,9 @@ def print_dispatch_table(report, stats: list[dict], console: Console | None = No
     for s in stats:
         by_name.setdefault(s.get("name", ""), s)
     t = Table(title="dispatches")
-    for col in ("dispatch", "executor", "tiles", "LRAM peak (B)", "DMA in (B)", "DMA out (B)", "MACs",
+    for col in ("dispatch", "source", "executor", "tiles", "LRAM peak (B)", "DMA in (B)", "DMA out (B)", "MACs",
                 "cycles", "efficiency", "note"):
-        t.add_column(col, justify="left" if col in ("dispatch", "executor", "note") else "right")
+        t.add_column(col, justify="left" if col in ("dispatch", "source", "executor", "note") else "right")
     dma_in = dma_out = cycles = roofline = 0
     for d in report.dispatches:
         s = by_name.get(d.name)
@@ -66,13 +74,13 @@ def print_dispatch_table(report, stats: list[dict], console: Console | None = No
             dma_out += s.get("dma_bytes_out", 0)
             cycles += s.get("cycles", 0)
             roofline += s.get("roofline_cycles", 0)
-            t.add_row(d.name, "torq", str(s.get("tiles", d.tiles)), f"{s.get('lram_peak_bytes', 0):,}",
+            t.add_row(d.name, short_source(d.source), "torq", str(s.get("tiles", d.tiles)), f"{s.get('lram_peak_bytes', 0):,}",
                       f"{s.get('dma_bytes_in', 0):,}", f"{s.get('dma_bytes_out', 0):,}", macs,
                       f"{s.get('cycles', 0):,}", f"{100 * s.get('efficiency', 0.0):.1f}%", "")
         else:
-            t.add_row(d.name, d.executor, "-", "-", "-", "-", macs, "-", "-", d.reason[:60])
+            t.add_row(d.name, short_source(d.source), d.executor, "-", "-", "-", "-", macs, "-", "-", d.reason[:60])
     eff = f"{100 * roofline / cycles:.1f}%" if cycles else "-"
-    t.add_row("total", "", "", "", f"{dma_in:,}", f"{dma_out:,}", f"{report.total_macs:,}", f"{cycles:,}", eff,
+    t.add_row("total", "", "", "", "", f"{dma_in:,}", f"{dma_out:,}", f"{report.total_macs:,}", f"{cycles:,}", eff,
               "", end_section=True)
     console.print(t)
     n_torq = sum(d.executor == "torq" for d in report.dispatches)
