@@ -4,6 +4,8 @@
     cm = torq.compile(model, x)      # torch.nn.Module (+ example args), MLIR text or path
     y = cm(x)                        # runs on the Torq simulator
     cm.save("m.vmfb"); m = torq.load("m.vmfb"); m.main(x); m.last_stats
+    torch.compile(model, backend="torq")   # dynamo's graphs on Torq (torq.dynamo_backend)
+    torq.compiler.compile_str(mlir, target_backends=["torq"])   # iree.compiler's API (torq.compiler)
 
 Imports are lazy so that the runtime tools do not load the compiler.
 """
