@@ -53,6 +53,10 @@ class _Writer:
     def __init__(self, p: Program) -> None:
         self.p = p
         self.b = flatbuffers.Builder(4096 + sum(len(t.data) for t in p.tensors))
+        # Epilogue tables by content: the commands of one op's tiles share one table
+        # (a FlatBuffers table may have several parents), instead of one copy per command.
+        # Constants by their bits: -0.0 and 0.0 are different epilogues.
+        self.epilogues: dict[tuple, int] = {}
 
     def build(self) -> bytes:
         b, p = self.b, self.p
@@ -183,6 +187,14 @@ class _Writer:
         return fbRef.End(b)
 
     def epilogue(self, e: Epilogue) -> int:
+        key = (e.result, tuple((s.op, s.to, tuple((r.kind, r.index, r.axes, float(r.const).hex()) for r in s.args))
+                               for s in e.steps))
+        done = self.epilogues.get(key)
+        if done is None:
+            done = self.epilogues[key] = self._epilogue_table(e)
+        return done
+
+    def _epilogue_table(self, e: Epilogue) -> int:
         b = self.b
         steps = []
         for s in e.steps:
