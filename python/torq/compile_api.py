@@ -24,6 +24,12 @@ class TorqCompileError(Exception):
 _FILE_SUFFIXES = (".mlir", ".mlirbc", ".onnx")
 
 
+def _with_locations(module: Any) -> str:
+    """The export's MLIR text with its source locations (the model's file:line per op, which
+    remarks and per-layer reports name); plain str() drops them."""
+    return module.operation.get_asm(enable_debug_info=True)
+
+
 def _to_mlir(model: Any, args: Sequence[Any]) -> tuple[str | bytes, str]:
     """The model as MLIR text or bytecode, and the name diagnostics use for it.
 
@@ -44,7 +50,7 @@ def _to_mlir(model: Any, args: Sequence[Any]) -> tuple[str | bytes, str]:
     if type(model).__name__ == "ModelProto" and hasattr(model, "SerializeToString"):  # onnx.ModelProto
         return _import_if_onnx(model.SerializeToString(), f"<onnx {model.graph.name or 'model'}>", None)
     if hasattr(model, "mlir_module"):  # an iree.turbine.aot export
-        return str(model.mlir_module), type(model).__name__
+        return _with_locations(model.mlir_module), type(model).__name__
     try:
         import torch
     except ImportError:  # pragma: no cover
@@ -53,7 +59,7 @@ def _to_mlir(model: Any, args: Sequence[Any]) -> tuple[str | bytes, str]:
         import iree.turbine.aot as aot
 
         exported = aot.export(model, args=tuple(args))
-        return str(exported.mlir_module), type(model).__name__
+        return _with_locations(exported.mlir_module), type(model).__name__
     raise TorqCompileError(f"cannot compile an object of type {type(model).__name__}: pass a "
                            "torch.nn.Module, a turbine export, MLIR text or a file path (.mlir, .onnx)")
 
