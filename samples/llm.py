@@ -267,6 +267,8 @@ class Step:
     cycles: int  # NPU dispatches only: host dispatches have no simulated time
     latency_us: float
     ddr_bytes: int
+    roofline_cycles: int  # sum of each NPU dispatch's roofline (DESIGN section 7)
+    compulsory_bytes: int  # each NPU dispatch's inputs read once, outputs written once
     wall_s: float
     torch_token: int
     top2_gap: float  # torch's top-1 minus top-2 logit
@@ -283,10 +285,12 @@ class Generation:
         return [s.token for s in self.steps]
 
 
-def _call_stats(stats: list[dict]) -> tuple[int, float, int]:
-    """Cycles, latency (us) and DDR bytes of one call, summed over its NPU dispatches."""
+def _call_stats(stats: list[dict]) -> tuple[int, float, int, int, int]:
+    """Cycles, latency (us), DDR bytes, roofline cycles and compulsory bytes of one call,
+    summed over its NPU dispatches (they run one after another)."""
     return (sum(s.get("cycles", 0) for s in stats), sum(s.get("latency_us", 0.0) for s in stats),
-            sum(s.get("dma_bytes_in", 0) + s.get("dma_bytes_out", 0) for s in stats))
+            sum(s.get("dma_bytes_in", 0) + s.get("dma_bytes_out", 0) for s in stats),
+            sum(s.get("roofline_cycles", 0) for s in stats), sum(s.get("compulsory_bytes", 0) for s in stats))
 
 
 def _step(kind: str, logits: np.ndarray, ref: torch.Tensor, stats: list[dict], wall: float) -> Step:
@@ -335,12 +339,13 @@ def print_generation(gen: Generation, report, console) -> bool:
     from torq.report import mac_share_line, print_host_dispatches
 
     t = Table(title=f"greedy generation, prompt {gen.prompt}")
-    for col in ("step", "call", "token", "torch", "top-2 gap", "rel L2", "cosine", "cycles", "latency (us)",
-                "DDR (MB)", "wall (s)"):
+    for col in ("step", "call", "token", "torch", "top-2 gap", "rel L2", "cosine", "cycles", "of roofline",
+                "latency (us)", "DDR (MB)", "of compulsory", "wall (s)"):
         t.add_column(col, justify="left" if col == "call" else "right")
     for i, s in enumerate(gen.steps):
         t.add_row(str(i), s.kind, str(s.token), str(s.torch_token), f"{s.top2_gap:.3f}", f"{s.rel_l2:.2e}",
-                  f"{s.cosine:.6f}", f"{s.cycles:,}", f"{s.latency_us:,.1f}", f"{s.ddr_bytes / 1e6:.2f}",
+                  f"{s.cosine:.6f}", f"{s.cycles:,}", f"{100 * s.roofline_cycles / max(s.cycles, 1):.1f}%",
+                  f"{s.latency_us:,.1f}", f"{s.ddr_bytes / 1e6:.2f}", f"{s.ddr_bytes / max(s.compulsory_bytes, 1):.2f}x",
                   f"{s.wall_s:.2f}")
     console.print(t)
     decode = [s for s in gen.steps if s.kind == "decode"]
@@ -348,8 +353,10 @@ def print_generation(gen: Generation, report, console) -> bool:
         cycles = sum(s.cycles for s in decode) / len(decode)
         latency = sum(s.latency_us for s in decode) / len(decode)
         ddr = sum(s.ddr_bytes for s in decode) / len(decode)
-        console.print(f"decode per token: {cycles:,.0f} cycles, {latency:,.1f} us simulated "
-                      f"({1e6 / latency:,.1f} tokens/s; NPU dispatches only), {ddr / 1e6:.2f} MB DDR")
+        roofline = sum(s.roofline_cycles for s in decode) / len(decode)
+        console.print(f"decode per token: {cycles:,.0f} cycles ({100 * roofline / cycles:.1f}% of roofline), "
+                      f"{latency:,.1f} us simulated ({1e6 / latency:,.1f} tokens/s; NPU dispatches only), "
+                      f"{ddr / 1e6:.2f} MB DDR")
     for function in ("prefill", "decode"):
         npu, total = mac_share(report, function)
         console.print(f"{function}: NPU share of MACs {100 * npu / max(total, 1):.1f}% ({npu:,} of {total:,})")
