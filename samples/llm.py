@@ -22,6 +22,7 @@ bytes, then the NPU share of MACs and the dispatches left on the host.
 from __future__ import annotations
 
 import argparse
+import copy
 import io
 import math
 import os
@@ -104,7 +105,8 @@ def rotary_tables(cfg: LlamaConfig, length: int) -> tuple[torch.Tensor, torch.Te
 
 
 def causal_mask(length: int) -> torch.Tensor:
-    """Additive mask [T, T]: -inf above the diagonal; a numpy constant, not iota ops in the graph."""
+    """Additive mask [T, T]: -inf above the diagonal (a numpy constant; torch.full().triu()
+    in the graph works too: IREE folds it)."""
     return torch.from_numpy(np.triu(np.full((length, length), -np.inf, np.float32), 1))
 
 
@@ -191,10 +193,11 @@ class Llama(nn.Module):
     def prefill(self, tokens):
         """tokens [1, T] -> logits [1, T, V], cache [L, 2, KV, max_len, D] (zero past T)."""
         cfg, t = self.cfg, tokens.shape[1]
-        cos, sin = rotary_tables(cfg, t)
         x, caches = self.embed(tokens), []
+        # In the weights' dtype, so the model also runs as model.to(torch.bfloat16).
+        cos, sin, mask = (c.to(x.dtype) for c in (*rotary_tables(cfg, t), causal_mask(t)))
         for layer in self.layers:
-            x, cache = layer(x, cos, sin, causal_mask(t), lambda k, v: torch.stack([k, v]))
+            x, cache = layer(x, cos, sin, mask, lambda k, v: torch.stack([k, v]))
             caches.append(cache)
         cache = F.pad(torch.stack(caches), (0, 0, 0, cfg.max_len - t))
         return self.lm_head(x), cache
@@ -220,8 +223,10 @@ class Llama(nn.Module):
         return self.prefill(tokens)
 
 
-def make_llama(cfg: LlamaConfig | None = None, seed: int = 0) -> Llama:
-    """The model with random weights scaled like a trained one's (std 0.02, norms near 1)."""
+def make_llama(cfg: LlamaConfig | None = None, seed: int = 0, layer_std: float = 0.05) -> Llama:
+    """The model with random weights: embedding std 0.02 and norms near 1 as trained ones;
+    the layers' projections at `layer_std`, since at 0.02 the layers barely move the
+    residual and the tied head picks the current token again every step."""
     cfg = cfg or LlamaConfig()
     torch.manual_seed(seed)
     model = Llama(cfg)
@@ -231,7 +236,7 @@ def make_llama(cfg: LlamaConfig | None = None, seed: int = 0) -> Llama:
             if name.endswith("norm.weight"):
                 p.uniform_(0.8, 1.2, generator=g)
             else:
-                p.normal_(0.0, 0.02, generator=g)
+                p.normal_(0.0, 0.02 if name.startswith("embed") else layer_std, generator=g)
     return model.eval()
 
 
@@ -273,6 +278,8 @@ class Step:
     torch_token: int
     top2_gap: float  # torch's top-1 minus top-2 logit
     logits_rms: float  # of torch's logits for the chosen token
+    bf16_token: int  # torch's run in bf16 (model.to(torch.bfloat16)), fed the same tokens
+    bf16_rel_l2: float  # its logits vs torch fp32: what bf16 itself costs
 
 
 @dataclass
@@ -293,37 +300,58 @@ def _call_stats(stats: list[dict]) -> tuple[int, float, int, int, int]:
             sum(s.get("roofline_cycles", 0) for s in stats), sum(s.get("compulsory_bytes", 0) for s in stats))
 
 
-def _step(kind: str, logits: np.ndarray, ref: torch.Tensor, stats: list[dict], wall: float) -> Step:
+class TorchReference:
+    """The model in torch fp32 and in bf16 (`model.to(torch.bfloat16)`), each with its own
+    cache, fed the tokens the simulated run chose."""
+
+    def __init__(self, model: Llama):
+        self.models = (model, copy.deepcopy(model).to(torch.bfloat16))
+        self.caches = [None, None]
+
+    @torch.no_grad()
+    def __call__(self, tokens: torch.Tensor, position: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Last-position logits of prefill(tokens) (position None) or decode: fp32, bf16 (as f32)."""
+        out = []
+        for i, m in enumerate(self.models):
+            if position is None:
+                logits, self.caches[i] = m.prefill(tokens)
+            else:
+                logits, self.caches[i] = m.decode(tokens, torch.tensor([position]), self.caches[i])
+            out.append(logits.float())
+        return out[0], out[1]
+
+
+def _step(kind: str, logits: np.ndarray, refs: tuple[torch.Tensor, torch.Tensor], stats: list[dict],
+          wall: float) -> Step:
     """The figures of one call; the token is chosen from the last position's logits."""
+    ref, ref_bf16 = refs
     rel_l2, cosine = error_figures(np.asarray(logits), ref.numpy())
     last, ref_last = np.asarray(logits).reshape(-1, ref.shape[-1])[-1], ref.reshape(-1, ref.shape[-1])[-1]
     top2 = torch.topk(ref_last, 2).values
     return Step(kind, int(last.argmax()), rel_l2, cosine, *_call_stats(stats), wall, int(ref_last.argmax()),
-                float(top2[0] - top2[1]), float(ref_last.pow(2).mean().sqrt()))
+                float(top2[0] - top2[1]), float(ref_last.pow(2).mean().sqrt()),
+                int(ref_bf16.reshape(-1, ref.shape[-1])[-1].argmax()), error_figures(ref_bf16.numpy(), ref.numpy())[0])
 
 
 def generate(cm, model: Llama, prompt: torch.Tensor, new_tokens: int) -> Generation:
-    """Greedy generation on the simulator; each step's logits against torch fp32 fed the same
-    tokens (torch keeps its own fp32 cache). `prompt` [1, T]; the first token comes from prefill."""
-    gen = Generation(prompt[0].tolist())
+    """Greedy generation on the simulator; each step's logits against torch fp32 (and torch
+    bf16) fed the same tokens, with their own caches. `prompt` [1, T]; the first token comes
+    from prefill."""
+    gen, reference = Generation(prompt[0].tolist()), TorchReference(model)
     t0 = time.perf_counter()
     logits, cache = cm.module["prefill"](prompt.numpy())
     wall = time.perf_counter() - t0
-    with torch.no_grad():
-        ref_logits, ref_cache = model.prefill(prompt)
-    gen.steps.append(_step("prefill", logits, ref_logits, cm.last_stats, wall))
+    gen.steps.append(_step("prefill", logits, reference(prompt), cm.last_stats, wall))
     position = prompt.shape[1]
     while len(gen.steps) < new_tokens and position < model.cfg.max_len:
         token = np.array([[gen.steps[-1].token]], np.int64)
         t0 = time.perf_counter()
         logits, cache = cm.module["decode"](token, np.array([position], np.int64), cache)
         wall = time.perf_counter() - t0
-        with torch.no_grad():
-            ref_logits, ref_cache = model.decode(torch.from_numpy(token), torch.tensor([position]), ref_cache)
-        gen.steps.append(_step("decode", logits, ref_logits, cm.last_stats, wall))
+        refs = reference(torch.from_numpy(token), position)
+        gen.steps.append(_step("decode", logits, refs, cm.last_stats, wall))
         position += 1
     return gen
-
 
 def mac_share(report, function: str) -> tuple[int, int]:
     """(NPU MACs, all MACs) of one exported function's dispatches (named `<function>_dispatch_N`)."""
@@ -332,19 +360,21 @@ def mac_share(report, function: str) -> tuple[int, int]:
 
 
 def print_generation(gen: Generation, report, console) -> bool:
-    """Per-step table, decode averages, MAC shares and host dispatches; True when every step's
-    logits hold the bf16 bounds (DESIGN §7) vs torch fp32."""
+    """Per-step table, decode averages, MAC shares and host dispatches; True when the greedy
+    tokens equal torch's bf16 run's (issue 12's token criterion). With random weights torch's
+    own bf16 run is about as far from fp32 as the NPU, so the DESIGN §7 bounds are printed,
+    not required."""
     from rich.table import Table
 
     from torq.report import mac_share_line, print_host_dispatches
 
     t = Table(title=f"greedy generation, prompt {gen.prompt}")
-    for col in ("step", "call", "token", "torch", "top-2 gap", "rel L2", "cosine", "cycles", "of roofline",
-                "latency (us)", "DDR (MB)", "of compulsory", "wall (s)"):
+    for col in ("step", "call", "token", "torch", "torch bf16", "top-2 gap", "rel L2", "cosine", "bf16 rel L2",
+                "cycles", "of roofline", "latency (us)", "DDR (MB)", "of compulsory", "wall (s)"):
         t.add_column(col, justify="left" if col == "call" else "right")
     for i, s in enumerate(gen.steps):
-        t.add_row(str(i), s.kind, str(s.token), str(s.torch_token), f"{s.top2_gap:.3f}", f"{s.rel_l2:.2e}",
-                  f"{s.cosine:.6f}", f"{s.cycles:,}", f"{100 * s.roofline_cycles / max(s.cycles, 1):.1f}%",
+        t.add_row(str(i), s.kind, str(s.token), str(s.torch_token), str(s.bf16_token), f"{s.top2_gap:.3f}",
+                  f"{s.rel_l2:.2e}", f"{s.cosine:.6f}", f"{s.bf16_rel_l2:.2e}", f"{s.cycles:,}", f"{100 * s.roofline_cycles / max(s.cycles, 1):.1f}%",
                   f"{s.latency_us:,.1f}", f"{s.ddr_bytes / 1e6:.2f}", f"{s.ddr_bytes / max(s.compulsory_bytes, 1):.2f}x",
                   f"{s.wall_s:.2f}")
     console.print(t)
@@ -362,12 +392,14 @@ def print_generation(gen: Generation, report, console) -> bool:
         console.print(f"{function}: NPU share of MACs {100 * npu / max(total, 1):.1f}% ({npu:,} of {total:,})")
     console.print(f"both functions: {mac_share_line(report)}")
     print_host_dispatches(report, console)
-    ok = all(within_limits(s.rel_l2, s.cosine) for s in gen.steps)
+    within = all(within_limits(s.rel_l2, s.cosine) for s in gen.steps)
+    as_bf16 = all(s.token == s.bf16_token for s in gen.steps)
     same = sum(s.token == s.torch_token for s in gen.steps)
-    console.print(f"greedy tokens equal torch fp32's at {same} of {len(gen.steps)} steps; logits "
-                  f"{'within' if ok else 'NOT within'} rel L2 <= {REL_L2_LIMIT:g}, cosine >= {COSINE_LIMIT} at every step")
-    return ok
-
+    console.print(f"greedy tokens equal torch fp32's at {same} of {len(gen.steps)} steps, torch bf16's at "
+                  f"{sum(s.token == s.bf16_token for s in gen.steps)}; logits {'within' if within else 'NOT within'} "
+                  f"rel L2 <= {REL_L2_LIMIT:g}, cosine >= {COSINE_LIMIT} at every step (torch's own bf16 run: "
+                  f"rel L2 up to {max(s.bf16_rel_l2 for s in gen.steps):.2e})")
+    return as_bf16
 
 def main(argv=None) -> int:
     from rich.console import Console
@@ -387,7 +419,7 @@ def main(argv=None) -> int:
         p.error(f"--prompt + --tokens - 1 must fit the cache (--max-len {args.max_len})")
     cfg = LlamaConfig(layers=args.layers, vocab=args.vocab, max_len=args.max_len)
     model = make_llama(cfg)
-    console = Console() if Console().is_terminal else Console(width=160)
+    console = Console() if Console().is_terminal else Console(width=200)
     t0 = time.perf_counter()
     exported = export_llm(model, args.prompt)
     t1 = time.perf_counter()
