@@ -71,8 +71,8 @@ def test_greedy_tokens_match_where_torch_is_decided(generation):
 
 
 def test_every_mac_runs_on_the_npu(compiled):
-    """What stays on the host are the gathers (embedding rows, decode's rotary / one-hot / mask
-    rows selected by `position`), which have no MACs."""
+    """What stays on the host are the gathers (the embedding rows, decode's one-hot row of
+    `position`): linalg.index has no Torq lowering; they have no MACs."""
     _, cm = compiled
     assert cm.report.npu_mac_share == 1.0
     host = [d for d in cm.report.dispatches if d.executor == "host"]
