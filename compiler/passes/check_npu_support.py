@@ -9,6 +9,7 @@ on host; the target's remark gives the reason) when:
   quantize requantization lowering left: a quantized softmax or layer norm)
   and --torq-int8-float-ops is not bf16;
 - --torq-keep-f32 is given and it computes or passes f32;
+- a tensor argument or result has a dtype the slices lack (i64, f64, index);
 - a linalg op (or pad) matches no Torq pattern, or a tensor has a dtype the
   slices lack, or an op outside linalg bodies has no Torq lowering;
 - a result is neither computed by a fuse group nor a copy a DMA makes;
@@ -79,6 +80,19 @@ def _io_of(func: ir.Operation, element_types: tuple[str, ...]) -> bool:
                for t in list(ftype.inputs) + list(ftype.results))
 
 
+def _io_dtype_reason(func: ir.Operation) -> str:
+    """A tensor argument or result of a dtype the slices lack (i64 indices, f64): the
+    program model has no such DDR tensor, even for a dispatch that only copies it."""
+    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    for kind, types in (("argument", ftype.inputs), ("result", ftype.results)):
+        for i, t in enumerate(types):
+            if isinstance(t, ir.ShapedType):
+                s = str(ir.ShapedType(t).element_type)
+                if s not in SUPPORTED_DTYPES or s == "index":
+                    return f"tensor {kind} {i} ({t}) is of {s}, which the slices do not support"
+    return ""
+
+
 def _op_reason(op: ir.Operation, options: PassOptions, groups: list) -> str:
     """Why `op` has no NPU form ("" if it has); a matched fuse group goes into `groups`."""
     if op.name.startswith("linalg.") or op.name == "tensor.pad":
@@ -138,6 +152,9 @@ def unsupported_reason(func: ir.Operation, options: PassOptions) -> str:
         reason = _op_reason(op, options, groups)
         if reason:
             return reason
+    reason = _io_dtype_reason(func)  # after the ops' reasons, which say more (a gather's index op)
+    if reason:
+        return reason
     reason = data_movement_reason(func)  # results no group computes must be copies DMAs make
     if reason:
         return reason if groups else f"no compute the NPU runs, and {reason}"
