@@ -7,7 +7,8 @@
 Models, side by side: an MLP, the sample CNN (samples/cnn.py), MobileNetV2,
 MobileNetV3-Large and ResNet-18 at 224x224, a BERT-base encoder layer at
 sequence 128 (samples/models.py, random weights), and the three CNNs again
-quantized to int8 by onnxruntime (`<name>_int8`: a second table, int8.py).
+quantized to int8 by onnxruntime (`<name>_int8`: a second table, int8.py),
+and samples/llm.py's Llama decoder (`llm`: prefill and decode, a third table, llm_rows.py).
 Per model, in its own child process
 (`--timeout` each; a failure or timeout is a row with the error):
 1. export with iree-turbine to torch-dialect MLIR (once; both compilers get it);
@@ -50,6 +51,8 @@ from common import (  # noqa: E402
 )
 from int8 import is_int8, measure_int8  # noqa: E402
 from int8 import markdown as int8_markdown  # noqa: E402
+from llm_rows import is_llm, measure_llm  # noqa: E402
+from llm_rows import markdown as llm_markdown  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOST_FLAGS = ["--iree-llvmcpu-target-cpu=host"]  # as torq's host side (compiler/driver.py HOST_FLAGS)
@@ -86,6 +89,8 @@ def measure(spec: dict) -> dict:
     """One model: both compiles, both runs, the simulated figures and the errors."""
     if is_int8(spec["model"]):
         return measure_int8(spec, build_model, simulated_figures, llvm_cpu_function)
+    if is_llm(spec["model"]):
+        return measure_llm(spec, llvm_cpu_function)
     import numpy as np
     import torch
     from cnn import error_figures
@@ -180,7 +185,7 @@ def markdown(rows: list[dict], info: dict, args) -> str:
              f"`build_tools/benchmarks/run.py{' --quick' if args.quick else ''}` on `--torq-hw={args.hw}`. "
              + machine_markdown(info), "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(table_row(r)) + " |" for r in rows if not r.get("int8")]
+    lines += ["| " + " | ".join(table_row(r)) + " |" for r in rows if not (r.get("int8") or r.get("llm"))]
     lines += ["", "Columns: torq-compile = `torq.compile` of the exported MLIR in process, cold (an empty "
               "dispatch cache; distinct dispatches in one worker process per core); iree-compile = the "
               "`iree-compile` binary, llvm-cpu backend, same MLIR and `--iree-llvmcpu-target-cpu=host`; warm "
@@ -194,7 +199,7 @@ def markdown(rows: list[dict], info: dict, args) -> str:
               "0.9999). wall s = the whole measurement of that model, export included.", ""]
     notes = []
     for r in rows:
-        if "cycles" not in r or r.get("int8"):
+        if "cycles" not in r or r.get("int8") or r.get("llm"):
             continue
         ref = (f"llvm-cpu vs torch rel L2 {r['cpu_rel_l2']:.1e}, cosine {r['cpu_cosine']:.6f}"
                if "cpu_error" not in r else f"llvm-cpu failed: {r['cpu_error']}")
@@ -206,7 +211,7 @@ def markdown(rows: list[dict], info: dict, args) -> str:
     if notes:
         lines += ["Per model (reference error of llvm-cpu itself, host dispatches and why they stay on the host):",
                   "", *notes, ""]
-    return "\n".join(lines + int8_markdown(rows))
+    return "\n".join(lines + int8_markdown(rows) + llm_markdown(rows))
 
 
 def main(argv=None) -> int:
