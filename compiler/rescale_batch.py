@@ -9,11 +9,12 @@ all channels with the same number of levels is done in one go:
   the least and largest step-point gap per level distance of a block of channels at once;
 - `nearest_many`: `rescale_fit.nearest_rescale` of many channels, every stage of the
   coarse-to-fine multiplier search (`rescale_fit.MultiplierSearch`) priced for all of them in one `_multiplier_costs`;
-- `fit_many`: `rescale_fit.fit_steps` of many channels, with these two.
+- `fit_many`: the rescale of each channel (exact, else with `nearest` the nearest), with
+  these two, measured by `rescale_fit.checked_fit`.
 
-Results equal the per-channel functions' (tests/unit/test_rescale_batch.py), but for the
-least-squares slope the nearest search starts from: a closed-form fit here, `np.polyfit`
-there, which may round m0 differently in its last bit.
+`fit_steps`, `fit_channel`, `nearest_rescale` and `derive_rescale` are the same for one
+channel (one-element calls): there is one implementation of the search, and a channel's
+result does not depend on the channels fitted beside it (tests/unit/test_rescale_batch.py).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .rescale_fit import (
     nearest_result,
     rescale_in_interval,
     slope_bounds,
+    step_points,
 )
 
 # Elements of the largest temporary array (a block of channels' gaps or search costs).
@@ -157,3 +159,38 @@ def fit_many(steps: list[tuple[int, int, np.ndarray]], glos: list[int], ghis: li
             except NotExact as e:
                 out[c] = _refusal(e)
     return out
+
+
+def _one(result):
+    if isinstance(result, NotExact):
+        raise result
+    return result
+
+
+def fit_steps(steps: tuple[int, int, np.ndarray], glo: int, ghi: int, mirrored: bool,
+              nearest: bool = True) -> ChannelFit:
+    """`fit_many` of one channel: from the `step_points` of g on [glo, ghi] (g(b) = f(-b) when
+    `mirrored`); raises NotExact."""
+    return _one(fit_many([steps], [glo], [ghi], [mirrored], nearest)[0])
+
+
+def fit_channel(f, lo: int, hi: int, direction: int, nearest: bool = True) -> ChannelFit:
+    """The rescale of monotone `f` on [lo, hi]: exact when one exists, else (with `nearest`)
+    the nearest, checked to be at most one output step off everywhere; raises NotExact.
+
+    A non-increasing f is fitted as g(b) = f(-b) and mirrored (negative multiplier).
+    """
+    g = f if direction >= 0 else (lambda b: f(-b))
+    glo, ghi = (lo, hi) if direction >= 0 else (-hi, -lo)
+    return fit_steps(step_points(g, glo, ghi), glo, ghi, direction < 0, nearest)
+
+
+def derive_rescale(f, lo: int, hi: int, direction: int) -> Rescale:
+    """The exact rescale of monotone `f` on [lo, hi] (direction +1, -1 or 0); raises NotExact."""
+    return fit_channel(f, lo, hi, direction, nearest=False).rescale
+
+
+def nearest_rescale(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int) -> Rescale:
+    """The rescale whose step points are nearest the step points `ts` of a non-decreasing step
+    function with levels qlo..qhi on [lo, hi] (`nearest_many` of one); raises NotExact."""
+    return _one(nearest_many([((qlo, qhi, np.asarray(ts, np.int64)), lo, hi)])[0])

@@ -12,20 +12,24 @@ in 64-bit integers (TOSA rescale's arithmetic with a free rounding term).
   the whole range, or says that none exists (NotExact): the step points
   T_k = min{a : q(a) >= k} must lie on one line (the inequalities in
   requant.py's docstring).
-- `nearest_rescale` is used when none exists (f32 rounding moved some step
-  points off every line, the common case for ONNX / torch QDQ scales): it
-  takes the least-squares slope of the step points and, around it, the
-  multiplier and rounding that put the most step points of g on those of q
-  (a sweep over the rounding terms each step point admits), the least total
-  step displacement breaking ties (DESIGN "Quantized arithmetic").
+- the nearest rescale is used when none exists (f32 rounding moved some step
+  points off every line, the common case for ONNX / torch QDQ scales): the
+  least-squares slope of the step points and, around it, the multiplier and
+  rounding that put the most step points of g on those of q (a sweep over
+  the rounding terms each step point admits), the least total step
+  displacement breaking ties (DESIGN "Quantized arithmetic"):
+  `nearest_candidates`, `MultiplierSearch` and `_multiplier_costs` here,
+  searched for all channels of a requantization at once by
+  compiler/rescale_batch.py.
 - `disagreement` measures the result exactly: the number of accumulator
   values on which g and q differ and the largest difference in output steps,
   from both functions' step points (two monotone step functions are constant
   between consecutive step points of either).
-`fit_channel` is the entry point: exact when it can be, else the nearest
-(when allowed), never more than one output step off anywhere on [lo, hi];
-`fit_steps` is the same from step points already found (requant.py finds
-those of all channels at once with `channel_step_points`).
+The entry points, `fit_channel` / `fit_steps` for one channel and `fit_many`
+for many (exact when it can be, else the nearest when allowed, never more
+than one output step off anywhere on [lo, hi]), are in
+compiler/rescale_batch.py; requant.py finds the step points of all channels
+at once with `channel_step_points`.
 """
 
 from __future__ import annotations
@@ -267,11 +271,6 @@ def _mirror(r: Rescale) -> Rescale:
     return Rescale(-r.offset, -r.multiplier, r.rounding, r.shift, r.qmin, r.qmax)
 
 
-def derive_rescale(f, lo: int, hi: int, direction: int) -> Rescale:
-    """The exact rescale of monotone `f` on [lo, hi] (direction +1, -1 or 0); raises NotExact."""
-    return fit_channel(f, lo, hi, direction, nearest=False).rescale
-
-
 @dataclass
 class ChannelFit:
     """The rescale of one channel and how far it is from the chain it replaces."""
@@ -282,29 +281,6 @@ class ChannelFit:
     @property
     def exact(self) -> bool:
         return self.differing == 0
-
-
-def fit_channel(f, lo: int, hi: int, direction: int, nearest: bool = True) -> ChannelFit:
-    """The rescale of monotone `f` on [lo, hi]: exact when one exists, else (with `nearest`)
-    the nearest, checked to be at most one output step off everywhere; raises NotExact.
-
-    A non-increasing f is fitted as g(b) = f(-b) and mirrored (negative multiplier).
-    """
-    g = f if direction >= 0 else (lambda b: f(-b))
-    glo, ghi = (lo, hi) if direction >= 0 else (-hi, -lo)
-    return fit_steps(step_points(g, glo, ghi), glo, ghi, direction < 0, nearest)
-
-
-def fit_steps(steps: tuple[int, int, np.ndarray], glo: int, ghi: int, mirrored: bool,
-              nearest: bool = True) -> ChannelFit:
-    """`fit_channel` from the `step_points` of g on [glo, ghi] (g(b) = f(-b) when `mirrored`)."""
-    qlo, qhi, ts = steps
-    try:
-        return checked_fit(steps, glo, ghi, mirrored, fit_rescale(qlo, qhi, ts, glo, ghi), True)
-    except NotExact:
-        if not nearest:
-            raise
-    return checked_fit(steps, glo, ghi, mirrored, nearest_rescale(qlo, qhi, ts, glo, ghi), False)
 
 
 def checked_fit(steps: tuple[int, int, np.ndarray], glo: int, ghi: int, mirrored: bool, r: Rescale,
@@ -422,28 +398,6 @@ class MultiplierSearch:
         """(m, R) of the best candidate priced."""
         _, _, i, r = min(self.known.values())
         return int(self.mults[i]), r
-
-
-def nearest_rescale(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int) -> Rescale:
-    """The rescale whose step points U_k are nearest the step points `ts` of a non-decreasing
-    step function with levels qlo..qhi on [lo, hi] (least sum |U_k - T_k|, see the module
-    docstring); raises NotExact when the step points span no slope."""
-    ts = np.asarray(ts, np.int64)
-    ks = np.arange(qlo + 1, qhi + 1, dtype=np.int64)
-    if len(ks) < 2 or ts[-1] == ts[0]:
-        raise NotExact("its levels change at a single accumulator value; no slope to fit")
-    shift, m0, mults = nearest_candidates(qlo, qhi, ts, lo, hi, 1.0 / np.polyfit(ks.astype(np.float64),
-                                                                               ts.astype(np.float64), 1)[0])
-    def costs(m):
-        cost, rounding = _multiplier_costs((ks * (1 << shift))[None], ts[None], m[None], np.array([lo]),
-                                           np.array([hi]))
-        return cost[0], rounding[0]
-
-    search = MultiplierSearch(mults, m0)
-    while (asked := search.wanted()) is not None:
-        search.priced(*costs(mults[asked]))
-    m, total = search.result()
-    return nearest_result(qlo, qhi, lo, hi, shift, m, total)
 
 
 def nearest_candidates(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int,

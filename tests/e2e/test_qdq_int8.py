@@ -23,7 +23,7 @@ from llvm_cpu import llvm_cpu  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import torq  # noqa: E402
-from torq.compiler import f32_chain, requant_channels, rescale_fit  # noqa: E402
+from torq.compiler import f32_chain, requant_channels, rescale_batch, rescale_fit  # noqa: E402
 from torq.compiler.onnx_import import import_onnx  # noqa: E402
 
 GRAPH = "main_graph"
@@ -269,7 +269,7 @@ def test_step_points_and_rescale_against_brute_force():
         ks = np.arange(qlo + 1, qhi + 1)
         assert np.all(q[ts - lo] >= ks) and np.all((ts == lo) | (q[np.maximum(ts - 1 - lo, 0)] < ks))
         try:
-            r = rescale_fit.derive_rescale(f, lo, hi, 1)
+            r = rescale_batch.derive_rescale(f, lo, hi, 1)
         except rescale_fit.NotExact:
             refused += 1
             assert no_line_certificate(bts, bqlo)
@@ -283,11 +283,11 @@ def test_step_points_and_rescale_against_brute_force():
 def test_decreasing_and_constant_chains():
     f = numpy_chain(0.0513, -0.0107, 0.1234, 0.0217, 3, relu=False, fma=True)  # a negative weight scale
     lo, hi = -5000, 5000
-    r = rescale_fit.derive_rescale(f, lo, hi, -1)
+    r = rescale_batch.derive_rescale(f, lo, hi, -1)
     a = np.arange(lo, hi + 1)
     assert r.multiplier < 0 and np.array_equal(r(a), f(a))
     g = numpy_chain(0.05, 0.01, -100.0, 0.02, 3, relu=False, fma=True)  # saturated everywhere
-    rc = rescale_fit.derive_rescale(g, lo, hi, 1)
+    rc = rescale_batch.derive_rescale(g, lo, hi, 1)
     assert rc.multiplier == 0 and np.array_equal(rc(a), g(a)) and np.all(g(a) == -128)
 
 

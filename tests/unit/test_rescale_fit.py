@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from torq.compiler.rescale_batch import fit_channel, nearest_rescale
 from torq.compiler.rescale_fit import (
     NotExact,
     Rescale,
@@ -19,11 +20,9 @@ from torq.compiler.rescale_fit import (
     channel_step_points,
     disagreement,
     first_reaching,
-    fit_channel,
     fit_product,
     fit_rescale,
     fit_sum,
-    nearest_rescale,
     step_points,
 )
 
