@@ -294,18 +294,23 @@ def write_report(directory: str, fig: dict, stats: list[dict]) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     try:
         os.makedirs(directory, exist_ok=True)
     except OSError as e:
         raise ToolError(f"cannot create report directory {directory}: {e.strerror or e}") from None
     hw = TorqHw.from_dict(fig["hw"])
-    torq = [d for d in fig["dispatches"] if d["executor"] == "torq"]
-    written = []
+    written = [_plot_cycles_vs_roofline(os.path.join(directory, "cycles_vs_roofline.png"), fig, hw),
+               _plot_lram_occupancy(os.path.join(directory, "lram_occupancy.png"), stats, hw)]
+    path = os.path.join(directory, "summary.md")
+    _write_files([(path, "\n".join(_summary_markdown(fig, hw)).encode(), False)])
+    return written + [path]
 
-    # 1. Cycles against roofline, per dispatch.
-    path = os.path.join(directory, "cycles_vs_roofline.png")
+
+def _plot_cycles_vs_roofline(path: str, fig: dict, hw: TorqHw) -> str:
+    """Cycles against roofline, per Torq dispatch."""
+    import matplotlib.pyplot as plt
+
+    torq = [d for d in fig["dispatches"] if d["executor"] == "torq"]
     fig1, ax = plt.subplots(figsize=(9, 0.45 * max(4, len(torq)) + 1.5))
     names = [f"{i}: {d['name'][-40:]}" for i, d in enumerate(torq)]
     ys = range(len(torq))
@@ -321,11 +326,15 @@ def write_report(directory: str, fig: dict, stats: list[dict]) -> list[str]:
     ax.set_title(f"Torq dispatches of @{fig['function']}: simulated vs roofline ({hw.spec})")
     ax.legend(loc="lower right", fontsize=8)
     fig1.tight_layout()
-    written.append(_save(fig1, path))
+    saved = _save(fig1, path)
     plt.close(fig1)
+    return saved
 
-    # 2. Engines and LRAM occupancy over time, for the dispatch with the most cycles.
-    path = os.path.join(directory, "lram_occupancy.png")
+
+def _plot_lram_occupancy(path: str, stats: list[dict], hw: TorqHw) -> str:
+    """Engines and LRAM occupancy over time, for the dispatch with the most cycles."""
+    import matplotlib.pyplot as plt
+
     heavy = max((s for s in stats if s.get("executor") == "torq"), key=lambda s: s["cycles"], default=None)
     fig2, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True, gridspec_kw={"height_ratios": [1, 2]})
     if heavy is not None and heavy.get("timeline"):
@@ -353,10 +362,13 @@ def write_report(directory: str, fig: dict, stats: list[dict]) -> list[str]:
     ax2.set_xlabel("cycle")
     ax2.set_ylabel("KiB")
     fig2.tight_layout()
-    written.append(_save(fig2, path))
+    saved = _save(fig2, path)
     plt.close(fig2)
+    return saved
 
-    # 3. Markdown summary.
+
+def _summary_markdown(fig: dict, hw: TorqHw) -> list[str]:
+    """summary.md's lines: totals, the per-dispatch table, the per-layer report and the plots."""
     t = fig["total"]
     md = [f"# {PROG}: @{fig['function']} of `{os.path.basename(fig['module'])}`", "",
           f"Device: {hw.spec} ({hw.slices} slices, {hw.clock_mhz} MHz, LRAM {hw.lram_kb} KiB). "
@@ -385,10 +397,7 @@ def write_report(directory: str, fig: dict, stats: list[dict]) -> list[str]:
     if "layers" in fig:
         md += layer_report.markdown_lines(fig["layers"], fig["summary"])
     md += ["![cycles vs roofline](cycles_vs_roofline.png)", "", "![LRAM occupancy](lram_occupancy.png)", ""]
-    path = os.path.join(directory, "summary.md")
-    _write_files([(path, "\n".join(md).encode(), False)])
-    written.append(path)
-    return written
+    return md
 
 
 def _write_files(writes: list[tuple[str, bytes, bool]]) -> None:
