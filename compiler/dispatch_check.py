@@ -36,24 +36,28 @@ def declare_check(module_op: ir.Operation, declared: set) -> None:
     declared.add(CALLEE)
 
 
-def host_copy(dispatch: ir.Operation) -> ir.Operation:
-    """The original dispatch, cloned before it at the insertion point (it stays a host dispatch)."""
-    return dispatch.clone()
+def export_view(value: ir.Value) -> ir.Value:
+    """`value` (a tensor) as a `!hal.buffer_view` for a call of the `torq` module."""
+    return ir.Operation.create("hal.tensor.export", results=[ir.Type.parse("!hal.buffer_view")], operands=[value],
+                               attributes={"source_encoding": ir.TypeAttr.get(value.type)}).result
+
+
+def import_view(view: ir.Value, tensor_type: ir.Type) -> ir.Value:
+    """A `!hal.buffer_view` a `torq` call returned, as a tensor of `tensor_type`."""
+    return ir.Operation.create(
+        "hal.tensor.import", results=[tensor_type], operands=[view],
+        attributes={"target_encoding": ir.TypeAttr.get(tensor_type),
+                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])}).result
 
 
 def checked(exe: ir.Value, result_index: int, npu: ir.Value, host: ir.Value) -> ir.Value:
-    """`npu` (a tensor) passed through `torq.check` with `host`, the host copy's same result."""
-    bv = ir.Type.parse("!hal.buffer_view")
+    """`npu` (a tensor) passed through `torq.check` with `host`, the host copy's same result
+    (at the insertion point; the caller clones the original dispatch for `host`)."""
     which = ir.Operation.create(
         "util.buffer.constant", results=[ir.Type.parse("!util.buffer")],
         attributes={"value": ir.DenseElementsAttr.get(np.array([result_index], np.int32)),
                     "alignment": ir.IntegerAttr.get(ir.IndexType.get(), 16)}).result
-    views = [ir.Operation.create("hal.tensor.export", results=[bv], operands=[v],
-                                 attributes={"source_encoding": ir.TypeAttr.get(v.type)}).result
-             for v in (npu, host)]
-    call = ir.Operation.create("util.call", results=[bv], operands=[exe, which] + views,
+    call = ir.Operation.create("util.call", results=[ir.Type.parse("!hal.buffer_view")],
+                               operands=[exe, which, export_view(npu), export_view(host)],
                                attributes={"callee": ir.FlatSymbolRefAttr.get(CALLEE)})
-    return ir.Operation.create(
-        "hal.tensor.import", results=[npu.type], operands=[call.result],
-        attributes={"target_encoding": ir.TypeAttr.get(npu.type),
-                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])}).result
+    return import_view(call.result, npu.type)

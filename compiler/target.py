@@ -43,6 +43,7 @@ from torq.contract.measures import program_traffic
 from torq.contract.module_abi import MODULE_NAME, export_name
 
 from . import dispatch_check
+from .dispatch_check import export_view, import_view
 from .dispatch_compile import Compiled, DispatchCache, DispatchCompiler, Refused, WorkerError, compile_in_process
 from .dispatch_extraction import ExtractedDispatch, FlowModuleFacts, extract_dispatch_function
 from .host_dispatches import box_copy_dispatch, hoist_input_pads, host_tail_dispatch
@@ -125,7 +126,7 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
     (compiler/dispatch_check.py)."""
     bv = ir.Type.parse("!hal.buffer_view")
     with ir.InsertionPoint(dispatch), dispatch.location:
-        copy = dispatch_check.host_copy(dispatch) if check else None
+        copy = dispatch.clone() if check else None  # the original, left for the host
         exe = ir.Operation.create(
             "util.buffer.constant", results=[ir.Type.parse("!util.buffer")],
             attributes={"value": ir.DenseElementsAttr.get(
@@ -133,9 +134,7 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
                 "alignment": ir.IntegerAttr.get(ir.IndexType.get(), 64)})
         # The inputs, then the read-write operands of the results updated in place.
         passed = ex.input_operands + [ex.result_updates[k][0] for k in ex.in_place]
-        views = [ir.Operation.create("hal.tensor.export", results=[bv], operands=[v],
-                                     attributes={"source_encoding": ir.TypeAttr.get(v.type)}).result
-                 for v in (dispatch.operands[i] for i in passed)]
+        views = [export_view(dispatch.operands[i]) for i in passed]
         call = ir.Operation.create("util.call", results=[bv] * len(dispatch.results),
                                    operands=[exe.result] + views,
                                    attributes={"callee": ir.FlatSymbolRefAttr.get(callee)})
@@ -144,11 +143,7 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
             k = list(dispatch.results).index(r)
             # An in-place result is the whole updated operand, of the dispatch result's type.
             t = r.type if k in ex.in_place else t
-            imp = ir.Operation.create(
-                "hal.tensor.import", results=[t], operands=[v],
-                attributes={"target_encoding": ir.TypeAttr.get(t),
-                            "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])})
-            value = imp.result
+            value = import_view(v, t)
             if k in ex.host_tails:  # the dequantize after an int8 NPU result runs on the host
                 value = host_tail_dispatch(value, ex.host_tails[k], ir.RankedTensorType(r.type).element_type)
             if copy is not None and tied < 0:

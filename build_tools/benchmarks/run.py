@@ -58,14 +58,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 HOST_FLAGS = ["--iree-llvmcpu-target-cpu=host"]  # as torq's host side (compiler/driver.py HOST_FLAGS)
 
 
-def llvm_cpu_function(mlir: str | bytes, function: str = "main") -> tuple[float, object]:
-    """iree-compile (llvm-cpu) seconds and the compiled `function` on iree.runtime local-task."""
-    import iree.runtime as rt
+def llvm_cpu_compile(mlir: str | bytes) -> tuple[float, bytes]:
+    """iree-compile (llvm-cpu) seconds and the .vmfb."""
     from iree.compiler import tools as iree_tools
 
     t0 = time.perf_counter()
     vmfb = iree_tools.compile_str(mlir, target_backends=["llvm-cpu"], extra_args=HOST_FLAGS)
-    compile_s = time.perf_counter() - t0
+    return time.perf_counter() - t0, vmfb
+
+
+def llvm_cpu_function(mlir: str | bytes, function: str = "main") -> tuple[float, object]:
+    """iree-compile (llvm-cpu) seconds and the compiled `function` on iree.runtime local-task."""
+    import iree.runtime as rt
+
+    compile_s, vmfb = llvm_cpu_compile(mlir)
     ctx = rt.SystemContext(config=rt.Config("local-task"))
     ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
     return compile_s, ctx.modules.module[function]
@@ -90,7 +96,7 @@ def measure(spec: dict) -> dict:
     if is_int8(spec["model"]):
         return measure_int8(spec, build_model, simulated_figures, llvm_cpu_function)
     if is_llm(spec["model"]):
-        return measure_llm(spec, llvm_cpu_function)
+        return measure_llm(spec, llvm_cpu_compile)
     import numpy as np
     import torch
     from cnn import error_figures
