@@ -54,6 +54,13 @@ from .patterns import Unsupported, classify_contraction
 from .pipeline import dispatch_pipeline, run_passes
 from .source_locations import SOURCE_ATTR, dispatch_op_kinds, dispatch_source, first_frame_location
 
+# A dispatch IREE hoisted into a util.initializer runs once, when the module loads: a
+# constant expression of parameters (a weight's transpose) or a constant mask. Load-time
+# work is the host's, as on the device; inference's timeline is the NPU's. (On the NPU, IREE's
+# stream pipeline also fails to converge around the calls in an initializer with external
+# parameters: "maximum iteration count exceeded in fixed point pipeline".)
+LOAD_TIME_REASON = "runs once when the module loads (IREE hoisted it into an initializer): host"
+
 
 @dataclass
 class DispatchDecision:
@@ -303,6 +310,9 @@ class TorqTarget:
             # MACs, source and op kinds before the dispatch is replaced
             job = _Job(dispatch, name, count_macs(dispatch), ir.Module.create(), dispatch_source(dispatch),
                        dispatch_op_kinds(dispatch))
+            if name.startswith("initializer_"):
+                self._refused(job, Refused(LOAD_TIME_REASON, unsupported=True), report)
+                continue
             try:
                 job.ex = extract_dispatch_function(dispatch, name, job.scratch, facts)
             except Unsupported as e:

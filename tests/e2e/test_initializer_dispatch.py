@@ -1,5 +1,6 @@
 """A dispatch IREE hoists into a util.initializer (a causal SDPA's constant mask)
-compiles: it is named `initializer_dispatch_N` and the model matches torch.
+compiles: it is named `initializer_dispatch_N`, runs on the host once at load
+(compiler/target.py LOAD_TIME_REASON) and the model matches torch.
 Before, looking for its enclosing util.func crashed the compiler."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import numpy as np
 import torch
 
 import torq
+from torq.compiler.target import LOAD_TIME_REASON
 
 
 class CausalAttention(torch.nn.Module):
@@ -21,6 +23,9 @@ def test_causal_sdpa_with_initializer_dispatch_compiles_and_matches_torch():
     cm = torq.compile(CausalAttention(), q, k, v, remarks=None)
     names = [d.name for d in cm.report.dispatches]
     assert any(n.startswith("initializer_dispatch_") for n in names), names
+    assert {(d.executor, d.reason) for d in cm.report.dispatches if d.name.startswith("initializer_")} \
+        == {("host", LOAD_TIME_REASON)}
+    assert all(d.executor == "torq" for d in cm.report.dispatches if d.name.startswith("main_"))
     y = np.asarray(cm(q.numpy(), k.numpy(), v.numpy()))
     ref = CausalAttention()(q, k, v).numpy()
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) <= 1e-2
