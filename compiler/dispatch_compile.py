@@ -9,10 +9,11 @@ package versions, nothing else. `DispatchCompiler.compile_all` uses that:
   function's bytecode with its name and locations taken out (two layers of
   one model are the same dispatch at different source lines), the pipeline,
   the `PassOptions` (hardware model included) and the versions of iree-torq
-  and IREE. A hit is the stored executable with its program renamed to the
-  dispatch's name and given its source (`source_locations.SOURCE_ATTR`; the
-  only places they enter it), which equals a fresh compile byte for byte
-  (tests/e2e/test_dispatch_cache.py). Entries live in memory for one compile
+  and IREE. A hit is the stored executable itself: an executable names no
+  call site (torq-serialize-executable leaves the program's name and source
+  empty; the runtime names calls from the dispatch records), so it equals a
+  fresh compile byte for byte (tests/e2e/test_dispatch_cache.py), and
+  identical dispatches embed one constant in the .vmfb. Entries live in memory for one compile
   and on disk across compiles (`cache_dir`, one file per key, written
   atomically). Only successes are stored: a refusal is
   found again, with its remark, on the next compile.
@@ -41,8 +42,6 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 from iree.compiler import ir, passmanager
-
-from torq.contract.executable import parse_executable, serialize_program
 
 from .ir_utils import CompileError
 from .nss_ir import program_meta
@@ -114,21 +113,6 @@ def _compiled(func: ir.Operation, reports: dict) -> Compiled:
     if "torq.host_result_types" in func.attributes:  # f32 where the NPU computes bf16
         results = [str(ir.TypeAttr(t).value) for t in ir.ArrayAttr(func.attributes["torq.host_result_types"])]
     return Compiled(blob, meta["tiles"], meta["lram_peak"], results, reports)
-
-
-def renamed(blob: bytes, name: str, source: str, options: PassOptions) -> bytes:
-    """`blob` with its program named `name` and from `source` (a cache hit compiled under
-    another name, from another place in the model)."""
-    program = parse_executable(blob, options.hw)
-    if program.name == name and program.source == source:
-        return blob
-    return serialize_program(replace(program, name=name, source=source))
-
-
-def _source_of(module: ir.Module) -> str:
-    """The `SOURCE_ATTR` of the one-function `module` ("" without one)."""
-    func = module.body.operations[0].operation
-    return ir.StringAttr(func.attributes[SOURCE_ATTR]).value if SOURCE_ATTR in func.attributes else ""
 
 
 def bytecode(module: ir.Module) -> bytes:
@@ -307,9 +291,6 @@ class DispatchCompiler:
             if outcomes[i] is None:  # a duplicate of an item compiled just now
                 done = outcomes[first[key]]
                 outcomes[i] = replace(done, cached=True) if isinstance(done, Compiled) else done
-        for (name, module), outcome in zip(items, outcomes):
-            if isinstance(outcome, Compiled) and outcome.cached:
-                outcome.blob = renamed(outcome.blob, name, _source_of(module), self.options)
         return outcomes
 
     def _compile(self, modules: list[ir.Module], data: list[bytes | None]) -> list[Compiled | Refused]:

@@ -8,6 +8,7 @@ from importlib import metadata
 from pathlib import Path
 
 
+@functools.cache  # the key of every dispatch reads it; installs do not change under a compile
 def installed_version(dist: str, missing: str = "not installed") -> str:
     """The installed version of distribution `dist`, or `missing`."""
     try:

@@ -5,15 +5,17 @@ Contract:
   each public function that has dispatches (IREE copies it into the .vmfb
   function's reflection map): compact JSON `{"v": VERSION, "dispatches":
   [...]}`, one object per dispatch of that function in program order, NPU
-  and host alike, with the fields `FIELDS`: "name" (the Torq executable's
-  program name for an NPU dispatch), "executor" ("torq" | "host"), "ops"
+  and host alike, with the fields `FIELDS`: "name" (the dispatch's name: the
+  runtime's name for an NPU call), "executor" ("torq" | "host"), "ops"
   (what it computes, e.g. "conv2d+elementwise"), "macs" (the compiler's
   count of the model's MACs, null when unknown), "source" (where it came
   from in the model: torch `file:line`s, ONNX node names; "" when unknown)
   and "reason" (why a host dispatch stays on the host; "" for NPU ones).
 - It is what the runtime knows of host dispatches (they have no Torq
-  executable) and of the program order; an NPU dispatch's executable also
-  carries its own source (`Program.source`).
+  executable), of the program order and of where each NPU call comes from:
+  identical dispatches share one executable, which names no call site, and
+  the runtime names the k-th NPU call of an invocation by the function's
+  k-th NPU record (`call_sites`).
 - `decode(text)` returns the list of dicts, or None for a text it cannot
   read (another version, not JSON): a report then has NPU rows only.
   Readers ignore fields they do not know; a new field needs no new version,
@@ -45,3 +47,8 @@ def decode(text: str) -> list[dict] | None:
         return None
     rows = [d for d in data["dispatches"] if isinstance(d, dict) and isinstance(d.get("name"), str)]
     return [{k: d.get(k, "" if k != "macs" else None) for k in FIELDS} for d in rows]
+
+
+def call_sites(records: list[dict] | None) -> tuple[tuple[str, str], ...]:
+    """(name, source) of each NPU dispatch of `records`, in program order: the function's Torq calls."""
+    return tuple((r["name"], r.get("source") or "") for r in records or () if r.get("executor") == "torq")

@@ -52,6 +52,7 @@ import iree.runtime as rt
 import ml_dtypes
 import numpy as np
 
+from torq.contract import dispatch_records
 from torq.contract.hw import TorqHw, parse_hw_spec
 from torq.contract.module_abi import MAX_INPUTS, MAX_RESULTS
 
@@ -297,6 +298,7 @@ class LoadedModule:
                 names.append(name)
             self.function_names: list[str] = names
             self._signatures = {n: function_signature(res.functions[n]) for n in names}
+            self._call_sites = {n: _call_sites(res.functions[n]) for n in names}
         except BaseException:
             self.close()
             raise
@@ -414,7 +416,7 @@ class LoadedModule:
             args.push_ref(numpy_to_buffer_view(device, array, et))
         n_results = len(sig.results) if sig.results else 1
         rets = rt.VmVariantList(max(1, n_results))
-        res.torq.reset()
+        res.torq.reset(self._call_sites.get(name, ()))
         t0 = time.perf_counter()
         try:
             res.context.vm_context.invoke(res.functions[name], args, rets)
@@ -445,6 +447,12 @@ class LoadedModule:
             else:
                 results.append((value, None))
         return results, None
+
+
+def _call_sites(fn: rt.VmFunction) -> tuple[tuple[str, str], ...]:
+    """(name, source) of `fn`'s NPU dispatches in call order, from its dispatch records."""
+    text = dict(fn.reflection).get(dispatch_records.KEY)
+    return dispatch_records.call_sites(dispatch_records.decode(text) if text else None)
 
 
 def _iree_message(e: BaseException) -> str:

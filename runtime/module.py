@@ -10,6 +10,13 @@ Contract:
   `Simulator.prepare`, once per cached program and device) and returns the
   results as new buffer views on the host device, in the program's host
   dtypes.
+- An executable does not know where it is called from: identical dispatches
+  share one (the compiler leaves `Program.name` and `Program.source` empty,
+  as IREE shares one executable among identical dispatches). The caller
+  passes `reset(call_sites)`, the (name, source) of the invoked function's
+  NPU dispatches in program order (its dispatch records,
+  contract/dispatch_records.py); the k-th call of the invocation is named by
+  the k-th site (without sites: the program's own name, or the import's).
 - Per-call statistics (`DispatchStats.to_dict()` plus "name",
   "executor": "torq", "hw_spec" (the `--torq-hw` text of the device it ran
   on), "wall_start_us" (host wall time from `reset()` to the call) and
@@ -147,6 +154,7 @@ class _State:
         self.plans: dict[tuple[int, TorqHw], Any] = {}  # (id of a cached program, hw) -> Simulator plan
         self.last_stats: list[dict] = []
         self.last_checks: list[dict] = []  # torq.check records (runtime/dispatch_check.py)
+        self.call_sites: tuple[tuple[str, str], ...] = ()  # (name, source) per NPU call, in order
         self.record_timeline = False
         self.t0 = time.perf_counter()
         self.pending_error: BaseException | None = None
@@ -191,12 +199,14 @@ class _State:
         return plan
 
     def run(self, n_results: int, blob_ref: rt.VmRef, arg_refs: tuple[rt.VmRef, ...]) -> Any:
-        name = ""  # the program's name, once parsed
         where = f"{MODULE_NAME}.{export_name(len(arg_refs), n_results)}"
+        k = len(self.last_stats)  # this call's index in the invocation: its site
+        name, source = self.call_sites[k] if k < len(self.call_sites) else ("", "")
         t_start = time.perf_counter()
         try:
             program = self.program(blob_ref)
-            name = program.name
+            name = name or program.name
+            source = source or program.source
             # The simulator only reads its inputs (converting them to their DDR dtype), so it
             # reads the mapped host buffers directly; `mappings` keeps them mapped meanwhile.
             mappings, inputs = [], []
@@ -246,7 +256,8 @@ class _State:
             raise err from e.with_traceback(None)
         t_end = time.perf_counter()
         d = dict(stats.to_dict())
-        d.setdefault("name", name)
+        d["name"] = name or where
+        d["source"] = source
         d["executor"] = "torq"
         d["hw_spec"] = sim.hw.spec
         d["wall_start_us"] = (t_start - self.t0) * 1e6
@@ -260,7 +271,8 @@ class _State:
         from .dispatch_check import compare
 
         try:
-            name = self.program(blob_ref).name
+            # the NPU call just before it, whose result it checks
+            name = self.last_stats[-1]["name"] if self.last_stats else self.program(blob_ref).name
             index = int(np.frombuffer(memoryview(which_ref.deref(rt.VmBuffer)), np.int32)[0])
             npu, host = (buffer_view_to_numpy(r.deref(rt.HalBufferView)) for r in (npu_ref, host_ref))
             self.last_checks.append(compare(name, index, npu, host))
@@ -341,8 +353,10 @@ class TorqModule:
     def record_timeline(self, value: bool) -> None:
         self._state.record_timeline = bool(value)
 
-    def reset(self) -> None:
-        """Clears stats and pending error and restarts the wall clock; call right before each invocation."""
+    def reset(self, call_sites: tuple[tuple[str, str], ...] = ()) -> None:
+        """Clears stats and pending error and restarts the wall clock; call right before each
+        invocation, with the (name, source) of its NPU dispatches in program order."""
+        self._state.call_sites = tuple(call_sites)
         self._state.last_stats.clear()
         self._state.last_checks.clear()
         self._state.pending_error = None

@@ -18,6 +18,7 @@ import torq
 from torq.compiler.dispatch_compile import DispatchCache, bytecode, cache_key
 from torq.compiler.passes import PassOptions
 from torq.compiler.pipeline import DISPATCH_PIPELINE
+from torq.contract.executable import parse_executable
 from torq.contract.hw import parse_hw_spec
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
@@ -164,6 +165,22 @@ def test_cache_entries_hold_the_executables_the_compile_used(tmp_path):
     cache = DispatchCache(str(tmp_path))
     stored = {hashlib.sha256(cache.get(entry.stem).blob).hexdigest() for entry in tmp_path.rglob("*.pickle")}
     assert stored == used and len(stored) == 5
+
+
+def test_identical_dispatches_share_one_executable_named_per_call(tmp_path):
+    """The two identical layers embed one executable, which names no call site; the runtime
+    names each call after its own dispatch (contract/dispatch_records.call_sites)."""
+    for flags in (["--torq-no-cache"], [f"--torq-cache-dir={tmp_path}"]):
+        cm, decisions = _compile("--torq-jobs=1", *flags)
+        shas = [d.executable_sha256 for d in cm.report.dispatches]
+        assert shas[-1] == shas[-2] and len(set(shas)) == 5, flags
+    blobs = [DispatchCache(str(tmp_path)).get(entry.stem).blob for entry in tmp_path.rglob("*.pickle")]
+    assert all(cm.vmfb.count(blob) == 1 for blob in blobs)
+    assert {(p.name, p.source) for p in (parse_executable(b) for b in blobs)} == {("", "")}
+    x, ws = _inputs()
+    cm(x, *ws)
+    assert [s["name"] for s in cm.last_stats] == [d.name for d in cm.report.dispatches]
+    assert [s["source"] for s in cm.last_stats] == [d.source for d in cm.report.dispatches]
 
 
 @pytest.mark.parametrize("flags, message", [
