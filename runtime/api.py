@@ -1,11 +1,16 @@
 """Python API to run a compiled .vmfb with its Torq dispatches on the simulator.
 
 Contract:
-- `load(path_or_bytes, hw=None) -> LoadedModule` reads a .vmfb (a path or its
-  bytes) and instantiates it on IREE's "local-task" CPU device for host code,
-  with the `torq` VM module (`TorqModule`) registered before it. `hw` (a
-  `TorqHw` or a `--torq-hw` spec string) fixes the simulated device; by
-  default each Torq executable runs on the hardware it was compiled for.
+- `load(path_or_bytes, hw=None, parameters=None) -> LoadedModule` reads a
+  .vmfb (a path or its bytes) and instantiates it on IREE's "local-task" CPU
+  device for host code, with the `torq` VM module (`TorqModule`) registered
+  before it. `hw` (a `TorqHw` or a `--torq-hw` spec string) fixes the
+  simulated device; by default each Torq executable runs on the hardware it
+  was compiled for. `parameters` are the parameter archives (.irpa, .gguf,
+  .safetensors) of a module compiled with external weights (iree-turbine's
+  `externalize_module_parameters`), as IREE's `--parameters` takes them:
+  `[scope=]path` strings (one or a list; iree-turbine's scope is "model") or a
+  {scope: path} mapping; IREE's `io_parameters` module serves them.
 - Each public function of the module is a callable attribute (`m.main(x, y)`;
   also `m["name"]` for names that are not identifiers or clash with methods).
   Inputs are numpy arrays, numpy/Python scalars or torch tensors; results are
@@ -46,7 +51,7 @@ import re
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import iree.runtime as rt
 import ml_dtypes
@@ -264,7 +269,8 @@ class _Resources:
 class LoadedModule:
     """A .vmfb ready to run; see the module docstring."""
 
-    def __init__(self, vmfb: bytes, source: str, hw: TorqHw | None = None) -> None:
+    def __init__(self, vmfb: bytes, source: str, hw: TorqHw | None = None,
+                 parameters: Sequence[tuple[str, str]] = ()) -> None:
         self._vmfb = vmfb
         self.source = source
         self.last_stats: list[dict] = []
@@ -280,12 +286,16 @@ class LoadedModule:
             except (ValueError, RuntimeError) as e:
                 raise ModuleLoadError(f"not a valid .vmfb: {source}: {_iree_message(e)}") from None
             res.torq = TorqModule(res.config, hw)
+            modules = [res.torq.vm_module, res.vm_module]
+            if parameters:
+                modules.insert(0, _parameters_module(res.config.vm_instance, parameters))
             try:
-                res.context = rt.SystemContext(vm_modules=[res.torq.vm_module, res.vm_module], config=res.config)
+                res.context = rt.SystemContext(vm_modules=modules, config=res.config)
             except (ValueError, RuntimeError) as e:
                 msg = _iree_message(e)
                 if "not exported" in msg and "run_i" in msg:
                     msg += f" (the torq module exports run_i{{N}}_o{{M}} for N <= {MAX_INPUTS}, M <= {MAX_RESULTS})"
+                msg += _parameters_hint(msg)
                 raise ModuleLoadError(f"cannot instantiate {source}: {msg}") from None
             names = []
             for name in res.vm_module.function_names:
@@ -464,16 +474,62 @@ def _iree_message(e: BaseException) -> str:
     return text.strip().rstrip(";")
 
 
-def load(source: str | os.PathLike | bytes | bytearray | memoryview, hw: TorqHw | str | None = None) -> LoadedModule:
+ParameterSpec = str | os.PathLike | Sequence[str | os.PathLike] | Mapping[str, str | os.PathLike] | None
+
+
+def parameter_sources(parameters: ParameterSpec) -> list[tuple[str, str]]:
+    """(scope, path) per archive of `parameters`: IREE's `[scope=]path` strings (one or a
+    list; no scope is the empty scope) or a {scope: path} mapping."""
+    if not parameters:
+        return []
+    if isinstance(parameters, Mapping):
+        return [(str(scope), os.fspath(path)) for scope, path in parameters.items()]
+    if isinstance(parameters, (str, os.PathLike)):
+        parameters = [parameters]
+    out = []
+    for item in parameters:
+        text = os.fspath(item)
+        scope, sep, path = text.partition("=")
+        out.append((scope, path) if sep and not os.path.exists(text) else ("", text))
+    return out
+
+
+def _parameters_hint(msg: str) -> str:
+    """What to pass when IREE's message says the module's external parameters are missing."""
+    if "'io_parameters' not registered" in msg:
+        return " (the module reads external parameters: pass their archive, --parameters=[scope=]FILE.irpa)"
+    scope = re.search(r"handles scopes like '([^']*)'", msg)
+    if scope:
+        return f" (pass the archive under scope '{scope.group(1)}': --parameters={scope.group(1)}=FILE.irpa)"
+    return ""
+
+
+def _parameters_module(instance: rt.VmInstance, sources: Sequence[tuple[str, str]]) -> rt.VmModule:
+    """IREE's `io_parameters` module serving the archives `sources`, one provider per scope."""
+    indices: dict[str, rt.ParameterIndex] = {}
+    for scope, path in sources:
+        if not os.path.isfile(path):
+            raise ModuleLoadError(f"cannot read parameter archive {path}: no such file")
+        try:
+            indices.setdefault(scope, rt.ParameterIndex()).load(path)
+        except (ValueError, RuntimeError) as e:
+            raise ModuleLoadError(f"cannot read parameter archive {path}: {_iree_message(e)}") from None
+    providers = [index.create_provider(scope=scope) for scope, index in indices.items()]
+    return rt.create_io_parameters_module(instance, *providers)
+
+
+def load(source: str | os.PathLike | bytes | bytearray | memoryview, hw: TorqHw | str | None = None,
+         parameters: ParameterSpec = None) -> LoadedModule:
     """Loads a .vmfb (path or bytes) for running on the Torq simulator; see module docstring."""
     if isinstance(hw, str):
         hw = parse_hw_spec(hw)
+    params = parameter_sources(parameters)
     if isinstance(source, (bytes, bytearray, memoryview)):
-        return LoadedModule(bytes(source), "<bytes>", hw)
+        return LoadedModule(bytes(source), "<bytes>", hw, params)
     path = os.fspath(source)
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
         raise ModuleLoadError(f"cannot read module {path}: {e.strerror or e}") from None
-    return LoadedModule(data, path, hw)
+    return LoadedModule(data, path, hw, params)

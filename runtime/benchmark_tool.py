@@ -101,6 +101,8 @@ def _parser() -> _Parser:
     p.add_argument("--input", action="append", default=[], help="an input, in order (as torq-run-module)")
     p.add_argument("--benchmark_repetitions", "--benchmark-repetitions", dest="repetitions", type=int, default=1,
                    help="timed calls (default 1)")
+    p.add_argument("--parameters", action="append", default=[],
+                   help="a parameter archive of a module compiled with external weights, as iree-run-module takes it: [scope=]FILE (.irpa, .gguf, .safetensors; iree-turbine's scope is \"model\"); repeatable")
     p.add_argument("--torq-hw", dest="torq_hw", default=None,
                    help="simulated hardware NAME[:key=value,...] (default: as compiled); 'list' to list")
     p.add_argument("--json", dest="json_path", default=None, help="write the figures as JSON to this file")
@@ -435,7 +437,7 @@ def _run(args: argparse.Namespace, parser: _Parser) -> int:
 
     from .api import load
 
-    module = load(args.module, hw=hw)
+    module = load(args.module, hw=hw, parameters=args.parameters)
     samples: list[float] = []
     try:
         module.record_timeline = bool(args.trace_path or args.report_dir)

@@ -2,6 +2,7 @@
 
     python samples/llm.py                          # 2 layers, vocabulary 2048, 8-token prompt, 8 new tokens
     python samples/llm.py --layers 30 --vocab 49152 --prompt 16 --tokens 16
+    python samples/llm.py --external-weights /tmp/llm.irpa   # weights in a parameter archive
 
 A Llama decoder in plain torch (random seeded weights, no downloads): RMSNorm,
 rotary embeddings, grouped-query attention (9 query heads share 3 KV heads),
@@ -248,11 +249,18 @@ def make_llama(cfg: LlamaConfig | None = None, seed: int = 0, layer_std: float =
     return model.eval()
 
 
-def export_llm(model: Llama, prompt_len: int):
+def export_llm(model: Llama, prompt_len: int, parameters: str | None = None):
     """prefill(tokens[1, prompt_len]) and decode(token, position, cache) in one iree-turbine
-    export; the weights are globals both functions share."""
+    export; the weights are globals both functions share. With `parameters` (a path) the
+    weights are external, as LLMs are usually deployed with IREE: written to that parameter
+    archive (.irpa, scope "model") and read when the compiled module loads (run it with
+    parameters="model=<path>"), so the compiler never sees them (`model` is left as is)."""
     import iree.turbine.aot as aot
 
+    if parameters:
+        model = copy.deepcopy(model)
+        aot.externalize_module_parameters(model)
+        aot.save_module_parameters(parameters, model)
     cfg = model.cfg
     cache = torch.zeros(cfg.layers, 2, cfg.kv_heads, cfg.max_len, cfg.head_dim)
     token, position = torch.zeros(1, 1, dtype=torch.int64), torch.tensor([prompt_len])
@@ -423,6 +431,8 @@ def main(argv=None) -> int:
     p.add_argument("--layer-std", type=float, default=0.05, help="std of the layers' random weights (make_llama)")
     p.add_argument("--hw", default="SL2610", help="Torq hardware, e.g. SL2610:lram_kb=256")
     p.add_argument("--flag", action="append", default=[], help="extra compiler flag (repeatable)")
+    p.add_argument("--external-weights", metavar="FILE.irpa", default=None,
+                   help="export the weights to this parameter archive instead of inline constants")
     args = p.parse_args(argv)
     if args.prompt + args.tokens - 1 > args.max_len:
         p.error(f"--prompt + --tokens - 1 must fit the cache (--max-len {args.max_len})")
@@ -430,16 +440,19 @@ def main(argv=None) -> int:
     model = make_llama(cfg, layer_std=args.layer_std)
     console = Console() if Console().is_terminal else Console(width=200)
     t0 = time.perf_counter()
-    exported = export_llm(model, args.prompt)
+    exported = export_llm(model, args.prompt, args.external_weights)
     t1 = time.perf_counter()
+    params = f"model={args.external_weights}" if args.external_weights else None
     try:
-        cm = torq.compile(exported, hw=args.hw, flags=args.flag, remarks=io.StringIO())
+        cm = torq.compile(exported, hw=args.hw, flags=args.flag, remarks=io.StringIO(), parameters=params)
     except torq.TorqCompileError as e:
         print(f"llm: error: {e}", *e.diagnostics, sep="\n", file=sys.stderr)
         return 1
     t2 = time.perf_counter()
+    weights = f"weights in {args.external_weights}" if args.external_weights else "inline weights"
     console.print(f"Llama {cfg.layers} layers, vocab {cfg.vocab}, hidden {cfg.hidden}, {cfg.heads}/{cfg.kv_heads} "
-                  f"heads, cache {cfg.max_len} on Torq {args.hw}: export {t1 - t0:.1f} s, compile {t2 - t1:.1f} s")
+                  f"heads, cache {cfg.max_len} on Torq {args.hw} ({weights}): export {t1 - t0:.1f} s, "
+                  f"compile {t2 - t1:.1f} s")
     prompt = torch.randint(0, cfg.vocab, (1, args.prompt), generator=torch.Generator().manual_seed(1))
     gen = generate(cm, model, prompt, args.tokens)
     return 0 if print_generation(gen, cm.report, console) else 1

@@ -74,10 +74,11 @@ def _import_if_onnx(data: bytes, name: str, path: str | None) -> tuple[bytes, st
 class CompiledModule:
     """A compiled .vmfb, loaded on the Torq device (simulator) on first use."""
 
-    def __init__(self, vmfb: bytes, hw: TorqHw, report: TargetReport):
+    def __init__(self, vmfb: bytes, hw: TorqHw, report: TargetReport, parameters: Any = None):
         self.vmfb = vmfb
         self.hw = hw
         self.report = report
+        self.parameters = parameters  # runtime.api.load's: the archives of external weights
         self._loaded = None
 
     @property
@@ -85,7 +86,7 @@ class CompiledModule:
         if self._loaded is None:
             from torq.runtime.api import load
 
-            self._loaded = load(self.vmfb, hw=self.hw)
+            self._loaded = load(self.vmfb, hw=self.hw, parameters=self.parameters)
         return self._loaded
 
     def __call__(self, *args):
@@ -108,10 +109,13 @@ class CompiledModule:
 
 
 def compile(model: Any, *args: Any, hw: str | TorqHw | None = None, flags: Sequence[str] = (),
-            remarks=None) -> CompiledModule:
+            remarks=None, parameters: Any = None) -> CompiledModule:
     """Compile `model` for Torq. `args` are example inputs for a torch module. `hw` (a preset
     spec such as "SL2610:lram_kb=256", or a TorqHw) wins over a --torq-hw in `flags`;
-    with neither, the default hardware model."""
+    with neither, the default hardware model. `parameters`: the archives the module's
+    external weights are read from when it runs (`torq.runtime.api.load`'s, e.g.
+    "model=weights.irpa" for a model exported after iree-turbine's
+    `externalize_module_parameters` and saved with `save_module_parameters`)."""
     try:
         opts, rest, _ = parse_torq_flags(list(flags))
     except (UsageError, _ListHw) as e:
@@ -127,4 +131,4 @@ def compile(model: Any, *args: Any, hw: str | TorqHw | None = None, flags: Seque
         result = compile_source(source, opts, name, remarks=remarks)
     except (CompileError, UsageError) as e:
         raise TorqCompileError(str(e), getattr(e, "diagnostics", ())) from None
-    return CompiledModule(result.vmfb, opts.hw, result.report)
+    return CompiledModule(result.vmfb, opts.hw, result.report, parameters)

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import torq
+from torq.compiler.target import LOAD_TIME_REASON
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
 from llm import LlamaConfig, export_llm, generate, make_llama  # noqa: E402
@@ -77,3 +78,23 @@ def test_every_mac_runs_on_the_npu(compiled):
     assert cm.report.npu_mac_share == 1.0
     host = [d for d in cm.report.dispatches if d.executor == "host"]
     assert all("linalg.index" in d.reason for d in host), [(d.name, d.reason) for d in host]
+
+
+def test_external_weights_give_the_same_run(compiled, generation, tmp_path):
+    """The weights in a parameter archive (export_llm's `parameters`, as LLMs are deployed with
+    IREE): the module reads them at load and computes the same logits and figures as with
+    inline weights. The weights' transposes IREE hoists into initializers run on the host at
+    load (compiler/target.py LOAD_TIME_REASON); on the NPU they made IREE's stream pipeline
+    fail ("maximum iteration count exceeded in fixed point pipeline")."""
+    model, _ = compiled
+    archive = tmp_path / "weights.irpa"
+    cm = torq.compile(export_llm(model, PROMPT, str(archive)), remarks=io.StringIO(),
+                      parameters=f"model={archive}")
+    loads = [d for d in cm.report.dispatches if d.name.startswith("initializer_")]
+    assert loads and all(d.executor == "host" and d.reason == LOAD_TIME_REASON for d in loads)
+    prompt = torch.randint(0, TINY.vocab, (1, PROMPT), generator=torch.Generator().manual_seed(4))
+    external = generate(cm, model, prompt, 4)
+    assert [(s.token, s.rel_l2, s.cycles, s.ddr_bytes) for s in external.steps] == \
+        [(s.token, s.rel_l2, s.cycles, s.ddr_bytes) for s in generation.steps]
+    with pytest.raises(torq.TorqRuntimeError, match="--parameters=model=FILE.irpa"):
+        torq.load(cm.vmfb, parameters=f"weights={archive}")
