@@ -3,8 +3,9 @@ KV-cached decode on the Torq simulator, beside iree-compile llvm-cpu's compile o
 
 `measure_llm(spec)` builds the model (random seeded weights, SmolLM2-135M's widths; `layers`,
 `vocab`, `prompt`, `tokens`, `max_len` from the spec), exports prefill and decode together
-through iree-turbine, compiles it with `torq.compile` (cold and warm, as the other rows) and
-with llvm-cpu (compile seconds only: its functions are not run), generates `tokens` tokens
+through iree-turbine, with the weights inline and external (a parameter archive), compiles
+each with `torq.compile` (cold and warm, as the other rows) and with llvm-cpu (compile
+seconds only: its functions are not run), generates `tokens` tokens with the external one
 greedily on the simulator (samples/llm.generate: each step against torch fp32 and torch bf16
 fed the same tokens) and reports prefill's and decode's simulated figures. `markdown(rows)`
 is the table.
@@ -13,7 +14,8 @@ is the table.
 from __future__ import annotations
 
 import io
-import time
+import os
+import tempfile
 
 
 def is_llm(name: str) -> bool:
@@ -23,9 +25,8 @@ def is_llm(name: str) -> bool:
 def measure_llm(spec: dict, llvm_cpu_compile) -> dict:
     """One LLM row (`llvm_cpu_compile` is run.py's: compile seconds and the .vmfb, not loaded:
     only its compile time is compared)."""
-    import torch
     from common import compile_cold_and_warm
-    from llm import LlamaConfig, export_llm, generate, mac_share, make_llama
+    from llm import LlamaConfig, export_llm, make_llama
 
     import torq
 
@@ -35,16 +36,28 @@ def measure_llm(spec: dict, llvm_cpu_compile) -> dict:
              f"{kw['tokens']} tokens")
     row: dict = {"label": label, "model": "llm", "llm": True}
     model = make_llama(cfg)
-    t0 = time.perf_counter()
-    exported = export_llm(model, kw["prompt"])
-    mlir = exported.mlir_module.operation.get_asm(enable_debug_info=True)
-    row["export_s"] = time.perf_counter() - t0
-    row["iree_compile_s"], _ = llvm_cpu_compile(mlir)
-    try:
-        cm, row["torq_compile_s"], row["warm_compile_s"] = compile_cold_and_warm(mlir, spec["hw"], io.StringIO())
-    except torq.TorqCompileError as e:
-        return {**row, "error": f"torq compile: {' '.join(str(e).split())[:300]}"}
-    prompt = torch.randint(0, cfg.vocab, (1, kw["prompt"]), generator=torch.Generator().manual_seed(1))
+    with tempfile.TemporaryDirectory(prefix="torq-bench-llm-") as tmp:
+        archive = os.path.join(tmp, "weights.irpa")
+        try:
+            for weights, parameters in (("inline", None), ("external", archive)):
+                mlir = export_llm(model, kw["prompt"], parameters).mlir_module.operation.get_asm(
+                    enable_debug_info=True)
+                iree_s, _ = llvm_cpu_compile(mlir)
+                cm, cold, warm = compile_cold_and_warm(mlir, spec["hw"], io.StringIO())
+                row[weights] = {"torq_compile_s": cold, "warm_compile_s": warm, "iree_compile_s": iree_s}
+        except torq.TorqCompileError as e:
+            return {**row, "error": f"torq compile ({weights} weights): {' '.join(str(e).split())[:300]}"}
+        cm.parameters = f"model={archive}"  # generation runs the external-weights module
+        _generate(row, cm, model, kw)
+    return row
+
+
+def _generate(row: dict, cm, model, kw: dict) -> None:
+    """The generation's figures into `row`."""
+    import torch
+    from llm import generate, mac_share
+
+    prompt = torch.randint(0, model.cfg.vocab, (1, kw["prompt"]), generator=torch.Generator().manual_seed(1))
     gen = generate(cm, model, prompt, kw["tokens"])
     prefill, decode = gen.steps[0], gen.steps[1:]
     row["prefill"] = _call_figures([prefill])
@@ -58,8 +71,9 @@ def measure_llm(spec: dict, llvm_cpu_compile) -> dict:
     row["same_as_bf16"] = sum(s.token == s.bf16_token for s in gen.steps)
     row["steps"] = len(gen.steps)
     row["decode_wall_s"] = sum(s.wall_s for s in decode) / max(1, len(decode))
-    row["host"] = [(d.name, d.macs or 0, d.reason) for d in cm.report.dispatches if d.executor == "host"]
-    return row
+    row["host"] = [(d.name, d.macs or 0, d.reason) for d in cm.report.dispatches
+                   if d.executor == "host" and not d.name.startswith("initializer_")]
+    row["load_time_host"] = sum(d.name.startswith("initializer_") for d in cm.report.dispatches)
 
 
 def _call_figures(steps) -> dict:
@@ -72,22 +86,32 @@ def _call_figures(steps) -> dict:
             "traffic_ratio": sum(s.ddr_bytes for s in steps) / max(1, sum(s.compulsory_bytes for s in steps))}
 
 
-COLUMNS = ["model", "torq-compile s", "iree-compile llvm-cpu s", "ratio", "warm recompile s",
+COLUMNS = ["model", "weights", "torq-compile s", "iree-compile llvm-cpu s", "ratio", "warm recompile s",
            "prefill cycles (of roofline)", "prefill DDR MB (÷ compulsory)", "decode cycles / token (of roofline)",
            "decode tokens/s simulated", "decode DDR MB / token (÷ compulsory)", "decode wall s / token",
            "NPU share of MACs prefill / decode", "dispatches on host", "logits rel L2 vs fp32 (torch bf16's)",
            "cosine", "greedy tokens = torch fp32 / bf16", "wall s"]
 
 
-def _row(r: dict) -> list[str]:
+def _compile_cells(c: dict) -> list[str]:
+    return [f"{c['torq_compile_s']:.1f}", f"{c['iree_compile_s']:.1f}",
+            f"{c['torq_compile_s'] / c['iree_compile_s']:.1f}×", f"{c['warm_compile_s']:.1f}"]
+
+
+def _rows(r: dict) -> list[list[str]]:
+    """The inline-weights compile row, then the external-weights row with the run's figures."""
     if "cycles" not in r:
-        return [r.get("label", "?"), f"**failed**: {' '.join(str(r.get('error')).split())[:160]}"] + \
-            [""] * (len(COLUMNS) - 2)
+        return [[r.get("label", "?"), f"**failed**: {' '.join(str(r.get('error')).split())[:160]}"] +
+                [""] * (len(COLUMNS) - 2)]
+    blank = [""] * (len(COLUMNS) - 6)
+    return [[r["label"], "inline", *_compile_cells(r["inline"]), *blank],
+            [r["label"], "external (.irpa)", *_compile_cells(r["external"]), *_run_cells(r)]]
+
+
+def _run_cells(r: dict) -> list[str]:
     p, d = r["prefill"], r["decode"]
     share = " / ".join(f"{100 * npu / max(total, 1):.1f}%" for npu, total in r["mac_share"].values())
-    return [r["label"], f"{r['torq_compile_s']:.1f}", f"{r['iree_compile_s']:.1f}",
-            f"{r['torq_compile_s'] / r['iree_compile_s']:.1f}×", f"{r['warm_compile_s']:.1f}",
-            f"{p['cycles']:,} ({100 * p['of_roofline']:.1f}%)", f"{p['ddr_mb']:.1f} ({p['traffic_ratio']:.2f})",
+    return [f"{p['cycles']:,} ({100 * p['of_roofline']:.1f}%)", f"{p['ddr_mb']:.1f} ({p['traffic_ratio']:.2f})",
             f"{d['cycles']:,} ({100 * d['of_roofline']:.1f}%)", f"{1e6 / max(d['latency_us'], 1e-9):.1f}",
             f"{d['ddr_mb']:.1f} ({d['traffic_ratio']:.2f})", f"{r['decode_wall_s']:.2f}", share, str(len(r["host"])),
             f"≤ {r['rel_l2_max']:.2e} ({r['bf16_rel_l2_max']:.2e})", f"≥ {r['cosine_min']:.5f}",
@@ -101,10 +125,13 @@ def markdown(rows: list[dict]) -> list[str]:
         return []
     lines = ["## LLM (samples/llm.py: Llama decoder, SmolLM2-135M widths, random weights)", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_row(r)) + " |" for r in llm]
+    lines += ["| " + " | ".join(cells) + " |" for r in llm for cells in _rows(r)]
     lines += ["", "prefill(tokens[1, T]) and decode(token, position, cache) exported together by iree-turbine; "
               "torq-compile cold and warm as in the bf16 table, iree-compile llvm-cpu of the same MLIR (compile "
-              "only). Generation is greedy on the simulator; each step's logits are compared with torch fp32 fed "
+              "only), with the weights inline (MLIR constants) and external (export_llm's parameter archive, read "
+              "at load; IREE hoists the weights' transposes into initializers, which run once on the host at "
+              "load). Generation runs the external-weights module (the same logits and figures as the inline one, "
+              "tests/e2e/test_llm_sample.py). Generation is greedy on the simulator; each step's logits are compared with torch fp32 fed "
               "the same tokens, and torch's own bf16 run (model.to(torch.bfloat16)) is shown beside it: with "
               "random weights it is as far from fp32 as the NPU. Cycles, latency and DDR bytes count the NPU "
               "dispatches (host dispatches have no simulated time); of roofline = the dispatches' roofline "
