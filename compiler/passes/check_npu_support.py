@@ -30,6 +30,8 @@ from .mark_in_place_updates import IN_PLACE_RESULTS
 
 NAME = "torq-check-npu-support"
 SUPPORTED_DTYPES = {"bf16", "i8", "i16", "i32", "f32", "i1", "index"}
+# A DDR tensor has a fixed element width: index values are computed, never stored.
+IO_DTYPES = SUPPORTED_DTYPES - {"index"}
 # Ops a dispatch function may hold outside linalg bodies besides linalg ops.
 _STRUCTURAL_OPS = ("func.func", "func.return", "arith.constant", "tensor.empty", "tensor.pad")
 
@@ -73,23 +75,26 @@ def _narrow_integer_side(conversion: ir.Operation) -> bool:
     return isinstance(t, ir.IntegerType) and ir.IntegerType(t).width <= 16
 
 
+def _tensor_io(func: ir.Operation):
+    """("argument" | "result", index, type, element type name) of each tensor argument and result."""
+    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    for kind, types in (("argument", ftype.inputs), ("result", ftype.results)):
+        for i, t in enumerate(types):
+            if isinstance(t, ir.ShapedType):
+                yield kind, i, t, str(ir.ShapedType(t).element_type)
+
+
 def _io_of(func: ir.Operation, element_types: tuple[str, ...]) -> bool:
     """Whether an argument or result of `func` is a tensor of one of `element_types`."""
-    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-    return any(isinstance(t, ir.ShapedType) and str(ir.ShapedType(t).element_type) in element_types
-               for t in list(ftype.inputs) + list(ftype.results))
+    return any(element in element_types for _, _, _, element in _tensor_io(func))
 
 
 def _io_dtype_reason(func: ir.Operation) -> str:
     """A tensor argument or result of a dtype the slices lack (i64 indices, f64): the
     program model has no such DDR tensor, even for a dispatch that only copies it."""
-    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-    for kind, types in (("argument", ftype.inputs), ("result", ftype.results)):
-        for i, t in enumerate(types):
-            if isinstance(t, ir.ShapedType):
-                s = str(ir.ShapedType(t).element_type)
-                if s not in SUPPORTED_DTYPES or s == "index":
-                    return f"tensor {kind} {i} ({t}) is of {s}, which the slices do not support"
+    for kind, i, t, element in _tensor_io(func):
+        if element not in IO_DTYPES:
+            return f"tensor {kind} {i} ({t}) is of {element}, which the slices do not support"
     return ""
 
 
