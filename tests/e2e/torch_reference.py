@@ -11,12 +11,13 @@ import os
 import sys
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 import torq
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
-from cnn import COSINE_LIMIT, REL_L2_LIMIT, error_figures  # noqa: E402
+from cnn import COSINE_LIMIT, REL_L2_LIMIT, error_figures, within_limits  # noqa: E402
 
 
 @dataclass
@@ -41,3 +42,9 @@ def run_against_torch(model: torch.nn.Module, *xs: torch.Tensor, hw: str | None 
     rel_l2, cosine = error_figures(cm(*(x.numpy() for x in xs)), ref)
     assert rel_l2 <= rel and cosine >= cos, (rel_l2, cosine)
     return TorqRun(cm, host, rel_l2, cosine)
+
+
+def within_bf16_limits(y, ref) -> bool:
+    """Whether an NPU (bf16) result is within DESIGN §7's bounds of its fp32 reference
+    (relative L2 and cosine, samples/cnn.py's limits)."""
+    return within_limits(*error_figures(np.asarray(y), np.asarray(ref)))
