@@ -1,4 +1,7 @@
-"""Console scripts: torq-compile, iree-compile (superset), torq-opt.
+"""Console scripts: torq-compile, torq-opt; and iree-compile's Torq target (iree_compile_main).
+
+`iree-compile` is iree-base-compiler's own launcher: python/_torq_iree_compile_hook.py (loaded
+by iree-torq's .pth) sends its command lines for the Torq target to iree_compile_main.
 
 torq-compile and iree-compile with the Torq target take MLIR (text or
 bytecode) or an ONNX model, which is imported first (onnx_import.py).
@@ -165,7 +168,8 @@ def _stock_iree_compile(argv: list[str]) -> int:
 
 
 def iree_compile_main(argv: list[str] | None = None) -> int:
-    """`iree-compile` that adds the Torq target; without it, the stock binary."""
+    """`iree-compile` that adds the Torq target; without it, the stock binary. IREE's launcher
+    calls it (_torq_iree_compile_hook) for a command line naming the Torq target."""
     argv = sys.argv[1:] if argv is None else argv
     torq_phase = {f"--compile-to={p}" for p in TORQ_PHASES}
     if not any(a in _TORQ_TARGETS or a in torq_phase or a.startswith("--torq-") for a in argv):
