@@ -2,7 +2,7 @@
 
     torq-sweep --model mlp:batch=2,features=64,hidden=256 --model cnn:size=16 --model net.mlir \\
         --vary lram_kb=64,128,256,512 --vary slices=1,2 --strategies default,seed \\
-        --out sweep/ [--jobs N | --ray=auto | --ray=ADDRESS]
+        --out sweep/ [--jobs N | --ray=auto | --ray=ADDRESS] [--timeout SECONDS]
 
 Contract:
 - Models: a sample name `samples/run_model.py` builds (`cnn`, `mlp`, `mobilenet_v2`, ...) with
@@ -16,6 +16,11 @@ Contract:
 - Each point is one `torq.compile` + one call on the simulator, in a worker: a local process
   pool (`--jobs`, default one per core) or Ray tasks (`--ray`; `pip install iree-torq[ray]`).
   A point that fails (bad spec, compile or run error, dead worker) is a row with its error.
+- `--timeout S`: a point still running S seconds after it started is a failed row whose error
+  names the timeout, and the sweep goes on. Locally its worker process is killed (at once, even
+  inside IREE's native code) and replaced; a worker's imports happen before its clock starts. On
+  Ray the timer runs inside the task (SIGALRM in the worker's main thread): a point in a long
+  native call stops when that call returns.
 - Row figures, summed over the Torq dispatches of the call (`last_stats`): simulated cycles,
   latency in us at the point's clock, DDR bytes (DMA in + out) and their ratio to the
   compulsory bytes, the largest LRAM peak and the budget, the NPU share of MACs and the
@@ -32,8 +37,10 @@ import io
 import itertools
 import json
 import os
+import signal
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -178,30 +185,166 @@ def _error_row(model: ModelSource, hw: str, strategy: str, e: BaseException) -> 
             "error": " ".join(f"worker failed: {type(e).__name__}: {e}".split())[:500]}
 
 
+def _timeout_row(model: ModelSource, hw: str, strategy: str, timeout: float) -> dict:
+    return {"model": model.label, "hw": hw, "strategy": strategy, "status": "error",
+            "error": f"timed out: still running after --timeout {timeout:g} s"}
+
+
 Point = tuple[int, str, str]  # (model index, hw spec, strategy)
 
 
-def run_local(models: list[ModelSource], points: list[Point], flags: Sequence[str], jobs: int,
-              progress: Callable[[dict], None]) -> list[dict]:
-    """The points on a process pool (spawned workers: the parent holds torch's threads)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+def _pool_worker(conn: Any) -> None:
+    """A local worker process: imports the compiler, says it is ready (None), then runs the
+    points the parent sends, one row back for each, until it gets None."""
+    # Its own process group, so that killing it takes its dispatch-compile processes along.
+    os.setpgrp()
+    import torq.compile_api  # noqa: F401  (before the first point's clock starts)
 
-    rows: list[dict] = [{}] * len(points)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(run_point, models[m], hw, s, flags): i for i, (m, hw, s) in enumerate(points)}
-        for future, i in futures.items():
-            m, hw, s = points[i]
-            try:
-                rows[i] = future.result()
-            except Exception as e:  # the worker died (BrokenProcessPool) or the row did not pickle
-                rows[i] = _error_row(models[m], hw, s, e)
-            progress(rows[i])
-    return rows
+    conn.send(None)
+    while (task := conn.recv()) is not None:
+        conn.send(run_point(*task))
+
+
+@dataclass
+class _Worker:
+    proc: Any
+    conn: Any
+    ready: bool = False
+    point: int | None = None  # the index of the point it runs
+    deadline: float = float("inf")
+
+
+class _LocalPool:
+    """Spawned worker processes (the parent holds torch's threads), one point at a time each,
+    so that a point past its timeout, or a dead worker, costs that worker alone (replaced)."""
+
+    def __init__(self, models: list[ModelSource], points: list[Point], flags: Sequence[str], jobs: int,
+                 timeout: float | None, progress: Callable[[dict], None]):
+        import multiprocessing
+
+        self.ctx = multiprocessing.get_context("spawn")
+        self.models, self.points, self.flags, self.timeout, self.progress = models, points, flags, timeout, progress
+        self.todo = deque(range(len(points)))
+        self.rows: list[dict] = [{}] * len(points)
+        self.workers = [self._start() for _ in range(min(jobs, len(points)))]
+
+    def _start(self) -> _Worker:
+        parent, child = self.ctx.Pipe()
+        # Not a daemon: torq.compile starts its own worker processes (--torq-jobs).
+        proc = self.ctx.Process(target=_pool_worker, args=(child,))
+        proc.start()
+        child.close()
+        return _Worker(proc, parent)
+
+    def _finish(self, w: _Worker, row: dict) -> None:
+        self.rows[w.point] = row
+        self.progress(row)
+        w.point, w.deadline = None, float("inf")
+
+    @staticmethod
+    def _kill(w: _Worker) -> None:
+        try:
+            os.killpg(w.proc.pid, signal.SIGKILL)  # the worker and the processes it started
+        except (ProcessLookupError, PermissionError):  # gone, or not yet its own group leader
+            w.proc.kill()
+        w.proc.join()
+
+    def _retire(self, w: _Worker) -> None:
+        """Kills a worker (timed out or dead); a fresh one takes its place while points remain."""
+        self._kill(w)
+        w.conn.close()
+        self.workers.remove(w)
+        if self.todo:
+            self.workers.append(self._start())
+
+    def _receive(self, w: _Worker) -> None:
+        try:
+            row = w.conn.recv()
+        except (EOFError, OSError) as e:  # the worker died (or its row did not pickle)
+            w.proc.join(5)
+            if not w.ready:  # its imports failed: every worker would fail the same way
+                self._kill(w)
+                raise SweepError(f"a worker process failed to start (exit code {w.proc.exitcode})") from None
+            if w.point is not None:
+                m, hw, s = self.points[w.point]
+                self._finish(w, _error_row(self.models[m], hw, s, RuntimeError(
+                    f"worker process exited (code {w.proc.exitcode}) [{type(e).__name__}]")))
+            self._retire(w)
+            return
+        if row is None:
+            w.ready = True
+        else:
+            self._finish(w, row)
+
+    def _expire(self, now: float) -> None:
+        for w in [w for w in self.workers if w.point is not None and now >= w.deadline]:
+            m, hw, s = self.points[w.point]
+            self._finish(w, _timeout_row(self.models[m], hw, s, self.timeout))
+            self._retire(w)
+
+    def _assign(self) -> None:
+        for w in self.workers:
+            if w.ready and w.point is None and self.todo:
+                w.point = self.todo.popleft()
+                m, hw, s = self.points[w.point]
+                w.conn.send((self.models[m], hw, s, self.flags))
+                w.deadline = time.monotonic() + self.timeout if self.timeout else float("inf")
+
+    def run(self) -> list[dict]:
+        from multiprocessing.connection import wait
+
+        try:
+            while self.todo or any(w.point is not None for w in self.workers):
+                self._assign()
+                deadline = min((w.deadline for w in self.workers), default=float("inf"))
+                left = None if deadline == float("inf") else max(0.0, deadline - time.monotonic())
+                ready = wait([w.conn for w in self.workers], timeout=left)
+                for w in [w for w in self.workers if w.conn in ready]:
+                    self._receive(w)
+                self._expire(time.monotonic())
+        finally:
+            for w in self.workers:
+                self._kill(w)
+        return self.rows
+
+
+def run_local(models: list[ModelSource], points: list[Point], flags: Sequence[str], jobs: int,
+              progress: Callable[[dict], None], timeout: float | None = None) -> list[dict]:
+    """The points on a local pool of `jobs` worker processes (see _LocalPool)."""
+    return _LocalPool(models, points, flags, jobs, timeout, progress).run()
+
+
+class _PointTimeout(BaseException):
+    """Raised by the timer inside a point (BaseException: run_point's `except Exception` lets it by)."""
+
+
+def _raise_timeout(signum: int, frame: Any) -> None:
+    raise _PointTimeout()
+
+
+def run_point_timed(model: ModelSource, hw: str, strategy: str, flags: Sequence[str] = (),
+                    timeout: float | None = None) -> dict:
+    """run_point under a SIGALRM timer (in a Ray task; no timer where signals cannot be set:
+    not the process's main thread)."""
+    import threading
+
+    if not timeout or threading.current_thread() is not threading.main_thread():
+        return run_point(model, hw, strategy, flags)
+    previous = signal.signal(signal.SIGALRM, _raise_timeout)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
+            return run_point(model, hw, strategy, flags)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except _PointTimeout:
+        return _timeout_row(model, hw, strategy, timeout)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
 
 
 def run_ray(models: list[ModelSource], points: list[Point], flags: Sequence[str], address: str,
-            progress: Callable[[dict], None]) -> list[dict]:
+            progress: Callable[[dict], None], timeout: float | None = None) -> list[dict]:
     """The points as Ray tasks; each model is put in the object store once."""
     try:
         import ray
@@ -209,9 +352,9 @@ def run_ray(models: list[ModelSource], points: list[Point], flags: Sequence[str]
         raise SweepError("--ray needs Ray: pip install 'iree-torq[ray]'") from None
     if not ray.is_initialized():
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
-    task = ray.remote(num_cpus=1)(run_point)
+    task = ray.remote(num_cpus=1)(run_point_timed)
     refs = [ray.put(m) for m in models]
-    pending = [task.remote(refs[m], hw, s, flags) for m, hw, s in points]
+    pending = [task.remote(refs[m], hw, s, flags, timeout) for m, hw, s in points]
     rows = []
     for ref, (m, hw, s) in zip(pending, points):
         try:
@@ -284,14 +427,16 @@ def _draw_pareto(ax: Any, rows: list[dict]) -> None:
 
 def sweep(model_specs: Iterable[str], hw: Sequence[str], strategies: Sequence[str], out: str | None = None,
           flags: Sequence[str] = (), jobs: int | None = None, ray_address: str | None = None,
-          progress: Callable[[dict], None] = lambda row: None) -> list[dict]:
-    """Runs the whole sweep; its rows (model-major order), also written to `out` when given."""
+          progress: Callable[[dict], None] = lambda row: None, timeout: float | None = None) -> list[dict]:
+    """Runs the whole sweep; its rows (model-major order), also written to `out` when given;
+    `timeout`: seconds a point may run (None: no limit)."""
     models = [load_model(spec) for spec in model_specs]
     points = [(m, h, s) for m in range(len(models)) for h in hw for s in strategies]
     if ray_address:
-        rows = run_ray(models, points, flags, ray_address, progress)
+        rows = run_ray(models, points, flags, ray_address, progress, timeout)
     else:
-        rows = run_local(models, points, flags, max(1, min(jobs or os.cpu_count() or 1, len(points))), progress)
+        jobs = max(1, min(jobs or os.cpu_count() or 1, len(points)))
+        rows = run_local(models, points, flags, jobs, progress, timeout)
     mark_pareto(rows)
     if out:
         os.makedirs(out, exist_ok=True)
@@ -329,9 +474,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--out", default="sweep", help="directory for sweep.csv/json and the plots (default ./sweep)")
     p.add_argument("-j", "--jobs", type=int, help="local worker processes (default: one per core)")
     p.add_argument("--ray", metavar="auto|ADDRESS", help="run on a Ray cluster instead of the process pool")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="per point: one still running after SECONDS is a failed row, the sweep goes on")
     args = p.parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
         p.error(f"--jobs must be at least 1, got {args.jobs}")
+    if args.timeout is not None and not args.timeout > 0:
+        p.error(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
     return args
 
 
@@ -343,7 +492,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"strategies", file=sys.stderr)
         rows = sweep(args.model, specs, args.strategies, args.out, args.flag, args.jobs, args.ray,
                      progress=lambda r: print(f"  {r['model']} {r['hw']} {r['strategy']}: "
-                                              f"{r.get('latency_us', r['error'][:100])}", file=sys.stderr))
+                                              f"{r.get('latency_us', r['error'][:100])}", file=sys.stderr),
+                     timeout=args.timeout)
     except SweepError as e:
         print(f"torq-sweep: error: {e}", file=sys.stderr)
         return 2

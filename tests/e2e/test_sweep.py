@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -93,6 +94,7 @@ def test_rows_equal_direct_compile(swept):
     (["--model", "mlp", "--bogus"], "unrecognized arguments: --bogus"),
     (["--model", "mlp", "--strategies", "fastest"], "unknown strategy 'fastest'"),
     (["--model", "no_such_model", "--out", "/nonexistent"], "unknown model 'no_such_model'"),
+    (["--model", "mlp", "--timeout", "0"], "--timeout must be a positive number of seconds"),
 ])
 def test_user_errors_are_one_line(argv, message):
     proc = subprocess.run([sys.executable, "-m", "torq.sweep", *argv], capture_output=True, text=True, timeout=120)
@@ -101,14 +103,39 @@ def test_user_errors_are_one_line(argv, message):
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) <= 2
 
 
+def test_timeout_fails_the_point_and_the_sweep_goes_on():
+    """A point that cannot compile and run in 0.3 s is a failed row naming the timeout; its
+    worker is killed and the next point (a bad spec, which fails at once) runs in a fresh one."""
+    t0 = time.monotonic()
+    rows = torq_sweep.sweep([MODEL], [GOOD_HW[1], BAD_HW], ["default"], jobs=1, timeout=0.3)
+    assert [(r["hw"], r["status"]) for r in rows] == [(GOOD_HW[1], "error"), (BAD_HW, "error")]
+    assert rows[0]["error"] == "timed out: still running after --timeout 0.3 s"
+    assert "lram_kb" in rows[1]["error"] and not any(r["pareto"] for r in rows)
+    assert time.monotonic() - t0 < 60
+
+
+def test_timer_inside_the_task():
+    """Ray's path: the timer runs inside the task (run_point_timed, here in this main thread)."""
+    model = torq_sweep.ModelSource("slow", "", None)
+    slow = lambda *a: time.sleep(5) or {}  # noqa: E731  (a point that cannot finish in time)
+    t0 = time.monotonic()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torq_sweep, "run_point", slow)
+        row = torq_sweep.run_point_timed(model, GOOD_HW[1], "default", (), timeout=0.2)
+    assert time.monotonic() - t0 < 2
+    assert row["status"] == "error" and row["error"] == "timed out: still running after --timeout 0.2 s"
+
+
 def test_ray_local_cluster(tmp_path):
     """The same points as Ray tasks on a local Ray (skipped where ray is not installed, as in CI)."""
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, log_to_driver=False)
     try:
         rows = torq_sweep.sweep([MODEL], [*GOOD_HW, BAD_HW], ["default"], str(tmp_path), ray_address="auto")
+        timed = torq_sweep.sweep([MODEL], [GOOD_HW[1]], ["default"], ray_address="auto", timeout=0.3)
     finally:
         ray.shutdown()
     assert [(r["hw"], r["status"]) for r in rows] == [(GOOD_HW[0], "ok"), (GOOD_HW[1], "ok"), (BAD_HW, "error")]
     assert all(r["lram_peak_bytes"] <= r["lram_budget_bytes"] for r in rows[:2])
     assert (tmp_path / "sweep.csv").exists() and (tmp_path / "pareto.png").exists()
+    assert timed[0]["error"] == "timed out: still running after --timeout 0.3 s"
