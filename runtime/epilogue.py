@@ -22,7 +22,8 @@ Contract (values in the compute domain of runtime/kernels.py):
   of that number (evaluated in double precision). Integer arguments are an
   error.
 - Speed never changes a result: `eval_epilogue` writes float steps into
-  intermediates no later step reads (the same ufunc).
+  intermediates no later step reads (the same ufunc), and returns a value
+  that already has the result's shape as it is (not a broadcast view of it).
 Errors are `KernelError` (a ValueError); the simulator adds the command index.
 """
 
@@ -236,12 +237,19 @@ def _operand_view(a: np.ndarray, axes: tuple[int, ...], shape: tuple[int, ...]) 
     return a.transpose(order).reshape(view_shape)
 
 
+def _fits(value: Any, shape: tuple[int, ...]) -> bool:
+    """True if `value` is an array of exactly `shape`: nothing to broadcast."""
+    return isinstance(value, np.ndarray) and value.shape == tuple(shape)
+
+
 def eval_epilogue(
     epilogue: Epilogue, principal: np.ndarray | None, operands: list[np.ndarray], shape: tuple[int, ...]
 ) -> np.ndarray:
     """Evaluates the epilogue over the result `shape`; returns the stored value (compute domain)."""
-    values: list[np.ndarray] = [] if principal is None else [principal]
     steps = epilogue.steps
+    if not steps and principal is not None and epilogue.result in (0, -1) and _fits(principal, shape):
+        return principal  # no epilogue (most matmuls): the principal result as it is
+    values: list[np.ndarray] = [] if principal is None else [principal]
     # Operands broadcast lazily (by each step) unless the result is empty, where a
     # check on the unbroadcast operand could see values the broadcast drops.
     lazy = math.prod(shape) > 0
@@ -295,6 +303,8 @@ def eval_epilogue(
     if not values:
         raise KernelError("epilogue computes no value")
     out = values[epilogue.result]
+    if _fits(out, shape):
+        return out  # what np.broadcast_to would return a view of
     try:
         return np.broadcast_to(out, shape)
     except ValueError:

@@ -27,6 +27,7 @@ Errors are `KernelError` (a ValueError); the simulator adds the command index.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable
 
@@ -54,9 +55,25 @@ class KernelError(ValueError):
 
 def to_domain(a: np.ndarray) -> np.ndarray:
     """Widens an NPU-typed array to its compute domain (float32 or int64)."""
-    if np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_:  # i1: 0 / 1
-        return a.astype(np.int64)
-    return a.astype(np.float32)
+    return a.astype(_DOMAIN.get(a.dtype) or _domain_of(a.dtype))
+
+
+_DOMAIN: dict[np.dtype, type] = {}  # dtype -> its compute domain (np.issubdtype is slow per call)
+_INTEGER: dict[np.dtype, bool] = {}  # dtype -> np.issubdtype(dtype, np.integer)
+
+
+def _domain_of(dtype: np.dtype) -> type:
+    domain = np.int64 if is_integer(dtype) or dtype == np.bool_ else np.float32  # i1: 0 / 1
+    _DOMAIN[dtype] = domain
+    return domain
+
+
+def is_integer(dtype: np.dtype) -> bool:
+    """np.issubdtype(dtype, np.integer), remembered per dtype."""
+    integer = _INTEGER.get(dtype)
+    if integer is None:
+        integer = _INTEGER[dtype] = bool(np.issubdtype(dtype, np.integer))
+    return integer
 
 
 def int_limits(dtype: str) -> tuple[int, int]:
@@ -128,7 +145,7 @@ def _padded(x: np.ndarray, dims: str, attrs: dict, op: str) -> np.ndarray:
 
 def _same_kind(a: np.ndarray, b: np.ndarray, op: str) -> bool:
     """True if both operands are integer, False if both are float (else a KernelError)."""
-    ia, ib = np.issubdtype(a.dtype, np.integer), np.issubdtype(b.dtype, np.integer)
+    ia, ib = is_integer(a.dtype), is_integer(b.dtype)
     if ia != ib:
         raise KernelError(f"{op} mixes integer and float operands ({a.dtype}, {b.dtype})")
     return ia
@@ -255,24 +272,52 @@ def conv2d(x: np.ndarray, w: np.ndarray, attrs: dict, cache: OperandCache | None
 
 def matmul(lhs: np.ndarray, rhs: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:
     """einsum over B,M,N,K (K reduced) per lhs_dims/rhs_dims/output_dims; returns (out, macs)."""
-    dims = [attrs.get(k) for k in ("lhs_dims", "rhs_dims", "output_dims")]
-    shapes = [lhs.shape, rhs.shape, None]
-    for k, d, s in zip(("lhs_dims", "rhs_dims", "output_dims"), dims, shapes):
+    dims = (attrs.get("lhs_dims"), attrs.get("rhs_dims"), attrs.get("output_dims"))
+    if not all(isinstance(d, str) for d in dims):
+        _matmul_spec.__wrapped__(*dims, lhs.shape, rhs.shape)  # raises the KernelError
+    equation, k = _matmul_spec(*dims, lhs.shape, rhs.shape)
+    integer = _same_kind(lhs, rhs, "matmul")
+    acc = _contract(equation, to_domain(lhs), to_domain(rhs))
+    return _finish_acc(acc, integer), math.prod(acc.shape) * k
+
+
+@functools.lru_cache(maxsize=4096)
+def _matmul_spec(l_dims: Any, r_dims: Any, o_dims: Any, lhs_shape: tuple, rhs_shape: tuple) -> tuple[str, int]:
+    """The checked dims of a matmul: (einsum equation, K). A function of the attrs and
+    operand shapes only, so computed once per distinct command (errors are not cached)."""
+    for k, d, s in zip(("lhs_dims", "rhs_dims", "output_dims"), (l_dims, r_dims, o_dims), (lhs_shape, rhs_shape, None)):
         ok = isinstance(d, str) and set(d) <= set("BMNK") and len(set(d)) == len(d)
         if not ok or (s is not None and len(d) != len(s)):
             raise KernelError(f"matmul attr {k}={d!r} does not name the dims of its operand (letters BMNK)")
-    l_dims, r_dims, o_dims = dims
     if "K" in o_dims or "K" not in l_dims or "K" not in r_dims or not set(o_dims) <= set(l_dims) | set(r_dims):
         raise KernelError(f"matmul dims {l_dims},{r_dims}->{o_dims} are not a contraction over K")
     sizes: dict[str, int] = {}
-    for d, s in ((l_dims, lhs.shape), (r_dims, rhs.shape)):
+    for d, s in ((l_dims, lhs_shape), (r_dims, rhs_shape)):
         for letter, size in zip(d, s):
             if sizes.setdefault(letter, size) != size:
                 raise KernelError(f"matmul dim {letter} is {sizes[letter]} in one operand and {size} in the other")
-    a, b, integer = _accumulate_domain(lhs, rhs, "matmul")
-    acc = np.einsum(f"{l_dims.lower()},{r_dims.lower()}->{o_dims.lower()}", a, b, optimize=True)
-    macs = int(np.prod(acc.shape, dtype=np.int64)) * sizes["K"]
-    return _finish_acc(acc, integer), macs
+    return f"{l_dims.lower()},{r_dims.lower()}->{o_dims.lower()}", sizes["K"]
+
+
+def _contract(equation: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`np.einsum(equation, a, b, optimize=True)`, bit for bit, without its per-call path search.
+
+    For two operands numpy's einsum always takes the path (0, 1) and hands the pair to
+    `bmm_einsum` as (b, a) with the subscripts swapped (numpy >= 2.4); calling it so is the
+    same computation. Without `bmm_einsum` (another numpy) this is np.einsum itself
+    (tests/runtime/test_simulator_speed.py checks the two agree).
+    """
+    if _bmm_einsum is None:
+        return np.einsum(equation, a, b, optimize=True)
+    inputs, out = equation.split("->")
+    left, right = inputs.split(",")
+    return _bmm_einsum(f"{right},{left}->{out}", b, a)
+
+
+try:
+    from numpy._core.einsumfunc import bmm_einsum as _bmm_einsum
+except ImportError:  # numpy < 2.4: einsum contracts pairs otherwise
+    _bmm_einsum = None
 
 
 # --------------------------------------------------------------------------

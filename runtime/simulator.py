@@ -133,12 +133,17 @@ class DispatchStats:
 
     def to_dict(self) -> dict:
         """The fields (without `timeline` unless recorded) plus ddr_traffic_ratio and efficiency."""
-        d = dataclasses.asdict(self)
-        if d["timeline"] is None:
-            del d["timeline"]
+        if self.timeline is None:  # flat fields: dataclasses.asdict's deep copy is slow per call
+            d = {f.name: getattr(self, f.name) for f in _STATS_FIELDS if f.name != "timeline"}
+            d["engine_busy_cycles"] = dict(self.engine_busy_cycles)
+        else:
+            d = dataclasses.asdict(self)
         d["ddr_traffic_ratio"] = self.ddr_traffic_ratio
         d["efficiency"] = self.efficiency
         return d
+
+
+_STATS_FIELDS = dataclasses.fields(DispatchStats)
 
 
 @dataclass(eq=False)
@@ -162,6 +167,9 @@ class Plan:
     # In-place outputs whose DDR dtype is not their host dtype: tensor index -> mask of the
     # elements no DmaOut writes (returned from the host input unconverted).
     untouched: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
+    # Inputs converted to another DDR dtype of which the DMA-ins read only a part: tensor
+    # index -> the bounding box of their boxes, the only elements converted (see `_load_ddr`).
+    windows: dict[int, tuple[slice, ...]] = dataclasses.field(default_factory=dict)
 
 
 class Simulator:
@@ -207,7 +215,8 @@ class Simulator:
                 constants[t.index] = a
         untouched = {t.index: ~box_union(program, t.index, DmaOut) for t in program.outputs()
                      if t.aliases >= 0 and t.dtype != t.host_dtype}
-        return Plan(program, self.hw, timeline, stats, constants, self._steps(program, {t.index: t for t in program.tensors}), untouched)
+        return Plan(program, self.hw, timeline, stats, constants, self._steps(program, {t.index: t for t in program.tensors}),
+                    untouched, _read_windows(program))
 
     def run(self, program: Program, inputs: list[np.ndarray], record_timeline: bool = False,
             plan: Plan | None = None) -> tuple[list[np.ndarray], DispatchStats]:
@@ -261,8 +270,15 @@ class Simulator:
                     f"got {tuple(x.shape)} {x.dtype}"
                 )
             # Round to nearest even into the DDR dtype. Inputs are only read (DmaIn), so an
-            # array already in that dtype and layout is used as it is.
-            ddr[t.index] = np.asarray(x, dtype=NP_DTYPES[t.dtype], order="C")
+            # array already in that dtype and layout is used as it is, and of one the DMA-ins
+            # read in part (a layer's slice of a KV cache) only that part is converted: the
+            # rest is never read.
+            window = plan.windows.get(t.index)
+            if window is None:
+                ddr[t.index] = np.asarray(x, dtype=NP_DTYPES[t.dtype], order="C")
+            else:
+                ddr[t.index] = np.empty(x.shape, dtype=NP_DTYPES[t.dtype])
+                ddr[t.index][window] = x[window]
         by_arg = {t.arg_index: t for t in declared}
         for t in p.tensors:
             if t.kind == "output" and t.aliases >= 0:  # the input's buffer, updated in place
@@ -330,9 +346,13 @@ class Simulator:
 
     def _execute(self, plan: Plan, ddr: dict[int, np.ndarray], lram: np.ndarray) -> None:
         """Runs the commands in program order on `ddr` and `lram`."""
+        cache = OperandCache()  # window matrices of inputs that several computes read
+        with np.errstate(all="ignore"):  # inf/nan propagate as in IEEE f32 (DMAs only copy bytes)
+            self._run_steps(plan, ddr, lram, cache)
+
+    def _run_steps(self, plan: Plan, ddr: dict[int, np.ndarray], lram: np.ndarray, cache: OperandCache) -> None:
         view = self._lram
         base = lram.__array_interface__["data"][0]
-        cache = OperandCache()  # window matrices of inputs that several computes read
         for step in plan.steps:
             kind = step[0]
             if kind == "in":
@@ -348,8 +368,7 @@ class Simulator:
                 if all(o[0] != res[0] for o in ops):  # never clear an operand read in place
                     self._zero_padding(lram, res)
                 try:
-                    with np.errstate(all="ignore"):  # inf/nan propagate as in IEEE f32
-                        self._compute(c, [view(lram, o) for o in ops], view(lram, res), cache)
+                    self._compute(c, [view(lram, o) for o in ops], view(lram, res), cache)
                 except KernelError as e:
                     raise SimulatorError(f"program '{plan.program.name}': command {i} ({c.op}): {e}") from None
                 cache.written(base + res[0], base + res[0] + res[1])
@@ -393,6 +412,25 @@ class Simulator:
         if macs != c.macs:
             raise KernelError(f"macs field is {c.macs}, shapes give {macs}")
         np.copyto(result, store(eval_epilogue(c.epilogue, principal, ops, shape), c.result.dtype))
+
+
+def _read_windows(p: Program) -> dict[int, tuple[slice, ...]]:
+    """`Plan.windows`: of each input converted to its DDR dtype, that no in-place output
+    copies and no DmaOut writes, the bounding box of its DMA-in boxes when smaller than it."""
+    aliased = {t.aliases for t in p.outputs() if t.aliases >= 0}
+    written = {c.tensor for c in p.commands if isinstance(c, DmaOut)}
+    windows = {}
+    for t in p.inputs():
+        if t.dtype == t.host_dtype or t.arg_index in aliased or t.index in written:
+            continue
+        boxes = [c for c in p.commands if isinstance(c, DmaIn) and c.tensor == t.index]
+        if not boxes:
+            continue
+        lo = [min(c.offsets[d] for c in boxes) for d in range(len(t.shape))]
+        hi = [max(c.offsets[d] + c.sizes[d] for c in boxes) for d in range(len(t.shape))]
+        if [0] * len(lo) != lo or list(t.shape) != hi:
+            windows[t.index] = tuple(slice(a, b) for a, b in zip(lo, hi))
+    return windows
 
 
 # --------------------------------------------------------------------------
