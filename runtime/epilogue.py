@@ -237,6 +237,13 @@ def _operand_view(a: np.ndarray, axes: tuple[int, ...], shape: tuple[int, ...]) 
     return a.transpose(order).reshape(view_shape)
 
 
+def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """np.broadcast_shapes(a, b) (slow per call) without its work in the common cases."""
+    if a == b or not b:
+        return a
+    return b if not a else np.broadcast_shapes(a, b)
+
+
 def _fits(value: Any, shape: tuple[int, ...]) -> bool:
     """True if `value` is an array of exactly `shape`: nothing to broadcast."""
     return isinstance(value, np.ndarray) and value.shape == tuple(shape)
@@ -284,7 +291,7 @@ def eval_epilogue(
                 ufunc = _FLOAT_UFUNCS.get(s.op) if not s.to else None
                 if ufunc is not None and len(args) == 2 and not (_is_int(args[0]) and _is_int(args[1])):
                     a, b = np.asarray(args[0], dtype=np.float32), np.asarray(args[1], dtype=np.float32)
-                    out_shape = np.broadcast_shapes(a.shape, b.shape)
+                    out_shape = _broadcast_shape(a.shape, b.shape)
                     out = None
                     for r in s.args:
                         if r.kind == "value" and r.index in owned and last_use.get(r.index) == k:

@@ -46,7 +46,9 @@ Contract:
   are read-only views of `data`, inputs already in their DDR dtype are not
   copied); a convolution's window matrix is kept while its input's LRAM
   bytes are unchanged (`kernels.OperandCache`, dropped on every write to
-  them); numpy's BLAS runs on one thread during a run
+  them); a simulator reuses one LRAM array (zeroed before each run) and a
+  plan keeps its views of it; of an input converted to its DDR dtype only
+  the bounding box of its DMA-in boxes is converted (`Plan.windows`); numpy's BLAS runs on one thread during a run
   (`TORQ_SIMULATOR_BLAS_THREADS`, 0 = leave it as configured), then its
   setting is restored.
 """
@@ -56,6 +58,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -170,6 +173,8 @@ class Plan:
     # Inputs converted to another DDR dtype of which the DMA-ins read only a part: tensor
     # index -> the bounding box of their boxes, the only elements converted (see `_load_ddr`).
     windows: dict[int, tuple[slice, ...]] = dataclasses.field(default_factory=dict)
+    # (LRAM array, each step's views of it): kept for the simulator's reused LRAM.
+    views: tuple | None = None
 
 
 class Simulator:
@@ -177,6 +182,10 @@ class Simulator:
 
     def __init__(self, hw: TorqHw) -> None:
         self.hw = hw
+        # One LRAM reused by the runs (zeroed before each), so that a plan keeps its views
+        # of it; a run while another one holds it (another thread) gets a new one.
+        self._lram = np.zeros(hw.lram_bytes, dtype=np.uint8)
+        self._lram_lock = threading.Lock()
 
     # ---- public
 
@@ -227,8 +236,7 @@ class Simulator:
             raise SimulatorError(f"program '{program.name}': the plan was prepared for another program or device")
         ddr = self._load_ddr(plan, inputs)
         by_arg = {t.arg_index: x for t, x in zip(program.inputs(), inputs)}
-        lram = np.zeros(self.hw.lram_bytes, dtype=np.uint8)
-        with _blas_threads():
+        with _blas_threads(), self._memory() as lram:
             self._execute(plan, ddr, lram)
         stats = dataclasses.replace(plan.stats, engine_busy_cycles=dict(plan.stats.engine_busy_cycles))
         if record_timeline:
@@ -310,7 +318,7 @@ class Simulator:
         return buf.offset, n, NP_DTYPES[dtype], shape, layout
 
     @staticmethod
-    def _lram(lram: np.ndarray, where: tuple) -> np.ndarray:
+    def _lram_view(lram: np.ndarray, where: tuple) -> np.ndarray:
         """The accessed array: contiguous, or for a padded buffer the data part of its padded
         array (a strided view; the access differs from the data shape only by unit dims)."""
         off, n, dtype, shape, layout = where
@@ -344,6 +352,29 @@ class Simulator:
                 steps.append(("compute", i, c, ops, res))
         return steps
 
+    @contextlib.contextmanager
+    def _memory(self):
+        """A zeroed LRAM for one run: the reused one unless a run holds it."""
+        if not self._lram_lock.acquire(blocking=False):
+            yield np.zeros(self.hw.lram_bytes, dtype=np.uint8)
+            return
+        try:
+            self._lram.fill(0)
+            yield self._lram
+        finally:
+            self._lram_lock.release()
+
+    def _views(self, plan: Plan, lram: np.ndarray) -> list:
+        """Each step's LRAM arrays: the DMA's view, or (operand views, result view)."""
+        if plan.views is not None and plan.views[0] is lram:
+            return plan.views[1]
+        view = self._lram_view
+        views = [([view(lram, o) for o in s[3]], view(lram, s[4])) if s[0] == "compute" else view(lram, s[3])
+                 for s in plan.steps]
+        if lram is self._lram:
+            plan.views = (lram, views)
+        return views
+
     def _execute(self, plan: Plan, ddr: dict[int, np.ndarray], lram: np.ndarray) -> None:
         """Runs the commands in program order on `ddr` and `lram`."""
         cache = OperandCache()  # window matrices of inputs that several computes read
@@ -351,24 +382,23 @@ class Simulator:
             self._run_steps(plan, ddr, lram, cache)
 
     def _run_steps(self, plan: Plan, ddr: dict[int, np.ndarray], lram: np.ndarray, cache: OperandCache) -> None:
-        view = self._lram
         base = lram.__array_interface__["data"][0]
-        for step in plan.steps:
+        for step, view in zip(plan.steps, self._views(plan, lram)):
             kind = step[0]
             if kind == "in":
                 _, t, box, where = step
                 self._zero_padding(lram, where)
-                np.copyto(view(lram, where), ddr[t][box].reshape(where[3]))
+                np.copyto(view, ddr[t][box].reshape(where[3]))
                 cache.written(base + where[0], base + where[0] + where[1])
             elif kind == "out":
                 _, t, box, where = step
-                ddr[t][box] = view(lram, where).reshape(ddr[t][box].shape)
+                ddr[t][box] = view.reshape(ddr[t][box].shape)
             else:
                 _, i, c, ops, res = step
                 if all(o[0] != res[0] for o in ops):  # never clear an operand read in place
                     self._zero_padding(lram, res)
                 try:
-                    self._compute(c, [view(lram, o) for o in ops], view(lram, res), cache)
+                    self._compute(c, view[0], view[1], cache)
                 except KernelError as e:
                     raise SimulatorError(f"program '{plan.program.name}': command {i} ({c.op}): {e}") from None
                 cache.written(base + res[0], base + res[0] + res[1])

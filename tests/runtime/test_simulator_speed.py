@@ -93,3 +93,22 @@ def test_epilogue_free_result_is_the_principal_and_steps_still_broadcast():
     assert out.shape == (2, 3) and np.array_equal(out, np.stack([row * 2] * 2))
     with pytest.raises(kernels.KernelError, match="does not fit the result shape"):
         eval_epilogue(Epilogue([]), principal, [], (3, 3))
+
+
+def test_reused_lram_starts_zeroed_and_a_busy_one_is_not_shared():
+    """A plan keeps its views of the simulator's LRAM; every run starts from zero bytes,
+    and a run while the LRAM is held (another thread's run) gets its own."""
+    p = _slice_program()
+    sim = Simulator(TorqHw())
+    plan = sim.prepare(p)
+    x = np.random.default_rng(2).normal(0, 1, (6, 8)).astype(np.float32)
+    (first,), _ = sim.run(p, [x], plan=plan)
+    assert plan.views is not None and plan.views[0] is sim._lram
+    sim._lram[:] = 0xFF  # what a failed run could leave behind
+    (again,), _ = sim.run(p, [x], plan=plan)
+    assert again.tobytes() == first.tobytes()
+    with sim._lram_lock:
+        sim._lram[:] = 0xFF
+        (busy,), _ = sim.run(p, [x], plan=plan)
+        assert np.all(sim._lram == 0xFF)  # not touched: the run had its own LRAM
+    assert busy.tobytes() == first.tobytes()
