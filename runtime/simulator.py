@@ -175,6 +175,7 @@ class Plan:
     windows: dict[int, tuple[slice, ...]] = dataclasses.field(default_factory=dict)
     # (LRAM array, each step's views of it): kept for the simulator's reused LRAM.
     views: tuple | None = None
+    extent: tuple[int, int] = (0, 0)  # [lo, hi) of LRAM that holds the program's buffers
 
 
 class Simulator:
@@ -224,8 +225,10 @@ class Simulator:
                 constants[t.index] = a
         untouched = {t.index: ~box_union(program, t.index, DmaOut) for t in program.outputs()
                      if t.aliases >= 0 and t.dtype != t.host_dtype}
+        extent = (min((b.offset for b in program.buffers), default=0),
+                  max((b.offset + b.size for b in program.buffers), default=0))
         return Plan(program, self.hw, timeline, stats, constants, self._steps(program, {t.index: t for t in program.tensors}),
-                    untouched, _read_windows(program))
+                    untouched, _read_windows(program), extent=extent)
 
     def run(self, program: Program, inputs: list[np.ndarray], record_timeline: bool = False,
             plan: Plan | None = None) -> tuple[list[np.ndarray], DispatchStats]:
@@ -236,7 +239,7 @@ class Simulator:
             raise SimulatorError(f"program '{program.name}': the plan was prepared for another program or device")
         ddr = self._load_ddr(plan, inputs)
         by_arg = {t.arg_index: x for t, x in zip(program.inputs(), inputs)}
-        with _blas_threads(), self._memory() as lram:
+        with _blas_threads(), self._memory(plan) as lram:
             self._execute(plan, ddr, lram)
         stats = dataclasses.replace(plan.stats, engine_busy_cycles=dict(plan.stats.engine_busy_cycles))
         if record_timeline:
@@ -353,13 +356,14 @@ class Simulator:
         return steps
 
     @contextlib.contextmanager
-    def _memory(self):
-        """A zeroed LRAM for one run: the reused one unless a run holds it."""
+    def _memory(self, plan: Plan):
+        """A zeroed LRAM for one run of `plan`: the reused one unless a run holds it. Of that
+        one only the plan's extent is zeroed: no command accesses bytes outside its buffers."""
         if not self._lram_lock.acquire(blocking=False):
             yield np.zeros(self.hw.lram_bytes, dtype=np.uint8)
             return
         try:
-            self._lram.fill(0)
+            self._lram[plan.extent[0] : plan.extent[1]] = 0
             yield self._lram
         finally:
             self._lram_lock.release()
