@@ -37,11 +37,11 @@ import numpy as np
 
 from torq.contract.program import EPILOGUE_INT_TYPES, INT_DTYPES, LUT, TABLE_OPS, Epilogue, Ref
 
-from .kernels import NP_DTYPES, KernelError, int_limits, to_domain
+from .kernels import NP_DTYPES, KernelError, int_limits, is_integer, to_domain
 
 
 def _is_int(a: Any) -> bool:
-    return np.issubdtype(np.asarray(a).dtype, np.integer)
+    return is_integer(a.dtype if isinstance(a, np.ndarray) else np.asarray(a).dtype)
 
 
 def _common(*xs: np.ndarray) -> tuple[np.ndarray, ...]:
