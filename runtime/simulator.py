@@ -56,6 +56,7 @@ Contract:
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import os
 import threading
@@ -176,6 +177,10 @@ class Plan:
     # (LRAM array, each step's views of it): kept for the simulator's reused LRAM.
     views: tuple | None = None
     extent: tuple[int, int] = (0, 0)  # [lo, hi) of LRAM that holds the program's buffers
+    # The program's inputs and outputs (by arg_index) and its output and scratch tensors.
+    inputs: list[TensorDesc] = dataclasses.field(default_factory=list)
+    outputs: list[TensorDesc] = dataclasses.field(default_factory=list)
+    fresh: list[TensorDesc] = dataclasses.field(default_factory=list)
 
 
 class Simulator:
@@ -228,7 +233,8 @@ class Simulator:
         extent = (min((b.offset for b in program.buffers), default=0),
                   max((b.offset + b.size for b in program.buffers), default=0))
         return Plan(program, self.hw, timeline, stats, constants, self._steps(program, {t.index: t for t in program.tensors}),
-                    untouched, _read_windows(program), extent=extent)
+                    untouched, _read_windows(program), extent=extent, inputs=program.inputs(),
+                    outputs=program.outputs(), fresh=[t for t in program.tensors if t.kind in ("output", "scratch")])
 
     def run(self, program: Program, inputs: list[np.ndarray], record_timeline: bool = False,
             plan: Plan | None = None) -> tuple[list[np.ndarray], DispatchStats]:
@@ -238,14 +244,15 @@ class Simulator:
         elif plan.program is not program or plan.hw != self.hw:
             raise SimulatorError(f"program '{program.name}': the plan was prepared for another program or device")
         ddr = self._load_ddr(plan, inputs)
-        by_arg = {t.arg_index: x for t, x in zip(program.inputs(), inputs)}
+        by_arg = {t.arg_index: x for t, x in zip(plan.inputs, inputs)}
         with _blas_threads(), self._memory(plan) as lram:
             self._execute(plan, ddr, lram)
-        stats = dataclasses.replace(plan.stats, engine_busy_cycles=dict(plan.stats.engine_busy_cycles))
+        stats = copy.copy(plan.stats)  # (dataclasses.replace is slower per call)
+        stats.engine_busy_cycles = dict(plan.stats.engine_busy_cycles)
         if record_timeline:
             stats.timeline = self._timeline_record(program, plan.timeline)
         outputs = []
-        for t in program.outputs():
+        for t in plan.outputs:
             value = ddr[t.index]  # allocated for this call: no copy needed
             value = value.astype(NP_DTYPES[t.host_dtype]) if t.host_dtype != t.dtype else value
             if t.index in plan.untouched:  # the input's host values where nothing was written
@@ -268,7 +275,7 @@ class Simulator:
     def _load_ddr(self, plan: Plan, inputs: list[np.ndarray]) -> dict[int, np.ndarray]:
         """Tensor index -> the tensor in DDR for this call (typed, row-major, shaped)."""
         p = plan.program
-        declared = p.inputs()
+        declared = plan.inputs
         if len(inputs) != len(declared):
             raise SimulatorError(f"program '{p.name}': expected {len(declared)} inputs, got {len(inputs)}")
         ddr: dict[int, np.ndarray] = dict(plan.constants)
@@ -291,7 +298,7 @@ class Simulator:
                 ddr[t.index] = np.empty(x.shape, dtype=NP_DTYPES[t.dtype])
                 ddr[t.index][window] = x[window]
         by_arg = {t.arg_index: t for t in declared}
-        for t in p.tensors:
+        for t in plan.fresh:
             if t.kind == "output" and t.aliases >= 0:  # the input's buffer, updated in place
                 ddr[t.index] = np.array(ddr[by_arg[t.aliases].index], order="C", copy=True)
             elif t.kind in ("output", "scratch"):
