@@ -13,7 +13,7 @@ fi
 pip() { .venv/bin/python -m pip "$@" --disable-pip-version-check -q; }
 pip install "torch==2.13.0"
 pip install "iree-base-compiler==3.13.0" "iree-base-runtime==3.13.0" "iree-turbine==3.9.0"
-pip install -e ".[torch,test]"
+pip install -e ".[torch,test,ray]"  # ray: torq-sweep --ray, tested on a local Ray
 # Before iree-torq used IREE's own launcher (python/_torq_iree_compile_hook.py), it shipped a
 # bin/iree-compile over IREE's, and the reinstall above deleted it along with the old iree-torq.
 # Put IREE's back, byte for byte what pip writes for iree-base-compiler's console script (its

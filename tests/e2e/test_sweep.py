@@ -127,7 +127,7 @@ def test_timer_inside_the_task():
 
 
 def test_ray_local_cluster(tmp_path):
-    """The same points as Ray tasks on a local Ray (skipped where ray is not installed, as in CI)."""
+    """The same points as Ray tasks on a local Ray (setup.sh installs the ray extra; skipped without it)."""
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, log_to_driver=False)
     try:
