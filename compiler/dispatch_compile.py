@@ -48,7 +48,6 @@ from .nss_ir import program_meta
 from .passes import PassOptions
 from .patterns import Unsupported
 from .pipeline import run_passes
-from .source_locations import SOURCE_ATTR
 from .versions import compiler_source_fingerprint, installed_version
 
 CACHE_FORMAT = 1
@@ -133,8 +132,6 @@ def cache_key(data: bytes, pipeline: list[str], options: PassOptions) -> str:
     canonical = ir.Module.parse(data)  # a copy: locations and name go, the compile keeps them
     func = canonical.body.operations[0].operation
     func.attributes["sym_name"] = ir.StringAttr.get(_KEY_NAME)
-    if SOURCE_ATTR in func.attributes:  # where it came from in the model, like its locations
-        del func.attributes[SOURCE_ATTR]
     passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(canonical.operation)
     h = hashlib.sha256()
     for part in (f"torq dispatch cache {CACHE_FORMAT}", _versions(), repr(pipeline), repr(options)):

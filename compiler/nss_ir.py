@@ -30,7 +30,6 @@ from torq.contract.program import (
 )
 
 from .ir_utils import record_attr, record_value
-from .source_locations import SOURCE_ATTR
 
 # Function attribute: the program's name, tiles, LRAM peak and hardware model, a dictionary.
 PROGRAM_ATTR = "torq.program"
@@ -119,5 +118,4 @@ def function_to_program(func: ir.Operation) -> Program:
             buffers.append(LramBuffer(**d))
         else:
             commands.append(_command(kind, d))
-    source = ir.StringAttr(func.attributes[SOURCE_ATTR]).value if SOURCE_ATTR in func.attributes else ""
-    return Program(meta["name"], meta["hw"], tensors, buffers, commands, meta["tiles"], meta["lram_peak"], source)
+    return Program(meta["name"], meta["hw"], tensors, buffers, commands, meta["tiles"], meta["lram_peak"])

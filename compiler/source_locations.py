@@ -23,8 +23,9 @@ Contract:
   (`matmul`, `softmax`), a generic by its contraction kind (`conv2d`,
   `matmul`, ...) or `elementwise` / `reduction`, attention as `attention`,
   a fused pad as `pad`; a dispatch of none of these is `copy`.
-- `SOURCE_ATTR` on an extracted dispatch function holds its source; the
-  serialized executable carries it as `Program.source`.
+- The source reaches the runtime through the dispatch records
+  (contract/dispatch_records.py), not the executable, which identical
+  dispatches share.
 - `first_frame_location(source)`: the `path:line` prefix remarks start with
   (a compiler diagnostic's place), or "" when the source is not a file line.
 """
@@ -40,9 +41,6 @@ from iree.compiler import ir
 from .ir_utils import walk_ops
 
 MAX_FRAMES = 8
-# Attribute of an extracted dispatch function: its `dispatch_source`, which torq-serialize-executable
-# writes into the executable (Program.source). The dispatch cache's key leaves it out.
-SOURCE_ATTR = "torq.source"
 # Frames of the export machinery, not of the model: torch (export, dynamo, nn), IREE / turbine.
 _LIBRARY = re.compile(r"[/\\](?:site|dist)-packages[/\\](?:torch|functorch|iree|torch_mlir|shark_turbine)[/\\]")
 _FILE = re.compile(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)(?:\s+to\s+(?:\d+)?:\d+)?')

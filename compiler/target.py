@@ -22,7 +22,7 @@ of) its inputs, or pads one, runs as a DMA-only NSS program
 (`patterns.data_movement_reason`).
 
 Each dispatch's source in the model and op kinds (`source_locations`) ride
-on its decision, its remarks and its executable (`Program.source`); every
+on its decision and its remarks; every
 public function's dispatches are recorded in its `iree.reflection`
 (`attach_dispatch_records`, contract/dispatch_records.py) for the runtime's
 per-layer report.
@@ -52,7 +52,7 @@ from .macs import count_macs
 from .passes import PassOptions, super_tiling
 from .patterns import Unsupported, classify_contraction
 from .pipeline import dispatch_pipeline, run_passes
-from .source_locations import SOURCE_ATTR, dispatch_op_kinds, dispatch_source, first_frame_location
+from .source_locations import dispatch_op_kinds, dispatch_source, first_frame_location
 
 # A dispatch IREE hoisted into a util.initializer runs once, when the module loads: a
 # constant expression of parameters (a weight's transpose) or a constant mask. Load-time
@@ -318,9 +318,6 @@ class TorqTarget:
             except Unsupported as e:
                 self._refused(job, Refused(str(e), unsupported=True), report)
                 continue
-            if job.source:  # into the executable (Program.source), for the runtime's reports
-                func = job.scratch.body.operations[0].operation
-                func.attributes[SOURCE_ATTR] = ir.StringAttr.get(job.source)
             jobs.append(job)
         return jobs
 

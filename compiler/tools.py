@@ -15,6 +15,9 @@ from __future__ import annotations
 import os
 import sys
 
+from _torq_iree_compile_hook import TORQ_TARGETS as _TORQ_TARGETS  # the launcher's
+from _torq_iree_compile_hook import wants_torq
+
 from .driver import (
     TORQ_FLAG_HELP,
     InternalCompilerError,
@@ -28,9 +31,6 @@ from .driver import (
 )
 from .ir_utils import CompileError
 from .onnx_import import read_onnx_source
-from .pipeline import TORQ_PHASES
-
-_TORQ_TARGETS = ("--iree-hal-target-backends=torq", "--iree-hal-target-device=torq")
 
 
 def _fail(tool: str, msg: str, code: int = 1) -> int:
@@ -171,8 +171,7 @@ def iree_compile_main(argv: list[str] | None = None) -> int:
     """`iree-compile` that adds the Torq target; without it, the stock binary. IREE's launcher
     calls it (_torq_iree_compile_hook) for a command line naming the Torq target."""
     argv = sys.argv[1:] if argv is None else argv
-    torq_phase = {f"--compile-to={p}" for p in TORQ_PHASES}
-    if not any(a in _TORQ_TARGETS or a in torq_phase or a.startswith("--torq-") for a in argv):
+    if not wants_torq(argv):  # the launcher's own test (checked against TORQ_PHASES in tests)
         return _stock_iree_compile(argv)
     return _compile_main("iree-compile", argv, False)
 

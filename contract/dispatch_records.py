@@ -49,6 +49,12 @@ def decode(text: str) -> list[dict] | None:
     return [{k: d.get(k, "" if k != "macs" else None) for k in FIELDS} for d in rows]
 
 
+def from_reflection(reflection) -> list[dict] | None:
+    """The records in a .vmfb function's reflection map (`VmFunction.reflection`), or None."""
+    text = dict(reflection).get(KEY)
+    return decode(text) if text else None
+
+
 def call_sites(records: list[dict] | None) -> tuple[tuple[str, str], ...]:
     """(name, source) of each NPU dispatch of `records`, in program order: the function's Torq calls."""
     return tuple((r["name"], r.get("source") or "") for r in records or () if r.get("executor") == "torq")

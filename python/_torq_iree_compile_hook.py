@@ -2,7 +2,7 @@
 
 iree-torq ships no `iree-compile` console script: one would overwrite iree-base-compiler's
 launcher in bin/, and uninstalling iree-torq would then delete it. Instead `iree_torq.pth`
-(site-packages root, see pyproject's data-files) runs `install()` at every interpreter start.
+(site-packages root, put there by python/_torq_build.py) runs `install()` at every interpreter start.
 
 Contract:
 - Startup: install() puts one finder on sys.meta_path and imports nothing (not torq, not

@@ -461,8 +461,7 @@ class LoadedModule:
 
 def _call_sites(fn: rt.VmFunction) -> tuple[tuple[str, str], ...]:
     """(name, source) of `fn`'s NPU dispatches in call order, from its dispatch records."""
-    text = dict(fn.reflection).get(dispatch_records.KEY)
-    return dispatch_records.call_sites(dispatch_records.decode(text) if text else None)
+    return dispatch_records.call_sites(dispatch_records.from_reflection(fn.reflection))
 
 
 def _iree_message(e: BaseException) -> str:

@@ -75,7 +75,16 @@ from torq.contract.hw import DEFAULT_HW, HwSpecError, TorqHw, describe_presets, 
 
 from . import layer_report
 from .errors import InputError
-from .tools import ToolError, _one_line, _write_outputs, check_common_args, input_flag_error, parse_input, tool_main
+from .tools import (
+    ToolError,
+    _one_line,
+    _write_outputs,
+    add_parameters_flag,
+    check_common_args,
+    input_flag_error,
+    parse_input,
+    tool_main,
+)
 
 PROG = "torq-benchmark-module"
 HOST_NOTE = ("host: measured wall time of the call minus the wall time of the Torq dispatch calls "
@@ -101,8 +110,7 @@ def _parser() -> _Parser:
     p.add_argument("--input", action="append", default=[], help="an input, in order (as torq-run-module)")
     p.add_argument("--benchmark_repetitions", "--benchmark-repetitions", dest="repetitions", type=int, default=1,
                    help="timed calls (default 1)")
-    p.add_argument("--parameters", action="append", default=[],
-                   help="a parameter archive of a module compiled with external weights, as iree-run-module takes it: [scope=]FILE (.irpa, .gguf, .safetensors; iree-turbine's scope is \"model\"); repeatable")
+    add_parameters_flag(p)
     p.add_argument("--torq-hw", dest="torq_hw", default=None,
                    help="simulated hardware NAME[:key=value,...] (default: as compiled); 'list' to list")
     p.add_argument("--json", dest="json_path", default=None, help="write the figures as JSON to this file")

@@ -54,8 +54,7 @@ def read_dispatch_records(vmfb: str | bytes, function: str) -> list[dict] | None
         fn = module.lookup_function(function)
     except (OSError, RuntimeError, ValueError):
         return None
-    text = dict(fn.reflection).get(dispatch_records.KEY) if fn is not None else None
-    return dispatch_records.decode(text) if text else None
+    return dispatch_records.from_reflection(fn.reflection) if fn is not None else None
 
 
 def _stats_by_name(stats: list[dict]) -> dict[str, dict]:

@@ -206,7 +206,7 @@ class Simulator:
             timeline = schedule(program, self.hw)
             check_slice_sharing(program, timeline)
         except TimingError as e:
-            raise SimulatorError(f"program '{program.name}': {e}") from None
+            raise SimulatorError(f"{_who(program)}{e}") from None
         traffic = program_traffic(program)
         stats = DispatchStats(
             name=program.name,
@@ -242,7 +242,7 @@ class Simulator:
         if plan is None:
             plan = self.prepare(program)
         elif plan.program is not program or plan.hw != self.hw:
-            raise SimulatorError(f"program '{program.name}': the plan was prepared for another program or device")
+            raise SimulatorError(f"{_who(program)}the plan was prepared for another program or device")
         ddr = self._load_ddr(plan, inputs)
         by_arg = {t.arg_index: x for t, x in zip(plan.inputs, inputs)}
         with _blas_threads(), self._memory(plan) as lram:
@@ -268,7 +268,7 @@ class Simulator:
             if t.kind in ("input", "output") and t.dtype != t.host_dtype:
                 if not {t.dtype, t.host_dtype} <= _FLOATS:
                     raise SimulatorError(
-                        f"program '{p.name}': {t.kind} {t.arg_index} converts host {t.host_dtype} "
+                        f"{_who(p)}{t.kind} {t.arg_index} converts host {t.host_dtype} "
                         f"to {t.dtype}, only float to float conversions exist"
                     )
 
@@ -277,14 +277,14 @@ class Simulator:
         p = plan.program
         declared = plan.inputs
         if len(inputs) != len(declared):
-            raise SimulatorError(f"program '{p.name}': expected {len(declared)} inputs, got {len(inputs)}")
+            raise SimulatorError(f"{_who(p)}expected {len(declared)} inputs, got {len(inputs)}")
         ddr: dict[int, np.ndarray] = dict(plan.constants)
         for t, x in zip(declared, inputs):
             x = np.asarray(x)
             host = NP_DTYPES[t.host_dtype]
             if tuple(x.shape) != tuple(t.shape) or x.dtype != host:
                 raise SimulatorError(
-                    f"program '{p.name}': input {t.arg_index}: expected shape {tuple(t.shape)} {t.host_dtype}, "
+                    f"{_who(p)}input {t.arg_index}: expected shape {tuple(t.shape)} {t.host_dtype}, "
                     f"got {tuple(x.shape)} {x.dtype}"
                 )
             # Round to nearest even into the DDR dtype. Inputs are only read (DmaIn), so an
@@ -306,7 +306,7 @@ class Simulator:
                     ddr[t.index] = np.zeros(t.shape, dtype=NP_DTYPES[t.dtype])
                 except (MemoryError, ValueError):
                     raise SimulatorError(
-                        f"program '{p.name}': cannot allocate {t.kind} tensor {t.index} of {t.nbytes} bytes"
+                        f"{_who(p)}cannot allocate {t.kind} tensor {t.index} of {t.nbytes} bytes"
                     ) from None
         return ddr
 
@@ -411,7 +411,7 @@ class Simulator:
                 try:
                     self._compute(c, view[0], view[1], cache)
                 except KernelError as e:
-                    raise SimulatorError(f"program '{plan.program.name}': command {i} ({c.op}): {e}") from None
+                    raise SimulatorError(f"{_who(plan.program)}command {i} ({c.op}): {e}") from None
                 cache.written(base + res[0], base + res[0] + res[1])
 
     def _add_timing(self, program: Program, timeline: Timeline, stats: DispatchStats) -> None:
@@ -453,6 +453,12 @@ class Simulator:
         if macs != c.macs:
             raise KernelError(f"macs field is {c.macs}, shapes give {macs}")
         np.copyto(result, store(eval_epilogue(c.epilogue, principal, ops, shape), c.result.dtype))
+
+
+def _who(p: Program) -> str:
+    """The prefix naming `p` in an error: compiled executables leave their name empty (the
+    runtime names the call)."""
+    return f"program '{p.name}': " if p.name else ""
 
 
 def _read_windows(p: Program) -> dict[int, tuple[slice, ...]]:

@@ -79,8 +79,7 @@ def _parser() -> _Parser:
     p.add_argument("--device", default="torq", help="device: torq (IREE CPU for host code + Torq simulator)")
     p.add_argument("--input", action="append", default=[], help="an input, in order: @x.npy, 2x3xf32=@x.npy, 2x3xf32=1.5, 2xf32=1,2, f32=3")
     p.add_argument("--output", action="append", default=[], help="a result, in order: @y.npy, +y.npy, @y.bin, -, or empty to ignore")
-    p.add_argument("--parameters", action="append", default=[],
-                   help="a parameter archive of a module compiled with external weights, as iree-run-module takes it: [scope=]FILE (.irpa, .gguf, .safetensors; iree-turbine's scope is \"model\"); repeatable")
+    add_parameters_flag(p)
     p.add_argument("--torq-hw", dest="torq_hw", default=None, help="simulated hardware NAME[:key=value,...] (default: as compiled); 'list' to list")
     p.add_argument("--print-stats", dest="print_stats", action="store_true", help="print a per-dispatch statistics table")
     p.add_argument("--output_max_element_count", "--output-max-element-count", dest="max_elements", type=int, default=1024,
@@ -368,6 +367,14 @@ def _plan_outputs(specs: list[str], results: list[tuple[Any, ElementType | None]
 
 # --------------------------------------------------------------------------
 # Entry point
+
+
+def add_parameters_flag(p: argparse.ArgumentParser) -> None:
+    """--parameters, as torq-run-module and torq-benchmark-module (and iree-run-module) take it."""
+    p.add_argument("--parameters", action="append", default=[],
+                   help="a parameter archive of a module compiled with external weights, as iree-run-module "
+                        "takes it: [scope=]FILE (.irpa, .gguf, .safetensors; iree-turbine's scope is \"model\"); "
+                        "repeatable")
 
 
 def check_common_args(args: argparse.Namespace, parser) -> TorqHw | None:

@@ -5,8 +5,8 @@ serialized executable (contract/schemas/torq_executable.fbs, identifier
 "TORQ") as `torq.executable`, an i8 elements attribute; the `torq_nss` ops
 are removed. The blob is what the `torq` VM module loads at run time.
 
-An executable names no call site: the program's name and source are left
-empty, so identical dispatches (the layers of a model) serialize to one blob,
+An executable names no call site: the program's name is left empty (and
+its source too), so identical dispatches (the layers of a model) serialize to one blob,
 which the .vmfb embeds once (IREE shares one executable among identical
 dispatches the same way). Hundreds of distinct constants, one per call,
 made IREE's VM register allocation superlinear (a 30-layer LLM: 33 s of
@@ -34,7 +34,7 @@ def serialize_function(func: ir.Operation) -> bytes:
     try:
         program = function_to_program(func)
         validate_program(program)  # its errors name the program
-        blob = serialize_program(replace(program, name="", source=""), check=False)
+        blob = serialize_program(replace(program, name=""), check=False)
     except ExecutableError as e:  # an inconsistent program: a compile error, not a traceback
         raise CompileError(f"{location_str(func)}: error: {e}") from None
     block = func.regions[0].blocks[0]

@@ -94,6 +94,8 @@ def test_external_weights_give_the_same_run(compiled, generation, tmp_path):
     assert loads and all(d.executor == "host" and d.reason == LOAD_TIME_REASON for d in loads)
     prompt = torch.randint(0, TINY.vocab, (1, PROMPT), generator=torch.Generator().manual_seed(4))
     external = generate(cm, model, prompt, 4)
+    for step in external.steps:
+        _check(step)  # against torch fp32, as the inline run
     assert [(s.token, s.rel_l2, s.cycles, s.ddr_bytes) for s in external.steps] == \
         [(s.token, s.rel_l2, s.cycles, s.ddr_bytes) for s in generation.steps]
     with pytest.raises(torq.TorqRuntimeError, match="--parameters=model=FILE.irpa"):
