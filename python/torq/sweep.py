@@ -318,10 +318,6 @@ class _PointTimeout(BaseException):
     """Raised by the timer inside a point (BaseException: run_point's `except Exception` lets it by)."""
 
 
-def _raise_timeout(signum: int, frame: Any) -> None:
-    raise _PointTimeout()
-
-
 def run_point_timed(model: ModelSource, hw: str, strategy: str, flags: Sequence[str] = (),
                     timeout: float | None = None) -> dict:
     """run_point under a SIGALRM timer (in a Ray task; no timer where signals cannot be set:
@@ -330,17 +326,27 @@ def run_point_timed(model: ModelSource, hw: str, strategy: str, flags: Sequence[
 
     if not timeout or threading.current_thread() is not threading.main_thread():
         return run_point(model, hw, strategy, flags)
-    previous = signal.signal(signal.SIGALRM, _raise_timeout)
+    fired = []
+
+    def raise_timeout(signum: int, frame: Any) -> None:
+        fired.append(True)
+        raise _PointTimeout()
+
+    previous = signal.signal(signal.SIGALRM, raise_timeout)
     try:
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
-            return run_point(model, hw, strategy, flags)
+            row = run_point(model, hw, strategy, flags)
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
     except _PointTimeout:
-        return _timeout_row(model, hw, strategy, timeout)
+        fired.append(True)
     finally:
         signal.signal(signal.SIGALRM, previous)
+    # Python wraps an exception raised while a class body is built (an import under way)
+    # in RuntimeError ("Error calling __set_name__"), which run_point reports as an error:
+    # a timer that fired is a timeout whatever became of its exception.
+    return _timeout_row(model, hw, strategy, timeout) if fired else row
 
 
 def run_ray(models: list[ModelSource], points: list[Point], flags: Sequence[str], address: str,
