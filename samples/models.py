@@ -11,6 +11,8 @@
 - `audio_encoder(frames=3000)`: a Whisper-tiny-style audio encoder: 80 mel
   bins through two 1-D convs (k3; the second stride 2) with GELU, sinusoidal
   positions, BERT-style layers (d 384, 6 heads, FFN 1536; `layers=2`).
+- `vit(size=224)`: ViT-B/16 (16x16 patches, a class token: 197 tokens at 224,
+  a prime count; d 768, 12 heads, FFN 3072, pre-layer-norm; `layers=12`).
 - `mlp()`: a small multi-layer perceptron (benchmark baseline).
 
 Each `make_*` returns `(model in eval mode, example input)`; sizes are
@@ -189,6 +191,46 @@ class AudioEncoder(nn.Module):
         return self.layers(x.transpose(1, 2) + self.positions)
 
 
+class ViTEncoderLayer(nn.Module):
+    """A pre-layer-norm encoder layer, as torchvision's ViT: x + attn(ln(x)), then x + mlp(ln(x))."""
+
+    def __init__(self, hidden: int, heads: int, ffn: int):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.LayerNorm(hidden, eps=1e-6)
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.out = nn.Linear(hidden, hidden)
+        self.norm2 = nn.LayerNorm(hidden, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(hidden, ffn), nn.GELU(), nn.Linear(ffn, hidden))
+
+    def forward(self, x):
+        b, s, h = x.shape
+        q, k, v = self.qkv(self.norm1(x)).reshape(b, s, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
+        attn = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(h // self.heads), dim=-1)
+        x = x + self.out((attn @ v).transpose(1, 2).reshape(b, s, h))
+        return x + self.mlp(self.norm2(x))
+
+
+class ViT(nn.Module):
+    """ViT-B/16's shape: patches by a stride-16 conv, a class token, learned positions,
+    pre-norm layers, the head on the class token."""
+
+    def __init__(self, size: int, patch: int = 16, hidden: int = 768, heads: int = 12, ffn: int = 3072,
+                 layers: int = 12, classes: int = 1000):
+        super().__init__()
+        self.patches = nn.Conv2d(3, hidden, patch, stride=patch)
+        self.cls = nn.Parameter(torch.randn(1, 1, hidden) * 0.02)
+        self.positions = nn.Parameter(torch.randn(1, (size // patch) ** 2 + 1, hidden) * 0.02)
+        self.layers = nn.Sequential(*[ViTEncoderLayer(hidden, heads, ffn) for _ in range(layers)])
+        self.norm = nn.LayerNorm(hidden, eps=1e-6)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        x = self.patches(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1) + self.positions
+        return self.head(self.norm(self.layers(x))[:, 0])
+
+
 def _init(model: nn.Module, seed: int) -> nn.Module:
     """Random but well-scaled weights and non-trivial batch-norm statistics."""
     g = torch.Generator().manual_seed(seed)
@@ -231,6 +273,13 @@ def make_audio_encoder(frames: int = 3000, layers: int = 2, seed: int = 0):
         torch.randn(1, 80, frames, generator=torch.Generator().manual_seed(seed))
 
 
+def make_vit(size: int = 224, layers: int = 12, hidden: int = 768, heads: int = 12, ffn: int = 3072,
+             seed: int = 0):
+    torch.manual_seed(seed)
+    return _init(ViT(size, hidden=hidden, heads=heads, ffn=ffn, layers=layers), seed), \
+        torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(seed))
+
+
 def make_mlp(batch: int = 8, features: int = 784, hidden: int = 1024, classes: int = 10, seed: int = 0):
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
@@ -239,4 +288,4 @@ def make_mlp(batch: int = 8, features: int = 784, hidden: int = 1024, classes: i
 
 
 MODELS = {"mobilenet_v2": make_mobilenet_v2, "mobilenet_v3": make_mobilenet_v3, "resnet18": make_resnet18, "bert": make_bert_encoder_layer,
-          "audio_encoder": make_audio_encoder, "mlp": make_mlp}
+          "audio_encoder": make_audio_encoder, "vit": make_vit, "mlp": make_mlp}

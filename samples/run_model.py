@@ -3,6 +3,7 @@
     python samples/run_model.py mobilenet_v2 --size 64
     python samples/run_model.py resnet18            # 224x224
     python samples/run_model.py bert --seq 32 --hw SL2610:lram_kb=256
+    python samples/run_model.py vit --layers 2   # ViT-B/16, 197 tokens
 
 Exports the model with iree-turbine, compiles it with `torq.compile`, runs it
 on the simulator and prints: compile seconds, error vs torch fp32 (relative
@@ -61,6 +62,8 @@ def _size_kwargs(name: str, size: int | None, seq: int | None, layers: int | Non
         return {k: v for k, v in (("seq", seq), ("layers", layers)) if v and (k != "layers" or v != 1)}
     if name == "audio_encoder":  # --seq is its mel frames
         return {k: v for k, v in (("frames", seq), ("layers", layers)) if v}
+    if name == "vit":
+        return {k: v for k, v in (("size", size), ("layers", layers)) if v}
     return {"size": size} if size and name in ("mobilenet_v2", "mobilenet_v3", "resnet18") else {}
 
 
@@ -127,10 +130,10 @@ def print_run(run: ModelRun, console=None) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model", choices=[m for m in MODELS if m != "mlp"])
-    p.add_argument("--size", type=int, help="input height and width of the CNNs (default 224)")
+    p.add_argument("--size", type=int, help="input height and width of the CNNs and ViT (default 224)")
     p.add_argument("--seq", type=int, help="sequence length of the BERT layer (default 128), mel frames of "
                    "the audio encoder (default 3000)")
-    p.add_argument("--layers", type=int, help="encoder layers (BERT default 1, audio encoder default 2)")
+    p.add_argument("--layers", type=int, help="encoder layers (BERT default 1, audio encoder 2, ViT 12)")
     p.add_argument("--hw", default="SL2610", help="Torq hardware, e.g. SL2610:lram_kb=64")
     p.add_argument("--flag", action="append", default=[], help="extra compiler flag (repeatable), e.g. "
                    "--flag=--torq-super-tiling-strategy=seed")

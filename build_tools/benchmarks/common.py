@@ -38,6 +38,8 @@ MODEL_SIZES = {
     "resnet18": ({"size": 224}, {"size": 64}),
     "bert": ({"seq": 128}, {"seq": 32}),
     "audio_encoder": ({"frames": 3000}, {"frames": 200}),
+    # ViT-B/16: 197 tokens, a prime count (peeled tiles); quick: 17 tokens, one small layer.
+    "vit": ({"size": 224}, {"size": 64, "layers": 1, "hidden": 192, "heads": 3, "ffn": 768}),
     # The same models quantized to int8 by onnxruntime (int8.py).
     "mobilenet_v2_int8": ({"size": 224}, {"size": 64}),
     "mobilenet_v3_int8": ({"size": 224}, {"size": 64}),
