@@ -147,6 +147,8 @@ class NssBuilder:
                 self.copies.append((v, outputs[-1]))
             else:
                 self.tensor_of[v] = outputs[-1]
+                for dest in _destinations(v):
+                    self.tensor_of[dest] = outputs[-1]
         # In-place results: output k aliases an extra input (the read-write operand); its
         # DMA boxes are placed into that operand's box (`place_in_place_boxes`).
         self.placement: dict[int, tuple[list[int], list[int], tuple[int, ...]]] = {}
@@ -523,6 +525,22 @@ class NssBuilder:
                 self._keep_layout(rbuf, tuple(sizes))
                 self.commands.append(DmaOut(rbuf, tensor, base, sizes))
                 return
+
+
+def _destinations(v: ir.Value) -> list[ir.Value]:
+    """The values whose DDR tensor `v` writes into: a peeled tiling's remainder tile
+    (an insert_slice, or a loop whose init is) completes the main loop's result."""
+    chain = []
+    while isinstance(v, ir.OpResult):
+        owner = v.owner
+        if owner.name == "tensor.insert_slice":
+            v = owner.operands[1]
+        elif owner.name == "scf.for":
+            v = owner.operands[3 + v.result_number]
+        else:
+            break
+        chain.append(v)
+    return chain
 
 
 def _eval_affine(e: ir.AffineExpr, args: list[int], n_dims: int) -> int:

@@ -10,8 +10,12 @@ edges from each op in block order, an op listed once all its users are
 per dimension of the root's result and handed to the transform as sizes of
 the loops those dimensions index (read from the root's result indexing map:
 a permuted result tiles the permuted loop). Reduction loops are tiled only
-when nothing else fits (`traffic` and `default`, see *Reduction tiling*).
-Tile sizes divide the tiled dimension, so every tile has a static shape.
+when nothing else fits or every parallel tiling re-reads an operand
+(`traffic` and `default`, see *Reduction tiling*).
+Tile sizes need not divide the tiled dimension (`search.tile_sizes`): a
+size that does not is peeled (`tiling/transform.py`: transform.loop.peel), a
+loop of full tiles and one last, smaller tile, so every tile has a static
+shape. The remainder's ops are copies of the loop's and lose their order.
 
 Strategies (`--torq-super-tiling-strategy`):
 
@@ -35,7 +39,7 @@ Strategies (`--torq-super-tiling-strategy`):
   places every buffer of the slice, tiled and lowered to TorqHL, within
   `TorqHw.available_lram_bytes`. A root whose untiled slice fits stays
   untiled. Otherwise, for each tileable result dimension alone, the largest
-  fitting divisor (binary search: footprint grows with the tile), or on the
+  fitting tile size (binary search: footprint grows with the tile), or on the
   result's vector dim (compiler/vector_layout.py) the largest smaller one of
   whole vectors when that moves no more bytes and takes no more cycles (a
   tile padded in LRAM wastes lanes); of those,
@@ -49,23 +53,30 @@ Strategies (`--torq-super-tiling-strategy`):
   so that consumer is tiled with the producer recomputed in its loop when
   the two do not fit together. Last, the untiled rest of the function is
   allocated as a whole; while it does not fit, its root with the largest
-  untiled slice is tiled. When no parallel tiling fits, the reduction dims
-  are tiled too (*Reduction tiling*). Nothing fitting even with size-1
+  untiled slice is tiled. When no parallel tiling fits, or the best one
+  moves more than `search.REREAD_LIMIT` (1.25) x the compulsory bytes, the
+  reduction dims are tiled too (*Reduction tiling*). Nothing fitting even with size-1
   tiles (parallel and reduction) is a compile error naming the op, its
   location, the smallest footprint reached (all tileable dims at 1) and
   the budget.
 
 *Reduction tiling* (`traffic` and `default`, not `seed`): when even one
 output row / channel does not fit (a fully connected layer whose weights
-are many times the LRAM, a conv over many input channels), the reduction
-loops of the group's principal op are tiled as well, if its op has an
+are many times the LRAM, a conv over many input channels), or when every
+parallel tiling re-reads an operand (ViT's FFN down projection, 197 x 3072
+by 3072 x 768: rows and weights do not fit together, so row tiles re-read
+the weights and column tiles the rows; 2.4 to 3x the compulsory bytes),
+the reduction loops of the group's principal op are tiled as well, if its op has an
 accumulate form (contract/ops.py: conv2d, not grouped, and matmul): matmul
 K; conv input channels, then kernel rows, then kernel columns
 (`Root.reduction_loops`; the first whose largest fitting divisor exists,
-earlier ones at 1). Parallel tilings tried with it: none, each tileable
-dim alone (its largest sizes for which some reduction size fits) and all
-tileable dims at 1; the least predicted DDR traffic wins, then the fewest
-tiles x steps. On the IR, the root is tiled and fused as usual, then the
+earlier ones at 1). Parallel tilings tried with it: none and each tileable
+dim alone (its largest sizes for which some reduction size fits), or when
+none of those fits, all tileable dims at 1; the least predicted DDR traffic
+wins, then the fewest tiles x steps (and a re-reading parallel tiling is
+kept when it moves no more). The steps reuse one set of operand buffers, so
+a step's DMA waits for the previous step's compute (no double buffering yet:
+a reduction tiling may take more cycles than the re-reading one it replaces). On the IR, the root is tiled and fused as usual, then the
 principal (tagged TILE_REDUCTION) is tiled along its reduction loops with
 `transform.structured.tile_using_for`: an scf.for innermost in the tile
 loop whose iter_arg is the accumulator, initialised from the group's fill;
@@ -114,7 +125,7 @@ from ..tiling.roots import (
 )
 from ..tiling.search import TileChoice, choose_tile_sizes
 from ..tiling.seed import seed_footprints, seed_tile_sizes
-from ..tiling.transform import clone_function, orders_in, root_loop, root_slice, tile_and_fuse
+from ..tiling.transform import clone_function, root_slice, tile_and_fuse
 from . import PassOptions
 from .assign_lram_addresses import lram_footprint
 from .lower_to_torq_hl import lower_function
@@ -186,12 +197,11 @@ class _Tiler:
             if record is not None:
                 record["fused_groups"] = sorted(root.groups)
         elif sizes is not None:
-            tile_and_fuse(_enclosing_module(self.func), root.loop_sizes(sizes), root.interchange(choice.outer),
-                          root.reduction_sizes(choice.reduction))
-            loop = root_loop(self.func)
-            self.fused |= orders_in(loop)
+            tiled = tile_and_fuse(_enclosing_module(self.func), root.loop_sizes(sizes),
+                                  root.interchange(choice.outer), root.reduction_sizes(choice.reduction))
+            self.fused |= tiled.orders
             if record is not None:
-                record["fused_groups"] = sorted({g for o in walk_ops(loop) for g in fuse_groups(o)})
+                record["fused_groups"] = sorted(tiled.groups)
         elif record is not None:
             record["fused_groups"] = []
         for o in walk_ops(self.func):

@@ -25,6 +25,15 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def tile_sizes(extent: int) -> list[int]:
+    """The sizes below `extent` a parallel dim may be tiled by, ascending: per number of
+    tiles, the smallest size giving it (ceil(extent / k)), which is extent / k when k
+    divides the extent. Otherwise the tile loop is peeled (tiling/transform.py): full
+    tiles and a smaller last one, all of static shape, so a prime extent (ViT's 197
+    tokens) tiles by 66 (66, 66, 65) rather than by 1."""
+    return sorted({-(-extent // k) for k in range(2, extent + 1)})
+
+
 def _tile_count(shape: tuple[int, ...], sizes: list[int] | None) -> int:
     return math.prod(-(-n // t) if t else 1 for n, t in zip(shape, sizes or [0] * len(shape)))
 
@@ -70,12 +79,12 @@ class TileSearch:
 
     def aligned_below(self, d: int, t: int) -> int | None:
         """When dim d is the result's vector dim and a tile of t would be padded in LRAM
-        (vector_layout.padded), the largest smaller divisor of d's extent that is whole
+        (vector_layout.padded), the largest smaller tile size of d (`tile_sizes`) that is whole
         vectors (or a power of two below the width); None otherwise."""
         vec = self.result_vector()
         if vec is None or vec[0] != d or padded(t, vec[1]) == t:
             return None
-        return max((x for x in divisors(self.root.shape[d]) if x < t and padded(x, vec[1]) == x), default=None)
+        return max((x for x in tile_sizes(self.root.shape[d]) if x < t and padded(x, vec[1]) == x), default=None)
 
     def footprint(self, sizes: list[int], outer: int | None = None, red: list[int] | None = None) -> int:
         key = (tuple(sizes), outer) if not red else (tuple(sizes), outer, tuple(red))
@@ -86,9 +95,9 @@ class TileSearch:
                                                 self.root.reduction_sizes(red))
                 fp = lowered_footprint(clone, self.options)
             except (CompileError, Unsupported):
-                if not red:
+                if not red and all(n % t == 0 for n, t in zip(self.root.shape, sizes) if t):
                     raise
-                fp = UNREPRESENTABLE  # this cut has no TorqHL accumulate form
+                fp = UNREPRESENTABLE  # this cut (a peeled tile, an accumulate form) has no TorqHL form
             if fp <= self.budget:
                 self.lowered[key] = (scratch, clone)
             self.footprints[key] = fp
@@ -116,8 +125,9 @@ class TileSearch:
         fits with the earlier ones at 1 (the footprint grows with the size), or None."""
         red = [0] * len(self.root.reduction_loops)
         for j, (_, extent) in enumerate(self.root.reduction_loops):
-            best = _largest_fitting_divisor(
-                extent, lambda t: self.footprint(sizes, red=red[:j] + [t] + red[j + 1:]) <= self.budget)
+            best = _largest_fitting(
+                [t for t in divisors(extent) if t < extent],
+                lambda t: self.footprint(sizes, red=red[:j] + [t] + red[j + 1:]) <= self.budget)
             if best is not None:
                 red[j] = best
                 return red
@@ -125,15 +135,15 @@ class TileSearch:
         return None
 
     def largest_fitting(self, base: list[int], d: int, outer: int | None = None) -> int | None:
-        """Largest divisor t < extent with base[d] = t fitting; footprint grows with t."""
-        return _largest_fitting_divisor(
-            self.root.shape[d], lambda t: self.footprint(base[:d] + [t] + base[d + 1:], outer) <= self.budget)
+        """Largest tile size t < extent (`tile_sizes`) with base[d] = t fitting; footprint grows with t."""
+        return _largest_fitting(
+            tile_sizes(self.root.shape[d]),
+            lambda t: self.footprint(base[:d] + [t] + base[d + 1:], outer) <= self.budget)
 
 
-def _largest_fitting_divisor(extent: int, fits) -> int | None:
-    """The largest divisor t < extent with fits(t), by binary search (a tile's
-    footprint grows with its size); None when not even 1 fits."""
-    cands = [t for t in divisors(extent) if t < extent]
+def _largest_fitting(cands: list[int], fits) -> int | None:
+    """The largest of the ascending sizes `cands` with fits(t), by binary search (a tile's
+    footprint grows with its size); None when not even the first fits."""
     lo, hi, best = 0, len(cands) - 1, None
     while lo <= hi:
         mid = (lo + hi) // 2
@@ -214,7 +224,7 @@ def _two_dim_sizes(search: TileSearch) -> list[int] | None:
             t_max = search.largest_fitting(base, a, outer=a)
             if t_max is None:
                 continue
-            for t_a in {t_max, max((t for t in divisors(shape[a]) if t <= t_max // 2), default=t_max)}:
+            for t_a in {t_max, max((t for t in tile_sizes(shape[a]) if t <= t_max // 2), default=t_max)}:
                 sizes = [0] * len(shape)
                 sizes[a] = t_a
                 t_b = search.largest_fitting(sizes, b, outer=a)
@@ -264,7 +274,7 @@ def _parallel_sizes(search: TileSearch, chosen: list[int] | None) -> list[int] |
         counts |= {k * (extent // current) for k in (2, 4)}
         tried = set()
         for count in sorted(counts):
-            t = max((x for x in divisors(extent) if extent // x >= count), default=None)
+            t = max((x for x in tile_sizes(extent) if -(-extent // x) >= count), default=None)
             if t is None or t >= current:
                 continue
             # On the result's vector dim, also the largest tile of whole vectors below t.
@@ -297,11 +307,30 @@ def _better_cut(search: TileSearch, root: Root, d: int, t: int, best: tuple, tra
 REDUCTION_PARALLEL_CANDIDATES = 3
 
 
-def _reduction_sizes(search: TileSearch) -> tuple[list[int], list[int]] | None:
-    """When no parallel tiling fits: (parallel sizes, reduction sizes) that fit with the
-    group principal's reduction loops tiled too (`Search.largest_reduction`), the
-    accumulator kept in LRAM. Parallel tilings tried: none, each tileable dim alone
-    (its largest divisors whose reduction fits, `REDUCTION_PARALLEL_CANDIDATES` of
+# A parallel tiling moving more than this many times the compulsory bytes is compared
+# with the reduction tilings (`_rereads`).
+REREAD_LIMIT = 1.25
+
+
+def _rereads(search: TileSearch, sizes: list[int] | None) -> bool:
+    """Whether to try tiling the reduction too: no parallel tiling fits, or the best one
+    re-reads an operand (more than REREAD_LIMIT x the compulsory bytes: a matmul whose
+    rows and weights do not fit together, such as a 3072-wide FFN projection, re-reads
+    one per tile of the other) and the root has reduction loops to tile."""
+    if sizes is None:
+        return True
+    if not search.root.reduction_loops:
+        return False
+    traffic = search.traffic(sizes, search.outer)
+    return traffic.dma_bytes > REREAD_LIMIT * traffic.compulsory_bytes
+
+
+def _reduction_sizes(search: TileSearch, parallel: list[int] | None = None) -> tuple[list[int], list[int]] | None:
+    """(parallel sizes, reduction sizes) that fit with the group principal's reduction
+    loops tiled too (`Search.largest_reduction`), the accumulator kept in LRAM; None when
+    none fits or `parallel` (the best parallel tiling, when one fits) moves no more bytes
+    than the best of them. Parallel tilings tried: none, each tileable dim alone
+    (its largest tile sizes whose reduction fits, `REDUCTION_PARALLEL_CANDIDATES` of
     them) and every tileable dim at 1; of those, the least predicted DDR traffic
     (a smaller parallel tile re-reads the other operand's K-slices more often),
     then the fewest tiles x reduction steps. Sets `search.reduction`."""
@@ -310,32 +339,42 @@ def _reduction_sizes(search: TileSearch) -> tuple[list[int], list[int]] | None:
         return None
     n = len(root.shape)
     dims = [d for d in range(n) if root.tileable(d)]
+    ones = [1] * len(root.reduction_loops)  # the smallest reduction tile: some fits iff this does
     options: list[list[int]] = [[0] * n]
     for d in dims:
-        fitting = 0
-        for t in sorted((t for t in divisors(root.shape[d]) if t < root.shape[d]), reverse=True):
-            sizes = [t if i == d else 0 for i in range(n)]
-            if search.largest_reduction(sizes) is not None:
-                options.append(sizes)
-                fitting += 1
-                if fitting == REDUCTION_PARALLEL_CANDIDATES:
-                    break
-    options.append([1 if d in dims else 0 for d in range(n)])
+        cands = tile_sizes(root.shape[d])
+        largest = _largest_fitting(
+            cands, lambda t: search.footprint([t if i == d else 0 for i in range(n)], red=ones) <= search.budget)
+        if largest is not None:
+            below = [t for t in cands if t <= largest][-REDUCTION_PARALLEL_CANDIDATES:]
+            options += [[t if i == d else 0 for i in range(n)] for t in reversed(below)]
+    scored = _scored_reductions(search, options)
+    all_ones = [1 if d in dims else 0 for d in range(n)]
+    if not scored:  # the last resort (its program has a tile per output element)
+        scored = _scored_reductions(search, [all_ones])
+    if not scored:
+        # The error's smallest footprint: every tileable dim, parallel and reduction, at 1.
+        search.footprint(all_ones, red=ones)
+        return None
+    best = min(scored)
+    if parallel is not None and search.traffic(parallel, search.outer).dma_bytes <= best[0]:
+        return None
+    search.reduction, search.outer = best[4], None
+    return best[3], best[4]
+
+
+def _scored_reductions(search: TileSearch, options: list[list[int]]) -> list[tuple]:
+    """(traffic, tiles x steps, rank, sizes, reduction sizes) of each parallel tiling in
+    `options` for which some reduction tiling fits (`TileSearch.largest_reduction`)."""
     scored = []
     for rank, sizes in enumerate(options):
         red = search.largest_reduction(sizes)
         if red is None:
             continue
-        steps = math.prod(-(-e // t) if t else 1 for (_, e), t in zip(root.reduction_loops, red))
-        scored.append((search.traffic(sizes, red=red).dma_bytes, _tile_count(root.shape, sizes) * steps, rank,
-                       sizes, red))
-    if not scored:
-        # The error's smallest footprint: every tileable dim, parallel and reduction, at 1.
-        search.footprint(options[-1], red=[1] * len(root.reduction_loops))
-        return None
-    best = min(scored)
-    search.reduction = best[4]
-    return best[3], best[4]
+        steps = math.prod(-(-e // t) if t else 1 for (_, e), t in zip(search.root.reduction_loops, red))
+        scored.append((search.traffic(sizes, red=red).dma_bytes, _tile_count(search.root.shape, sizes) * steps,
+                       rank, sizes, red))
+    return scored
 
 
 @dataclass(frozen=True)
@@ -357,7 +396,7 @@ def choose_tile_sizes(func: ir.Operation, root: Root, options: PassOptions,
     sizes = None
     if force or untiled > search.budget:
         sizes = _least_traffic_sizes(search)
-        if sizes is None and (tiled := _reduction_sizes(search)) is not None:
+        if _rereads(search, sizes) and (tiled := _reduction_sizes(search, sizes)) is not None:
             sizes = tiled[0]
         if sizes is None:
             smallest = (f"smallest footprint {search.smallest} bytes" if search.smallest is not None

@@ -9,7 +9,7 @@ from ..ir_utils import region_ops, static_shape, tensor_nbytes
 from ..passes import PassOptions
 from .roots import SEED_OUTSIDE_GROUP_BYTES, Root, fuse_groups, is_group_bottom
 from .search import TileSearch, divisors, tiling_record
-from .transform import clone_function, orders_in, root_loop, tile_and_fuse
+from .transform import clone_function, tile_and_fuse
 
 # --- seed strategy: the RFC's estimate ----------------------------------------------
 
@@ -46,9 +46,7 @@ def _is_empty(v: ir.Value) -> bool:
 def _fused_orders(func: ir.Operation, root: Root, sizes: list[int]) -> set[int]:
     """Orders of the ops tiling the TILE_ROOT op by `sizes` puts in its loop (on a copy)."""
     scratch, clone = clone_function(func)
-    tile_and_fuse(scratch.operation, root.loop_sizes(sizes))
-    loop = root_loop(scratch.body.operations[0].operation)
-    return orders_in(loop) if loop is not None else {root.order}
+    return set(tile_and_fuse(scratch.operation, root.loop_sizes(sizes)).orders) or {root.order}
 
 
 def seed_tile_sizes(func: ir.Operation, root: Root, table: list[tuple[int, int]], options: PassOptions,

@@ -124,7 +124,9 @@ def test_trace_events_lie_inside_their_dispatch(art):
     tr = art["trace"]
     events = tr["traceEvents"]
     names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
-    assert {"dispatches", "DMA in", "DMA out", "slice 0", "slice 1", "host"} <= set(names.values())
+    # "slice 1" has a track when a compute runs on it alone; one split over both slices
+    # (a tiling with one buffer set) is drawn on its first slice.
+    assert {"dispatches", "DMA in", "DMA out", "slice 0", "host"} <= set(names.values())
     spans = [e for e in events if e["ph"] == "X" and names.get((e["pid"], e["tid"])) == "dispatches"]
     cmds = [e for e in events if e["ph"] == "X" and names.get((e["pid"], e["tid"])) in
             ("DMA in", "DMA out", "slice 0", "slice 1")]

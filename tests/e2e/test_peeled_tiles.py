@@ -1,0 +1,92 @@
+"""Tile sizes that do not divide the extent (peeled tile loops), and the reduction
+tiling chosen when a parallel tiling would re-read an operand, against torch.
+
+A ViT encoder layer at 224x224 has 197 tokens, a prime: with divisor tile sizes
+only, every dispatch tiled along the tokens ran 197 one-token tiles. Peeled, the
+token dim tiles by any size (a loop of full tiles and a smaller last one). The
+tiling dump's predictions (tiles, DMA bytes) must still equal what the simulator
+measures, and the results torch's.
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch_reference import within_bf16_limits
+
+import torq
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
+from models import ViTEncoderLayer  # noqa: E402
+
+TOKENS = 197
+
+
+def compile_and_run(model, x, tmp_path, hw="SL2610"):
+    dump = tmp_path / "tiling.json"
+    cm = torq.compile(model, x, hw=hw, flags=[f"--torq-dump-tiling={dump}", "--torq-no-cache"])
+    y = np.asarray(cm(x.numpy()))
+    with torch.no_grad():
+        ref = model(x).numpy()
+    return cm, y, ref, json.loads(dump.read_text())["dispatches"]
+
+
+def check_dump_matches_simulator(cm, dispatches):
+    measured = {s["name"]: s for s in cm.last_stats}
+    for d in dispatches:
+        s = measured[d["dispatch"]]
+        assert d["tiles"] == s["tiles"]
+        assert d["predicted_dma_bytes_in"] == s["dma_bytes_in"]
+        assert d["predicted_dma_bytes_out"] == s["dma_bytes_out"]
+        assert d["lram_peak_bytes"] == s["lram_peak_bytes"] <= cm.hw.available_lram_bytes
+
+
+@pytest.fixture(scope="module")
+def vit_layer():
+    torch.manual_seed(0)
+    model = ViTEncoderLayer(192, 3, 768).eval()
+    return model, torch.randn(1, TOKENS, 192, generator=torch.Generator().manual_seed(1))
+
+
+def test_prime_token_count_tiles_in_peeled_loops(vit_layer, tmp_path):
+    model, x = vit_layer
+    cm, y, ref, dispatches = compile_and_run(model, x, tmp_path, hw="SL2610:lram_kb=128")
+    assert within_bf16_limits(y, ref)
+    check_dump_matches_simulator(cm, dispatches)
+    token_tiles = [r["tile_sizes"][1] for d in dispatches for r in d["roots"]
+                   if len(r["shape"]) == 3 and r["shape"][1] == TOKENS and r["tile_sizes"][1]]
+    assert token_tiles, "no dispatch tiled along the tokens: the test lost its point"
+    assert min(token_tiles) > 1, token_tiles  # divisors of 197 alone would give 1
+    assert any(TOKENS % t for t in token_tiles), token_tiles  # a peeled loop
+    assert max(d["tiles"] for d in dispatches) < TOKENS
+
+
+class FeedForward(torch.nn.Module):
+    def __init__(self, d, f):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(d, f), torch.nn.Linear(f, d)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+def test_reduction_tiled_where_parallel_tiles_reread(tmp_path):
+    """The down projection (37 x 1024 by 1024 x 256) at 64 KiB: its rows and weights do
+    not fit together, so any parallel tiling re-reads one of them per tile of the other
+    (more than REREAD_LIMIT x the compulsory bytes); with K tiled too the accumulator
+    stays in LRAM and both are read about once."""
+    from torq.compiler.tiling.search import REREAD_LIMIT
+
+    torch.manual_seed(0)
+    model = FeedForward(256, 1024).eval()
+    x = torch.randn(1, 37, 256, generator=torch.Generator().manual_seed(2))
+    cm, y, ref, dispatches = compile_and_run(model, x, tmp_path, hw="SL2610:lram_kb=64")
+    assert within_bf16_limits(y, ref)
+    check_dump_matches_simulator(cm, dispatches)
+    down = [d for d in dispatches if any(r["shape"][-1] == 256 and r["reduction_tile_sizes"] for r in d["roots"])]
+    assert len(down) == 1, [(d["dispatch"], d["roots"]) for d in dispatches]
+    moved = down[0]["predicted_dma_bytes_in"] + down[0]["predicted_dma_bytes_out"]
+    assert moved <= REREAD_LIMIT * down[0]["compulsory_bytes"]
