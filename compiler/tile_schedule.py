@@ -21,7 +21,8 @@ Buffers of a tile-loop body come in two kinds (`plan_body`):
   takes). It is loaded by the first tile and kept in LRAM until a loop it
   varies with advances (`invariant_loops`), so spatial tiles do not re-read
   their weights and channel tiles do not re-read their input. Resident
-  buffers sit at the bottom of LRAM, live for the whole body.
+  buffers sit at the bottom of LRAM, live for the whole body. A body that
+  also holds a tile loop (a peeled inner loop's last tile) has none.
 - *per-tile*: everything else (slices of the tiled tensors, results). They are
   placed once for one tile, above the resident ones; that placement is a
   *buffer set*. When LRAM has room, a body gets several sets at a fixed stride
@@ -249,7 +250,12 @@ def plan_body(block: ir.Block, alignment: int, budget: int, slices: int, nbytes=
     events = body_events(block)
     alias = accumulator_aliases(block)
     requests = buffer_requests(events, nbytes, alias)
-    resident = {r.key: k for r in requests if (k := invariant_loops(r.key, block))}
+    # A body that also holds a tile loop (the last tile of a peeled inner loop runs after
+    # it, in the outer loop's body) keeps nothing resident: the inner loop's plan places
+    # its buffers from the same base, so only buffers live between its own commands fit.
+    holds_loop = any(op.operation.name == "scf.for" and not is_reduction_loop(op.operation)
+                     for op in block.operations)
+    resident = {} if holds_loop else {r.key: k for r in requests if (k := invariant_loops(r.key, block))}
     last = len(events) - 1
     res_alloc = allocate([BufferRequest(r.key, r.size, 0, last) for r in requests if r.key in resident],
                          alignment)

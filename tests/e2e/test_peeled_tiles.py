@@ -90,3 +90,19 @@ def test_reduction_tiled_where_parallel_tiles_reread(tmp_path):
     assert len(down) == 1, [(d["dispatch"], d["roots"]) for d in dispatches]
     moved = down[0]["predicted_dma_bytes_in"] + down[0]["predicted_dma_bytes_out"]
     assert moved <= REREAD_LIMIT * down[0]["compulsory_bytes"]
+
+
+def test_peeled_inner_loop_of_a_2d_nest(tmp_path):
+    """Whisper's stem (conv1d 80 -> 384 k3, GELU, conv1d 384 -> 384 k3 stride 2, GELU over
+    3000 mel frames): the second conv tiles output channels (outer) by frames (inner), and
+    the inner loop is peeled, so its last tile runs in the outer loop's body beside the
+    inner loop. That body keeps nothing resident (tile_schedule.plan_body): its input
+    slice, resident across the outer loop, overlapped the inner loop's weights in LRAM."""
+    from models import make_audio_encoder
+
+    model, x = make_audio_encoder(frames=3000, layers=0)
+    cm, y, ref, dispatches = compile_and_run(model, x, tmp_path)
+    assert within_bf16_limits(y, ref)
+    check_dump_matches_simulator(cm, dispatches)
+    nests = [r for d in dispatches for r in d["roots"] if sum(1 for t in r["tile_sizes"] if t) == 2]
+    assert any(n % t for r in nests for n, t in zip(r["shape"], r["tile_sizes"]) if t), nests
