@@ -274,13 +274,17 @@ def _parallel_sizes(search: TileSearch, chosen: list[int] | None) -> list[int] |
         counts |= {k * (extent // current) for k in (2, 4)}
         tried = set()
         for count in sorted(counts):
-            t = max((x for x in tile_sizes(extent) if -(-extent // x) >= count), default=None)
-            if t is None or t >= current:
-                continue
-            # On the result's vector dim, also the largest tile of whole vectors below t.
-            for cut in sorted({t, search.aligned_below(d, t)} - {None} - tried, reverse=True):
-                tried.add(cut)
-                best = _better_cut(search, root, d, cut, best, traffic, cycles, limit)
+            # The largest divisor giving at least `count` tiles, and the balanced size giving
+            # about `count` (peeled when it does not divide: its last tile re-reads what the
+            # loop keeps resident, so it may move more bytes).
+            div = max((x for x in divisors(extent) if extent // x >= count), default=None)
+            for t in sorted({div, -(-extent // count)} - {None}, reverse=True):
+                if t >= current:
+                    continue
+                # On the result's vector dim, also the largest tile of whole vectors below t.
+                for cut in sorted({t, search.aligned_below(d, t)} - {None} - tried, reverse=True):
+                    tried.add(cut)
+                    best = _better_cut(search, root, d, cut, best, traffic, cycles, limit)
     return best[2] if any(best[2]) else None
 
 
