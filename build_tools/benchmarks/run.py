@@ -6,7 +6,8 @@
 
 Models, side by side: an MLP, the sample CNN (samples/cnn.py), MobileNetV2,
 MobileNetV3-Large and ResNet-18 at 224x224, a BERT-base encoder layer at
-sequence 128 (samples/models.py, random weights), and the three CNNs again
+sequence 128, a Whisper-style audio encoder, ViT-B/16 at 224x224 (197 tokens;
+samples/models.py, random weights), and the three CNNs again
 quantized to int8 by onnxruntime (`<name>_int8`: a second table, int8.py),
 and samples/llm.py's Llama decoder (`llm`: prefill and decode, a third table, llm_rows.py).
 Per model, in its own child process
