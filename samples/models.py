@@ -152,6 +152,15 @@ class ResNet18(nn.Module):
         return self.fc(self.features(x).mean((2, 3)))
 
 
+def _self_attention(qkv: torch.Tensor, heads: int) -> torch.Tensor:
+    """Multi-head scaled dot-product attention of a fused q/k/v projection [b, s, 3h]: [b, s, h]."""
+    b, s, h3 = qkv.shape
+    h = h3 // 3
+    q, k, v = qkv.reshape(b, s, 3, heads, h // heads).permute(2, 0, 3, 1, 4)
+    attn = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(h // heads), dim=-1)
+    return (attn @ v).transpose(1, 2).reshape(b, s, h)
+
+
 class BertEncoderLayer(nn.Module):
     def __init__(self, hidden: int = 768, heads: int = 12, ffn: int = 3072):
         super().__init__()
@@ -163,11 +172,7 @@ class BertEncoderLayer(nn.Module):
         self.norm2 = nn.LayerNorm(hidden)
 
     def forward(self, x):
-        b, s, h = x.shape
-        q, k, v = self.qkv(x).reshape(b, s, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
-        attn = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(h // self.heads), dim=-1)
-        ctx = (attn @ v).transpose(1, 2).reshape(b, s, h)
-        x = self.norm1(x + self.out(ctx))
+        x = self.norm1(x + self.out(_self_attention(self.qkv(x), self.heads)))
         return self.norm2(x + self.ff(x))
 
 
@@ -204,10 +209,7 @@ class ViTEncoderLayer(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(hidden, ffn), nn.GELU(), nn.Linear(ffn, hidden))
 
     def forward(self, x):
-        b, s, h = x.shape
-        q, k, v = self.qkv(self.norm1(x)).reshape(b, s, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
-        attn = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(h // self.heads), dim=-1)
-        x = x + self.out((attn @ v).transpose(1, 2).reshape(b, s, h))
+        x = x + self.out(_self_attention(self.qkv(self.norm1(x)), self.heads))
         return x + self.mlp(self.norm2(x))
 
 

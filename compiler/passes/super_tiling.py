@@ -15,7 +15,8 @@ when nothing else fits or every parallel tiling re-reads an operand
 Tile sizes need not divide the tiled dimension (`search.tile_sizes`): a
 size that does not is peeled (`tiling/transform.py`: transform.loop.peel), a
 loop of full tiles and one last, smaller tile, so every tile has a static
-shape. The remainder's ops are copies of the loop's and lose their order.
+shape. Every op a tiling pulls into its loops (the remainder's are copies)
+loses its order (`transform.Tiled`): none is then taken for an untiled root.
 
 Strategies (`--torq-super-tiling-strategy`):
 
