@@ -32,9 +32,17 @@ Buffers of a tile-loop body come in two kinds (`plan_body`):
   2 x slices, slices, 2, 1 that fits the budget and does not exceed the trip
   count.
 
+Step operands (`step_operands`: the operand slices a reduction loop loads
+each step) get a second placement when LRAM has room (`BodyPlan.step_offsets`,
+allocated with the per-tile buffers, live like the first): step k loads into
+the first placement when k is even, the second when odd, so the next step's
+DMA-in need not wait for this step's compute (double-buffered steps). The
+body then tries its set counts with both placements before trying them with
+one.
+
 The fit of a tiling (super tiling, the address pass's error) is the footprint
-with one set: resident bytes + one set's extent. Extra sets only use room
-that is left.
+with one set and one placement of the step operands: resident bytes + one
+set's extent. Extra sets and step placements only use room that is left.
 """
 
 from __future__ import annotations
@@ -238,12 +246,48 @@ class BodyPlan:
     end: int = 0  # highest byte with all sets
     peak: int = 0  # highest sum of live bytes (resident + one tile's live buffers)
     events: list = field(default_factory=list)
+    # step operand -> its second placement in set 0 (odd reduction steps), when planned
+    step_offsets: dict = field(default_factory=dict)
 
 
 def set_choices(slices: int) -> list[int]:
     """Buffer-set counts tried, most first: each slice double-buffered, one set per
     slice, double buffering, single."""
     return sorted({2 * slices, slices, 2, 1}, reverse=True)
+
+
+def _inside_reduction_loop(v: ir.Value, block: ir.Block) -> bool:
+    owner = v.owner
+    p = owner.owner.operation if isinstance(owner, ir.Block) else owner.operation
+    outer = block.owner.operation if block.owner is not None else None
+    while p is not None and p != outer and p.name != "func.func":
+        if is_reduction_loop(p):
+            return True
+        p = p.parent.operation if p.parent is not None else None
+    return False
+
+
+def step_operands(events: list[Event], block: ir.Block) -> set:
+    """Values a reduction loop of `block` loads again each step (its operand slices)."""
+    return {e.value for e in events if e.kind == "dma_in" and _inside_reduction_loop(e.value, block)}
+
+
+@dataclass
+class _Placement:
+    offsets: dict
+    step_offsets: dict
+    extent: int  # bytes of one set
+    peak: int  # highest sum of live bytes
+
+
+def _place_per_tile(requests: list[BufferRequest], steps: set, base: int, alignment: int,
+                    double: bool) -> _Placement:
+    """The per-tile buffers above `base`; with `double`, each step operand twice."""
+    shadows = [BufferRequest(("step", r.key), r.size, r.start, r.end) for r in requests if r.key in steps]
+    alloc = allocate(requests + (shadows if double else []), alignment)
+    offsets = {k: base + o for k, o in alloc.offsets.items() if not (isinstance(k, tuple) and k[0] == "step")}
+    step_offsets = {r.key[1]: base + alloc.offsets[r.key] for r in shadows} if double else {}
+    return _Placement(offsets, step_offsets, alloc.end, alloc.peak)
 
 
 def plan_body(block: ir.Block, alignment: int, budget: int, slices: int, nbytes=None) -> BodyPlan:
@@ -260,19 +304,32 @@ def plan_body(block: ir.Block, alignment: int, budget: int, slices: int, nbytes=
     res_alloc = allocate([BufferRequest(r.key, r.size, 0, last) for r in requests if r.key in resident],
                          alignment)
     base = align(res_alloc.end, alignment)
-    tile_alloc = allocate([r for r in requests if r.key not in resident], alignment)
-    offsets = {k: o for k, o in res_alloc.offsets.items()}
-    offsets.update({k: base + o for k, o in tile_alloc.offsets.items()})
+    per_tile = [r for r in requests if r.key not in resident]
+    steps = step_operands(events, block)
+    single = _place_per_tile(per_tile, steps, base, alignment, double=False)
+
+    def top(placement: _Placement) -> int:  # highest byte with one set
+        return base + placement.extent if placement.offsets else res_alloc.end
+
+    footprint = top(single)
+    trips = trip_count(block) if enclosing_loops(block) else 1
+    placements = ([_place_per_tile(per_tile, steps, base, alignment, double=True)] if steps else []) + [single]
+    chosen, sets = single, 1
+    for placement in placements:  # double-buffered steps first
+        stride = align(placement.extent, alignment)
+        fits = [k for k in set_choices(slices)
+                if k <= (trips or 1) and top(placement) + (k - 1) * stride <= budget]
+        if fits:
+            chosen, sets = placement, fits[0]
+            break
+    offsets = dict(res_alloc.offsets)
+    offsets.update(chosen.offsets)
     for a, v in alias.items():  # an accumulator's names share its buffer
         if v in offsets:
             offsets[a] = offsets[v]
-    footprint = base + tile_alloc.end if tile_alloc.offsets else res_alloc.end
-    stride = align(tile_alloc.end, alignment)
-    trips = trip_count(block) if enclosing_loops(block) else 1
-    sets = 1
-    for k in set_choices(slices):
-        if k <= (trips or 1) and footprint + (k - 1) * stride <= budget:
-            sets = k
-            break
-    return BodyPlan(offsets, resident, sets, stride, footprint, footprint + (sets - 1) * stride,
-                    res_alloc.peak + tile_alloc.peak, events)
+    stride = align(chosen.extent, alignment)
+    end = top(chosen) + (sets - 1) * stride
+    # The peak counts live bytes in program order, where a step's two placements never
+    # hold the same operand at once: the single placement's.
+    return BodyPlan(offsets, resident, sets, stride, footprint, end,
+                    res_alloc.peak + single.peak, events, chosen.step_offsets)

@@ -13,7 +13,9 @@ on each `torq_hl` op:
   offsets in buffer set 0;
 - in a tile loop: `torq.lram_resident` (per operand: how many innermost
   loops it stays loaded across, `tile_schedule.invariant_loops`; 0 = per tile), `torq.lram_sets` and `torq.lram_set_stride` (tile k adds
-  (k mod sets) x stride to its per-tile offsets).
+  (k mod sets) x stride to its per-tile offsets);
+- in a reduction loop whose steps are double-buffered: `torq.lram_step_operands`
+  (per operand: the offset odd steps load it at, -1 for an operand loaded once).
 The function gets `torq.lram_peak` (highest sum of live bytes, program
 order) and `torq.lram_end` (highest byte used, all sets). A body whose
 footprint with one set does not fit `TorqHw.available_lram_bytes` is a
@@ -54,6 +56,8 @@ def _annotate(block: ir.Block, plan: BodyPlan) -> None:
             continue
         set_int_array(e.op, "torq.lram_operands", [plan.offsets[v] for v in e.op.operands])
         e.op.attributes["torq.lram_result"] = ir.IntegerAttr.get(i64, plan.offsets[e.value])
+        if any(v in plan.step_offsets for v in e.op.operands):
+            set_int_array(e.op, "torq.lram_step_operands", [plan.step_offsets.get(v, -1) for v in e.op.operands])
         if in_loop:
             set_int_array(e.op, "torq.lram_resident", [plan.resident.get(v, 0) for v in e.op.operands])
             e.op.attributes["torq.lram_sets"] = ir.IntegerAttr.get(i64, plan.sets)

@@ -40,7 +40,8 @@ so padding moves no bytes.
 
 Reduction loops (`tile_schedule.is_reduction_loop`, a tiled reduction dim):
 their steps run in the tile of the body around them; each step DMAs its
-operand slices in again (same offsets), and the accumulate-form op writes its
+operand slices in again (same offsets, or on odd steps the second placement
+`torq.lram_step_operands` gives them: double-buffered steps), and the accumulate-form op writes its
 result in place into the accumulator's buffer (zeroed by the elementwise op
 before the loop), which is never DMA-ed out; the epilogue op after the loop
 reads it once the last step is done.
@@ -128,8 +129,9 @@ class NssBuilder:
         self.tile_iteration: list[int] = []  # tile index -> its iteration index within its body
         self.resident: dict[tuple, int] = {}  # (body, value, outer loop indices) -> buffer (_resident_key)
         self.loop_ivs: dict[int, list] = {}  # body -> induction variables of its loops, innermost first
-        self.body_sets: dict[int, int] = {}
-        self.buffer_layouts: dict[tuple, tuple] = {}  # _buffer's (size, layout) per value, op, role, shape  # body -> LRAM buffer sets its tiles cycle through (1 if absent)
+        self.body_sets: dict[int, int] = {}  # body -> LRAM buffer sets its tiles cycle through (1 if absent)
+        self.buffer_layouts: dict[tuple, tuple] = {}  # _buffer's (size, layout) per value, op, role, shape
+        self.reduction_steps = 0  # reduction steps emitted so far
         ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
         host_args = self._host_types("torq.host_arg_types", list(ftype.inputs))
         host_res = self._host_types("torq.host_result_types", list(ftype.results))
@@ -354,6 +356,7 @@ class NssBuilder:
             self._clear_body_env(body, local)  # the previous step's values and buffers
             local[acc] = acc_buffer
             self.run_block(body, local, tile)
+            self.reduction_steps += 1  # its parity picks the step operands' placement
         local[op.results[0]] = acc_buffer
 
     def _clear_body_env(self, body: ir.Block, local: dict | None = None):
@@ -415,6 +418,8 @@ class NssBuilder:
         offsets = int_array(op.attributes["torq.lram_operands"])
         resident = (int_array(op.attributes["torq.lram_resident"]) if "torq.lram_resident" in op.attributes
                     else [0] * len(offsets))
+        if self.reduction_steps % 2 and "torq.lram_step_operands" in op.attributes:  # an odd step
+            offsets = [s if s >= 0 else o for o, s in zip(offsets, int_array(op.attributes["torq.lram_step_operands"]))]
         sets = ir.IntegerAttr(op.attributes["torq.lram_sets"]).value if "torq.lram_sets" in op.attributes else 1
         body = self.tile_bodies[tile]
         self.body_sets[body] = max(sets, self.body_sets.get(body, 1))

@@ -75,9 +75,12 @@ earlier ones at 1). Parallel tilings tried with it: none and each tileable
 dim alone (its largest sizes for which some reduction size fits), or when
 none of those fits, all tileable dims at 1; the least predicted DDR traffic
 wins, then the fewest tiles x steps (and a re-reading parallel tiling is
-kept when it moves no more). The steps reuse one set of operand buffers, so
-a step's DMA waits for the previous step's compute (no double buffering yet:
-a reduction tiling may take more cycles than the re-reading one it replaces). On the IR, the root is tiled and fused as usual, then the
+kept when it moves no more). The steps' operand slices get a second LRAM
+placement when it fits (tile_schedule.plan_body: odd steps load there, so
+a step's DMA-in overlaps the previous step's compute); the largest fitting
+step leaves no room for it, so `default` also tries steps of about 1/2 and
+1/4 of it (`_step_sizes`: the same bytes, fewer predicted cycles wins). On
+the IR, the root is tiled and fused as usual, then the
 principal (tagged TILE_REDUCTION) is tiled along its reduction loops with
 `transform.structured.tile_using_for`: an scf.for innermost in the tile
 loop whose iter_arg is the accumulator, initialised from the group's fill;

@@ -385,6 +385,38 @@ def _scored_reductions(search: TileSearch, options: list[list[int]]) -> list[tup
     return scored
 
 
+# Reduction steps tried below the largest that fits, as fractions of it (`_step_sizes`).
+STEP_FRACTIONS = (2, 4)
+
+
+def _step_sizes(search: TileSearch, sizes: list[int]) -> list[int]:
+    """The reduction sizes of a reduction tiling refined for cycles: the largest step that
+    fits leaves no room for a second placement of the step operands, so each step's
+    DMA-in waits for the previous step's compute (tile_schedule.plan_body). Smaller
+    steps (the divisor nearest 1/2 and 1/4 of it, on the one loop largest_reduction
+    sized) move the same bytes and may double-buffer; one wins when its program is
+    predicted to take fewer cycles and moves no more bytes."""
+    red = search.reduction
+    j = max(i for i, t in enumerate(red) if t)
+    extent = search.root.reduction_loops[j][1]
+    traffic, cycles = search.cost(sizes, None, red)
+    best = (cycles, red)
+    for fraction in STEP_FRACTIONS:
+        t = max((x for x in divisors(extent) if x <= red[j] // fraction), default=None)
+        if t is None or t == red[j]:
+            continue
+        cand = red[:j] + [t] + red[j + 1:]
+        try:
+            if search.footprint(sizes, None, cand) > search.budget:
+                continue
+            t_traffic, t_cycles = search.cost(sizes, None, cand)
+        except (CompileError, Unsupported):
+            continue
+        if t_traffic.dma_bytes <= traffic.dma_bytes and t_cycles < best[0]:
+            best = (t_cycles, cand)
+    return best[1]
+
+
 @dataclass(frozen=True)
 class TileChoice:
     """How to tile a root: per-result-dim sizes (0 = untiled dim; None: untiled), the result
@@ -412,8 +444,11 @@ def choose_tile_sizes(func: ir.Operation, root: Root, options: PassOptions,
             raise CompileError(
                 f"{root.location}: error: {root.name}: cannot fit LRAM even with size-1 tiles: "
                 f"{smallest}, budget {search.budget} bytes")
-    if options.super_tiling_strategy == "default" and search.reduction is None:
-        sizes = _parallel_sizes(search, sizes)
+    if options.super_tiling_strategy == "default":
+        if search.reduction is None:
+            sizes = _parallel_sizes(search, sizes)
+        else:
+            search.reduction = _step_sizes(search, sizes or [0] * len(root.shape))
     if record is not None:
         lram = search.footprint(sizes or [0] * len(root.shape), search.outer, search.reduction)
         record.update(tiling_record(root, sizes, lram, untiled, len(search.footprints), search.reduction))
