@@ -121,7 +121,8 @@ def bytecode(module: ir.Module) -> bytes:
     return f.getvalue()
 
 
-def _versions() -> str:
+def cache_versions() -> str:
+    """This package's version and compiler source fingerprint, and IREE's: part of every cache key."""
     return (f"iree-torq {installed_version('iree-torq')} ({compiler_source_fingerprint()}), "
             f"iree-base-compiler {installed_version('iree-base-compiler')}")
 
@@ -134,7 +135,7 @@ def cache_key(data: bytes, pipeline: list[str], options: PassOptions) -> str:
     func.attributes["sym_name"] = ir.StringAttr.get(_KEY_NAME)
     passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(canonical.operation)
     h = hashlib.sha256()
-    for part in (f"torq dispatch cache {CACHE_FORMAT}", _versions(), repr(pipeline), repr(options)):
+    for part in (f"torq dispatch cache {CACHE_FORMAT}", cache_versions(), repr(pipeline), repr(options)):
         h.update(part.encode() + b"\0")
     h.update(bytecode(canonical))
     return h.hexdigest()

@@ -22,7 +22,8 @@ from iree.compiler.api import Output, Session, Source, ctypes_dl
 
 from torq.contract.hw import HwSpecError, TorqHw, describe_presets, parse_hw_spec
 
-from .dispatch_compile import DispatchCache, WorkerError, default_jobs
+from .dispatch_compile import DispatchCache, WorkerError, bytecode, default_jobs
+from .frontend_cache import FrontendCache, frontend_key
 from .ir_utils import CompileError
 from .passes import PassOptions
 from .pipeline import TORQ_PHASES
@@ -69,6 +70,11 @@ class CompileOptions:
             directory = os.path.join(base, "torq", "dispatches")
         return DispatchCache(None if directory in ("", "none") else directory)
 
+    def frontend_cache(self) -> FrontendCache | None:
+        """The on-disk cache of IREE's front end (compiler/frontend_cache.py), beside the dispatches'."""
+        cache = self.dispatch_cache()
+        return FrontendCache(cache.directory) if cache is not None and cache.directory else None
+
     def pass_options(self) -> PassOptions:
         return PassOptions(hw=self.hw, keep_f32=self.keep_f32, super_tiling_strategy=self.strategy,
                            tiling_traffic_slack=self.traffic_slack,
@@ -100,9 +106,11 @@ TORQ_FLAG_HELP = {
     "--torq-print-ir-after-all": ("", "print each NPU dispatch's IR after every Torq pass"),
     "--torq-quiet": ("", "no remarks on stderr"),
     "--torq-jobs": ("N", "compile distinct dispatches in N processes (also -j N; default: one per core)"),
-    "--torq-cache-dir": ("DIR|none", "where compiled dispatches are kept across compiles (default "
-                         "$TORQ_CACHE_DIR or ~/.cache/torq/dispatches; none: memory only)"),
-    "--torq-no-cache": ("", "compile every dispatch afresh (no cache in memory or on disk)"),
+    "--torq-cache-dir": ("DIR|none", "where compiled dispatches and IREE's front-end results are kept "
+                         "across compiles (default $TORQ_CACHE_DIR or ~/.cache/torq/dispatches; none: "
+                         "dispatches in memory only)"),
+    "--torq-no-cache": ("", "compile every dispatch and IREE's front end afresh (no cache in memory or "
+                        "on disk)"),
     "--torq-check-dispatches": ("", "keep a host (llvm-cpu) copy of every NPU dispatch and compare each NPU "
                                 "result with it at run time, on the same inputs (torq-run-module "
                                 "--print-stats; LoadedModule.last_checks)"),
@@ -387,6 +395,52 @@ def _iree_failure(source_name: str, what: str, inv) -> IreeError:
     return IreeError(f"{source_name}: error: {what}" + (f": {first}" if first else ""), list(errors))
 
 
+def _parsed_input(session: Session, data: bytes, source_name: str, options: CompileOptions):
+    """An invocation holding the parsed input (for Torq: PT2E's uint8 activations rewritten,
+    input signatures attached)."""
+    inv = _invocation(session)
+    # The buffer name becomes the file name in locations and diagnostics.
+    if not inv.parse_source(Source.wrap_buffer(session, data, buffer_name=source_name)):
+        raise _iree_failure(source_name, "failed to parse the input", inv)
+    if options.torq:
+        if b"quantized_decomposed" in data:  # PT2E input: no other input pays for an export
+            inv = _rewrite_torch_qdq(session, inv)
+        # input signatures into iree.reflection, for the runtime's input checks
+        from .signature import attach_to_invocation
+        inv = attach_to_invocation(inv)
+    return inv
+
+
+def _module_at_dispatch_creation(session: Session, data: bytes, source_name: str, flags: list[str],
+                                  options: CompileOptions):
+    """The module IREE makes of the input at dispatch creation: from the front-end cache
+    (compiler/frontend_cache.py) when it holds a readable entry, else compiled and kept.
+    Also what must outlive the module: parsed bytecode's weights point into its buffer."""
+    cache = options.frontend_cache()
+    key = frontend_key(data, source_name, flags) if cache else ""
+    cached = cache.get(key) if cache else None
+    if cached is not None:
+        inv = _invocation(session)
+        src = Source.wrap_buffer(session, cached, buffer_name=source_name)
+        if inv.parse_source(src):
+            module_op = inv.export_module()
+            # IREE's pipeline loads the dialects its passes use; a parse only those the module
+            # names. The target then creates ops (scf, tensor, ...) of dialects not yet loaded,
+            # as unregistered ops, which crash when freed once the dialect is loaded.
+            module_op.context.load_all_available_dialects()
+            return module_op, (cached, src, inv)
+        # not readable (truncated, another IREE's bytecode): compile afresh
+    inv = _parsed_input(session, data, source_name, options)
+    to_phase, _ = _phase_fns()
+    to_phase(inv._inv_p, b"dispatch-creation")
+    if not inv.execute():
+        raise _iree_failure(source_name, "IREE failed before dispatch creation", inv)
+    module_op = inv.export_module()
+    if cache:
+        cache.put(key, bytecode(module_op))
+    return module_op, None
+
+
 def _compile_in_session(session: Session, source: str | bytes, options: CompileOptions,
                         source_name: str, remarks) -> CompileResult:
     to_phase, from_phase = _phase_fns()
@@ -399,28 +453,18 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
         session.set_flags(*flags)
     except ValueError as e:
         raise UsageError(str(e).strip().splitlines()[-1]) from None
-    inv = _invocation(session)
     data = source.encode() if isinstance(source, str) else source
-    # The buffer name becomes the file name in locations and diagnostics.
-    src = Source.wrap_buffer(session, data, buffer_name=source_name)
-    if not inv.parse_source(src):
-        raise _iree_failure(source_name, "failed to parse the input", inv)
-    if options.torq:
-        if b"quantized_decomposed" in data:  # PT2E input: no other input pays for an export
-            inv = _rewrite_torch_qdq(session, inv)
-        # input signatures into iree.reflection, for the runtime's input checks
-        from .signature import attach_to_invocation
-        inv = attach_to_invocation(inv)
     report = TargetReport()
     stop = options.compile_to
     torq_stop = stop if stop in TORQ_PHASES else ""
     if torq_stop and not options.torq:
         raise UsageError(f"--compile-to={stop} needs the Torq target")
-    if options.torq and (not stop or torq_stop or PHASES.index(stop) > PHASES.index("dispatch-creation")):
-        to_phase(inv._inv_p, b"dispatch-creation")
-        if not inv.execute():
-            raise _iree_failure(source_name, "IREE failed before dispatch creation", inv)
-        module_op = inv.export_module()
+    through_target = options.torq and (not stop or torq_stop
+                                       or PHASES.index(stop) > PHASES.index("dispatch-creation"))
+    if not through_target:
+        inv = _parsed_input(session, data, source_name, options)
+    else:
+        module_op, keep_alive = _module_at_dispatch_creation(session, data, source_name, flags, options)
         ctx = module_op.context
         ctx.allow_unregistered_dialects = True
         with ctx, ir.Location.unknown():

@@ -1,0 +1,72 @@
+"""A content-addressed cache of IREE's front end: the module at dispatch creation.
+
+Everything before the Torq target (import, global optimization, dispatch
+creation) is a pure function of the input bytes, its buffer name (locations),
+the session flags and the compiler versions. Most of a recompile's time is
+there: IREE's const-eval (`JitGlobalsPass`) JIT-compiles and runs the
+weights' constant expressions with llvm-cpu, 13.5 of MobileNetV3's 14.8 s to
+dispatch creation. Recompiling the same model for another Torq hardware
+model or flag (a `torq-sweep`, a tiling experiment) repeats none of it: the
+module at dispatch creation is kept as MLIR bytecode beside the dispatch
+cache (`<cache dir>/frontend/`) and parsed back, and the compile continues
+from it exactly as from IREE's own output (the .vmfb is byte for byte the
+same, tests/e2e/test_frontend_cache.py).
+
+The key holds the input bytes, its name, the flags, this package's compiler
+source fingerprint (the PT2E rewrite and signature attachment run before the
+phase) and the IREE compiler version. Entries over `MAX_ENTRY_BYTES` are not
+written (a model with gigabytes of inline weights would fill the disk; its
+weights belong in an external parameter archive anyway).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+
+from .dispatch_compile import cache_versions
+
+FORMAT = 1
+MAX_ENTRY_BYTES = 1 << 30
+
+
+def frontend_key(data: bytes, source_name: str, flags: list[str]) -> str:
+    h = hashlib.sha256()
+    for part in (f"torq frontend cache {FORMAT}", cache_versions(), source_name, repr(flags)):
+        h.update(part.encode() + b"\0")
+    h.update(data)
+    return h.hexdigest()
+
+
+class FrontendCache:
+    """Modules at dispatch creation (MLIR bytecode) by key, in `directory`."""
+
+    def __init__(self, directory: str):
+        self.directory = os.path.join(directory, "frontend")
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.directory, key + ".mlirbc")
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            with open(self._path(key), "rb") as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def put(self, key: str, data: bytes) -> None:
+        if len(data) > MAX_ENTRY_BYTES:
+            return
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, self._path(key))
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        except OSError:
+            pass  # a read-only or full cache directory costs only the next compile's time
