@@ -33,6 +33,7 @@ import hashlib
 import io
 import os
 import pickle
+import re
 import subprocess
 import sys
 import tempfile
@@ -127,6 +128,25 @@ def cache_versions() -> str:
             f"iree-base-compiler {installed_version('iree-base-compiler')}")
 
 
+# A constant's blob name in printed IR, and a blob in the resource section.
+_RESOURCE_USE = re.compile(r"dense_resource<([^>]+)>")
+_RESOURCE_BLOB = re.compile(r"^\s*([^\s:]+): \"(0x[0-9A-Fa-f]*)\"", re.M)
+
+
+def canonical_text(module: ir.Module) -> str:
+    """`module` printed with its blob names replaced by their order of first use and the
+    blobs (their bytes, in that order) after it: a parse names a blob after its first
+    holder, uniqued in the context (`_5` or `_21` after the same name, depending on
+    what the context parsed before), so its bytecode differs between two compiles of
+    one model (one from IREE's front end, one from the front-end cache)."""
+    text = module.operation.get_asm(print_generic_op_form=True)
+    body, _, resources = text.partition("{-#")
+    order: dict[str, int] = {}
+    body = _RESOURCE_USE.sub(lambda m: f"dense_resource<r{order.setdefault(m.group(1), len(order))}>", body)
+    blobs = dict(_RESOURCE_BLOB.findall(resources))
+    return body + "".join(f"\nr{i}: {blobs.get(name, '')}" for name, i in order.items())
+
+
 def cache_key(data: bytes, pipeline: list[str], options: PassOptions) -> str:
     """The content address of compiling the one-function module of bytecode `data` with
     `pipeline` and `options`."""
@@ -137,7 +157,7 @@ def cache_key(data: bytes, pipeline: list[str], options: PassOptions) -> str:
     h = hashlib.sha256()
     for part in (f"torq dispatch cache {CACHE_FORMAT}", cache_versions(), repr(pipeline), repr(options)):
         h.update(part.encode() + b"\0")
-    h.update(bytecode(canonical))
+    h.update(canonical_text(canonical).encode())
     return h.hexdigest()
 
 

@@ -423,12 +423,7 @@ def _module_at_dispatch_creation(session: Session, data: bytes, source_name: str
         inv = _invocation(session)
         src = Source.wrap_buffer(session, cached, buffer_name=source_name)
         if inv.parse_source(src):
-            module_op = inv.export_module()
-            # IREE's pipeline loads the dialects its passes use; a parse only those the module
-            # names. The target then creates ops (scf, tensor, ...) of dialects not yet loaded,
-            # as unregistered ops, which crash when freed once the dialect is loaded.
-            module_op.context.load_all_available_dialects()
-            return module_op, (cached, src, inv)
+            return inv.export_module(), (cached, src, inv)
         # not readable (truncated, another IREE's bytecode): compile afresh
     inv = _parsed_input(session, data, source_name, options)
     to_phase, _ = _phase_fns()
@@ -466,6 +461,12 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
     else:
         module_op, keep_alive = _module_at_dispatch_creation(session, data, source_name, flags, options)
         ctx = module_op.context
+        # IREE's pipeline loads the dialects its passes use, a parse of the cached module only
+        # those it names. With all loaded, the target sees the same context either way: it
+        # creates no op of an unloaded dialect (an unregistered op, which crashed when freed
+        # once the dialect was loaded), and a dispatch's cache key (its bytecode: a registered
+        # op stores properties, an unregistered one attributes) is the same.
+        ctx.load_all_available_dialects()
         ctx.allow_unregistered_dialects = True
         with ctx, ir.Location.unknown():
             printer = None

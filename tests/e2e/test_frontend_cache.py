@@ -106,3 +106,24 @@ def test_unreadable_entry_compiles_afresh(tmp_path, front_end_runs):
 def test_no_cache_writes_nothing(tmp_path, front_end_runs):
     torq.compile(SOURCE, flags=["--torq-quiet", "--torq-no-cache", f"--torq-cache-dir={tmp_path}"])
     assert _entries(str(tmp_path)) == []
+
+
+def test_dispatches_of_a_cached_front_end_hit_the_dispatch_cache(tmp_path, front_end_runs):
+    """A torch export's weights are blobs (dense_resource); a parse names each after its
+    first holder, uniqued in the context, so the cached module's blobs may carry other
+    names than IREE's: the dispatch cache key must not see them (canonical_text)."""
+    import torch
+
+    torch.manual_seed(0)
+    # Folded batch norms (IREE's const-eval makes new blobs) of one shape: blobs of one
+    # base name, told apart by their suffixes.
+    layers = [torch.nn.Conv2d(3 if i == 0 else 16, 16, 3, padding=1) for i in range(4)]
+    model = torch.nn.Sequential(*[m for conv in layers
+                                  for m in (conv, torch.nn.BatchNorm2d(16), torch.nn.ReLU())]).eval()
+    x = torch.randn(1, 3, 16, 16)
+    flags = ["--torq-quiet", f"--torq-cache-dir={tmp_path}"]
+    first = torq.compile(model, x, flags=flags)
+    again = torq.compile(model, x, flags=flags)
+    assert len(front_end_runs) == 1
+    assert again.report.dispatches and all(d.cached for d in again.report.dispatches if d.executor == "torq")
+    assert again.vmfb == first.vmfb
