@@ -136,10 +136,10 @@ def compile_cold_and_warm(model, hw: str, remarks, flags: list[str] = (),
                           cache: str | None = None) -> tuple[object, float, float]:
     """(compiled module, seconds of a cold `torq.compile`, seconds of the same compile again).
 
-    Both use one fresh dispatch cache directory (`cache`, an empty directory the caller
-    keeps, or a temporary one): the first compile finds it empty (within it, identical
-    dispatches still compile once), the second finds every NPU dispatch there, as a
-    user's recompile does. Dispatches compile in one worker per core (the default).
+    Both use one fresh cache directory (`cache`, an empty directory the caller keeps, or a
+    temporary one): the first compile finds it empty (within it, identical dispatches
+    still compile once), the second finds IREE's front end and every NPU dispatch there,
+    as a user's recompile does. Dispatches compile in one worker per core (the default).
     Raises torq.TorqCompileError as torq.compile does."""
     import torq
 

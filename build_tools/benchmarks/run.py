@@ -193,10 +193,11 @@ def markdown(rows: list[dict], info: dict, args) -> str:
              + machine_markdown(info), "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(table_row(r)) + " |" for r in rows if not (r.get("int8") or r.get("llm"))]
-    lines += ["", "Columns: torq-compile = `torq.compile` of the exported MLIR in process, cold (an empty "
-              "dispatch cache; distinct dispatches in one worker process per core); iree-compile = the "
+    lines += ["", "Columns: torq-compile = `torq.compile` of the exported MLIR in process, cold (empty "
+              "caches; distinct dispatches in one worker process per core); iree-compile = the "
               "`iree-compile` binary, llvm-cpu backend, same MLIR and `--iree-llvmcpu-target-cpu=host`; warm "
-              "recompile = the same `torq.compile` again with the cache the first one filled. Simulator "
+              "recompile = the same `torq.compile` again with the caches the first one filled (compiled "
+              "dispatches and IREE's front end, compiler/frontend_cache.py). Simulator "
               "run = one call after a warm-up (NPU dispatches simulated in numpy, host dispatches on llvm-cpu); "
               "llvm-cpu run = median of 5 calls after a warm-up, iree.runtime local-task. Latency = simulated cycles "
               "at the model clock. Efficiency = roofline cycles / simulated cycles; DDR traffic ratio = DMA bytes / "
