@@ -60,7 +60,7 @@ def test_lists_lit_pytest_and_sample(build):
 
     info = json.loads(_ctest(build, "-N", "--show-only=json-v1").stdout)
     tests = {t["name"]: t for t in info["tests"]}
-    # By default the pytest entry runs the whole suite, as run_tests.sh does.
+    # By default the pytest entry runs the whole suite, the tests marked slow too.
     assert tests["pytest"]["command"][1:] == ["-m", "pytest", "-q", "tests"]
     for t in tests.values():
         props = {p["name"]: p["value"] for p in t["properties"]}
@@ -71,6 +71,7 @@ def test_lists_lit_pytest_and_sample(build):
         assert tests["sample"]["command"][0] == str(venv_python)
 
 
+@pytest.mark.slow  # 68 s: lit and the sample again, which the README's two commands run
 def test_lit_and_sample_pass(build):
     r = _ctest(build, "-R", "^(lit|sample)$", "--output-on-failure")
     assert r.returncode == 0, r.stdout + r.stderr
