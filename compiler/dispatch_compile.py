@@ -36,14 +36,14 @@ import pickle
 import re
 import subprocess
 import sys
-import tempfile
 import threading
 import traceback
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from iree.compiler import ir, passmanager
+from iree.compiler import ir
 
+from .files import write_atomically
 from .ir_utils import CompileError
 from .nss_ir import program_meta
 from .passes import PassOptions
@@ -128,32 +128,35 @@ def cache_versions() -> str:
             f"iree-base-compiler {installed_version('iree-base-compiler')}")
 
 
-# A constant's blob name in printed IR, and a blob in the resource section.
+# A constant's blob name in printed IR, and one resource (bare or quoted name) in the
+# resource section at the end.
 _RESOURCE_USE = re.compile(r"dense_resource<([^>]+)>")
-_RESOURCE_BLOB = re.compile(r"^\s*([^\s:]+): \"(0x[0-9A-Fa-f]*)\"", re.M)
+_RESOURCE_ENTRY = re.compile(r'^\s*("(?:[^"\\]|\\.)*"|[^\s:]+): "(0x[0-9A-Fa-f]*)",?\s*$', re.M)
 
 
 def canonical_text(module: ir.Module) -> str:
-    """`module` printed with its blob names replaced by their order of first use and the
-    blobs (their bytes, in that order) after it: a parse names a blob after its first
-    holder, uniqued in the context (`_5` or `_21` after the same name, depending on
-    what the context parsed before), so its bytecode differs between two compiles of
-    one model (one from IREE's front end, one from the front-end cache)."""
+    """`module` printed without locations, its blobs named by their order of first use
+    (unused ones keep their names) and listed in that order: a parse names a blob after
+    its first holder, uniqued in the context (`_5` or `_21` after the same name,
+    depending on what the context parsed before), so the names differ between two
+    compiles of one model (one from IREE's front end, one from the front-end cache)
+    while the blobs' bytes do not. A resource entry of another form stays in the text
+    as printed: it may cost a miss, never a false hit."""
     text = module.operation.get_asm(print_generic_op_form=True)
-    body, _, resources = text.partition("{-#")
+    body, mark, resources = text.partition("{-#")
     order: dict[str, int] = {}
     body = _RESOURCE_USE.sub(lambda m: f"dense_resource<r{order.setdefault(m.group(1), len(order))}>", body)
-    blobs = dict(_RESOURCE_BLOB.findall(resources))
-    return body + "".join(f"\nr{i}: {blobs.get(name, '')}" for name, i in order.items())
+    entries = sorted((f"r{order[n]:09d}" if n in order else n, blob)
+                     for n, blob in _RESOURCE_ENTRY.findall(resources))
+    return body + mark + _RESOURCE_ENTRY.sub("", resources) + "".join(f"\n{n}: {b}" for n, b in entries)
 
 
 def cache_key(data: bytes, pipeline: list[str], options: PassOptions) -> str:
     """The content address of compiling the one-function module of bytecode `data` with
     `pipeline` and `options`."""
-    canonical = ir.Module.parse(data)  # a copy: locations and name go, the compile keeps them
+    canonical = ir.Module.parse(data)  # a copy: its name goes (canonical_text prints no locations)
     func = canonical.body.operations[0].operation
     func.attributes["sym_name"] = ir.StringAttr.get(_KEY_NAME)
-    passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(canonical.operation)
     h = hashlib.sha256()
     for part in (f"torq dispatch cache {CACHE_FORMAT}", cache_versions(), repr(pipeline), repr(options)):
         h.update(part.encode() + b"\0")
@@ -193,10 +196,7 @@ class DispatchCache:
         path = self._path(key)
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump(replace(entry, cached=False), f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, path)
+            write_atomically(path, pickle.dumps(replace(entry, cached=False), protocol=pickle.HIGHEST_PROTOCOL))
         except OSError:
             pass  # a read-only or full cache directory costs only the next compile's time
 

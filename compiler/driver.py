@@ -13,7 +13,6 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
-import tempfile
 import traceback
 from dataclasses import dataclass, field
 
@@ -23,6 +22,7 @@ from iree.compiler.api import Output, Session, Source, ctypes_dl
 from torq.contract.hw import HwSpecError, TorqHw, describe_presets, parse_hw_spec
 
 from .dispatch_compile import DispatchCache, WorkerError, bytecode, default_jobs
+from .files import write_atomically  # noqa: F401 (the CLI tools and the API import it from here)
 from .frontend_cache import FrontendCache, frontend_key
 from .ir_utils import CompileError
 from .passes import PassOptions
@@ -415,7 +415,8 @@ def _module_at_dispatch_creation(session: Session, data: bytes, source_name: str
                                   options: CompileOptions):
     """The module IREE makes of the input at dispatch creation: from the front-end cache
     (compiler/frontend_cache.py) when it holds a readable entry, else compiled and kept.
-    Also what must outlive the module: parsed bytecode's weights point into its buffer."""
+    Also what must outlive the module: MLIR's bytecode reader may keep blobs as references
+    into the buffer it parsed."""
     cache = options.frontend_cache()
     key = frontend_key(data, source_name, flags) if cache else ""
     cached = cache.get(key) if cache else None
@@ -464,8 +465,8 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
         # IREE's pipeline loads the dialects its passes use, a parse of the cached module only
         # those it names. With all loaded, the target sees the same context either way: it
         # creates no op of an unloaded dialect (an unregistered op, which crashed when freed
-        # once the dialect was loaded), and a dispatch's cache key (its bytecode: a registered
-        # op stores properties, an unregistered one attributes) is the same.
+        # once the dialect was loaded), and prints a dispatch's ops the same way for its
+        # cache key (a registered op's properties, an unregistered one's attributes).
         ctx.load_all_available_dialects()
         ctx.allow_unregistered_dialects = True
         with ctx, ir.Location.unknown():
@@ -498,16 +499,3 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
     inv.output_vm_bytecode(out)
     return CompileResult(bytes(out.map_memory()), None, report)
 
-
-def write_atomically(path: str, data: bytes) -> None:
-    """Write `data` to `path` via a temp file so no partial file is left."""
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".torq-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 
 from .dispatch_compile import cache_versions
+from .files import write_atomically
 
 FORMAT = 1
 MAX_ENTRY_BYTES = 1 << 30
@@ -60,13 +60,6 @@ class FrontendCache:
             return
         try:
             os.makedirs(self.directory, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, self._path(key))
-            except BaseException:
-                os.unlink(tmp)
-                raise
+            write_atomically(self._path(key), data)
         except OSError:
             pass  # a read-only or full cache directory costs only the next compile's time

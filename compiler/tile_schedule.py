@@ -256,20 +256,11 @@ def set_choices(slices: int) -> list[int]:
     return sorted({2 * slices, slices, 2, 1}, reverse=True)
 
 
-def _inside_reduction_loop(v: ir.Value, block: ir.Block) -> bool:
-    owner = v.owner
-    p = owner.owner.operation if isinstance(owner, ir.Block) else owner.operation
-    outer = block.owner.operation if block.owner is not None else None
-    while p is not None and p != outer and p.name != "func.func":
-        if is_reduction_loop(p):
-            return True
-        p = p.parent.operation if p.parent is not None else None
-    return False
-
-
 def step_operands(events: list[Event], block: ir.Block) -> set:
     """Values a reduction loop of `block` loads again each step (its operand slices)."""
-    return {e.value for e in events if e.kind == "dma_in" and _inside_reduction_loop(e.value, block)}
+    loops = [o.operation for o in block.operations if is_reduction_loop(o.operation)]
+    return {e.value for e in events
+            if e.kind == "dma_in" and any(_defined_inside(e.value, loop) for loop in loops)}
 
 
 @dataclass
