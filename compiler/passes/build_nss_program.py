@@ -74,6 +74,7 @@ records its `padded_work` (0 when no dim is padded). DMA boxes stay unpadded.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from iree.compiler import ir
@@ -109,6 +110,55 @@ def _np_dtype(dtype: str):
             "i32": np.int32}[dtype]
 
 
+@dataclass(frozen=True, eq=False)
+class _ComputeFacts:
+    """What `NssBuilder.compute` reads from a torq_hl op's attributes and types, decoded
+    once per op rather than on each of its tiles (the builder prices every super tiling
+    candidate, so it runs thousands of tiles per dispatch)."""
+    kind: str
+    operands: list[ir.Value]
+    result: ir.Value
+    out_users: list[ir.Operation]  # users of the result it leaves LRAM for (`_dma_out`)
+    offsets: tuple[int, ...]  # torq.lram_operands
+    resident: tuple[int, ...]  # torq.lram_resident (0 per operand when absent)
+    step_offsets: tuple[int, ...] | None  # torq.lram_step_operands
+    sets: int
+    set_stride: int  # 0 with one buffer set
+    result_offset: int | None  # torq.lram_result; None for the accumulate form
+    operand_shapes: tuple
+    operand_dtypes: tuple[str, ...]
+    result_shape: tuple[int, ...]
+    result_dtype: str
+    attrs: dict  # the op's own attributes (not epilogue, macs, torq.*)
+    epilogue: object
+    macs: int
+
+    @staticmethod
+    def of(op: ir.Operation) -> _ComputeFacts:
+        a = op.attributes
+        offsets = tuple(int_array(a["torq.lram_operands"]))
+        sets = ir.IntegerAttr(a["torq.lram_sets"]).value if "torq.lram_sets" in a else 1
+        attrs = {}
+        for name in [x if isinstance(x, str) else x.name for x in a]:
+            if name in ("epilogue", "macs") or name.startswith("torq."):
+                continue
+            attr = a[name]
+            attrs[name] = attr.value if isinstance(attr, (ir.StringAttr, ir.IntegerAttr)) else int_array(attr)
+        res = op.results[0]
+        return _ComputeFacts(
+            kind=op.name.split(".", 1)[1], operands=list(op.operands), result=res,
+            out_users=[use.owner for use in res.uses if not stays_in_body(use.owner, op)], offsets=offsets,
+            resident=tuple(int_array(a["torq.lram_resident"])) if "torq.lram_resident" in a else (0,) * len(offsets),
+            step_offsets=tuple(int_array(a["torq.lram_step_operands"])) if "torq.lram_step_operands" in a else None,
+            sets=sets, set_stride=ir.IntegerAttr(a["torq.lram_set_stride"]).value if sets > 1 else 0,
+            result_offset=None if ACCUMULATE in a else ir.IntegerAttr(a["torq.lram_result"]).value,
+            operand_shapes=tuple(static_shape(v.type) for v in op.operands),
+            operand_dtypes=tuple(mlir_dtype(element_type(v.type)) for v in op.operands),
+            result_shape=static_shape(res.type), result_dtype=mlir_dtype(element_type(res.type)),
+            attrs=attrs, epilogue=epilogue_from_json(ir.StringAttr(a["epilogue"]).value),
+            macs=ir.IntegerAttr(a["macs"]).value)
+
+
 class NssBuilder:
     def __init__(self, func: ir.Operation, options: PassOptions):
         self.func = func
@@ -132,6 +182,13 @@ class NssBuilder:
         self.body_sets: dict[int, int] = {}  # body -> LRAM buffer sets its tiles cycle through (1 if absent)
         self.buffer_layouts: dict[tuple, tuple] = {}  # _buffer's (size, layout) per value, op, role, shape
         self.reduction_steps = 0  # reduction steps emitted so far
+        # IR facts read once, not per tile: per torq_hl op (`_facts`), per block (`_block_ops`,
+        # `_defined_in`), per slice op (`_slice_params`).
+        self.op_facts: dict[ir.Operation, _ComputeFacts] = {}
+        self.block_ops: dict[ir.Block, list[tuple[str, ir.Operation]]] = {}
+        self.defined: dict[ir.Block, tuple[list[ir.Value], list[ir.Value]]] = {}
+        self.slice_attrs: dict[ir.Operation, tuple[list[int], list[int], list[ir.Value]]] = {}
+        self.padded_works: dict[tuple, int] = {}  # `_padded_work` per op and operand shapes
         ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
         host_args = self._host_types("torq.host_arg_types", list(ftype.inputs))
         host_res = self._host_types("torq.host_result_types", list(ftype.results))
@@ -220,9 +277,13 @@ class NssBuilder:
         return r
 
     def _slice_params(self, op, first_dynamic):
-        offsets_attr = int_array(op.attributes["static_offsets"])
-        sizes_attr = int_array(op.attributes["static_sizes"])
-        dyn = list(op.operands[first_dynamic:])
+        if op not in self.slice_attrs:  # decoded once per op
+            sizes = int_array(op.attributes["static_sizes"])
+            if any(s < 0 for s in sizes):
+                raise CompileError("dynamic tile sizes are not supported")
+            self.slice_attrs[op] = (int_array(op.attributes["static_offsets"]), sizes,
+                                    list(op.operands[first_dynamic:]))
+        offsets_attr, sizes_attr, dyn = self.slice_attrs[op]
         k = 0
         offsets = []
         for x in offsets_attr:
@@ -231,8 +292,6 @@ class NssBuilder:
                 k += 1
             else:
                 offsets.append(x)
-        if any(s < 0 for s in sizes_attr):
-            raise CompileError("dynamic tile sizes are not supported")
         return offsets, sizes_attr
 
     # -- execution ------------------------------------------------------------------
@@ -242,8 +301,7 @@ class NssBuilder:
         the loop's first tile get different ids). A reduction loop's body runs
         with the buffers (`local`) and the tile of the body around it."""
         local_buffers: dict = {} if local is None else local
-        for op in [o.operation for o in block.operations]:
-            name = op.name
+        for name, op in self._block_ops(block):
             if name in ("arith.constant", "tensor.empty", "affine.apply", "affine.min", "affine.max",
                         "arith.addi", "arith.subi", "arith.muli", "func.return", "scf.yield"):
                 continue
@@ -270,6 +328,12 @@ class NssBuilder:
                 self.compute(op, local_buffers, tile)
             else:
                 raise CompileError(f"unexpected op {name} in a Torq tile")
+
+    def _block_ops(self, block: ir.Block) -> list[tuple[str, ir.Operation]]:
+        """(name, op) of the block's ops, read from the IR once per block."""
+        if block not in self.block_ops:
+            self.block_ops[block] = [(o.operation.name, o.operation) for o in block.operations]
+        return self.block_ops[block]
 
     def _pad_view(self, op: ir.Operation) -> None:
         """The padded tensor as a view of its source's DDR tensor reaching past its edges."""
@@ -362,19 +426,31 @@ class NssBuilder:
     def _clear_body_env(self, body: ir.Block, local: dict | None = None):
         """Forgets what the previous iteration of `body` bound to the values it defines
         (and, with `local`, their buffers and those of nested block arguments)."""
-        for o in body.operations:
-            for r in o.operation.results:
-                self.env.pop(r, None)
-                self.views.pop(r, None)
-                self.valid.pop(r, None)
-                if local is not None:
-                    local.pop(r, None)
-            for region in o.operation.regions:
-                for b in region.blocks:
-                    if local is not None:
-                        for a in b.arguments:
-                            local.pop(a, None)
-                    self._clear_body_env(b, local)
+        results, nested_args = self._defined_in(body)
+        for r in results:
+            self.env.pop(r, None)
+            self.views.pop(r, None)
+            self.valid.pop(r, None)
+            if local is not None:
+                local.pop(r, None)
+        if local is not None:
+            for a in nested_args:
+                local.pop(a, None)
+
+    def _defined_in(self, body: ir.Block) -> tuple[list[ir.Value], list[ir.Value]]:
+        """The results of the ops in `body` and its nested blocks, and those blocks' arguments."""
+        if body not in self.defined:
+            results, nested_args = [], []
+            for _, o in self._block_ops(body):
+                results += list(o.results)
+                for region in o.regions:
+                    for b in region.blocks:
+                        nested_args += list(b.arguments)
+                        inner_results, inner_args = self._defined_in(b)
+                        results += inner_results
+                        nested_args += inner_args
+            self.defined[body] = (results, nested_args)
+        return self.defined[body]
 
     def _buffer(self, offset: int, v: ir.Value, op: ir.Operation, role: int, shape: tuple) -> int:
         """A buffer for value `v` sized like torq-assign-lram-addresses sized it (padded,
@@ -415,27 +491,24 @@ class NssBuilder:
         current tile. Per-tile buffers go to the tile's buffer set (iteration mod
         `torq.lram_sets`); a resident operand is loaded once per iteration of the loops
         it is not invariant to (`torq.lram_resident`: how many innermost loops it is)."""
-        offsets = int_array(op.attributes["torq.lram_operands"])
-        resident = (int_array(op.attributes["torq.lram_resident"]) if "torq.lram_resident" in op.attributes
-                    else [0] * len(offsets))
-        if self.reduction_steps % 2 and "torq.lram_step_operands" in op.attributes:  # an odd step
-            offsets = [s if s >= 0 else o for o, s in zip(offsets, int_array(op.attributes["torq.lram_step_operands"]))]
-        sets = ir.IntegerAttr(op.attributes["torq.lram_sets"]).value if "torq.lram_sets" in op.attributes else 1
+        f = self._facts(op)
+        offsets = f.offsets
+        if self.reduction_steps % 2 and f.step_offsets is not None:  # an odd step
+            offsets = [s if s >= 0 else o for o, s in zip(offsets, f.step_offsets)]
         body = self.tile_bodies[tile]
-        self.body_sets[body] = max(sets, self.body_sets.get(body, 1))
-        shift = (self.tile_iteration[tile] % sets) * (ir.IntegerAttr(op.attributes["torq.lram_set_stride"]).value
-                                           if sets > 1 else 0)
+        self.body_sets[body] = max(f.sets, self.body_sets.get(body, 1))
+        shift = (self.tile_iteration[tile] % f.sets) * f.set_stride
         operands = []
         pad = None
-        for k, (v, off, keep) in enumerate(zip(op.operands, offsets, resident)):
+        for k, (v, off, keep) in enumerate(zip(f.operands, offsets, f.resident)):
             if v not in local:
-                key = self._resident_key(body, v, keep)
+                key = self._resident_key(body, v, keep) if keep else None
                 if keep and key in self.resident:
                     local[v] = self.resident[key]
                 else:
                     tensor, box_off, box_sizes, box_pad = self._clipped(v, op, k)
                     # a rank-reducing slice keeps its own (reduced) shape unless padding clipped the box
-                    shape = tuple(box_sizes) if box_pad is not None else static_shape(v.type)
+                    shape = tuple(box_sizes) if box_pad is not None else f.operand_shapes[k]
                     buf = self._buffer(off if keep else off + shift, v, op, k, shape)
                     self._keep_layout(buf, tuple(box_sizes))
                     self.commands.append(DmaIn(tensor, tuple(box_off), tuple(box_sizes), buf))
@@ -443,40 +516,44 @@ class NssBuilder:
                     local[v] = buf
                     if keep:
                         self.resident[key] = buf
-            shape, box_pad = self.buffer_view.get(local[v], (static_shape(v.type), None))
+            shape, box_pad = self.buffer_view.get(local[v], (f.operand_shapes[k], None))
             if box_pad is not None:
                 if k != 0:
                     raise CompileError(f"{op.name}: operand {k} reads padding the op cannot apply")
                 pad = box_pad
-            operands.append(Operand(local[v], shape, mlir_dtype(element_type(v.type))))
-        res = op.results[0]
-        kind = op.name.split(".", 1)[1]
-        if ACCUMULATE in op.attributes:  # in place, in the accumulator's buffer
-            rbuf = local[op.operands[OPS[kind].accumulator_operand]]
+            operands.append(Operand(local[v], shape, f.operand_dtypes[k]))
+        res = f.result
+        if f.result_offset is None:  # accumulate form: in place, in the accumulator's buffer
+            rbuf = local[f.operands[OPS[f.kind].accumulator_operand]]
         else:
-            rbuf = self._buffer(ir.IntegerAttr(op.attributes["torq.lram_result"]).value + shift,
-                                res, op, RESULT, static_shape(res.type))
+            rbuf = self._buffer(f.result_offset + shift, res, op, RESULT, f.result_shape)
         for o in operands:
             self.use(o.buffer)
-        attrs = {}
-        for name in [a if isinstance(a, str) else a.name for a in op.attributes]:
-            if name in ("epilogue", "macs") or name.startswith("torq."):
-                continue
-            a = op.attributes[name]
-            attrs[name] = a.value if isinstance(a, (ir.StringAttr, ir.IntegerAttr)) else int_array(a)
+        attrs = dict(f.attrs)
         if pad is not None:
             attrs["pad"], attrs["pad_value"] = pad
-        result = Operand(rbuf, static_shape(res.type), mlir_dtype(element_type(res.type)))
-        macs = ir.IntegerAttr(op.attributes["macs"]).value
-        work = padded_work(kind, attrs, [(o.shape, o.dtype) for o in operands], (result.shape, result.dtype),
-                           macs, self.options.hw)
-        dense = macs if OPS[kind].inputs > 0 and macs > 0 else math.prod(result.shape)
-        self.commands.append(Compute(kind, operands, result,
-                                     attrs, epilogue_from_json(ir.StringAttr(op.attributes["epilogue"]).value),
+        result = Operand(rbuf, f.result_shape, f.result_dtype)
+        self.commands.append(Compute(f.kind, operands, result, attrs, f.epilogue,
                                      slice=0,  # set by slice_distribution.distribute
-                                     macs=macs, tile=tile, padded_work=work if work != dense else 0))
+                                     macs=f.macs, tile=tile, padded_work=self._padded_work(f, attrs, operands)))
         local[res] = rbuf
         self._dma_out(op, res, rbuf)
+
+    def _padded_work(self, f: _ComputeFacts, attrs: dict, operands: list[Operand]) -> int:
+        """`Compute.padded_work` (0 when no dim is padded); the same for every tile of
+        the same operand shapes."""
+        key = (f, tuple(o.shape for o in operands))
+        if key not in self.padded_works:
+            work = padded_work(f.kind, attrs, [(o.shape, o.dtype) for o in operands],
+                               (f.result_shape, f.result_dtype), f.macs, self.options.hw)
+            dense = f.macs if OPS[f.kind].inputs > 0 and f.macs > 0 else math.prod(f.result_shape)
+            self.padded_works[key] = work if work != dense else 0
+        return self.padded_works[key]
+
+    def _facts(self, op: ir.Operation) -> _ComputeFacts:
+        if op not in self.op_facts:
+            self.op_facts[op] = _ComputeFacts.of(op)
+        return self.op_facts[op]
 
     # -- copies and in-place results ------------------------------------------------
     def copy_buffer(self, offset: int, size: int) -> int:
@@ -511,10 +588,7 @@ class NssBuilder:
                 for body in range(len(self.bodies))]
 
     def _dma_out(self, op, res, rbuf):
-        for use in res.uses:
-            user = use.owner
-            if stays_in_body(user, op):
-                continue
+        for user in self._facts(op).out_users:
             if user.name == "tensor.insert_slice":
                 tensor, base, _ = self.ddr(user.operands[1])
                 offsets, sizes = self._slice_params(user, 2)
