@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from iree.compiler import ir, passmanager
+from iree.compiler import ir
 
 from .ir_utils import CompileError
+from .pass_managers import reuse, run_pipeline
 from .passes import (
     PassOptions,
     assign_lram_addresses,
@@ -91,14 +92,21 @@ def parse_pipeline(text: str) -> list[str]:
 def run_passes(module: ir.Module, names: list[str], options: PassOptions,
                print_after_all=None) -> dict[str, object]:
     """Runs the passes `names` on `module`; returns what Torq passes reported, by pass name
-    (a pass's `run` returns None or its report, e.g. torq-super-tiling's tiling records)."""
+    (a pass's `run` returns None or its report, e.g. torq-super-tiling's tiling records).
+    Pass pipelines the passes run again and again (super tiling's cleanups) are parsed
+    once for the whole run (`pass_managers.reuse`)."""
+    with reuse():
+        return _run_passes(module, names, options, print_after_all)
+
+
+def _run_passes(module: ir.Module, names: list[str], options: PassOptions, print_after_all) -> dict[str, object]:
     pending: list[str] = []
     reports: dict[str, object] = {}
 
     def flush():
         if pending:
             try:
-                passmanager.PassManager.parse(f"builtin.module({','.join(pending)})").run(module.operation)
+                run_pipeline(f"builtin.module({','.join(pending)})", module.operation)
             except ir.MLIRError as e:
                 raise CompileError(f"error: pass pipeline '{','.join(pending)}' failed: {e}") from None
             except ValueError as e:

@@ -38,10 +38,11 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from iree.compiler import ir, passmanager
+from iree.compiler import ir
 
 from .f32_chain import INT_RANGE, Chain, type_name
 from .ir_utils import constant_of, inline_function_text, iterator_types, loop_ranges, n_inputs, region_ops, static_shape
+from .pass_managers import run_pipeline
 from .requant_channels import RESIDUAL_I32_BOUND, fit_channels, per_channel_constants
 from .requant_emit import elementwise_function, pooling_function
 from .requant_split import ActivationTable, build_table, reads, slice_until
@@ -277,7 +278,7 @@ def _raise_if_float_island(func: ir.Operation) -> None:
     so an island keeps the ops the bf16 path matches."""
     scratch = ir.Module.create()
     func.clone(ip=ir.InsertionPoint(scratch.body))
-    passmanager.PassManager.parse("builtin.module(func.func(linalg-fuse-elementwise-ops))").run(scratch.operation)
+    run_pipeline("builtin.module(func.func(linalg-fuse-elementwise-ops))", scratch.operation)
     _, its = _forms(scratch.body.operations[0].operation)
     if (len(its) == 1 and "reduction" not in its[0]) or \
             (len(its) == 2 and "reduction" in its[0] and "reduction" not in its[1]):
@@ -305,7 +306,7 @@ def lower_int8_arithmetic(func: ir.Operation, known, host, nearest: bool) -> lis
     if host is None:
         raise NotExact("the host target's float semantics (FMA contraction) are unknown")
     _raise_if_float_island(func)
-    passmanager.PassManager.parse("func.func(linalg-fuse-elementwise-ops)").run(func)
+    run_pipeline("func.func(linalg-fuse-elementwise-ops)", func)
     generics, its = _forms(func)
     if len(generics) == 1 and "reduction" not in its[0]:
         op = generics[0]

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from iree.compiler import ir, passmanager
+from iree.compiler import ir
 from iree.compiler.dialects.transform import interpreter
 
 from ..ir_utils import region_ops, walk_ops
+from ..pass_managers import parse_script, run_pipeline
 from .roots import ORDER, TILE_REDUCTION, TILE_ROOT, fuse_groups
 
 
@@ -93,7 +94,7 @@ def _apply_tiling(module_op: ir.Operation, tag: str, transform: str, sizes: list
     `cleanup` passes."""
     n_loops = sum(1 for s in sizes if s)
     loops = "".join([", !transform.any_op"] * n_loops)
-    seq = ir.Module.parse(f"""
+    seq = parse_script(f"""
 module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.readonly}}) {{
     %op = transform.structured.match attributes {{{tag}}} in %root : (!transform.any_op) -> !transform.any_op
@@ -104,7 +105,7 @@ module attributes {{transform.with_named_sequence}} {{
 }}""")
     interpreter.apply_named_sequence(module_op, seq.body.operations[0], seq)
     tiled = _take_tiled(module_op) if peel else Tiled()
-    passmanager.PassManager.parse(f"builtin.module({cleanup})").run(module_op)
+    run_pipeline(f"builtin.module({cleanup})", module_op)
     return tiled
 
 
@@ -127,5 +128,5 @@ def root_slice(func: ir.Operation) -> ir.Module:
     clone.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs, [value.type]))
     del root, value
     ret.erase()
-    passmanager.PassManager.parse("builtin.module(canonicalize,cse)").run(scratch.operation)
+    run_pipeline("builtin.module(canonicalize,cse)", scratch.operation)
     return scratch
