@@ -18,10 +18,11 @@ package versions, nothing else. `DispatchCompiler.compile_all` uses that:
   atomically). Only successes are stored: a refusal is
   found again, with its remark, on the next compile.
 - **Distinct dispatches compile in parallel** (`jobs` > 1): the functions go
-  as bytecode to worker processes (`dispatch_worker`, each with its own
+  as bytecode to `jobs` - 1 worker processes (`dispatch_worker`, each with its own
   MLIR context, started for one compile), which run the same pipeline and send back the same
-  `Compiled` record. The output is identical to `jobs=1` (same functions,
-  same passes).
+  `Compiled` record; the compiling process takes tasks too (it has already imported IREE's
+  bindings, which a worker takes about 0.8 s to do). The output is identical to `jobs=1`
+  (same functions, same passes).
 
 A compile that `--torq-print-ir-after-all` or a stop phase watches runs in the
 compiling process (the target calls `compile_in_process` itself).
@@ -220,7 +221,7 @@ def _compile_bytecode(data: bytes, pipeline: list[str], options: PassOptions) ->
 
 
 class _WorkerPool:
-    """`n` dispatch_worker processes; `run` hands each task to the next free one."""
+    """`n` dispatch_worker processes and this one; `run` hands each task to the next free one."""
 
     def __init__(self, n: int):
         # One thread each: n workers already use the n cores (numpy's BLAS would start a
@@ -229,7 +230,10 @@ class _WorkerPool:
         self.procs = [subprocess.Popen([sys.executable, "-m", "torq.compiler.dispatch_worker"],
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env) for _ in range(n)]
 
-    def run(self, tasks: list[tuple]) -> list[Compiled | Refused]:
+    def run(self, tasks: list[tuple], in_process) -> list[Compiled | Refused]:
+        """The outcome of each task (bytecode, pipeline, options); this process takes tasks too
+        (`in_process(k)` compiles task k here: the workers' own start, an interpreter importing
+        IREE's bindings, is about 0.8 s that this one has already paid)."""
         results: list = [None] * len(tasks)
         # Largest dispatch (bytecode, weights included) first: the big ones take longest (their
         # channels' rescales), and one started last would leave the other workers idle.
@@ -253,8 +257,19 @@ class _WorkerPool:
         threads = [threading.Thread(target=drive, args=(p,), daemon=True) for p in self.procs]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
+        try:
+            while not failures:
+                with lock:
+                    task = next(pending, None)
+                if task is None:
+                    break
+                results[task[0]] = in_process(task[0])
+        except BaseException:
+            failures.append("stopped")  # a compiler bug here: the workers take no further task
+            raise
+        finally:
+            for t in threads:
+                t.join()
         if failures:
             raise WorkerError(failures[0], "")
         return results
@@ -314,9 +329,10 @@ class DispatchCompiler:
     def _compile(self, modules: list[ir.Module], data: list[bytes | None]) -> list[Compiled | Refused]:
         if self.jobs <= 1 or len(modules) < MIN_PARALLEL:
             return [compile_in_process(m, self.pipeline, self.options) for m in modules]
-        pool = _WorkerPool(min(self.jobs, len(modules)))
+        pool = _WorkerPool(min(self.jobs, len(modules)) - 1)  # and this process
         try:
             return pool.run([(d if d is not None else bytecode(m), self.pipeline, self.options)
-                             for m, d in zip(modules, data)])
+                             for m, d in zip(modules, data)],
+                            lambda k: compile_in_process(modules[k], self.pipeline, self.options))
         finally:
             pool.close()
