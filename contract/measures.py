@@ -8,6 +8,7 @@ program it runs, from these functions.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 
@@ -71,13 +72,37 @@ def compulsory_bytes(p: Program) -> int:
     union of their boxes). A strided conv that never reads some rows of its input
     does not need them, so traffic ratio >= 1 and efficiency <= 100% always hold.
     Scratch tensors do not count."""
-    read = {c.tensor for c in p.commands if isinstance(c, DmaIn)}
+    boxes: dict[tuple[int, type], list] = {}
+    for c in p.commands:
+        if isinstance(c, (DmaIn, DmaOut)):
+            boxes.setdefault((c.tensor, type(c)), []).append((c.offsets, c.sizes))
     total = 0
     for t in p.tensors:
         if t.kind == "output" and t.aliases < 0:
             total += t.nbytes
         elif t.kind == "output":
-            total += int(box_union(p, t.index, DmaOut).sum()) * DTYPE_BYTES[t.dtype]
-        elif t.kind in ("input", "constant") and t.index in read:
-            total += int(box_union(p, t.index, DmaIn).sum()) * DTYPE_BYTES[t.dtype]
+            total += union_volume(t.shape, boxes.get((t.index, DmaOut), [])) * DTYPE_BYTES[t.dtype]
+        elif t.kind in ("input", "constant") and (t.index, DmaIn) in boxes:
+            total += union_volume(t.shape, boxes[(t.index, DmaIn)]) * DTYPE_BYTES[t.dtype]
     return total
+
+
+def union_volume(shape: tuple[int, ...], boxes: list[tuple[tuple, tuple]]) -> int:
+    """Elements of a tensor of `shape` inside the union of `boxes` (offsets, sizes): what
+    `box_union`'s mask counts, without a mask of the whole tensor (super tiling prices
+    every candidate with it). Each dim is cut at every box edge; the grid cells some box
+    covers are marked and their volumes summed."""
+    if not boxes:
+        return 0
+    clipped = [(tuple(max(0, o) for o, n in zip(off, shape)),
+                tuple(min(o + s, n) for o, s, n in zip(off, sizes, shape))) for off, sizes in boxes]
+    cuts = [sorted({lo[d] for lo, _ in clipped} | {hi[d] for _, hi in clipped}) for d in range(len(shape))]
+    grid = np.zeros([len(c) - 1 for c in cuts], dtype=bool)
+    for lo, hi in clipped:
+        if all(a < b for a, b in zip(lo, hi)):
+            grid[tuple(slice(bisect.bisect_left(c, a), bisect.bisect_left(c, b))
+                       for c, a, b in zip(cuts, lo, hi))] = True
+    volume = grid.astype(np.int64)
+    for c in reversed(cuts):  # contract the last dim with its cells' widths
+        volume = volume @ np.diff(np.asarray(c, dtype=np.int64))
+    return int(volume)
