@@ -83,6 +83,8 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+import numpy as np
+
 from .hw import TorqHw
 from .ops import OPS, CycleRule
 from .program import DTYPE_BYTES, Compute, DmaIn, DmaOut, Program
@@ -303,8 +305,38 @@ class _LramState:
             self.r_cmd[lo:hi] = [cmd] * n
 
 
-def _boxes_overlap(o1, s1, o2, s2) -> bool:
-    return all(a < b + m and b < a + n for a, n, b, m in zip(o1, s1, o2, s2))
+class _Accesses:
+    """The DMA boxes of one DDR tensor recorded so far, with the cycle each access ends and
+    its command: arrays (grown by doubling) so a new access's conflicts are found in one
+    vectorised pass over them, not a Python loop (a tiled attention re-reads its scores in
+    hundreds of boxes: a loop made scheduling quadratic in Python)."""
+
+    def __init__(self, rank: int) -> None:
+        self.n = 0
+        self.lo = np.empty((8, rank), dtype=np.int64)
+        self.hi = np.empty((8, rank), dtype=np.int64)
+        self.end = np.empty(8, dtype=np.int64)
+        self.cmd = np.empty(8, dtype=np.int64)
+
+    def add(self, offsets, sizes, end: int, cmd: int) -> None:
+        if self.n == len(self.end):
+            self.lo, self.hi, self.end, self.cmd = (np.concatenate([a, np.empty_like(a)])
+                                                    for a in (self.lo, self.hi, self.end, self.cmd))
+        self.lo[self.n] = offsets
+        self.hi[self.n] = [o + s for o, s in zip(offsets, sizes)]
+        self.end[self.n], self.cmd[self.n] = end, cmd
+        self.n += 1
+
+    def latest_overlapping(self, offsets, sizes) -> tuple[int, int]:
+        """(end, command) of the access that ends last among those whose box overlaps the
+        box (`offsets`, `sizes`), the first recorded on a tie; (0, -1) when none does."""
+        if self.n == 0:
+            return 0, -1
+        lo, hi = np.asarray(offsets, dtype=np.int64), np.asarray(offsets, dtype=np.int64) + np.asarray(sizes)
+        overlap = np.all((lo < self.hi[:self.n]) & (self.lo[:self.n] < hi), axis=1)
+        ends = np.where(overlap, self.end[:self.n], 0)
+        k = int(np.argmax(ends))
+        return (int(ends[k]), int(self.cmd[k])) if ends[k] > 0 else (0, -1)
 
 
 class _DdrState:
@@ -312,25 +344,22 @@ class _DdrState:
 
     def __init__(self, program: Program) -> None:
         self.written = {c.tensor for c in program.commands if isinstance(c, DmaOut)}
-        self.reads: dict[int, list] = {}
-        self.writes: dict[int, list] = {}
+        self.reads: dict[int, _Accesses] = {}
+        self.writes: dict[int, _Accesses] = {}
 
     def ready(self, c: DmaIn | DmaOut) -> tuple[int, int]:
         if c.tensor not in self.written:
             return 0, -1
         # WAW between DmaOuts needs no check: they all run in order on the one DMA-out engine.
-        lists = [self.writes] if isinstance(c, DmaIn) else [self.reads]
-        t, who = 0, -1
-        for acc in lists:
-            for o, s, end, cmd in acc.get(c.tensor, ()):
-                if end > t and _boxes_overlap(c.offsets, c.sizes, o, s):
-                    t, who = end, cmd
-        return t, who
+        acc = (self.writes if isinstance(c, DmaIn) else self.reads).get(c.tensor)
+        return acc.latest_overlapping(c.offsets, c.sizes) if acc is not None else (0, -1)
 
     def record(self, c: DmaIn | DmaOut, end: int, cmd: int) -> None:
         if c.tensor in self.written:
             acc = self.reads if isinstance(c, DmaIn) else self.writes
-            acc.setdefault(c.tensor, []).append((tuple(c.offsets), tuple(c.sizes), end, cmd))
+            if c.tensor not in acc:
+                acc[c.tensor] = _Accesses(len(c.offsets))
+            acc[c.tensor].add(c.offsets, c.sizes, end, cmd)
 
 
 # --------------------------------------------------------------------------
