@@ -8,6 +8,7 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from torq.contract.measures import Traffic, program_traffic
+from torq.contract.program import Program
 from torq.contract.timing import schedule
 
 from ..ir_utils import walk_ops
@@ -48,11 +49,14 @@ def lowered_footprint(func: ir.Operation | None, options: PassOptions) -> int:
     return UNREPRESENTABLE if func is None else lram_footprint(func, options)
 
 
-def lowered_cost(func: ir.Operation, options: PassOptions) -> tuple[Traffic, int]:
-    """DDR traffic and cycles (contract/timing.py's schedule, the simulator's own model) of
-    the program a lowered tiling becomes (assigns its LRAM addresses)."""
+def lowered_program(func: ir.Operation, options: PassOptions) -> Program:
+    """The NSS program a lowered tiling becomes (assigns its LRAM addresses)."""
     assign_function(func, options)
-    program, _ = build_program(func, options)
+    return build_program(func, options)[0]
+
+
+def program_cost(program: Program, options: PassOptions) -> tuple[Traffic, int]:
+    """DDR traffic and cycles (contract/timing.py's schedule, the simulator's own model)."""
     return program_traffic(program), schedule(program, options.hw).makespan
 
 
@@ -62,13 +66,3 @@ def footprint(source: ir.Module | ir.Operation, loop_sizes: list[int] | None, op
     in module `source`) needs with its TILE_ROOT op tiled by `loop_sizes`."""
     scratch, clone = lowered_tiling(source, loop_sizes, interchange, reduction)
     return lowered_footprint(clone, options)
-
-
-def predicted_cost(source: ir.Module | ir.Operation, loop_sizes: list[int] | None,
-                   options: PassOptions, interchange: list[int] | None = None,
-                   reduction: list[int] | None = None) -> tuple[Traffic, int]:
-    """DDR traffic and cycles (contract/timing.py's schedule, the simulator's own
-    model) of the program the function in `source` becomes with its TILE_ROOT op
-    tiled by `loop_sizes` (a tiling `footprint` accepted)."""
-    scratch, clone = lowered_tiling(source, loop_sizes, interchange, reduction)
-    return lowered_cost(clone, options)

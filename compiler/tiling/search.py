@@ -11,14 +11,15 @@ from dataclasses import dataclass
 
 from iree.compiler import ir
 
-from torq.contract.measures import Traffic
+from torq.contract.measures import Traffic, program_traffic
 from torq.contract.ops import RESULT
+from torq.contract.program import Program
 
 from ..ir_utils import CompileError, element_type, mlir_dtype, static_shape, walk_ops
 from ..passes import PassOptions
 from ..patterns import Unsupported
 from ..vector_layout import padded, value_roles, vector_dim, vector_width
-from .cost import lowered_cost, lowered_footprint, lowered_tiling, predicted_cost
+from .cost import lowered_footprint, lowered_program, lowered_tiling, program_cost
 from .roots import UNREPRESENTABLE, Root
 from .transform import root_slice
 
@@ -54,6 +55,9 @@ class TileSearch:
         self.smallest: int | None = None
         self.footprints: dict[tuple, int] = {}
         self.costs: dict[tuple, tuple[Traffic, int]] = {}
+        # `traffic` builds a program without scheduling it; `cost` schedules it if asked later.
+        self.traffics: dict[tuple, Traffic] = {}
+        self.programs: dict[tuple, Program] = {}
         # Lowered tilings that fit, kept from `footprint` for `cost` (one lowering per candidate).
         self.lowered: dict[tuple, tuple[ir.Module, ir.Operation]] = {}
         self._vector: tuple[int, int] | None | bool = False  # result_vector(), once
@@ -112,16 +116,26 @@ class TileSearch:
     def cost(self, sizes: list[int], outer: int | None = None, red: list[int] | None = None) -> tuple[Traffic, int]:
         key = (tuple(sizes), outer) if not red else (tuple(sizes), outer, tuple(red))
         if key not in self.costs:
-            lowered = self.lowered.pop(key, None)
-            if lowered is not None:
-                self.costs[key] = lowered_cost(lowered[1], self.options)
-            else:
-                self.costs[key] = predicted_cost(self.slice, self.root.loop_sizes(sizes), self.options,
-                                                 self.root.interchange(outer), self.root.reduction_sizes(red))
+            program = self.programs.pop(key, None) or self._program(sizes, outer, red, key)
+            self.costs[key] = program_cost(program, self.options)
+            self.traffics[key] = self.costs[key][0]
         return self.costs[key]
 
     def traffic(self, sizes: list[int], outer: int | None = None, red: list[int] | None = None) -> Traffic:
-        return self.cost(sizes, outer, red)[0]
+        """`cost`'s traffic alone: the program is built, not scheduled (kept for a later `cost`)."""
+        key = (tuple(sizes), outer) if not red else (tuple(sizes), outer, tuple(red))
+        if key not in self.traffics:
+            self.programs[key] = self._program(sizes, outer, red, key)
+            self.traffics[key] = program_traffic(self.programs[key])
+        return self.traffics[key]
+
+    def _program(self, sizes: list[int], outer: int | None, red: list[int] | None, key: tuple) -> Program:
+        """The program of a tiling, from the lowered copy `footprint` kept, else lowered now."""
+        lowered = self.lowered.pop(key, None)
+        if lowered is None:
+            lowered = lowered_tiling(self.slice, self.root.loop_sizes(sizes), self.root.interchange(outer),
+                                     self.root.reduction_sizes(red))
+        return lowered_program(lowered[1], self.options)
 
     def largest_reduction(self, sizes: list[int]) -> list[int] | None:
         """With the parallel tiling `sizes`, reduction sizes that fit: the first reduction
