@@ -4,6 +4,7 @@ torq-super-tiling's docstring for the rules."""
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from collections.abc import Sequence
@@ -145,7 +146,7 @@ class TileSearch:
         for j, (_, extent) in enumerate(self.root.reduction_loops):
             best = _largest_fitting(
                 [t for t in divisors(extent) if t < extent],
-                lambda t: self.footprint(sizes, red=red[:j] + [t] + red[j + 1:]) <= self.budget)
+                lambda t: self.footprint(sizes, red=red[:j] + [t] + red[j + 1:]), self.budget)
             if best is not None:
                 red[j] = best
                 return red
@@ -155,21 +156,52 @@ class TileSearch:
     def largest_fitting(self, base: list[int], d: int, outer: int | None = None) -> int | None:
         """Largest tile size t < extent (`tile_sizes`) with base[d] = t fitting; footprint grows with t."""
         return _largest_fitting(
-            tile_sizes(self.root.shape[d]),
-            lambda t: self.footprint(base[:d] + [t] + base[d + 1:], outer) <= self.budget)
+            tile_sizes(self.root.shape[d]), lambda t: self.footprint(base[:d] + [t] + base[d + 1:], outer),
+            self.budget)
 
 
-def _largest_fitting(cands: Sequence[int], fits) -> int | None:
-    """The largest of the ascending sizes `cands` with fits(t), by binary search (a tile's
-    footprint grows with its size); None when not even the first fits."""
-    lo, hi, best = 0, len(cands) - 1, None
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        if fits(cands[mid]):
-            best, lo = cands[mid], mid + 1
+def _largest_fitting(cands: Sequence[int], footprint, budget: int) -> int | None:
+    """The largest of the ascending sizes `cands` whose footprint(t) fits `budget`; None when
+    not even the first fits. A tile's footprint grows with its size, about linearly (the
+    buffers a tile dim indexes scale with it, padding aside), so the search keeps a bracket
+    (largest size known to fit, smallest known not to), bisects it until two probes give a
+    line, then probes where the line through the two latest probes meets the budget; a
+    predicted size that fits is confirmed by probing the next one, and when two steps in a
+    row do not halve the bracket the next one bisects it. On a footprint that grows with t
+    this finds what bisection finds, in fewer probes (each a lowering and an allocation:
+    audio encoder, 1,184 -> 963)."""
+    lo, hi = -1, len(cands)  # cands[lo] fits (-1: none known), cands[hi] does not (len: none known)
+    seen: list[tuple[int, int]] = []  # (size, footprint) of the probes with a representable footprint
+    widths = [hi - lo]
+    confirm = False
+    while hi - lo > 1:
+        if confirm:
+            i = lo + 1
+        elif len(seen) < 2 or (len(widths) > 2 and widths[-1] > widths[-3] // 2):
+            i = (lo + hi) // 2
         else:
-            hi = mid - 1
-    return best
+            i = _predicted_index(cands, seen, budget, lo, hi)
+        predicted = not confirm and len(seen) >= 2
+        f = footprint(cands[i])
+        if f < UNREPRESENTABLE:
+            seen.append((cands[i], f))
+        if f <= budget:
+            lo = i
+        else:
+            hi = i
+        confirm = predicted and lo == i
+        widths.append(hi - lo)
+    return cands[lo] if lo >= 0 else None
+
+
+def _predicted_index(cands: Sequence[int], seen: list[tuple[int, int]], budget: int, lo: int, hi: int) -> int:
+    """The index in (lo, hi) of the largest size the line through the two latest probes
+    predicts to fit (the middle when they give no rising line)."""
+    (t0, f0), (t1, f1) = seen[-2], seen[-1]
+    if t0 == t1 or (f1 - f0) * (t1 - t0) <= 0:
+        return (lo + hi) // 2
+    t = t0 + (budget - f0) * (t1 - t0) / (f1 - f0)
+    return min(max(bisect.bisect_right(cands, t) - 1, lo + 1), hi - 1)
 
 
 def _seed_order(n: int) -> list[int]:
@@ -366,7 +398,7 @@ def _reduction_sizes(search: TileSearch, parallel: list[int] | None = None) -> t
     for d in dims:
         cands = tile_sizes(root.shape[d])
         largest = _largest_fitting(
-            cands, lambda t: search.footprint([t if i == d else 0 for i in range(n)], red=ones) <= search.budget)
+            cands, lambda t: search.footprint([t if i == d else 0 for i in range(n)], red=ones), search.budget)
         if largest is not None:
             below = [t for t in cands if t <= largest][-REDUCTION_PARALLEL_CANDIDATES:]
             options += [[t if i == d else 0 for i in range(n)] for t in reversed(below)]
