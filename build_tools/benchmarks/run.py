@@ -31,6 +31,7 @@ ran on.
 from __future__ import annotations
 
 import argparse
+import copy
 import io
 import os
 import statistics
@@ -109,6 +110,11 @@ def measure(spec: dict) -> dict:
     row: dict = {"label": label, "model": spec["model"]}
     with torch.no_grad():
         ref = model(x).numpy()
+        try:  # torch's own bf16 run (a copy of the model): what the format alone costs, beside ours
+            y_bf16 = copy.deepcopy(model).to(torch.bfloat16)(x.to(torch.bfloat16)).float().numpy()
+            row["torch_bf16_rel_l2"], row["torch_bf16_cosine"] = error_figures(y_bf16, ref)
+        except RuntimeError as e:  # an op without a bf16 CPU kernel
+            row["torch_bf16_error"] = one_line(f"{type(e).__name__}: {e}", 200)
     t0 = time.perf_counter()
     mlir = export_mlir(model, x)
     row["export_s"] = time.perf_counter() - t0
@@ -211,13 +217,16 @@ def markdown(rows: list[dict], info: dict, args) -> str:
             continue
         ref = (f"llvm-cpu vs torch rel L2 {r['cpu_rel_l2']:.1e}, cosine {r['cpu_cosine']:.6f}"
                if "cpu_error" not in r else f"llvm-cpu failed: {r['cpu_error']}")
-        notes.append(f"- {r['label']}: {ref}; {r['total_macs']:,} MACs; export {r['export_s']:.1f} s.")
+        bf16 = (f"torch's own bf16 run rel L2 {r['torch_bf16_rel_l2']:.1e}, cosine {r['torch_bf16_cosine']:.6f}"
+                if "torch_bf16_rel_l2" in r else f"torch's own bf16 run failed: {r.get('torch_bf16_error')}")
+        notes.append(f"- {r['label']}: {ref}; {bf16}; {r['total_macs']:,} MACs; export {r['export_s']:.1f} s.")
         for reason, n in sorted(r["host_reasons"].items(), key=lambda kv: -kv[1]):
             notes.append(f"  - {n} host dispatch{'es' if n > 1 else ''}: {one_line(reason, 200)}")
         for name, macs, reason in r["host_with_macs"]:
             notes.append(f"  - host MACs: {name} {macs:,} ({one_line(reason, 120)})")
     if notes:
-        lines += ["Per model (reference error of llvm-cpu itself, host dispatches and why they stay on the host):",
+        lines += ["Per model (reference error of llvm-cpu itself and of torch's own bf16 run, model.to(torch.bfloat16), "
+                  "vs torch fp32; host dispatches and why they stay on the host):",
                   "", *notes, ""]
     return "\n".join(lines + int8_markdown(rows) + llm_markdown(rows))
 
