@@ -21,8 +21,9 @@ package versions, nothing else. `DispatchCompiler.compile_all` uses that:
   as bytecode to `jobs` - 1 worker processes (`dispatch_worker`, each with its own
   MLIR context, started for one compile), which run the same pipeline and send back the same
   `Compiled` record; the compiling process takes tasks too (it has already imported IREE's
-  bindings, which a worker takes about 0.8 s to do). The output is identical to `jobs=1`
-  (same functions, same passes).
+  bindings, which a worker takes about 0.8 s to do), and when IREE's front end has to run
+  the driver starts the workers beside it (`StartedWorkers`). The output is identical to
+  `jobs=1` (same functions, same passes).
 
 A compile that `--torq-print-ir-after-all` or a stop phase watches runs in the
 compiling process (the target calls `compile_in_process` itself).
@@ -240,15 +241,54 @@ def _compile_bytecode(data: bytes, pipeline: list[str], options: PassOptions) ->
         return compile_in_process(ir.Module.parse(data), pipeline, options, catch_bugs=True)
 
 
-class _WorkerPool:
-    """`n` dispatch_worker processes and this one; `run` hands each task to the next free one."""
+def _start_worker() -> subprocess.Popen:
+    # One thread each: n workers already use the n cores (numpy's BLAS would start a
+    # thread per core in every worker and they would contend).
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    return subprocess.Popen([sys.executable, "-m", "torq.compiler.dispatch_worker"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
 
-    def __init__(self, n: int):
-        # One thread each: n workers already use the n cores (numpy's BLAS would start a
-        # thread per core in every worker and they would contend).
-        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        self.procs = [subprocess.Popen([sys.executable, "-m", "torq.compiler.dispatch_worker"],
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env) for _ in range(n)]
+
+class StartedWorkers:
+    """Worker processes started early, while IREE's front end runs (a worker spends about
+    0.8 s importing IREE's bindings before it can take a task), for the compile's
+    `DispatchCompiler` to take; `close` ends those it did not take."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, n: int) -> None:
+        self.procs += [_start_worker() for _ in range(n)]
+
+    def take(self, n: int) -> list[subprocess.Popen]:
+        """`n` workers: the started ones first, then new ones."""
+        taken, self.procs = self.procs[:n], self.procs[n:]
+        return taken + [_start_worker() for _ in range(n - len(taken))]
+
+    def close(self) -> None:
+        _close(self.procs)
+        self.procs = []
+
+
+def _close(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        try:
+            p.stdin.close()
+        except OSError:
+            pass
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+class _WorkerPool:
+    """`n` dispatch_worker processes (`started` ones first) and this one; `run` hands each
+    task to the next free one."""
+
+    def __init__(self, n: int, started: StartedWorkers | None = None):
+        self.procs = started.take(n) if started is not None else [_start_worker() for _ in range(n)]
 
     def run(self, tasks: list[tuple], in_process) -> list[Compiled | Refused]:
         """The outcome of each task (bytecode, pipeline, options); this process takes tasks too
@@ -295,16 +335,7 @@ class _WorkerPool:
         return results
 
     def close(self) -> None:
-        for p in self.procs:
-            try:
-                p.stdin.close()
-            except OSError:
-                pass
-        for p in self.procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _close(self.procs)
 
 
 def default_jobs() -> int:
@@ -318,8 +349,10 @@ def default_jobs() -> int:
 class DispatchCompiler:
     """Compiles the one-function modules of a model's dispatches (see the module docstring)."""
 
-    def __init__(self, options: PassOptions, pipeline: list[str], jobs: int = 1, cache: DispatchCache | None = None):
+    def __init__(self, options: PassOptions, pipeline: list[str], jobs: int = 1, cache: DispatchCache | None = None,
+                 started: StartedWorkers | None = None):
         self.options, self.pipeline, self.jobs, self.cache = options, pipeline, jobs, cache
+        self.started = started  # workers started ahead, taken by the parallel compile
 
     def compile_all(self, items: list[tuple[str, ir.Module]]) -> list[Compiled | Refused]:
         """One outcome per (dispatch name, module), in order; identical dispatches compile once."""
@@ -349,7 +382,7 @@ class DispatchCompiler:
     def _compile(self, modules: list[ir.Module], data: list[bytes | None]) -> list[Compiled | Refused]:
         if self.jobs <= 1 or len(modules) < MIN_PARALLEL:
             return [compile_in_process(m, self.pipeline, self.options) for m in modules]
-        pool = _WorkerPool(min(self.jobs, len(modules)) - 1)  # and this process
+        pool = _WorkerPool(min(self.jobs, len(modules)) - 1, self.started)  # and this process
         try:
             return pool.run([(d if d is not None else bytecode(m), self.pipeline, self.options)
                              for m, d in zip(modules, data)],

@@ -21,7 +21,7 @@ from iree.compiler.api import Output, Session, Source, ctypes_dl
 
 from torq.contract.hw import HwSpecError, TorqHw, describe_presets, parse_hw_spec
 
-from .dispatch_compile import DispatchCache, WorkerError, bytecode, default_jobs
+from .dispatch_compile import DispatchCache, StartedWorkers, WorkerError, bytecode, default_jobs
 from .files import write_atomically  # noqa: F401 (the CLI tools and the API import it from here)
 from .frontend_cache import FrontendCache, frontend_key
 from .ir_utils import CompileError
@@ -412,11 +412,11 @@ def _parsed_input(session: Session, data: bytes, source_name: str, options: Comp
 
 
 def _module_at_dispatch_creation(session: Session, data: bytes, source_name: str, flags: list[str],
-                                  options: CompileOptions):
+                                  options: CompileOptions, on_compile=None):
     """The module IREE makes of the input at dispatch creation: from the front-end cache
-    (compiler/frontend_cache.py) when it holds a readable entry, else compiled and kept.
-    Also what must outlive the module: MLIR's bytecode reader may keep blobs as references
-    into the buffer it parsed."""
+    (compiler/frontend_cache.py) when it holds a readable entry, else compiled and kept
+    (`on_compile()` called first). Also what must outlive the module: MLIR's bytecode
+    reader may keep blobs as references into the buffer it parsed."""
     cache = options.frontend_cache()
     key = frontend_key(data, source_name, flags) if cache else ""
     cached = cache.get(key) if cache else None
@@ -426,6 +426,8 @@ def _module_at_dispatch_creation(session: Session, data: bytes, source_name: str
         if inv.parse_source(src):
             return inv.export_module(), (cached, src, inv)
         # not readable (truncated, another IREE's bytecode): compile afresh
+    if on_compile is not None:
+        on_compile()
     inv = _parsed_input(session, data, source_name, options)
     to_phase, _ = _phase_fns()
     to_phase(inv._inv_p, b"dispatch-creation")
@@ -439,7 +441,6 @@ def _module_at_dispatch_creation(session: Session, data: bytes, source_name: str
 
 def _compile_in_session(session: Session, source: str | bytes, options: CompileOptions,
                         source_name: str, remarks) -> CompileResult:
-    to_phase, from_phase = _phase_fns()
     flags = list(options.iree_flags)
     if options.torq:
         # With --torq-keep-f32 f32 models stay on the host, where llvm-cpu cannot
@@ -450,7 +451,6 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
     except ValueError as e:
         raise UsageError(str(e).strip().splitlines()[-1]) from None
     data = source.encode() if isinstance(source, str) else source
-    report = TargetReport()
     stop = options.compile_to
     torq_stop = stop if stop in TORQ_PHASES else ""
     if torq_stop and not options.torq:
@@ -458,36 +458,60 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
     through_target = options.torq and (not stop or torq_stop
                                        or PHASES.index(stop) > PHASES.index("dispatch-creation"))
     if not through_target:
-        inv = _parsed_input(session, data, source_name, options)
-    else:
-        module_op, keep_alive = _module_at_dispatch_creation(session, data, source_name, flags, options)
-        ctx = module_op.context
-        # IREE's pipeline loads the dialects its passes use, a parse of the cached module only
-        # those it names. With all loaded, the target sees the same context either way: it
-        # creates no op of an unloaded dialect (an unregistered op, which crashed when freed
-        # once the dialect was loaded), and prints a dispatch's ops the same way for its
-        # cache key (a registered op's properties, an unregistered one's attributes).
-        ctx.load_all_available_dialects()
-        ctx.allow_unregistered_dialects = True
-        with ctx, ir.Location.unknown():
-            printer = None
-            if options.print_ir_after_all:
-                import sys
+        return _finish(session, _parsed_input(session, data, source_name, options), options, source_name,
+                       TargetReport())
+    started = StartedWorkers()
+    try:
+        return _compile_through_target(session, data, options, source_name, remarks, flags, started)
+    finally:
+        started.close()  # a failed compile's workers too
 
-                def printer(name, m):
-                    # Weights ride on the first passes' arguments (torq.constant): elided, as
-                    # IREE's --mlir-elide-elementsattrs-if-larger would.
-                    text = m.operation.get_asm(large_elements_limit=1024, large_resource_limit=1024)
-                    print(f"// -----// IR Dump After {name} //----- //\n{text}", file=sys.stderr)
-            report = TorqTarget(options.pass_options(), remarks=remarks, print_after_all=printer,
-                                stop_after_phase=torq_stop, jobs=options.jobs or default_jobs(),
-                                cache=options.dispatch_cache(),
-                                check_dispatches=options.check_dispatches).run(module_op)
-            if torq_stop:
-                return CompileResult(None, report.stopped_ir, report)
-        inv = _invocation(session)
-        inv.import_module(module_op)
-        from_phase(inv._inv_p, b"dispatch-creation")
+
+def _compile_through_target(session: Session, data: bytes, options: CompileOptions, source_name: str, remarks,
+                            flags: list[str], started: StartedWorkers) -> CompileResult:
+    """IREE to dispatch creation, the Torq target, then IREE to the end. When IREE's front end
+    has to run (no front-end cache entry), the dispatch compile workers start beside it."""
+    _, from_phase = _phase_fns()
+    stop = options.compile_to
+    torq_stop = stop if stop in TORQ_PHASES else ""
+    jobs = options.jobs or default_jobs()
+    parallel = jobs > 1 and not options.print_ir_after_all and not torq_stop
+    module_op, keep_alive = _module_at_dispatch_creation(
+        session, data, source_name, flags, options, (lambda: started.start(jobs - 1)) if parallel else None)
+    ctx = module_op.context
+    # IREE's pipeline loads the dialects its passes use, a parse of the cached module only
+    # those it names. With all loaded, the target sees the same context either way: it
+    # creates no op of an unloaded dialect (an unregistered op, which crashed when freed
+    # once the dialect was loaded), and prints a dispatch's ops the same way for its
+    # cache key (a registered op's properties, an unregistered one's attributes).
+    ctx.load_all_available_dialects()
+    ctx.allow_unregistered_dialects = True
+    with ctx, ir.Location.unknown():
+        printer = None
+        if options.print_ir_after_all:
+            import sys
+
+            def printer(name, m):
+                # Weights ride on the first passes' arguments (torq.constant): elided, as
+                # IREE's --mlir-elide-elementsattrs-if-larger would.
+                text = m.operation.get_asm(large_elements_limit=1024, large_resource_limit=1024)
+                print(f"// -----// IR Dump After {name} //----- //\n{text}", file=sys.stderr)
+        report = TorqTarget(options.pass_options(), remarks=remarks, print_after_all=printer,
+                            stop_after_phase=torq_stop, jobs=jobs, cache=options.dispatch_cache(),
+                            check_dispatches=options.check_dispatches, started=started).run(module_op)
+        if torq_stop:
+            return CompileResult(None, report.stopped_ir, report)
+    started.close()  # any the target did not take: IREE's back end may use both cores
+    inv = _invocation(session)
+    inv.import_module(module_op)
+    from_phase(inv._inv_p, b"dispatch-creation")
+    return _finish(session, inv, options, source_name, report)
+
+
+def _finish(session: Session, inv, options: CompileOptions, source_name: str, report: TargetReport) -> CompileResult:
+    """IREE from where `inv` stands to --compile-to (or the end): IR text or the .vmfb."""
+    to_phase, _ = _phase_fns()
+    stop = options.compile_to
     if stop:
         to_phase(inv._inv_p, stop.encode())
     if not inv.execute():

@@ -44,7 +44,15 @@ from torq.contract.module_abi import MODULE_NAME, export_name
 
 from . import dispatch_check
 from .dispatch_check import export_view, import_view
-from .dispatch_compile import Compiled, DispatchCache, DispatchCompiler, Refused, WorkerError, compile_in_process
+from .dispatch_compile import (
+    Compiled,
+    DispatchCache,
+    DispatchCompiler,
+    Refused,
+    StartedWorkers,
+    WorkerError,
+    compile_in_process,
+)
 from .dispatch_extraction import ExtractedDispatch, FlowModuleFacts, extract_dispatch_function
 from .host_dispatches import box_copy_dispatch, hoist_input_pads, host_tail_dispatch
 from .ir_utils import CompileError, location_str, walk_ops
@@ -245,13 +253,14 @@ class TorqTarget:
 
     def __init__(self, options: PassOptions, remarks=sys.stderr, print_after_all=None,
                  stop_after_phase: str = "", jobs: int = 1, cache: DispatchCache | None = None,
-                 check_dispatches: bool = False):
+                 check_dispatches: bool = False, started: StartedWorkers | None = None):
         self.options = options
         self.check_dispatches = check_dispatches
         self.remarks = remarks
         self.print_after_all = print_after_all
         self.stop_after_phase = stop_after_phase
         self.jobs, self.cache = jobs, cache
+        self.started = started  # dispatch compile workers the driver started ahead
 
     def remark(self, job: _Job, text: str) -> None:
         """A remark on `job`'s dispatch, at its location, naming where it came from in the model."""
@@ -275,7 +284,7 @@ class TorqTarget:
             outcomes = [compile_in_process(job.scratch, pipeline, self.options, self.print_after_all)
                         for job in jobs]
         else:
-            compiler = DispatchCompiler(self.options, pipeline, self.jobs, self.cache)
+            compiler = DispatchCompiler(self.options, pipeline, self.jobs, self.cache, self.started)
             outcomes = compiler.compile_all([(job.name, job.scratch) for job in jobs])
         for job, outcome in zip(jobs, outcomes):
             if isinstance(outcome, Refused):
