@@ -458,8 +458,7 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
     through_target = options.torq and (not stop or torq_stop
                                        or PHASES.index(stop) > PHASES.index("dispatch-creation"))
     if not through_target:
-        return _finish(session, _parsed_input(session, data, source_name, options), options, source_name,
-                       TargetReport())
+        return _finish(_parsed_input(session, data, source_name, options), options, source_name, TargetReport())
     started = StartedWorkers()
     try:
         return _compile_through_target(session, data, options, source_name, remarks, flags, started)
@@ -505,10 +504,10 @@ def _compile_through_target(session: Session, data: bytes, options: CompileOptio
     inv = _invocation(session)
     inv.import_module(module_op)
     from_phase(inv._inv_p, b"dispatch-creation")
-    return _finish(session, inv, options, source_name, report)
+    return _finish(inv, options, source_name, report)
 
 
-def _finish(session: Session, inv, options: CompileOptions, source_name: str, report: TargetReport) -> CompileResult:
+def _finish(inv, options: CompileOptions, source_name: str, report: TargetReport) -> CompileResult:
     """IREE from where `inv` stands to --compile-to (or the end): IR text or the .vmfb."""
     to_phase, _ = _phase_fns()
     stop = options.compile_to
