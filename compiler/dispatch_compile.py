@@ -266,7 +266,12 @@ class StartedWorkers:
         return taken + [_start_worker() for _ in range(n - len(taken))]
 
     def close(self) -> None:
-        _close(self.procs)
+        """Ends the workers nobody took at once: they hold no task, and waiting for one still
+        importing IREE's bindings to read its end of input would hold the compile up."""
+        for p in self.procs:
+            p.kill()
+        for p in self.procs:
+            p.wait()
         self.procs = []
 
 
