@@ -74,13 +74,12 @@ records its `padded_work` (0 when no dim is padded). DMA boxes stay unpadded.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 from iree.compiler import ir
 
 from torq.contract.measures import measure_lram_peak
-from torq.contract.ops import ACCUMULATE, OPS, RESULT
+from torq.contract.ops import OPS, RESULT
 from torq.contract.program import (
     Compute,
     DmaIn,
@@ -92,11 +91,12 @@ from torq.contract.program import (
 )
 
 from ..ir_utils import CompileError, constant_of, element_type, int_array, mlir_dtype, record_attr, static_shape
+from ..nss_compute_facts import ComputeFacts
 from ..nss_copies import COPY_BODY, is_copy, write_copy
 from ..nss_ir import program_to_function
-from ..patterns import PAD_VIEW, epilogue_from_json
+from ..patterns import PAD_VIEW
 from ..slice_distribution import distribute, parse_distribution
-from ..tile_schedule import enclosing_loops, is_reduction_loop, is_torq_hl, stays_in_body
+from ..tile_schedule import enclosing_loops, is_reduction_loop, is_torq_hl
 from ..vector_layout import padded_value_nbytes, padded_work, role_layout, string_attrs
 from . import PassOptions
 from .mark_in_place_updates import IN_PLACE_RESULTS
@@ -108,55 +108,6 @@ def _np_dtype(dtype: str):
 
     return {"bf16": ml_dtypes.bfloat16, "f32": np.float32, "i8": np.int8, "i16": np.int16,
             "i32": np.int32}[dtype]
-
-
-@dataclass(frozen=True, eq=False)
-class _ComputeFacts:
-    """What `NssBuilder.compute` reads from a torq_hl op's attributes and types, decoded
-    once per op rather than on each of its tiles (the builder prices every super tiling
-    candidate, so it runs thousands of tiles per dispatch)."""
-    kind: str
-    operands: list[ir.Value]
-    result: ir.Value
-    out_users: list[ir.Operation]  # users of the result it leaves LRAM for (`_dma_out`)
-    offsets: tuple[int, ...]  # torq.lram_operands
-    resident: tuple[int, ...]  # torq.lram_resident (0 per operand when absent)
-    step_offsets: tuple[int, ...] | None  # torq.lram_step_operands
-    sets: int
-    set_stride: int  # 0 with one buffer set
-    result_offset: int | None  # torq.lram_result; None for the accumulate form
-    operand_shapes: tuple
-    operand_dtypes: tuple[str, ...]
-    result_shape: tuple[int, ...]
-    result_dtype: str
-    attrs: dict  # the op's own attributes (not epilogue, macs, torq.*)
-    epilogue: object
-    macs: int
-
-    @staticmethod
-    def of(op: ir.Operation) -> _ComputeFacts:
-        a = op.attributes
-        offsets = tuple(int_array(a["torq.lram_operands"]))
-        sets = ir.IntegerAttr(a["torq.lram_sets"]).value if "torq.lram_sets" in a else 1
-        attrs = {}
-        for name in [x if isinstance(x, str) else x.name for x in a]:
-            if name in ("epilogue", "macs") or name.startswith("torq."):
-                continue
-            attr = a[name]
-            attrs[name] = attr.value if isinstance(attr, (ir.StringAttr, ir.IntegerAttr)) else int_array(attr)
-        res = op.results[0]
-        return _ComputeFacts(
-            kind=op.name.split(".", 1)[1], operands=list(op.operands), result=res,
-            out_users=[use.owner for use in res.uses if not stays_in_body(use.owner, op)], offsets=offsets,
-            resident=tuple(int_array(a["torq.lram_resident"])) if "torq.lram_resident" in a else (0,) * len(offsets),
-            step_offsets=tuple(int_array(a["torq.lram_step_operands"])) if "torq.lram_step_operands" in a else None,
-            sets=sets, set_stride=ir.IntegerAttr(a["torq.lram_set_stride"]).value if sets > 1 else 0,
-            result_offset=None if ACCUMULATE in a else ir.IntegerAttr(a["torq.lram_result"]).value,
-            operand_shapes=tuple(static_shape(v.type) for v in op.operands),
-            operand_dtypes=tuple(mlir_dtype(element_type(v.type)) for v in op.operands),
-            result_shape=static_shape(res.type), result_dtype=mlir_dtype(element_type(res.type)),
-            attrs=attrs, epilogue=epilogue_from_json(ir.StringAttr(a["epilogue"]).value),
-            macs=ir.IntegerAttr(a["macs"]).value)
 
 
 class NssBuilder:
@@ -184,7 +135,7 @@ class NssBuilder:
         self.reduction_steps = 0  # reduction steps emitted so far
         # IR facts read once, not per tile: per torq_hl op (`_facts`), per block (`_block_ops`,
         # `_defined_in`), per slice op (`_slice_params`).
-        self.op_facts: dict[ir.Operation, _ComputeFacts] = {}
+        self.op_facts: dict[ir.Operation, ComputeFacts] = {}
         self.block_ops: dict[ir.Block, list[tuple[str, ir.Operation]]] = {}
         self.defined: dict[ir.Block, tuple[list[ir.Value], list[ir.Value]]] = {}
         self.slice_attrs: dict[ir.Operation, tuple[list[int], list[int], list[ir.Value]]] = {}
@@ -539,7 +490,7 @@ class NssBuilder:
         local[res] = rbuf
         self._dma_out(op, res, rbuf)
 
-    def _padded_work(self, f: _ComputeFacts, attrs: dict, operands: list[Operand]) -> int:
+    def _padded_work(self, f: ComputeFacts, attrs: dict, operands: list[Operand]) -> int:
         """`Compute.padded_work` (0 when no dim is padded); the same for every tile of
         the same operand shapes."""
         key = (f, tuple(o.shape for o in operands))
@@ -550,9 +501,9 @@ class NssBuilder:
             self.padded_works[key] = work if work != dense else 0
         return self.padded_works[key]
 
-    def _facts(self, op: ir.Operation) -> _ComputeFacts:
+    def _facts(self, op: ir.Operation) -> ComputeFacts:
         if op not in self.op_facts:
-            self.op_facts[op] = _ComputeFacts.of(op)
+            self.op_facts[op] = ComputeFacts.of(op)
         return self.op_facts[op]
 
     # -- copies and in-place results ------------------------------------------------
