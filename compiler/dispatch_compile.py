@@ -289,11 +289,10 @@ def _close(procs: list[subprocess.Popen]) -> None:
 
 
 class _WorkerPool:
-    """`n` dispatch_worker processes (`started` ones first) and this one; `run` hands each
-    task to the next free one."""
+    """dispatch_worker processes and this one; `run` hands each task to the next free one."""
 
-    def __init__(self, n: int, started: StartedWorkers | None = None):
-        self.procs = started.take(n) if started is not None else [_start_worker() for _ in range(n)]
+    def __init__(self, procs: list[subprocess.Popen]):
+        self.procs = procs
 
     def run(self, tasks: list[tuple], in_process) -> list[Compiled | Refused]:
         """The outcome of each task (bytecode, pipeline, options); this process takes tasks too
@@ -387,7 +386,8 @@ class DispatchCompiler:
     def _compile(self, modules: list[ir.Module], data: list[bytes | None]) -> list[Compiled | Refused]:
         if self.jobs <= 1 or len(modules) < MIN_PARALLEL:
             return [compile_in_process(m, self.pipeline, self.options) for m in modules]
-        pool = _WorkerPool(min(self.jobs, len(modules)) - 1, self.started)  # and this process
+        workers = (self.started or StartedWorkers()).take(min(self.jobs, len(modules)) - 1)
+        pool = _WorkerPool(workers)  # and this process
         try:
             return pool.run([(d if d is not None else bytecode(m), self.pipeline, self.options)
                              for m, d in zip(modules, data)],
