@@ -57,7 +57,7 @@ class TileSearch:
         self.footprints: dict[tuple, int] = {}
         self.costs: dict[tuple, tuple[Traffic, int]] = {}
         # `traffic` builds a program without scheduling it; `cost` schedules it if asked later.
-        self.traffics: dict[tuple, Traffic] = {}
+        self.traffics: dict[tuple, Traffic] = {}  # of the tilings not costed
         self.programs: dict[tuple, Program] = {}
         # Lowered tilings that fit, kept from `footprint` for `cost` (one lowering per candidate).
         self.lowered: dict[tuple, tuple[ir.Module, ir.Operation]] = {}
@@ -96,7 +96,7 @@ class TileSearch:
         return max((x for x in tile_sizes(self.root.shape[d]) if x < t and padded(x, vec[1]) == x), default=None)
 
     def footprint(self, sizes: list[int], outer: int | None = None, red: list[int] | None = None) -> int:
-        key = (tuple(sizes), outer) if not red else (tuple(sizes), outer, tuple(red))
+        key = _key(sizes, outer, red)
         if key not in self.footprints:
             scratch, clone = None, None
             try:
@@ -115,16 +115,19 @@ class TileSearch:
         return self.footprints[key]
 
     def cost(self, sizes: list[int], outer: int | None = None, red: list[int] | None = None) -> tuple[Traffic, int]:
-        key = (tuple(sizes), outer) if not red else (tuple(sizes), outer, tuple(red))
+        key = _key(sizes, outer, red)
         if key not in self.costs:
-            program = self.programs.pop(key, None) or self._program(sizes, outer, red, key)
+            program = self.programs.pop(key, None)
+            if program is None:
+                program = self._program(sizes, outer, red, key)
             self.costs[key] = program_cost(program, self.options)
-            self.traffics[key] = self.costs[key][0]
         return self.costs[key]
 
     def traffic(self, sizes: list[int], outer: int | None = None, red: list[int] | None = None) -> Traffic:
         """`cost`'s traffic alone: the program is built, not scheduled (kept for a later `cost`)."""
-        key = (tuple(sizes), outer) if not red else (tuple(sizes), outer, tuple(red))
+        key = _key(sizes, outer, red)
+        if key in self.costs:
+            return self.costs[key][0]
         if key not in self.traffics:
             self.programs[key] = self._program(sizes, outer, red, key)
             self.traffics[key] = program_traffic(self.programs[key])
@@ -160,6 +163,11 @@ class TileSearch:
             self.budget)
 
 
+def _key(sizes: list[int], outer: int | None, red: list[int] | None) -> tuple:
+    """A tiling's key in `TileSearch`'s tables (parallel sizes, outer dim, reduction sizes)."""
+    return (tuple(sizes), outer) if not red else (tuple(sizes), outer, tuple(red))
+
+
 def _largest_fitting(cands: Sequence[int], footprint, budget: int) -> int | None:
     """The largest of the ascending sizes `cands` whose footprint(t) fits `budget`; None when
     not even the first fits. A tile's footprint grows with its size, about linearly (the
@@ -175,13 +183,13 @@ def _largest_fitting(cands: Sequence[int], footprint, budget: int) -> int | None
     widths = [hi - lo]
     confirm = False
     while hi - lo > 1:
+        predicted = False
         if confirm:
             i = lo + 1
         elif len(seen) < 2 or (len(widths) > 2 and widths[-1] > widths[-3] // 2):
             i = (lo + hi) // 2
         else:
-            i = _predicted_index(cands, seen, budget, lo, hi)
-        predicted = not confirm and len(seen) >= 2
+            i, predicted = _predicted_index(cands, seen, budget, lo, hi), True
         f = footprint(cands[i])
         if f < UNREPRESENTABLE:
             seen.append((cands[i], f))
