@@ -461,18 +461,16 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
         return _finish(_parsed_input(session, data, source_name, options), options, source_name, TargetReport())
     started = StartedWorkers()
     try:
-        return _compile_through_target(session, data, options, source_name, remarks, flags, started)
+        return _compile_through_target(session, data, options, source_name, remarks, flags, torq_stop, started)
     finally:
         started.close()  # a failed compile's workers too
 
 
 def _compile_through_target(session: Session, data: bytes, options: CompileOptions, source_name: str, remarks,
-                            flags: list[str], started: StartedWorkers) -> CompileResult:
+                            flags: list[str], torq_stop: str, started: StartedWorkers) -> CompileResult:
     """IREE to dispatch creation, the Torq target, then IREE to the end. When IREE's front end
     has to run (no front-end cache entry), the dispatch compile workers start beside it."""
     _, from_phase = _phase_fns()
-    stop = options.compile_to
-    torq_stop = stop if stop in TORQ_PHASES else ""
     jobs = options.jobs or default_jobs()
     parallel = jobs > 1 and not options.print_ir_after_all and not torq_stop
     module_op, keep_alive = _module_at_dispatch_creation(

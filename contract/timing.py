@@ -332,7 +332,8 @@ class _Accesses:
         box (`offsets`, `sizes`), the first recorded on a tie; (0, -1) when none does."""
         if self.n == 0:
             return 0, -1
-        lo, hi = np.asarray(offsets, dtype=np.int64), np.asarray(offsets, dtype=np.int64) + np.asarray(sizes)
+        lo = np.asarray(offsets, dtype=np.int64)
+        hi = lo + np.asarray(sizes, dtype=np.int64)
         overlap = np.all((lo < self.hi[:self.n]) & (self.lo[:self.n] < hi), axis=1)
         ends = np.where(overlap, self.end[:self.n], 0)
         k = int(np.argmax(ends))
