@@ -163,54 +163,61 @@ class Rescale:
         return _clamp(v, self.qmin, self.qmax)
 
 
-def gap_extremes(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of `t` (step points from 0, non-decreasing) and level distance g >= 1: the
-    least and the largest T_(i+g) - T_i (one (rows, n, n) buffer, i32 where the span allows)."""
-    rows, n = t.shape
-    span = int(t[:, -1].max())
-    past = 2 * span + 2  # stands for the levels past the last: larger than any gap
-    padded = np.empty((rows, 2 * n), np.int64)
-    padded[:, :n] = t
-    ahead = np.ndarray((rows, n, n), np.int64, padded, strides=(16 * n, 8, 8))  # padded[r, i + g]
-    gaps = np.empty((rows, n, n), np.int32 if span < 1 << 29 else np.int64)
-    padded[:, n:] = past
-    np.subtract(ahead, t[:, :, None], out=gaps, casting="unsafe")
-    least = gaps.min(1)[:, 1:].astype(np.int64)
-    padded[:, n:] = -past
-    np.subtract(ahead, t[:, :, None], out=gaps, casting="unsafe")
-    return least, gaps.max(1)[:, 1:].astype(np.int64)
+def _best_pairs(t: np.ndarray, n: np.ndarray, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row r: (N, D) = (j - i, T_j - T_i + delta[r]) of a pair i < j < n[r] of row r's step
+    points (non-decreasing, n[r] >= 2, columns from n[r] on ignored) whose N / D is the largest
+    (delta +1; D >= 1) or the least among those with D > 0 (delta -1; the caller ensures that
+    the pair (0, n - 1) has one).
+
+    Exact, by Dinkelbach's iteration in integers. With p / q the ratio of the current pair
+    (from (0, n - 1)) and H_k = delta (p T_k - q k), H_i - H_j = delta (q N - p D) + p, so a pair
+    beats the current one (N / D > p / q; for delta -1, N / D < p / q with D > 0, the only way
+    p D > q N) exactly when H_i - H_j > p. Each round takes the pair of largest H_i - H_j
+    (the prefix maximum of H before each j) and, where it beats the current pair, moves to it:
+    the ratio improves strictly, so the loop ends (in practice within about five rounds,
+    each O(n)), and only when no pair beats the current one, whose ratio is then the extreme.
+    Columns past n[r] stand at H = `big`, above every H of the row: no pair with one beats."""
+    rows, width = t.shape
+    last = t[np.arange(rows), n - 1]
+    big = 4 * width * (int(last.max(initial=0)) + 2)  # above every |H| (p < width, q <= span + 1)
+    exact = np.int64 if big < 1 << 62 else object  # Python integers past i64 (never for i32 accumulators)
+    t, delta = t.astype(exact), delta.astype(exact)
+    p, q = (n - 1).astype(exact), last.astype(exact) + delta
+    k = np.arange(width)
+    active = np.arange(rows)
+    while len(active):
+        ta = t[active]
+        h = np.where(k < n[active, None], delta[active, None] * (p[active, None] * ta - q[active, None] * k), big)
+        gain = np.maximum.accumulate(h, 1)[:, :-1] - h[:, 1:]  # [r, j - 1]: max_{i<j} H_i - H_j
+        j = np.argmax(gain, 1) + 1
+        beats = gain[np.arange(len(active)), j - 1] > p[active]
+        i = np.argmax(np.where(k < j[:, None], h, -big), 1)
+        active, ta, i, j = active[beats], ta[beats], i[beats], j[beats]
+        rs = np.arange(len(active))
+        p[active], q[active] = j - i, ta[rs, j] - ta[rs, i] + delta[active]
+    return p, q
 
 
-def row_extremes(num: np.ndarray, den: np.ndarray, valid: np.ndarray, largest: bool) -> list[Fraction | None]:
-    """Per row: the largest (or least) num / den over its valid entries, exactly (float
-    ratios may tie: confirmed by cross-multiplication), None where a row has none."""
-    ratio = np.where(valid, num / np.where(valid, den, 1), -np.inf if largest else np.inf)
-    best = np.argmax(ratio, 1) if largest else np.argmin(ratio, 1)
-    rows = np.arange(len(num))
-    bn, bd = num[rows, best], den[rows, best]
-    while True:
-        worse = valid & ((num * bd[:, None] > bn[:, None] * den) if largest else (num * bd[:, None] < bn[:, None] * den))
-        again = worse.any(1)
-        if not again.any():
-            break
-        first = np.argmax(worse, 1)
-        bn, bd = np.where(again, num[rows, first], bn), np.where(again, den[rows, first], bd)
-    return [Fraction(int(a), int(b)) if ok else None for a, b, ok in zip(bn, bd, valid.any(1))]
-
-
-def slope_bounds(t: np.ndarray) -> list[tuple[Fraction, Fraction | None]]:
-    """`_slope_interval` of each row of `t` (step points from 0, rows of one length n >= 2)."""
-    least, largest = gap_extremes(t)
-    dk = np.broadcast_to(np.arange(1, t.shape[1], dtype=np.int64), least.shape)
-    lows = row_extremes(dk, least + 1, np.ones_like(least, bool), True)
-    return [(lo or Fraction(0), hi) for lo, hi in zip(lows, row_extremes(dk, largest - 1, largest >= 2, False))]
+def slope_bounds(t: np.ndarray, lengths: np.ndarray | None = None) -> list[tuple[Fraction, Fraction | None]]:
+    """`_slope_interval` of each row of `t`: step points from 0 (non-decreasing), of row r the
+    first lengths[r] >= 2 (all when None; the rest is padding). Lower bound: the largest
+    (j - i) / (T_j - T_i + 1) over pairs i < j; upper: the least (j - i) / (T_j - T_i - 1) over
+    those with T_j - T_i >= 2, None when there is none (the row spans fewer than 2)."""
+    rows, width = t.shape
+    n = np.full(rows, width, np.int64) if lengths is None else np.asarray(lengths, np.int64)
+    upper = np.nonzero(t[np.arange(rows), n - 1] >= 2)[0]
+    src = np.concatenate([np.arange(rows), upper])
+    delta = np.repeat(np.array([1, -1], np.int64), [rows, len(upper)])
+    p, q = _best_pairs(t[src], n[src], delta)
+    highs = {int(r): Fraction(int(a), int(b)) for r, a, b in zip(upper, p[rows:], q[rows:])}
+    return [(Fraction(int(a), int(b)), highs.get(r)) for r, (a, b) in enumerate(zip(p[:rows], q[:rows]))]
 
 
 def _slope_interval(ks: np.ndarray, ts: np.ndarray) -> tuple[Fraction, Fraction | None]:
     """Open interval of slopes m of lines with m T_k + r >= k > m (T_k - 1) + r for all k:
-    m > (j - k) / (T_j - T_k + 1) and m < (j - k) / (T_j - T_k - 1) for every j > k.
-    The levels ks are consecutive (ks[j] - ks[i] = j - i): over the pairs of one distance
-    j - i the bounds are extreme where T_j - T_i is least (lower bound) or largest (upper)."""
+    m > (j - k) / (T_j - T_k + 1) and m < (j - k) / (T_j - T_k - 1) for every j > k
+    (the levels ks are consecutive: ks[j] - ks[i] = j - i), the extremes of these found by
+    `slope_bounds`."""
     if len(ks) < 2:
         return Fraction(0), None
     return slope_bounds((np.asarray(ts, np.int64) - ts[0])[None])[0]
