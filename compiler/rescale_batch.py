@@ -6,7 +6,7 @@ costs a millisecond each in numpy calls on small arrays; here the array work of
 all channels with the same number of levels is done in one go:
 
 - `slope_intervals`: the exact-slope interval of each channel (`rescale_fit._slope_interval`),
-  the least and largest step-point gap per level distance of a block of channels at once;
+  of a block of channels at once (`rescale_fit.slope_bounds`);
 - `nearest_many`: `rescale_fit.nearest_rescale` of many channels, every stage of the
   coarse-to-fine multiplier search (`rescale_fit.MultiplierSearch`) priced for all of them in one `_multiplier_costs`;
 - `fit_many`: the rescale of each channel (exact, else with `nearest` the nearest), with
@@ -39,8 +39,11 @@ from .rescale_fit import (
     step_points,
 )
 
-# Elements of the largest temporary array (a block of channels' gaps or search costs).
+# Elements of the largest temporary array (a block of channels' search costs).
 _BLOCK_ELEMENTS = 1 << 22
+# Step points in a block of channels whose slope intervals are found together (each
+# round of `rescale_fit.slope_bounds` makes a few arrays of twice as many elements).
+_SLOPE_ELEMENTS = 1 << 18
 
 
 def _refusal(e: NotExact) -> NotExact:
@@ -57,19 +60,19 @@ def _by_length(arrays: list) -> dict[int, list[int]]:
 
 
 def slope_intervals(ts_list: list[np.ndarray]) -> list[tuple[Fraction, Fraction | None]]:
-    """`rescale_fit._slope_interval` of each channel's step points (levels consecutive)."""
-    out: list = [None] * len(ts_list)
-    for n, idx in _by_length(ts_list).items():
-        if n < 2:
-            for i in idx:
-                out[i] = (Fraction(0), None)
-            continue
-        t = np.stack([ts_list[i] for i in idx]).astype(np.int64)
+    """`rescale_fit._slope_interval` of each channel's step points (levels consecutive): the
+    channels of two or more levels in blocks of similar lengths, each padded to its longest."""
+    out: list = [(Fraction(0), None)] * len(ts_list)
+    idx = sorted((i for i, ts in enumerate(ts_list) if len(ts) >= 2), key=lambda i: len(ts_list[i]))
+    block = max(1, _SLOPE_ELEMENTS // max((len(ts_list[i]) for i in idx), default=1))
+    for a in range(0, len(idx), block):
+        rows = idx[a:a + block]
+        lengths = np.array([len(ts_list[i]) for i in rows], np.int64)
+        t = np.zeros((len(rows), int(lengths[-1])), np.int64)  # the padding is ignored
+        t[np.arange(t.shape[1]) < lengths[:, None]] = np.concatenate([ts_list[i] for i in rows])
         t -= t[:, :1]
-        block = max(1, _BLOCK_ELEMENTS // (n * n))
-        for a in range(0, len(idx), block):
-            for i, bounds in zip(idx[a:a + block], slope_bounds(t[a:a + block])):
-                out[i] = bounds
+        for i, bounds in zip(rows, slope_bounds(t, lengths)):
+            out[i] = bounds
     return out
 
 
