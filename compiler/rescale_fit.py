@@ -359,9 +359,8 @@ def _multiplier_costs(ks_shifted: np.ndarray, ts: np.ndarray, mults: np.ndarray,
     cs = np.sort(ks_shifted[:, None, :] - m * ts[:, None, :], axis=-1)
     order = np.argsort(np.concatenate([cs + m, cs], -1), axis=-1, kind="stable")
     ended_before = np.cumsum(order < n, axis=-1)
-    where = np.empty_like(order)  # the sorted position of each element
-    np.put_along_axis(where, order, np.broadcast_to(np.arange(2 * n), order.shape), -1)
-    inside = np.arange(1, n + 1) - np.take_along_axis(ended_before, where[..., n:], -1)
+    # The starts keep their (sorted) order in the sweep: the k-th start met is c_k.
+    inside = np.arange(1, n + 1) - ended_before[order >= n].reshape(cs.shape)
     top = np.argsort(-inside, axis=-1, kind="stable")[..., :_NEAREST_ROUNDINGS]
     rs = np.take_along_axis(cs, top, -1)
     us = -((rs[..., None] - ks_shifted[:, None, None, :]) // mults[:, :, None, None])
