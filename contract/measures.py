@@ -71,12 +71,16 @@ def compulsory_bytes(p: Program) -> int:
     of each input and constant the bytes its DMA-ins read, each byte once (the
     union of their boxes). A strided conv that never reads some rows of its input
     does not need them, so traffic ratio >= 1 and efficiency <= 100% always hold.
-    Scratch tensors do not count."""
+    Scratch tensors do not count. A gather's rows are known only when it runs: each
+    counts as needed (what it moves), as if no two of its indices were equal."""
     boxes: dict[tuple[int, type], list] = {}
-    for c in p.commands:
-        if isinstance(c, (DmaIn, DmaOut)):
-            boxes.setdefault((c.tensor, type(c)), []).append((c.offsets, c.sizes))
+    dtype = {t.index: t.dtype for t in p.tensors}
     total = 0
+    for c in p.commands:
+        if isinstance(c, DmaIn) and c.gathers:
+            total += math.prod(c.sizes) * DTYPE_BYTES[dtype[c.tensor]]
+        elif isinstance(c, (DmaIn, DmaOut)):
+            boxes.setdefault((c.tensor, type(c)), []).append((c.offsets, c.sizes))
     for t in p.tensors:
         if t.kind == "output" and t.aliases < 0:
             total += t.nbytes

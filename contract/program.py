@@ -20,7 +20,9 @@ Model:
   unpadded elements, its `size` counts the padded bytes.
 - `commands` have program order (the functional meaning): `DmaIn` copies a
   box of a DDR tensor into a buffer (contiguous row-major of the box's
-  sizes), `Compute` runs one TorqHL op on slice `Compute.slice` with LRAM
+  sizes), or in its gather form (`DmaIn.index_buffer` >= 0, an embedding
+  lookup) rows of the tensor chosen at run time by integers in LRAM,
+  `Compute` runs one TorqHL op on slice `Compute.slice` with LRAM
   operands, `DmaOut` copies a buffer into a box of a DDR tensor. In time
   (`contract/timing.py`) the DMA-in engine, the DMA-out engine and each slice
   run their own commands in program order and overlap wherever no LRAM byte
@@ -42,7 +44,9 @@ Dtypes are strings: "bf16", "f32", "i8", "i16", "i32". bf16 compute
 accumulates in f32 and rounds to nearest even on store; integer compute
 accumulates in i32. "i1" is a boolean (one byte per element, 0 or 1, as
 IREE stores i1 tensors): an epilogue operand only (a keep / drop mask
-read by a select step), never a computed result.
+read by a select step), never a computed result. "i64" holds gather indices
+only (a DDR tensor a DmaIn moves into a gather's index buffer), never a
+compute operand.
 """
 
 from __future__ import annotations
@@ -50,7 +54,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
-DTYPE_BYTES = {"bf16": 2, "f32": 4, "i8": 1, "i16": 2, "i32": 4, "f16": 2, "i1": 1}
+DTYPE_BYTES = {"bf16": 2, "f32": 4, "i8": 1, "i16": 2, "i32": 4, "f16": 2, "i1": 1, "i64": 8}
+# Dtypes of a gather's indices (`DmaIn.index_dtype`).
+INDEX_DTYPES = ("i32", "i64")
 
 
 
@@ -214,10 +220,33 @@ class Operand:
 
 @dataclass
 class DmaIn:
+    """A box of DDR tensor `tensor` into `buffer` (contiguous, row-major).
+
+    Gather form (`index_buffer` >= 0): the rows of the box (its dim 0, `sizes[0]` of them)
+    are chosen at run time: row j is tensor row `offsets[0] + idx[j]`, with idx the
+    `sizes[0]` integers of `index_dtype` at the start of LRAM buffer `index_buffer` (put
+    there by an earlier DmaIn), each in [0, `index_bound`) or the run fails; dims 1.. are
+    a box as usual. The DMA engine reads the indices and moves one row per descriptor.
+    """
+
     tensor: int
     offsets: tuple[int, ...]
     sizes: tuple[int, ...]
     buffer: int
+    index_buffer: int = -1
+    index_dtype: str = ""
+    index_bound: int = 0
+
+    @property
+    def gathers(self) -> bool:
+        return self.index_buffer >= 0
+
+    def read_box(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(offsets, sizes) of the part of the tensor the DMA may read: a gather may read any
+        of its `index_bound` rows."""
+        if not self.gathers:
+            return self.offsets, self.sizes
+        return self.offsets, (self.index_bound, *self.sizes[1:])
 
 
 @dataclass

@@ -14,6 +14,7 @@ from .program import (
     DTYPE_BYTES,
     EPILOGUE_INT_TYPES,
     EPILOGUE_STEPS,
+    INDEX_DTYPES,
     INT_DTYPES,
     MAX_LUT_ENTRIES,
     TENSOR_KINDS,
@@ -227,14 +228,31 @@ class _Validator:
                 f"command {i}: {kind} box of rank {len(c.offsets)}/{len(c.sizes)} "
                 f"on tensor {t.index} of rank {rank}"
             )
-        for o, s, d in zip(c.offsets, c.sizes, t.shape):
+        offsets, sizes = c.read_box() if isinstance(c, DmaIn) else (c.offsets, c.sizes)
+        for o, s, d in zip(offsets, sizes, t.shape):
             if o < 0 or s < 0 or o + s > d:
-                box = ", ".join(f"{o}:{o + s}" for o, s in zip(c.offsets, c.sizes))
+                box = ", ".join(f"{o}:{o + s}" for o, s in zip(offsets, sizes))
                 self.fail(f"command {i}: {kind} box [{box}] outside tensor {t.index} of shape {tuple(t.shape)}")
         self.use_buffer(i, c.buffer, nbytes(tuple(c.sizes), t.dtype), kind, tuple(c.sizes), t.dtype)
+        if isinstance(c, DmaIn) and c.gathers:
+            self.check_gather(i, c)
+
+    def check_gather(self, i: int, c: DmaIn) -> None:
+        """A gather's indices: an index dtype, one per row of the box in its index buffer (a
+        buffer other than the one it writes), a bound of at least one row."""
+        if c.index_dtype not in INDEX_DTYPES:
+            self.fail(f"command {i}: DmaIn gather indices of dtype {c.index_dtype!r}, expected one of "
+                      f"{', '.join(INDEX_DTYPES)}")
+        if not c.sizes or c.index_bound < 1:
+            self.fail(f"command {i}: DmaIn gather of {len(c.sizes)}-D box with index bound {c.index_bound}")
+        if c.index_buffer == c.buffer:
+            self.fail(f"command {i}: DmaIn gather reads its indices from the buffer it writes ({c.buffer})")
+        self.use_buffer(i, c.index_buffer, nbytes((c.sizes[0],), c.index_dtype), "DmaIn gather indices")
 
     def check_operand(self, i: int, o: Operand, what: str) -> None:
         self.check_dtype(o.dtype, f"command {i} {what}")
+        if o.dtype == "i64":
+            self.fail(f"command {i} {what} is i64, which holds gather indices only")
         self.check_shape(o.shape, f"command {i} {what}")
         self.use_buffer(i, o.buffer, nbytes(tuple(o.shape), o.dtype), what, tuple(o.shape), o.dtype)
 

@@ -15,7 +15,8 @@ Contract (every number comes from `TorqHw`; nothing here is a literal):
   the same fixed overhead; so it takes compute_overhead_cycles +
   ceil(work / k), `work` as below. Its `CommandTime.engine` is its first slice.
 - Per-command cycles (`command_cycles`):
-    DMA      = dma_setup_cycles (on its engine)
+    DMA      = dma_setup_cycles (on its engine; a gather: one per row, each row
+               its own descriptor)
                + ceil(bytes / dma_effective_bytes_per_cycle) (on the XRAM link)
     an op with CycleRule.MAC_ARRAY (conv2d, matmul; contract/ops.py) and macs > 0
              = compute_overhead_cycles + ceil(padded macs / min(macs_per_cycle(dtype)
@@ -47,8 +48,9 @@ Contract (every number comes from `TorqHw`; nothing here is a literal):
     WAR: a command writing bytes waits for the end of every command that read
          them since their last write;
     WAW: a command writing bytes waits for the end of their last writer.
-  DmaIn writes its buffer; DmaOut reads its buffer; Compute reads its operand
-  buffers and writes its result buffer. DDR, by boxes: a DmaIn reading a box of
+  DmaIn writes its buffer (a gather also reads its index buffer); DmaOut reads
+  its buffer; Compute reads its operand buffers and writes its result buffer.
+  DDR, by boxes (a gather's: every row it may read): a DmaIn reading a box of
   a tensor that some DmaOut writes waits for earlier DmaOuts to overlapping
   boxes (RAW); a DmaOut waits for earlier DmaIns of overlapping boxes (WAR;
   WAW between DmaOuts holds by the in-order DMA-out engine). A DMA's setup
@@ -179,7 +181,8 @@ def command_cycles(c, program: Program, hw: TorqHw) -> tuple[int, int]:
     """(fixed cycles, work cycles): DMA setup and link transfer, or compute overhead and work
     (a split compute: each slice's share, ceil(work / split))."""
     if isinstance(c, (DmaIn, DmaOut)):
-        return hw.dma_setup_cycles, ceil_div(dma_bytes(c, program), hw.dma_effective_bytes_per_cycle)
+        descriptors = c.sizes[0] if isinstance(c, DmaIn) and c.gathers else 1
+        return hw.dma_setup_cycles * descriptors, ceil_div(dma_bytes(c, program), hw.dma_effective_bytes_per_cycle)
     return hw.compute_overhead_cycles, -(-compute_work_cycles(c, hw) // max(1, c.split))
 
 
@@ -353,14 +356,19 @@ class _DdrState:
             return 0, -1
         # WAW between DmaOuts needs no check: they all run in order on the one DMA-out engine.
         acc = (self.writes if isinstance(c, DmaIn) else self.reads).get(c.tensor)
-        return acc.latest_overlapping(c.offsets, c.sizes) if acc is not None else (0, -1)
+        return acc.latest_overlapping(*_ddr_box(c)) if acc is not None else (0, -1)
 
     def record(self, c: DmaIn | DmaOut, end: int, cmd: int) -> None:
         if c.tensor in self.written:
             acc = self.reads if isinstance(c, DmaIn) else self.writes
             if c.tensor not in acc:
                 acc[c.tensor] = _Accesses(len(c.offsets))
-            acc[c.tensor].add(c.offsets, c.sizes, end, cmd)
+            acc[c.tensor].add(*_ddr_box(c), end, cmd)
+
+
+def _ddr_box(c: DmaIn | DmaOut) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The DDR box a DMA may access (a gather: any row its indices may name)."""
+    return c.read_box() if isinstance(c, DmaIn) else (c.offsets, c.sizes)
 
 
 # --------------------------------------------------------------------------
@@ -370,7 +378,7 @@ class _DdrState:
 def _accesses(c) -> tuple[list[int], list[int]]:
     """(LRAM buffers read, LRAM buffers written) by a command."""
     if isinstance(c, DmaIn):
-        return [], [c.buffer]
+        return ([c.index_buffer] if c.gathers else []), [c.buffer]
     if isinstance(c, DmaOut):
         return [c.buffer], []
     return [o.buffer for o in c.operands], [c.result.buffer]

@@ -46,6 +46,7 @@ NP_DTYPES: dict[str, np.dtype] = {
     "i16": np.dtype("<i2"),
     "i32": np.dtype("<i4"),
     "i1": np.dtype(np.bool_),  # a boolean mask operand, one byte per element
+    "i64": np.dtype("<i8"),  # gather indices (DMA only)
 }
 
 

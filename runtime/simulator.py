@@ -16,7 +16,8 @@ Contract:
   outputs and scratch zeroed; an in-place output (`TensorDesc.aliases`) a
   copy of its input, which on the device is the same buffer: no DMA, not
   counted). DmaIn copies a box of a row-major DDR tensor
-  into its buffer (contiguous row-major), Compute reads its operands from LRAM
+  into its buffer (contiguous row-major); a gather DmaIn the rows its LRAM
+  indices name (an index outside its bound is a SimulatorError), Compute reads its operands from LRAM
   at their buffer offsets, runs `kernels` and writes its result into LRAM,
   DmaOut copies a buffer into a DDR box. An in-place output is returned as
   its host input with the elements the DmaOuts wrote replaced: the rest is
@@ -352,7 +353,11 @@ class Simulator:
         buffers = {b.id: b for b in p.buffers}
         steps: list[tuple] = []
         for i, c in enumerate(p.commands):
-            if isinstance(c, (DmaIn, DmaOut)):
+            if isinstance(c, DmaIn) and c.gathers:
+                where = self._lram_range(buffers[c.buffer], tuple(c.sizes), tensors[c.tensor].dtype)
+                index = self._lram_range(buffers[c.index_buffer], (c.sizes[0],), c.index_dtype)
+                steps.append(("gather", i, c, where, index))
+            elif isinstance(c, (DmaIn, DmaOut)):
                 where = self._lram_range(buffers[c.buffer], tuple(c.sizes), tensors[c.tensor].dtype)
                 kind = "in" if isinstance(c, DmaIn) else "out"
                 steps.append((kind, c.tensor, self._box(c.offsets, c.sizes), where))
@@ -380,7 +385,8 @@ class Simulator:
         if plan.views is not None and plan.views[0] is lram:
             return plan.views[1]
         view = self._lram_view
-        views = [([view(lram, o) for o in s[3]], view(lram, s[4])) if s[0] == "compute" else view(lram, s[3])
+        views = [([view(lram, o) for o in s[3]], view(lram, s[4])) if s[0] == "compute" else
+                 (view(lram, s[3]), view(lram, s[4])) if s[0] == "gather" else view(lram, s[3])
                  for s in plan.steps]
         if lram is self._lram:
             plan.views = (lram, views)
@@ -404,6 +410,11 @@ class Simulator:
             elif kind == "out":
                 _, t, box, where = step
                 ddr[t][box] = view.reshape(ddr[t][box].shape)
+            elif kind == "gather":
+                _, i, c, where, _ = step
+                self._zero_padding(lram, where)
+                np.copyto(view[0], _gathered_rows(plan.program, i, c, ddr[c.tensor], view[1]))
+                cache.written(base + where[0], base + where[0] + where[1])
             else:
                 _, i, c, ops, res = step
                 if all(o[0] != res[0] for o in ops):  # never clear an operand read in place
@@ -461,6 +472,18 @@ def _who(p: Program) -> str:
     return f"program '{p.name}': " if p.name else ""
 
 
+def _gathered_rows(p: Program, i: int, c: DmaIn, tensor: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """The box gather DmaIn `c` (command `i`) reads: rows offsets[0] + indices of `tensor`."""
+    idx = indices.astype(np.int64)
+    bad = (idx < 0) | (idx >= c.index_bound)
+    if bad.any():
+        j = int(np.argmax(bad))
+        raise SimulatorError(f"{_who(p)}command {i} (DmaIn gather): index {int(idx[j])} at position {j} is "
+                             f"outside [0, {c.index_bound}) of tensor {c.tensor}")
+    rest = tuple(slice(o, o + s) for o, s in zip(c.offsets[1:], c.sizes[1:]))
+    return tensor[(idx + c.offsets[0], *rest)].reshape(c.sizes)
+
+
 def _read_windows(p: Program) -> dict[int, tuple[slice, ...]]:
     """`Plan.windows`: of each input converted to its DDR dtype, that no in-place output
     copies and no DmaOut writes, the bounding box of its DMA-in boxes when smaller than it."""
@@ -473,8 +496,9 @@ def _read_windows(p: Program) -> dict[int, tuple[slice, ...]]:
         boxes = [c for c in p.commands if isinstance(c, DmaIn) and c.tensor == t.index]
         if not boxes:
             continue
-        lo = [min(c.offsets[d] for c in boxes) for d in range(len(t.shape))]
-        hi = [max(c.offsets[d] + c.sizes[d] for c in boxes) for d in range(len(t.shape))]
+        boxes = [c.read_box() for c in boxes]
+        lo = [min(off[d] for off, _ in boxes) for d in range(len(t.shape))]
+        hi = [max(off[d] + sizes[d] for off, sizes in boxes) for d in range(len(t.shape))]
         if [0] * len(lo) != lo or list(t.shape) != hi:
             windows[t.index] = tuple(slice(a, b) for a, b in zip(lo, hi))
     return windows

@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from ..hw import TorqHw
-from ..program import DTYPE_BYTES, TENSOR_KINDS, Compute, DmaIn, DmaOut
+from ..program import DTYPE_BYTES, TENSOR_KINDS, Compute, DmaIn, DmaOut, Program
 from ..program_validator import ExecutableError
 from ..schemas.torq_fb import Hw as fbHw
 from ..schemas.torq_fb.Command import Command as CommandType
@@ -26,12 +26,22 @@ FILE_IDENTIFIER = b"TORQ"
 # computes the same outputs.
 # Program.source (where the dispatch came from in the model) was appended the same way: a
 # blob without it reads "", and a reader without it runs the same program.
-FORMAT_VERSION = 2
-# Versions this reader parses: a version 1 blob is a version 2 blob without aliases.
-READABLE_VERSIONS = (1, 2)
+# 3: DmaIn's gather form (index_buffer, index_dtype, index_bound) and the i64 dtype; a
+#    version 2 reader would read a gather as a plain box. Only a program with a gather is
+#    written as version 3 (`blob_version`): every other blob stays readable by version 2
+#    readers, byte for byte as before.
+FORMAT_VERSION = 3
+# Versions this reader parses: a version 1 blob is a version 2 blob without aliases, a
+# version 2 blob a version 3 blob without gathers.
+READABLE_VERSIONS = (1, 2, 3)
 SCHEMA_PATH = Path(__file__).parent.parent / "schemas" / "torq_executable.fbs"
 
 HEADER_BYTES = 8  # root offset + file identifier
+
+
+def blob_version(p: Program) -> int:
+    """The version a blob of `p` is written as: the oldest whose readers read it right."""
+    return FORMAT_VERSION if any(isinstance(c, DmaIn) and c.gathers for c in p.commands) else 2
 
 
 # --------------------------------------------------------------------------

@@ -253,8 +253,12 @@ class _Reader:
         if table is None:
             raise ExecutableError(f"corrupted Torq executable: command {i} has no valid type ({kind})")
         if name == "DmaIn":
-            return DmaIn(table.scalar("tensor"), table.scalars("offsets"), table.scalars("sizes"),
-                         table.scalar("buffer"))
+            dma = DmaIn(table.scalar("tensor"), table.scalars("offsets"), table.scalars("sizes"),
+                        table.scalar("buffer"), table.scalar("index_buffer"))
+            if dma.gathers:
+                dma.index_dtype = self.dtype(table.scalar("index_dtype"), f"command {i} indices")
+                dma.index_bound = table.scalar("index_bound")
+            return dma
         if name == "DmaOut":
             return DmaOut(table.scalar("buffer"), table.scalar("tensor"), table.scalars("offsets"),
                           table.scalars("sizes"))

@@ -30,11 +30,11 @@ from .format import (
     COMMAND_CODES,
     DTYPE_CODES,
     FILE_IDENTIFIER,
-    FORMAT_VERSION,
     HW_FIELDS,
     REF_KIND_CODES,
     TENSOR_KIND_CODES,
     accessor_name,
+    blob_version,
     check_hw_schema,
 )
 
@@ -68,7 +68,7 @@ class _Writer:
         # Only when known: a program without a source serializes as it did before the field.
         source = b.CreateString(p.source) if p.source else 0
         fbProgram.Start(b)
-        fbProgram.AddVersion(b, FORMAT_VERSION)
+        fbProgram.AddVersion(b, blob_version(p))
         fbProgram.AddName(b, name)
         fbProgram.AddHw(b, hw)
         fbProgram.AddTensors(b, tensors)
@@ -221,6 +221,10 @@ class _Writer:
             fbDmaIn.AddOffsets(b, offsets)
             fbDmaIn.AddSizes(b, sizes)
             fbDmaIn.AddBuffer(b, c.buffer)
+            if c.gathers:
+                fbDmaIn.AddIndexBuffer(b, c.index_buffer)
+                fbDmaIn.AddIndexDtype(b, DTYPE_CODES[c.index_dtype])
+                fbDmaIn.AddIndexBound(b, c.index_bound)
             body = fbDmaIn.End(b)
         elif isinstance(c, DmaOut):
             offsets, sizes = self.longs(c.offsets), self.longs(c.sizes)

@@ -105,14 +105,19 @@ class ProgramBuilder:
         self.uses.setdefault(buffer, []).append(len(self.commands))
 
     # commands
-    def dma_in(self, tensor: int, offsets=None, sizes=None, buffer: int | None = None) -> int:
+    def dma_in(self, tensor: int, offsets=None, sizes=None, buffer: int | None = None,
+               indices: tuple[int, str, int] | None = None) -> int:
+        """A box of `tensor` into `buffer` (new if None); `indices` = (index buffer, index
+        dtype, index bound) makes it a gather."""
         t = self.tensors[tensor]
         offsets = tuple(offsets) if offsets is not None else (0,) * len(t.shape)
         sizes = tuple(sizes) if sizes is not None else t.shape
         if buffer is None:
             buffer = self.buffer(math.prod(sizes) * DTYPE_BYTES[t.dtype])
         self._use(buffer)
-        self.commands.append(DmaIn(tensor, offsets, sizes, buffer))
+        if indices is not None:
+            self._use(indices[0])
+        self.commands.append(DmaIn(tensor, offsets, sizes, buffer, *(indices or ())))
         return buffer
 
     def dma_out(self, buffer: int, tensor: int, offsets=None, sizes=None) -> None:

@@ -10,3 +10,4 @@ class DType(object):
     i32 = 4
     f16 = 5
     i1 = 6
+    i64 = 7

@@ -96,7 +96,28 @@ class DmaIn(object):
             return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
         return 0
 
-def DmaInStart(builder): builder.StartObject(4)
+    # DmaIn
+    def IndexBuffer(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return -1
+
+    # DmaIn
+    def IndexDtype(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, o + self._tab.Pos)
+        return 0
+
+    # DmaIn
+    def IndexBound(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return 0
+
+def DmaInStart(builder): builder.StartObject(7)
 def Start(builder):
     return DmaInStart(builder)
 def DmaInAddTensor(builder, tensor): builder.PrependInt64Slot(0, tensor, 0)
@@ -117,6 +138,15 @@ def StartSizesVector(builder, numElems):
 def DmaInAddBuffer(builder, buffer): builder.PrependInt64Slot(3, buffer, 0)
 def AddBuffer(builder, buffer):
     return DmaInAddBuffer(builder, buffer)
+def DmaInAddIndexBuffer(builder, indexBuffer): builder.PrependInt64Slot(4, indexBuffer, -1)
+def AddIndexBuffer(builder, indexBuffer):
+    return DmaInAddIndexBuffer(builder, indexBuffer)
+def DmaInAddIndexDtype(builder, indexDtype): builder.PrependUint8Slot(5, indexDtype, 0)
+def AddIndexDtype(builder, indexDtype):
+    return DmaInAddIndexDtype(builder, indexDtype)
+def DmaInAddIndexBound(builder, indexBound): builder.PrependInt64Slot(6, indexBound, 0)
+def AddIndexBound(builder, indexBound):
+    return DmaInAddIndexBound(builder, indexBound)
 def DmaInEnd(builder): return builder.EndObject()
 def End(builder):
     return DmaInEnd(builder)
