@@ -15,7 +15,7 @@ from torq.contract.program import DTYPE_BYTES, Compute, DmaIn, DmaOut, Epilogue,
 
 from .ir_utils import CompileError, static_shape
 from .lram_allocator import align
-from .patterns import PAD_VIEW
+from .patterns import PAD_VIEW, row_gather
 
 if TYPE_CHECKING:
     from .passes.build_nss_program import NssBuilder
@@ -25,8 +25,10 @@ COPY_BODY = object()
 
 
 def is_copy(v: ir.Value) -> bool:
-    """A result no compute makes: an argument, or a box or padded view (of a box) of one."""
-    return isinstance(v.owner, ir.Block) or v.owner.name in ("tensor.extract_slice", PAD_VIEW)
+    """A result no compute makes: an argument, a box or padded view (of a box) of one, or a
+    row gather (nss_gathers writes it)."""
+    return isinstance(v.owner, ir.Block) or v.owner.name in ("tensor.extract_slice", PAD_VIEW) or \
+        row_gather(v.owner) is not None
 
 
 def write_copy(b: "NssBuilder", v: ir.Value, out: int) -> None:
@@ -61,16 +63,16 @@ def write_copy(b: "NssBuilder", v: ir.Value, out: int) -> None:
         b.commands.append(Compute("elementwise", [], Operand(buf, (n_fill,), dtype), {}, Epilogue(steps),
                                      tile=tile))
         for b_off, b_sizes in border:
-            for c_off, c_sizes in _chunks(b_sizes, n_fill):
+            for c_off, c_sizes in chunk_boxes(b_sizes, n_fill):
                 b.use(buf)
                 b.commands.append(DmaOut(buf, out, tuple(o + c for o, c in zip(b_off, c_off)), c_sizes))
     total = math.prod(interior)
     room = budget - fill_bytes
     per_buffer = room if total * esize <= room else (room // 2) // a * a
     squeezed = tuple(d for d in interior if d != 1)
-    for k, chunk in enumerate(_chunks(squeezed, max(1, per_buffer // esize))):
-        src_off, src_sizes = _expand(chunk, tuple(sizes))
-        dst_off, dst_sizes = _expand(chunk, interior)
+    for k, chunk in enumerate(chunk_boxes(squeezed, max(1, per_buffer // esize))):
+        src_off, src_sizes = expand_box(chunk, tuple(sizes))
+        dst_off, dst_sizes = expand_box(chunk, interior)
         buf = b.copy_buffer(fill_bytes + (k % 2) * per_buffer, math.prod(src_sizes) * esize)
         b.start_tile(COPY_BODY)
         b.commands.append(DmaIn(tensor, tuple(o + c for o, c in zip(off, src_off)), src_sizes, buf))
@@ -79,7 +81,7 @@ def write_copy(b: "NssBuilder", v: ir.Value, out: int) -> None:
 
 
 
-def _chunks(sizes: tuple[int, ...], max_elems: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+def chunk_boxes(sizes: tuple[int, ...], max_elems: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """Row-major sub-boxes (offsets relative to the box, sizes) of a box of `sizes`, each
     at most `max_elems` elements: the innermost dims whole, the next one cut."""
     n = len(sizes)
@@ -99,7 +101,7 @@ def _chunks(sizes: tuple[int, ...], max_elems: int) -> list[tuple[tuple[int, ...
     return out
 
 
-def _expand(box: tuple[tuple[int, ...], tuple[int, ...]], sizes: tuple[int, ...]) -> tuple[tuple, tuple]:
+def expand_box(box: tuple[tuple[int, ...], tuple[int, ...]], sizes: tuple[int, ...]) -> tuple[tuple, tuple]:
     """A chunk of the squeezed box (its non-unit dims) as a chunk of the box of `sizes`."""
     it = iter(zip(*box))
     pairs = [(0, 1) if s == 1 else next(it) for s in sizes]

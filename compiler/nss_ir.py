@@ -49,6 +49,9 @@ def _spec(obj, drop=()) -> str:
         del d["aliases"]
     if isinstance(obj, Compute) and d.get("split") == 1:  # only split computes show it
         del d["split"]
+    if isinstance(obj, DmaIn) and not obj.gathers:  # only gathers show their indices
+        for k in ("index_buffer", "index_dtype", "index_bound"):
+            del d[k]
     return json.dumps(d, separators=(",", ":"))
 
 
@@ -88,7 +91,8 @@ def _operand(d) -> Operand:
 
 def _command(kind: str, d: dict):
     if kind == "dma_in":
-        return DmaIn(d["tensor"], tuple(d["offsets"]), tuple(d["sizes"]), d["buffer"])
+        return DmaIn(d["tensor"], tuple(d["offsets"]), tuple(d["sizes"]), d["buffer"], d.get("index_buffer", -1),
+                     d.get("index_dtype", ""), d.get("index_bound", 0))
     if kind == "dma_out":
         return DmaOut(d["buffer"], d["tensor"], tuple(d["offsets"]), tuple(d["sizes"]))
     e = d["epilogue"]

@@ -93,8 +93,9 @@ from torq.contract.program import (
 from ..ir_utils import CompileError, constant_of, element_type, int_array, mlir_dtype, record_attr, static_shape
 from ..nss_compute_facts import ComputeFacts
 from ..nss_copies import COPY_BODY, is_copy, write_copy
+from ..nss_gathers import write_gather
 from ..nss_ir import program_to_function
-from ..patterns import PAD_VIEW
+from ..patterns import PAD_VIEW, row_gather
 from ..slice_distribution import distribute, parse_distribution
 from ..tile_schedule import enclosing_loops, is_reduction_loop, is_torq_hl
 from ..vector_layout import padded_value_nbytes, padded_work, role_layout, string_attrs
@@ -277,6 +278,8 @@ class NssBuilder:
                 if tile is None:
                     tile = self.start_tile(block)
                 self.compute(op, local_buffers, tile)
+            elif row_gather(op) is not None:
+                continue  # a result the gather DMAs write after the computes (nss_gathers)
             else:
                 raise CompileError(f"unexpected op {name} in a Torq tile")
 
@@ -600,7 +603,11 @@ def build_program(func: ir.Operation, options: PassOptions) -> tuple[Program, di
     b.run_block(func.regions[0].blocks[0])
     first_copy_buffer = len(b.buffers)
     for v, out in b.copies:
-        write_copy(b, v, out)
+        gather = row_gather(v.owner) if not isinstance(v.owner, ir.Block) else None
+        if gather is not None:
+            write_gather(b, gather, out)
+        else:
+            write_copy(b, v, out)
     b.place_in_place_boxes()
     try:
         dist = parse_distribution(options.slice_distribution)

@@ -23,7 +23,8 @@ from iree.compiler import ir
 from torq.contract.module_abi import MAX_INPUTS, MAX_RESULTS
 
 from ..ir_utils import walk_ops
-from ..patterns import Unsupported, data_movement_reason, is_zero_fill, match_group
+from ..patterns import Unsupported, data_movement_reason, is_zero_fill, match_group, row_gather
+from ..patterns.row_gather import INDEX_ELEMENT_TYPES
 from ..requant import io_conversion_reason
 from . import PassOptions, convert_dtypes
 from .mark_in_place_updates import IN_PLACE_RESULTS
@@ -90,12 +91,27 @@ def _io_of(func: ir.Operation, element_types: tuple[str, ...]) -> bool:
 
 
 def _io_dtype_reason(func: ir.Operation) -> str:
-    """A tensor argument or result of a dtype the slices lack (i64 indices, f64): the
-    program model has no such DDR tensor, even for a dispatch that only copies it."""
+    """A tensor argument or result of a dtype the slices lack (i64, f64): the program model
+    has no such DDR tensor, even for a dispatch that only copies it; except the indices of
+    a row gather (an embedding's i64 tokens), which only its DMA reads."""
+    args = func.regions[0].blocks[0].arguments
     for kind, i, t, element in _tensor_io(func):
-        if element not in IO_DTYPES:
+        if element not in IO_DTYPES and not (kind == "argument" and element in INDEX_ELEMENT_TYPES
+                                             and _only_gather_indices(args[i])):
             return f"tensor {kind} {i} ({t}) is of {element}, which the slices do not support"
     return ""
+
+
+def _only_gather_indices(v: ir.Value) -> bool:
+    """Whether every use of `v` is as a row gather's indices, directly or through a box."""
+    for use in v.uses:
+        user = use.owner
+        if user.name == "tensor.extract_slice" and use.operand_number == 0:
+            if not _only_gather_indices(user.results[0]):
+                return False
+        elif row_gather(user) is None or use.operand_number != 0:
+            return False
+    return True
 
 
 def _op_reason(op: ir.Operation, options: PassOptions, groups: list) -> str:
@@ -111,8 +127,9 @@ def _op_reason(op: ir.Operation, options: PassOptions, groups: list) -> str:
             groups.append(m)
     for r in op.results:
         # Scalars (constants feeding linalg bodies) are checked by the body
-        # decoder; only tensors must have a slice dtype.
-        if not isinstance(r.type, ir.ShapedType):
+        # decoder; only tensors must have a slice dtype (a box of a gather's indices
+        # is only read by its DMA).
+        if not isinstance(r.type, ir.ShapedType) or op.name == "tensor.extract_slice" and _only_gather_indices(r):
             continue
         s = str(ir.ShapedType(r.type).element_type)
         if s == "f32" and options.keep_f32:

@@ -52,9 +52,11 @@ inputs padded on their window dims, or the function's results
 (`padding_fold`), belongs to no group: torq-fold-padding turns it into a view
 (`PAD_VIEW`) whose padding the consuming op applies, or which the NSS program
 writes out (the source box, then the border filled with the pad value).
-Results no group computes must be such copies (`data_movement_reason`): an
-argument, a box of one, or a padding of either; the NSS program makes them
-with DMAs alone. Anything else is `Unsupported` with a reason, and the
+A row gather (`row_gather`: an embedding lookup, rows of a table chosen by
+runtime indices) computes nothing either. Results no group computes must be
+such copies (`data_movement_reason`): an argument, a box of one, a padding of
+either, or a row gather the dispatch returns; the NSS program makes them with
+DMAs alone. Anything else is `Unsupported` with a reason, and the
 dispatch stays on host.
 MACs (the `macs` of a group): multiply-accumulates for convolutions and
 matmuls; window elements read for pooling; input elements read for reduce.
@@ -78,9 +80,10 @@ from .model import (
 )
 from .padding import PAD_VIEW, Padding, data_movement_reason, padding_fold
 from .reduction import classify_gather_reduction, classify_principal, classify_reduction
+from .row_gather import RowGather, row_gather
 
-__all__ = ["FUSE_GROUP", "FUSE_GROUP_ID", "PAD_VIEW", "Contraction", "Gather", "Match", "Padding", "Unsupported",
+__all__ = ["FUSE_GROUP", "FUSE_GROUP_ID", "PAD_VIEW", "Contraction", "Gather", "Match", "Padding", "RowGather", "Unsupported",
            "box_read", "classify_contraction", "classify_gather_reduction", "classify_principal",
            "classify_reduction", "data_movement_reason", "decode_elementwise", "epilogue_from_json",
            "epilogue_of", "epilogue_to_json", "fill_value", "init_steps", "is_elementwise", "is_identity_like",
-           "is_zero_fill", "linear_terms", "match_group", "padding_fold"]
+           "is_zero_fill", "linear_terms", "match_group", "padding_fold", "row_gather"]

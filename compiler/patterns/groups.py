@@ -20,6 +20,7 @@ from .inits import broadcast_source, fill_value, is_lowest, is_zero_fill, single
 from .model import Contraction, Match, Unsupported
 from .padding import padding_fold
 from .reduction import classify_principal
+from .row_gather import row_gather
 
 
 def is_elementwise(op: ir.Operation) -> bool:
@@ -346,6 +347,11 @@ def match_group(op: ir.Operation) -> Match | None:
                     f"(average pooling with count_include_pad=False divides by a position-dependent count)")
         ops += _box_reads_of(inputs + (prologue[0] if prologue is not None else []), ops)
         return Match(con.kind, op, ops, bottom, inputs, attrs, epi, con.macs, prologue, con.gather)
+    if row_gather(op) is not None:
+        if any(isinstance(u.owner, ir.Block) or u.owner.name != "func.return" for u in op.results[0].uses):
+            raise Unsupported("a row gather (embedding lookup) that a compute of the same dispatch reads has "
+                              "no Torq form: only a gather the dispatch returns is a DMA")
+        return None  # the NSS program's gather DMA makes the result (nss_gathers)
     if box_read(op) is not None:
         if any(not isinstance(u.owner, ir.Block) and u.owner.name == "func.return" for u in op.results[0].uses):
             raise Unsupported("dispatch returns part of an input unchanged (data movement only)")

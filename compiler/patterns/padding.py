@@ -16,6 +16,7 @@ from .contraction import linear_terms
 from .inits import is_zero_fill
 from .model import Unsupported
 from .reduction import classify_principal
+from .row_gather import row_gather
 
 # What a folded `tensor.pad` becomes (torq-fold-padding): an unregistered
 # `torq.pad` op with the same operand and result and attrs `low` / `high`.
@@ -108,6 +109,7 @@ def data_movement_reason(func: ir.Operation) -> str:
     program makes with DMAs alone, or "" if every result is one of those.
 
     A copy is a function argument, a static box of one (`tensor.extract_slice`),
+    a row gather (`row_gather`) of one (or of a constant) by indices that are one,
     or a `tensor.pad` with static amounts and a constant value (`padding_fold`) of
     either: torq-build-nss-program DMAs the source box through LRAM into the
     result (tiled to fit LRAM) and fills a padding's border with its value.
@@ -116,6 +118,12 @@ def data_movement_reason(func: ir.Operation) -> str:
     for i, v in enumerate(ret.operands):
         owner = v.owner
         if _copy_of_argument(v):
+            continue
+        gather = row_gather(owner) if not isinstance(owner, ir.Block) else None
+        if gather is not None:
+            if not _copy_of_argument(gather.indices) or not (_copy_of_argument(gather.table) or
+                                                             constant_of(gather.table) is not None):
+                return f"result {i} gathers rows of, or by, a value that is no copy of an input"
             continue
         if owner.name == "tensor.pad":
             if not _copy_of_argument(owner.operands[0]):

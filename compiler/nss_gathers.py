@@ -1,0 +1,59 @@
+"""Row gathers (`patterns.row_gather`: an embedding lookup) written by
+torq-build-nss-program with DMAs alone, in chunks that fit LRAM: per chunk, a DmaIn
+of a box of the indices, a gather DmaIn of the rows they name (contract/program.py),
+and a DmaOut of those rows into the result. Two alternating buffer pairs, so the
+next chunk's DMA-ins overlap the previous chunk's DMA-out, as the copies' chunks do
+(nss_copies). A row too large for a buffer is moved in parts of its dims."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from torq.contract.program import DTYPE_BYTES, DmaIn, DmaOut
+
+from .ir_utils import CompileError, static_shape
+from .lram_allocator import align
+from .nss_copies import COPY_BODY, chunk_boxes, expand_box
+from .patterns import RowGather
+
+if TYPE_CHECKING:
+    from .passes.build_nss_program import NssBuilder
+
+
+def write_gather(b: "NssBuilder", g: RowGather, out: int) -> None:
+    """Writes the result of row gather `g` into output tensor `out` (module docstring)."""
+    itensor, ioff, isizes = b.ddr(g.indices)
+    ttensor, toff, tsizes = b.ddr(g.table)
+    index_dtype, dtype = b.tensors[itensor].dtype, b.tensors[out].dtype
+    if index_dtype not in ("i32", "i64"):
+        raise CompileError(f"result {g.result.get_name()}: gather indices of {index_dtype}")
+    isize, esize = DTYPE_BYTES[index_dtype], DTYPE_BYTES[dtype]
+    idx_shape = static_shape(g.indices.type)
+    row_shape = tuple(tsizes[1:])
+    hw = b.options.hw
+    budget, a = hw.available_lram_bytes, hw.lram_alignment
+    n, row = math.prod(idx_shape), math.prod(row_shape)
+    whole = align(n * isize, a) + n * row * esize <= budget
+    pair = budget if whole else budget // 2 // a * a  # bytes of one (indices, rows) buffer pair
+    rows_per_chunk = n if whole else max(1, (pair - a) // (isize + row * esize))
+    row_part = max(1, (pair - align(rows_per_chunk * isize, a)) // (rows_per_chunk * esize))
+    row_chunks = chunk_boxes(row_shape, row_part) if row_shape else [((), ())]
+    squeezed = tuple(d for d in idx_shape if d != 1)
+    k = 0
+    for chunk in chunk_boxes(squeezed, rows_per_chunk):
+        src_off, src_sizes = expand_box(chunk, tuple(isizes))
+        dst_off, dst_sizes = expand_box(chunk, idx_shape)
+        count = math.prod(src_sizes)
+        for r_off, r_sizes in row_chunks:
+            base = (k % 2) * pair
+            ibuf = b.copy_buffer(base, count * isize)
+            b.start_tile(COPY_BODY)
+            b.commands.append(DmaIn(itensor, tuple(o + c for o, c in zip(ioff, src_off)), src_sizes, ibuf))
+            rbuf = b.copy_buffer(base + align(count * isize, a), count * math.prod(r_sizes) * esize)
+            b.use(ibuf)
+            b.commands.append(DmaIn(ttensor, (toff[0], *(o + r for o, r in zip(toff[1:], r_off))),
+                                    (count, *r_sizes), rbuf, ibuf, index_dtype, tsizes[0]))
+            b.use(rbuf)
+            b.commands.append(DmaOut(rbuf, out, (*dst_off, *r_off), (*dst_sizes, *r_sizes)))
+            k += 1

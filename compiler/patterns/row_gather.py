@@ -1,0 +1,133 @@
+"""Row gathers: an embedding lookup, `out[i..., r...] = table[indices[i...], r...]`.
+
+IREE writes torch's `embedding` / `index_select` on dim 0 (and a row picked by a
+runtime position, as a decode step's mask row) as a `linalg.generic` over the
+result whose only input is the index tensor and whose body reads the table with
+`tensor.extract` at (the index, then `linalg.index` of the result's remaining
+dims), after asserting, as torch's embedding does, that the index lies in
+[0, rows). Such a generic computes nothing: the NSS program makes its result with a
+gather DMA (contract/program.py `DmaIn`, gather form), which reads the indices
+into LRAM and moves the rows they name (compiler/nss_gathers.py), and fails the run on an index outside [0, rows),
+which covers the asserts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from iree.compiler import ir
+
+from ..ir_utils import indexing_maps, iterator_types, n_inputs, region_ops, static_shape
+
+_INDEX_CASTS = ("arith.index_cast", "arith.index_castui")
+_SLT, _SGE, _ULT = 2, 5, 6  # arith.cmpi predicates
+INDEX_ELEMENT_TYPES = ("i32", "i64")
+
+
+@dataclass(frozen=True)
+class RowGather:
+    """`result` = rows of `table` (its dim 0) chosen by the integers `indices`: the result's
+    leading dims are the indices' dims, its other dims the table's dims after the first."""
+
+    op: ir.Operation
+    table: ir.Value
+    indices: ir.Value
+
+    @property
+    def result(self) -> ir.Value:
+        return self.op.results[0]
+
+
+def _dims(m: ir.AffineMap) -> list[int] | None:
+    out = []
+    for e in m.results:
+        if not isinstance(e, ir.AffineDimExpr):
+            return None
+        out.append(ir.AffineDimExpr(e).position)
+    return out
+
+
+def _index_dim(v: ir.Value) -> int | None:
+    """d for a `linalg.index d` value, else None."""
+    if isinstance(v.owner, ir.Block) or v.owner.name != "linalg.index":
+        return None
+    return ir.IntegerAttr(v.owner.attributes["dim"]).value
+
+
+def _int_constant(v: ir.Value) -> int | None:
+    if isinstance(v.owner, ir.Block) or v.owner.name != "arith.constant" or \
+            not isinstance(v.owner.attributes["value"], ir.IntegerAttr):
+        return None
+    return ir.IntegerAttr(v.owner.attributes["value"]).value
+
+
+def _bounds_checks_only(asserts: list[ir.Operation], rows: int, index: ir.Value) -> bool:
+    """Whether each `cf.assert` checks the index (as read, or cast to index) against
+    [0, rows), as torch's embedding does: the gather DMA fails the run on exactly those."""
+    cast = [u.owner for u in index.uses if u.owner.name in _INDEX_CASTS]
+    index_values = [index, *(c.results[0] for c in cast)]
+    for a in asserts:
+        cond = a.operands[0].owner
+        if isinstance(cond, ir.Block) or cond.name != "arith.cmpi" or cond.operands[0] not in index_values:
+            return False
+        predicate, bound = ir.IntegerAttr(cond.attributes["predicate"]).value, _int_constant(cond.operands[1])
+        if (predicate, bound) not in ((_SLT, rows), (_ULT, rows), (_SGE, 0)):
+            return False
+    return True
+
+
+def _gathered_table(op: ir.Operation) -> tuple[ir.Value, list[ir.Value]] | None:
+    """(table, extract coordinates) of a body that only yields one `tensor.extract` of a
+    value defined outside the op, with nothing else in it but the coordinates' ops and
+    bounds checks of the index."""
+    body = region_ops(op)
+    names = [o.name for o in body]
+    if names[-1] != "linalg.yield" or names.count("tensor.extract") != 1 or \
+            any(n not in ("linalg.yield", "tensor.extract", "linalg.index", "arith.cmpi", "cf.assert",
+                          *_INDEX_CASTS) for n in names):
+        return None
+    asserts = [o for o in body if o.name == "cf.assert"]
+    if names.count("arith.cmpi") != len(asserts):
+        return None
+    value = body[-1].operands[0]
+    if isinstance(value.owner, ir.Block) or value.owner.name != "tensor.extract":
+        return None
+    extract = value.owner
+    table = extract.operands[0]
+    inside = isinstance(table.owner, ir.Block) and table.owner.owner == op or \
+        not isinstance(table.owner, ir.Block) and table.owner.parent == op
+    rows = static_shape(table.type)
+    if inside or not rows or not _bounds_checks_only(asserts, rows[0], op.regions[0].blocks[0].arguments[0]):
+        return None
+    return table, list(extract.operands[1:])
+
+
+def row_gather(op: ir.Operation) -> RowGather | None:
+    """The row gather `op` is, or None (see the module docstring for the form)."""
+    if op.name != "linalg.generic" or n_inputs(op) != 1 or len(op.results) != 1 or \
+            any(it != "parallel" for it in iterator_types(op)):
+        return None
+    found = _gathered_table(op)
+    if found is None:
+        return None
+    table, coords = found
+    indices = op.operands[0]
+    idx_shape, out_shape = static_shape(indices.type), static_shape(op.results[0].type)
+    table_shape = static_shape(table.type)
+    if idx_shape is None or out_shape is None or table_shape is None or not coords:
+        return None
+    if str(ir.ShapedType(indices.type).element_type) not in INDEX_ELEMENT_TYPES or \
+            ir.ShapedType(table.type).element_type != ir.ShapedType(op.results[0].type).element_type:
+        return None
+    q = len(idx_shape)
+    in_map, out_map = indexing_maps(op)
+    if _dims(out_map) != list(range(len(out_shape))) or _dims(in_map) != list(range(q)):
+        return None
+    first = coords[0].owner
+    if isinstance(first, ir.Block) or first.name not in _INDEX_CASTS or \
+            first.operands[0] != op.regions[0].blocks[0].arguments[0]:
+        return None
+    if [_index_dim(c) for c in coords[1:]] != list(range(q, len(out_shape))) or \
+            tuple(table_shape[1:]) != tuple(out_shape[q:]):
+        return None
+    return RowGather(op, table, indices)

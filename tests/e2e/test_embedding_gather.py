@@ -1,0 +1,75 @@
+"""End to end: embedding lookups (rows of a table chosen by runtime indices) on the NPU as
+gather DMAs (contract/program.py DmaIn, gather form; compiler/nss_gathers.py).
+
+The reference is torch's own lookup. A gather moves bytes and computes nothing, so the
+result is exactly torch's rows rounded once to bf16 (the DDR dtype of the f32 table):
+checked bit for bit, at the default LRAM and at a budget that needs several chunks.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import torq
+
+
+class Lookup(nn.Module):
+    def __init__(self, vocab: int, width: int):
+        super().__init__()
+        self.table = nn.Embedding(vocab, width)
+
+    def forward(self, tokens):
+        return self.table(tokens)
+
+
+class RowAt(nn.Module):
+    """A decode step's mask row: row `position` of a fixed table (`index_select`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mask", torch.triu(torch.full((24, 24), -1e4), 1))
+
+    def forward(self, position):
+        return torch.index_select(self.mask, 0, position)
+
+
+def _bf16(x: torch.Tensor) -> np.ndarray:
+    return x.to(torch.bfloat16).float().numpy()
+
+
+@pytest.mark.parametrize("hw", ["SL2610", "SL2610:lram_kb=32"])
+def test_embedding_rows_exactly(hw):
+    torch.manual_seed(0)
+    model = Lookup(1000, 768).eval()
+    tokens = torch.randint(0, 1000, (2, 24))
+    cm = torq.compile(model, tokens, hw=hw, remarks=io.StringIO())
+    assert [d.executor for d in cm.report.dispatches] == ["torq"], [(d.name, d.reason) for d in cm.report.dispatches]
+    tokens = torch.tensor([[0, 999, 5, 5] * 6, list(range(500, 524))])  # ends of the table, a repeat
+    out = cm(tokens.numpy())
+    with torch.no_grad():
+        np.testing.assert_array_equal(out, _bf16(model(tokens)))
+    (stats,) = cm.last_stats
+    # 48 rows of 768 bf16, in and out, plus the 48 i64 indices: at 32 KiB in several chunks
+    assert (stats["dma_bytes_in"], stats["dma_bytes_out"]) == (48 * 768 * 2 + 48 * 8, 48 * 768 * 2)
+    assert (stats["tiles"] > 1) == (hw != "SL2610")
+
+
+def test_row_by_scalar_position():
+    model = RowAt().eval()
+    cm = torq.compile(model, torch.tensor([3]), remarks=io.StringIO())
+    assert [d.executor for d in cm.report.dispatches] == ["torq"]
+    for p in (0, 7, 23):
+        np.testing.assert_array_equal(cm(np.array([p])), _bf16(model(torch.tensor([p]))))
+
+
+def test_index_outside_the_table_fails_naming_the_gather():
+    """torch raises on such a token; IREE's llvm-cpu asserts; the NPU's gather DMA refuses it."""
+    model = Lookup(100, 64).eval()
+    cm = torq.compile(model, torch.zeros(1, 4, dtype=torch.int64), remarks=io.StringIO())
+    with pytest.raises(torq.TorqRuntimeError, match=r"DmaIn gather\): index 100 at position 2 is outside \[0, 100\)"):
+        cm(np.array([[1, 2, 100, 3]]))
