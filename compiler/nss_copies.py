@@ -31,18 +31,19 @@ def is_copy(v: ir.Value) -> bool:
         row_gather(v.owner) is not None
 
 
-def write_copy(b: "NssBuilder", v: ir.Value, out: int) -> None:
-    """Writes result `v` (a copy: `is_copy`) into output tensor `out` with DMAs: the
-    border of a padded view first, from a buffer filled with the pad value, then the
-    source box in chunks through two alternating buffers."""
+def write_copy(b: "NssBuilder", v: ir.Value, out: int, at: tuple[int, ...] | None = None) -> None:
+    """Writes `v` (a copy: `is_copy`) into output tensor `out` with DMAs, at offsets `at` of
+    it (a part of an assembled result) or as the whole of it: the border of a padded view
+    first, from a buffer filled with the pad value, then the source box in chunks through
+    two alternating buffers."""
     shape = static_shape(v.type)
     dtype = b.tensors[out].dtype
     esize = DTYPE_BYTES[dtype]
     tensor, off, sizes = b.ddr(v)
-    fill, place = None, (0,) * len(shape)
+    fill, place = None, at or (0,) * len(shape)
     if v in b.valid:  # a padded view: its source box lands at `low` in the result
         base, sizes, fill = b.valid[v]
-        if len(base) != len(shape) or v.owner.name != PAD_VIEW:
+        if len(base) != len(shape) or v.owner.name != PAD_VIEW or at is not None:
             raise CompileError(f"result {v.get_name()}: a box of a padded view, or padding of a rank-reducing "
                                "box, has no DMA copy")
         place, off = tuple(b - o for b, o in zip(base, off)), base

@@ -95,7 +95,7 @@ from ..nss_compute_facts import ComputeFacts
 from ..nss_copies import COPY_BODY, is_copy, write_copy
 from ..nss_gathers import write_gather
 from ..nss_ir import program_to_function
-from ..patterns import PAD_VIEW, row_gather
+from ..patterns import PAD_VIEW, assembled_boxes, row_gather
 from ..slice_distribution import distribute, parse_distribution
 from ..tile_schedule import enclosing_loops, is_reduction_loop, is_torq_hl
 from ..vector_layout import padded_value_nbytes, padded_work, role_layout, string_attrs
@@ -148,15 +148,17 @@ class NssBuilder:
         for i, arg in enumerate(block.arguments):
             self.tensor_of[arg] = self._new_tensor("input", arg.type, host_args[i], i)
         ret = [o.operation for o in block.operations][-1]
-        self.copies: list[tuple[ir.Value, int]] = []  # (result value, output tensor) written by DMAs alone
+        # (value, output tensor, offsets in it or None for all of it) written by DMAs alone
+        self.copies: list[tuple[ir.Value, int, tuple | None]] = []
         outputs = []
         for i, v in enumerate(ret.operands):
             if constant_of(v) is not None or (v in self.tensor_of and not is_copy(v)):
                 raise CompileError(f"{func.attributes['sym_name']}: result {i} is not computed on the NPU")
             outputs.append(self._new_tensor("output", v.type, host_res[i], i))
             if is_copy(v):
-                self.copies.append((v, outputs[-1]))
+                self.copies.append((v, outputs[-1], None))
             else:
+                self._assembled_parts(v, outputs[-1])
                 self.tensor_of[v] = outputs[-1]
                 for dest in _destinations(v):
                     self.tensor_of[dest] = outputs[-1]
@@ -175,6 +177,18 @@ class NssBuilder:
                 out.shape, out.aliases = shape, dest.arg_index
                 self.placement[out.index] = (int_array(entry["offsets"]), int_array(entry["sizes"]),
                                              static_shape(ret.operands[k].type))
+
+    def _assembled_parts(self, v: ir.Value, out: int) -> None:
+        """The parts of an assembled result (`patterns.assembled_parts`) that are copies are
+        written by DMAs alone; a tiled part's tiles (its loop, a peeled remainder) go into
+        its box of `out` (an untiled compute's DMA-out goes through its insert_slice)."""
+        for part, at in zip(*assembled_boxes(v)):
+            if is_copy(part):
+                self.copies.append((part, out, at))
+                continue
+            for w in [part, *_destinations(part)]:
+                self.views[w] = (out, at, static_shape(part.type))
+                self.tensor_of[w] = out
 
     def _host_types(self, name, default):
         if name in self.func.attributes:
@@ -347,6 +361,8 @@ class NssBuilder:
         body = op.regions[0].blocks[0]
         iv, iter_args = body.arguments[0], list(body.arguments)[1:]
         for res, init, arg in zip(op.results, inits, iter_args):
+            if res in self.views:  # a part of an assembled result: its tiles go into its box
+                self.views[init] = self.views[arg] = self.views[res]
             # The loop result lives in the DDR tensor of whoever consumes it.
             if res not in self.tensor_of:
                 if init in self.tensor_of:
@@ -602,12 +618,12 @@ def build_program(func: ir.Operation, options: PassOptions) -> tuple[Program, di
     b = NssBuilder(func, options)
     b.run_block(func.regions[0].blocks[0])
     first_copy_buffer = len(b.buffers)
-    for v, out in b.copies:
+    for v, out, at in b.copies:
         gather = row_gather(v.owner) if not isinstance(v.owner, ir.Block) else None
         if gather is not None:
             write_gather(b, gather, out)
         else:
-            write_copy(b, v, out)
+            write_copy(b, v, out, at)
     b.place_in_place_boxes()
     try:
         dist = parse_distribution(options.slice_distribution)

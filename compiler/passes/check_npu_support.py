@@ -23,7 +23,7 @@ from iree.compiler import ir
 from torq.contract.module_abi import MAX_INPUTS, MAX_RESULTS
 
 from ..ir_utils import walk_ops
-from ..patterns import Unsupported, data_movement_reason, is_zero_fill, match_group, row_gather
+from ..patterns import Unsupported, assembled_parts, data_movement_reason, is_zero_fill, match_group, row_gather
 from ..patterns.row_gather import INDEX_ELEMENT_TYPES
 from ..requant import io_conversion_reason
 from . import PassOptions, convert_dtypes
@@ -136,12 +136,24 @@ def _op_reason(op: ir.Operation, options: PassOptions, groups: list) -> str:
             return "f32 compute requested on host (--torq-keep-f32)"
         if s not in SUPPORTED_DTYPES:
             return f"{op.name} computes in {s}, which the slices do not support"
-    # A box of an argument (dispatch extraction makes them for copies) is a DMA box.
+    # A box of an argument (dispatch extraction makes them for copies) is a DMA box; a box a
+    # result is assembled from (torq-unroll-index-dims) a DMA-out into it.
     box_of_argument = op.name == "tensor.extract_slice" and isinstance(op.operands[0].owner, ir.Block)
-    if op.name not in _STRUCTURAL_OPS and not box_of_argument and not op.name.startswith("linalg.") \
+    part_of_result = op.name == "tensor.insert_slice" and _assembles_result(op)
+    if op.name not in _STRUCTURAL_OPS and not box_of_argument and not part_of_result \
+            and not op.name.startswith("linalg.") \
             and op.parent is not None and op.parent.name == "func.func":
         return f"'{op.name}' has no Torq lowering"
     return ""
+
+
+def _assembles_result(op: ir.Operation) -> bool:
+    """Whether insert_slice `op` is a link of a returned result's `assembled_parts` chain."""
+    v = op.results[0]
+    while len(list(v.uses)) == 1 and next(iter(v.uses)).owner.name == "tensor.insert_slice":
+        v = next(iter(v.uses)).owner.results[0]
+    users = [u.owner for u in v.uses]
+    return len(users) == 1 and users[0].name == "func.return" and assembled_parts(v) is not None
 
 
 def _gather_fit_reason(func: ir.Operation, gather, options: PassOptions) -> str:

@@ -78,11 +78,11 @@ from .model import (
                     epilogue_from_json,
                     epilogue_to_json,
 )
-from .padding import PAD_VIEW, Padding, data_movement_reason, padding_fold
+from .padding import PAD_VIEW, Padding, assembled_boxes, assembled_parts, data_movement_reason, padding_fold
 from .reduction import classify_gather_reduction, classify_principal, classify_reduction
 from .row_gather import RowGather, row_gather
 
-__all__ = ["FUSE_GROUP", "FUSE_GROUP_ID", "PAD_VIEW", "Contraction", "Gather", "Match", "Padding", "RowGather", "Unsupported",
+__all__ = ["FUSE_GROUP", "FUSE_GROUP_ID", "PAD_VIEW", "Contraction", "assembled_boxes", "assembled_parts", "Gather", "Match", "Padding", "RowGather", "Unsupported",
            "box_read", "classify_contraction", "classify_gather_reduction", "classify_principal",
            "classify_reduction", "data_movement_reason", "decode_elementwise", "epilogue_from_json",
            "epilogue_of", "epilogue_to_json", "fill_value", "init_steps", "is_elementwise", "is_identity_like",

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from iree.compiler import ir
 
 from torq.contract.ops import OPS
 
-from ..ir_utils import constant_of, indexing_maps, int_array, region_ops
+from ..ir_utils import constant_of, indexing_maps, int_array, region_ops, static_shape
 from ..ir_utils import iterator_types as _iterators
 from ..ir_utils import loop_ranges as _loop_ranges
 from .contraction import linear_terms
@@ -104,13 +105,43 @@ def _copy_of_argument(v: ir.Value) -> bool:
     return v.owner.name == "tensor.extract_slice" and isinstance(v.owner.operands[0].owner, ir.Block)
 
 
+def assembled_boxes(v: ir.Value) -> tuple[list[ir.Value], list[tuple[int, ...]]]:
+    """(parts, their offsets) of a result assembled from boxes (`assembled_parts`), or two
+    empty lists. The chain follows the insert_slices' destinations only, so a part may
+    itself be a tiled result (a loop, or a peeled remainder inserted into one)."""
+    parts, offsets, covered = [], [], None
+    while not isinstance(v.owner, ir.Block) and v.owner.name == "tensor.insert_slice":
+        op = v.owner
+        if len(op.operands) != 2 or any(x != 1 for x in int_array(op.attributes["static_strides"])):
+            return [], []
+        parts.append(op.operands[0])
+        offsets.append(tuple(int_array(op.attributes["static_offsets"])))
+        v = op.operands[1]
+        if len(list(v.uses)) != 1:
+            return [], []
+    if not parts or isinstance(v.owner, ir.Block) or v.owner.name != "tensor.empty":
+        return [], []
+    covered = np.zeros(static_shape(v.type), np.int8)
+    for part, off in zip(parts, offsets):
+        covered[tuple(slice(o, o + n) for o, n in zip(off, static_shape(part.type)))] += 1
+    return (parts[::-1], offsets[::-1]) if (covered == 1).all() else ([], [])
+
+
+def assembled_parts(v: ir.Value) -> list[ir.Value] | None:
+    """The values a result assembled from boxes is made of, or None if `v` is no such result:
+    a chain of `tensor.insert_slice` (static boxes, unit strides) into a `tensor.empty`,
+    each link used only by the next, the boxes disjoint and covering the result
+    (torq-unroll-index-dims makes them; the NSS program DMAs each part into its box)."""
+    return assembled_boxes(v)[0] or None
+
+
 def data_movement_reason(func: ir.Operation) -> str:
     """Why some result of `func` is neither computed by a Torq group nor a copy the NSS
     program makes with DMAs alone, or "" if every result is one of those.
 
     A copy is a function argument, a static box of one (`tensor.extract_slice`),
     a row gather (`row_gather`) of one (or of a constant) by indices that are one,
-    or a `tensor.pad` with static amounts and a constant value (`padding_fold`) of
+    a result assembled from computed boxes (`assembled_parts`), or a `tensor.pad` with static amounts and a constant value (`padding_fold`) of
     either: torq-build-nss-program DMAs the source box through LRAM into the
     result (tiled to fit LRAM) and fills a padding's border with its value.
     """
@@ -124,6 +155,11 @@ def data_movement_reason(func: ir.Operation) -> str:
             if not _copy_of_argument(gather.indices) or not (_copy_of_argument(gather.table) or
                                                              constant_of(gather.table) is not None):
                 return f"result {i} gathers rows of, or by, a value that is no copy of an input"
+            continue
+        parts = assembled_parts(v)
+        if parts is not None:
+            if not all(_copy_of_argument(p) or p.owner.name.startswith("linalg.") for p in parts):
+                return f"result {i} is assembled from boxes that are neither computed nor copies of an input"
             continue
         if owner.name == "tensor.pad":
             if not _copy_of_argument(owner.operands[0]):

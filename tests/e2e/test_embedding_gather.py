@@ -1,9 +1,12 @@
-"""End to end: embedding lookups (rows of a table chosen by runtime indices) on the NPU as
-gather DMAs (contract/program.py DmaIn, gather form; compiler/nss_gathers.py).
+"""End to end: the data movement of LLMs on the NPU: embedding lookups (rows of a table
+chosen by runtime indices) as gather DMAs (contract/program.py DmaIn, gather form;
+compiler/nss_gathers.py), and rotate_half's computed-index read
+(compiler/passes/unroll_index_dims.py).
 
-The reference is torch's own lookup. A gather moves bytes and computes nothing, so the
-result is exactly torch's rows rounded once to bf16 (the DDR dtype of the f32 table):
-checked bit for bit, at the default LRAM and at a budget that needs several chunks.
+The reference is torch's own result. A gather moves bytes and computes nothing, a
+negation is exact, so the result is exactly torch's rounded once to bf16 (the DDR dtype
+of f32 tensors): checked bit for bit, at the default LRAM and at a budget that needs
+several chunks.
 """
 
 from __future__ import annotations
@@ -73,3 +76,21 @@ def test_index_outside_the_table_fails_naming_the_gather():
     cm = torq.compile(model, torch.zeros(1, 4, dtype=torch.int64), remarks=io.StringIO())
     with pytest.raises(torq.TorqRuntimeError, match=r"DmaIn gather\): index 100 at position 2 is outside \[0, 100\)"):
         cm(np.array([[1, 2, 100, 3]]))
+
+
+class RotateHalf(nn.Module):
+    """Llama's rotate_half: cat(-x[..., D/2:], x[..., :D/2]) (IREE: one generic reading x at a
+    computed index; torq-unroll-index-dims makes it a negation and a copy of boxes)."""
+
+    def forward(self, x):
+        h = x.shape[-1] // 2
+        return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+
+
+@pytest.mark.parametrize("hw", ["SL2610", "SL2610:lram_kb=32"])
+def test_rotate_half_runs_on_the_npu(hw):
+    x = torch.randn(1, 9, 128, 64, generator=torch.Generator().manual_seed(0))
+    cm = torq.compile(RotateHalf(), x, hw=hw, remarks=io.StringIO())
+    assert [d.executor for d in cm.report.dispatches] == ["torq"], [(d.name, d.reason) for d in cm.report.dispatches]
+    # moves and negates bf16 values: exactly torch's result rounded to bf16
+    np.testing.assert_array_equal(cm(x.numpy()), _bf16(RotateHalf()(x)))

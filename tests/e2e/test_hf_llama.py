@@ -5,7 +5,8 @@ As a user exports it, transformers' mask utilities put ops in the graph IREE can
 legalize (`torch.aten.diff` finding packed sequences, an i1 scalar literal): the compile
 error is IREE's own diagnostic at the transformers source line. The recipe (README,
 "Hugging Face Llama"): pass a 4-D additive causal mask, which transformers uses as is.
-Then every MAC runs on the NPU and the logits match torch fp32 within the bf16 bounds.
+Then every dispatch of the forward pass runs on the NPU (the embedding as a gather DMA,
+rotate_half as boxes) and the logits match torch fp32 within the bf16 bounds.
 """
 
 from __future__ import annotations
@@ -74,3 +75,7 @@ def test_with_a_4d_mask_it_runs_on_the_npu_and_matches_torch(llama):
         ref = model(ids).numpy()
     assert within_bf16_limits(cm(ids.numpy()), ref)
     assert cm.report.npu_mac_share == 1.0
+    # every dispatch of the forward pass, the embedding and rotate_half included; only the
+    # weights' transposes IREE hoisted into initializers run on the host, once at load
+    host = [d.name for d in cm.report.dispatches if d.executor == "host" and not d.name.startswith("initializer_")]
+    assert not host, host

@@ -1,0 +1,246 @@
+"""torq-unroll-index-dims: a generic that reads its loop indices in arithmetic becomes
+one generic per index value of those dims, each reading boxes of its inputs.
+
+Contract: takes Torq dispatch functions (generic linalg ops). IREE writes Llama's
+rotate_half (`cat(-x[..., D/2:], x[..., :D/2])`, with x viewed as [..., 2, D/2]) as
+one parallel generic with no inputs whose body reads x with `tensor.extract` at
+(d0, d1, 1 - d2, d3) and negates where 1 - d2 == 1: the value read and the sign
+depend on the index d2, which no slice computes.
+
+A parallel generic whose body reads a value defined outside it with
+`tensor.extract`, and uses `linalg.index` of a dim of extent 2..`MAX_VALUES` in
+anything but an extract coordinate, is split along each such dim into one generic
+per index value (`transform.structured.split`: the pieces write boxes of the result,
+assembled with `tensor.insert_slice`, disjoint and covering it). In a piece that
+index is a constant (0 on its unit dim, plus the piece's offset), and canonicalize
+folds the arithmetic. Then each `tensor.extract` of an outside value whose
+coordinates are loop indices (each at most once) or constants becomes an input
+operand: the box of that value it reads (`tensor.extract_slice`, offsets the
+constants, the loop extents elsewhere), each box dim read along a loop dim (a
+constant's unit dim along a unit loop dim, the piece's own). A piece whose
+body reads no index any more is an elementwise generic the patterns know (rotate_half:
+a negation of one half, a copy of the other). Functions without such a generic are
+unchanged; a piece that still reads an index stays as it is, and the dispatch on
+the host says why.
+"""
+
+from __future__ import annotations
+
+import math
+
+from iree.compiler import ir
+from iree.compiler.dialects.transform import interpreter
+
+from ..ir_utils import indexing_maps, iterator_types, loop_ranges, region_ops, static_shape, walk_ops
+from ..pass_managers import parse_script, run_pipeline
+from . import PassOptions
+
+NAME = "torq-unroll-index-dims"
+MAX_VALUES = 4  # per dim; the pieces of one generic at most MAX_VALUES ** 2
+_SPLIT = "torq.unroll_split"
+
+
+def _index_ops(op: ir.Operation) -> dict[int, list[ir.Operation]]:
+    found: dict[int, list[ir.Operation]] = {}
+    for o in region_ops(op):
+        if o.name == "linalg.index":
+            found.setdefault(ir.IntegerAttr(o.attributes["dim"]).value, []).append(o)
+    return found
+
+
+def _reads_outside(op: ir.Operation) -> bool:
+    return any(o.name == "tensor.extract" and _outside(o.operands[0], op) for o in region_ops(op))
+
+
+def _outside(v: ir.Value, op: ir.Operation) -> bool:
+    owner = v.owner
+    parent = owner.owner if isinstance(owner, ir.Block) else owner.parent
+    while parent is not None:
+        if parent == op:
+            return False
+        parent = parent.parent
+    return True
+
+
+def _computed_dims(op: ir.Operation) -> list[int]:
+    """Dims of extent 2..MAX_VALUES whose index the body uses other than as an extract coordinate."""
+    if op.name != "linalg.generic" or any(it != "parallel" for it in iterator_types(op)) or \
+            not _reads_outside(op):
+        return []
+    ranges = loop_ranges(op)
+    dims = []
+    for d, ops in _index_ops(op).items():
+        computed = any(u.owner.name != "tensor.extract" or u.operand_number == 0
+                       for o in ops for u in o.results[0].uses)
+        if computed and 2 <= ranges[d] <= MAX_VALUES:
+            dims.append(d)
+    return dims
+
+
+def _split_once(func: ir.Operation, op: ir.Operation, dim: int) -> None:
+    """Splits `op` after index 1 of `dim` (transform.structured.split)."""
+    op.attributes[_SPLIT] = ir.UnitAttr.get()
+    seq = parse_script(f"""
+module attributes {{transform.with_named_sequence}} {{
+  transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.readonly}}) {{
+    %op = transform.structured.match attributes {{{_SPLIT}}} in %root : (!transform.any_op) -> !transform.any_op
+    %pieces = transform.structured.split %op after 1 {{dimension = {dim}}} : !transform.any_op
+    transform.yield
+  }}
+}}""")
+    interpreter.apply_named_sequence(func, seq.body.operations[0], seq)
+    for o in walk_ops(func):
+        if _SPLIT in o.attributes:
+            del o.attributes[_SPLIT]
+
+
+def _pin_unit_indices(op: ir.Operation) -> None:
+    """`linalg.index d` of a dim of extent 1 is 0."""
+    ranges = loop_ranges(op)
+    for d, ops in _index_ops(op).items():
+        if ranges[d] == 1:
+            with ir.InsertionPoint(op), op.location:
+                zero = ir.Operation.create("arith.constant", results=[ir.IndexType.get()],
+                                           attributes={"value": ir.IntegerAttr.get(ir.IndexType.get(), 0)})
+            for o in ops:
+                o.results[0].replace_all_uses_with(zero.results[0])
+                o.erase()
+
+
+def _unroll(func: ir.Operation) -> bool:
+    """Splits every generic along its computed dims until each has extent 1; True if any."""
+    changed = False
+    while True:
+        todo = [(o, _computed_dims(o)) for o in walk_ops(func)]
+        todo = [(o, dims) for o, dims in todo if dims]
+        if not todo:
+            return changed
+        op, dims = todo[0]
+        if math.prod(loop_ranges(op)[d] for d in dims) > MAX_VALUES ** 2:
+            return changed
+        _split_once(func, op, dims[0])
+        for o in walk_ops(func):
+            if o.name == "linalg.generic":
+                _pin_unit_indices(o)
+        changed = True
+
+
+def _box_of(extract: ir.Operation, ranges: list[int]) -> tuple[list[int], list[int], list[int]] | None:
+    """(offsets, sizes, the loop dim each box dim is read along) of the box `extract` reads, or
+    None when a coordinate is neither a loop index (each at most once) nor a constant."""
+    offsets, sizes, dims = [], [], []
+    for c in extract.operands[1:]:
+        owner = c.owner
+        if isinstance(owner, ir.Block):
+            return None
+        if owner.name == "linalg.index":
+            d = ir.IntegerAttr(owner.attributes["dim"]).value
+            if d in dims:
+                return None
+            offsets.append(0)
+            sizes.append(ranges[d])
+            dims.append(d)
+        elif owner.name == "arith.constant":
+            offsets.append(ir.IntegerAttr(owner.attributes["value"]).value)
+            sizes.append(1)
+        else:
+            return None
+    source = static_shape(extract.operands[0].type)
+    if source is None or any(o + s > n for o, s, n in zip(offsets, sizes, source)):
+        return None
+    # A constant coordinate reads a unit dim of the box: read along a unit loop dim no
+    # other coordinate uses (the piece's own, after the split), so the box keeps its rank.
+    spare = [d for d, n in enumerate(ranges) if n == 1 and d not in dims]
+    constants = [i for i, c in enumerate(extract.operands[1:]) if c.owner.name == "arith.constant"]
+    if len(spare) < len(constants):
+        return None
+    for i, d in zip(constants, spare):
+        dims.insert(i, d)
+    return offsets, sizes, dims
+
+
+def _box_slice(op: ir.Operation, extract: ir.Operation, box: tuple) -> ir.Value:
+    """The box of the extracted value as a tensor.extract_slice before `op`."""
+    offsets, sizes, _ = box
+    elt = ir.RankedTensorType(extract.operands[0].type).element_type
+    i64 = ir.DenseI64ArrayAttr.get
+    with ir.InsertionPoint(op), op.location:
+        return ir.Operation.create(
+            "tensor.extract_slice", results=[ir.RankedTensorType.get(sizes, elt)], operands=[extract.operands[0]],
+            attributes={"static_offsets": i64(offsets), "static_sizes": i64(sizes),
+                        "static_strides": i64([1] * len(sizes)),
+                        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])}).results[0]
+
+
+def _reads_as_inputs(op: ir.Operation) -> None:
+    """Rebuilds a one-result generic whose only index uses are outside extracts' coordinates
+    with those boxes as inputs after its own (module docstring)."""
+    body = region_ops(op)
+    block = op.regions[0].blocks[0]
+    n_in = len(op.operands) - 1
+    extracts = [o for o in body if o.name == "tensor.extract"]
+    if len(op.results) != 1 or list(block.arguments[n_in].uses) or not extracts or \
+            any(o.name == "linalg.index" and any(u.owner.name != "tensor.extract" or u.operand_number == 0
+                                                  for u in o.results[0].uses) for o in body) or \
+            not all(_outside(e.operands[0], op) for e in extracts):
+        return
+    ranges = loop_ranges(op)
+    boxes = [_box_of(e, ranges) for e in extracts]
+    if any(b is None for b in boxes):
+        return
+    n = len(ranges)
+    inputs = list(op.operands[:n_in]) + [_box_slice(op, e, b) for e, b in zip(extracts, boxes)]
+    maps = [ir.AffineMapAttr.get(m) for m in indexing_maps(op)[:n_in]] + \
+        [ir.AffineMapAttr.get(ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(d) for d in b[2]])) for b in boxes]
+    out_type = op.results[0].type
+    with ir.InsertionPoint(op), op.location:
+        empty = ir.Operation.create("tensor.empty", results=[out_type])
+        new = ir.Operation.create(
+            "linalg.generic", results=[out_type], operands=inputs + [empty.results[0]],
+            attributes={"indexing_maps": ir.ArrayAttr.get(maps + [ir.AffineMapAttr.get(indexing_maps(op)[-1])]),
+                        "iterator_types": op.attributes["iterator_types"],
+                        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([len(inputs), 1])},
+            regions=1)
+    nb = new.regions[0].blocks.append(*[ir.RankedTensorType(v.type).element_type for v in inputs],
+                                      block.arguments[n_in].type)
+    new_args = list(nb.arguments)
+    mapping = dict(zip(list(block.arguments)[:n_in], new_args[:n_in]))
+    mapping.update({e.results[0]: a for e, a in zip(extracts, new_args[n_in:])})
+    with ir.InsertionPoint(nb), op.location:
+        for o in body:
+            if o.name in ("tensor.extract", "linalg.index"):
+                continue
+            c = o.clone()
+            for i, v in enumerate(c.operands):
+                if v in mapping:
+                    c.operands[i] = mapping[v]
+            mapping.update(zip(o.results, c.results))
+    op.results[0].replace_all_uses_with(new.results[0])
+    op.erase()
+
+
+def unroll_function(func: ir.Operation) -> None:
+    if not _unroll(func):
+        return
+    run_pipeline("builtin.module(canonicalize,cse)", func.parent if func.parent is not None else func)
+    for op in [o for o in walk_ops(func) if o.name == "linalg.generic" and _reads_outside(o)]:
+        _reads_as_inputs(op)
+    _erase_dead(func)
+
+
+def _erase_dead(func: ir.Operation) -> None:
+    """Drops the boxes, empties and constants the rewrite left unused (not canonicalize: it
+    would fold a piece that copies its box into the box itself, which no group computes)."""
+    removable = ("tensor.extract_slice", "tensor.empty", "arith.constant")
+    changed = True
+    while changed:
+        dead = [o for o in region_ops(func) if o.name in removable and not any(list(r.uses) for r in o.results)]
+        for o in dead:
+            o.erase()
+        changed = bool(dead)
+
+
+def run(module: ir.Module, options: PassOptions) -> None:
+    for op in module.body.operations:
+        if op.operation.name == "func.func":
+            unroll_function(op.operation)
