@@ -206,6 +206,8 @@ def constant_value(attr: ir.Attribute) -> np.ndarray:
         return np.array(ir.FloatAttr(attr).value, np.float32)
     if isinstance(attr, ir.IntegerAttr):
         return np.array(ir.IntegerAttr(attr).value)
+    if isinstance(attr, ir.BoolAttr):  # an i1 splat's value
+        return np.array(ir.BoolAttr(attr).value)
     shaped = ir.ShapedType(attr.type)
     shape = tuple(shaped.shape)
     dtype = mlir_dtype(shaped.element_type)

@@ -25,10 +25,10 @@ COPY_BODY = object()
 
 
 def is_copy(v: ir.Value) -> bool:
-    """A result no compute makes: an argument, a box or padded view (of a box) of one, or a
-    row gather (nss_gathers writes it)."""
-    return isinstance(v.owner, ir.Block) or v.owner.name in ("tensor.extract_slice", PAD_VIEW) or \
-        row_gather(v.owner) is not None
+    """A result no compute makes: an argument, a box or padded view (of a box) of one, a
+    constant (a tensor of the executable), or a row gather (nss_gathers writes it)."""
+    return isinstance(v.owner, ir.Block) or v.owner.name in ("tensor.extract_slice", PAD_VIEW, "arith.constant") \
+        or row_gather(v.owner) is not None
 
 
 def write_copy(b: "NssBuilder", v: ir.Value, out: int, at: tuple[int, ...] | None = None) -> None:

@@ -5,7 +5,7 @@ A dispatch the compiler put on the NPU becomes a call of
 (`!util.buffer` serialized executable, N x `!hal.buffer_view`) ->
 M x `!hal.buffer_view` and calling convention "0" + "r" * (N + 1) + "_" +
 "r" * M. The runtime's `TorqModule` exports one function per arity, N in
-1..MAX_INPUTS and M in 1..MAX_RESULTS (the VM refuses variadic conventions),
+0..MAX_INPUTS (0: a dispatch that writes a constant) and M in 1..MAX_RESULTS (the VM refuses variadic conventions),
 so the compiler leaves a dispatch with more to the host.
 
 With --torq-check-dispatches each checked NPU result also goes through

@@ -314,7 +314,7 @@ class TorqModule:
         self._state = _State(config.device, hw)
         state = self._state
         iface = rt.PyModuleInterface(MODULE_NAME, lambda _iface: _Instance(state))
-        for n_in in range(1, MAX_INPUTS + 1):
+        for n_in in range(MAX_INPUTS + 1):  # no input: a dispatch that copies a constant
             for n_out in range(1, MAX_RESULTS + 1):
                 iface.export(export_name(n_in, n_out), calling_convention(n_in, n_out), _make_export(n_out))
         iface.export(CHECK_EXPORT, CHECK_CONVENTION, _check_export)

@@ -108,7 +108,7 @@ def _np_dtype(dtype: str):
     import ml_dtypes
 
     return {"bf16": ml_dtypes.bfloat16, "f32": np.float32, "i8": np.int8, "i16": np.int16,
-            "i32": np.int32}[dtype]
+            "i32": np.int32, "i1": np.bool_}[dtype]
 
 
 class NssBuilder:
@@ -152,7 +152,7 @@ class NssBuilder:
         self.copies: list[tuple[ir.Value, int, tuple | None]] = []
         outputs = []
         for i, v in enumerate(ret.operands):
-            if constant_of(v) is not None or (v in self.tensor_of and not is_copy(v)):
+            if v in self.tensor_of and not is_copy(v):
                 raise CompileError(f"{func.attributes['sym_name']}: result {i} is not computed on the NPU")
             outputs.append(self._new_tensor("output", v.type, host_res[i], i))
             if is_copy(v):

@@ -139,7 +139,7 @@ def data_movement_reason(func: ir.Operation) -> str:
     """Why some result of `func` is neither computed by a Torq group nor a copy the NSS
     program makes with DMAs alone, or "" if every result is one of those.
 
-    A copy is a function argument, a static box of one (`tensor.extract_slice`),
+    A copy is a constant, a function argument, a static box of one (`tensor.extract_slice`),
     a row gather (`row_gather`) of one (or of a constant) by indices that are one,
     a result assembled from computed boxes (`assembled_parts`), or a `tensor.pad` with static amounts and a constant value (`padding_fold`) of
     either: torq-build-nss-program DMAs the source box through LRAM into the
@@ -148,7 +148,7 @@ def data_movement_reason(func: ir.Operation) -> str:
     ret = region_ops(func)[-1]
     for i, v in enumerate(ret.operands):
         owner = v.owner
-        if _copy_of_argument(v):
+        if _copy_of_argument(v) or constant_of(v) is not None:
             continue
         gather = row_gather(owner) if not isinstance(owner, ir.Block) else None
         if gather is not None:
