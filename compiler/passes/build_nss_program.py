@@ -55,7 +55,10 @@ previous one), each chunk one tile; a padding's border boxes are written
 from one LRAM buffer that an operand-less `elementwise` compute fills with
 the pad value (exact: a constant of the result dtype). These buffers are
 placed here (all compute buffers are dead by then) within
-`TorqHw.available_lram_bytes`.
+`TorqHw.available_lram_bytes`. A constant result is copied from the executable the
+same way; a row gather's result is written by gather DMAs (`nss_gathers`); a result
+assembled from boxes (`patterns.assembled_boxes`) gets each computed part's DMA-outs
+in its box, and each part that is a copy written there.
 
 In-place results (`mark_in_place_updates.IN_PLACE_RESULTS`): the output
 tensor has the shape of the read-write operand the result is a box of, and
@@ -94,6 +97,7 @@ from ..ir_utils import CompileError, constant_of, element_type, int_array, mlir_
 from ..nss_compute_facts import ComputeFacts
 from ..nss_copies import COPY_BODY, is_copy, write_copy
 from ..nss_gathers import write_gather
+from ..nss_index import index_value
 from ..nss_ir import program_to_function
 from ..patterns import PAD_VIEW, assembled_boxes, row_gather
 from ..slice_distribution import distribute, parse_distribution
@@ -218,29 +222,7 @@ class NssBuilder:
 
     # -- index arithmetic -------------------------------------------------------
     def index(self, v: ir.Value) -> int:
-        if v in self.env:
-            return self.env[v]
-        op = v.owner
-        if isinstance(op, ir.Block):
-            raise CompileError(f"unbound index value {v.get_name()}")
-        name = op.name
-        args = [self.index(x) for x in op.operands]
-        if name == "arith.constant":
-            r = ir.IntegerAttr(op.attributes["value"]).value
-        elif name in ("affine.apply", "affine.min", "affine.max"):
-            m = ir.AffineMapAttr(op.attributes["map"]).value
-            vals = [_eval_affine(e, args, m.n_dims) for e in m.results]
-            r = vals[0] if name == "affine.apply" else (min(vals) if name == "affine.min" else max(vals))
-        elif name == "arith.addi":
-            r = args[0] + args[1]
-        elif name == "arith.subi":
-            r = args[0] - args[1]
-        elif name == "arith.muli":
-            r = args[0] * args[1]
-        else:
-            raise CompileError(f"cannot evaluate index op {name} at compile time")
-        self.env[v] = r
-        return r
+        return index_value(v, self.env)
 
     def _slice_params(self, op, first_dynamic):
         if op not in self.slice_attrs:  # decoded once per op
@@ -590,27 +572,6 @@ def _destinations(v: ir.Value) -> list[ir.Value]:
             break
         chain.append(v)
     return chain
-
-
-def _eval_affine(e: ir.AffineExpr, args: list[int], n_dims: int) -> int:
-    if isinstance(e, ir.AffineDimExpr):
-        return args[e.position]
-    if isinstance(e, ir.AffineSymbolExpr):
-        return args[n_dims + e.position]
-    if isinstance(e, ir.AffineConstantExpr):
-        return e.value
-    a, b = _eval_affine(e.lhs, args, n_dims), _eval_affine(e.rhs, args, n_dims)
-    if isinstance(e, ir.AffineAddExpr):
-        return a + b
-    if isinstance(e, ir.AffineMulExpr):
-        return a * b
-    if isinstance(e, ir.AffineModExpr):
-        return a % b
-    if isinstance(e, ir.AffineFloorDivExpr):
-        return a // b
-    if isinstance(e, ir.AffineCeilDivExpr):
-        return -(-a // b)
-    raise CompileError(f"unsupported affine expression {e}")
 
 
 def build_program(func: ir.Operation, options: PassOptions) -> tuple[Program, dict]:
