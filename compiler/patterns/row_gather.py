@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from iree.compiler import ir
 
-from ..ir_utils import indexing_maps, iterator_types, n_inputs, region_ops, static_shape
+from ..ir_utils import indexing_maps, iterator_types, map_dims, n_inputs, region_ops, static_shape
 
 _INDEX_CASTS = ("arith.index_cast", "arith.index_castui")
 _SLT, _SGE, _ULT = 2, 5, 6  # arith.cmpi predicates
@@ -36,15 +36,6 @@ class RowGather:
     @property
     def result(self) -> ir.Value:
         return self.op.results[0]
-
-
-def _dims(m: ir.AffineMap) -> list[int] | None:
-    out = []
-    for e in m.results:
-        if not isinstance(e, ir.AffineDimExpr):
-            return None
-        out.append(ir.AffineDimExpr(e).position)
-    return out
 
 
 def _index_dim(v: ir.Value) -> int | None:
@@ -121,7 +112,7 @@ def row_gather(op: ir.Operation) -> RowGather | None:
         return None
     q = len(idx_shape)
     in_map, out_map = indexing_maps(op)
-    if _dims(out_map) != list(range(len(out_shape))) or _dims(in_map) != list(range(q)):
+    if map_dims(out_map) != list(range(len(out_shape))) or map_dims(in_map) != list(range(q)):
         return None
     first = coords[0].owner
     if isinstance(first, ir.Block) or first.name not in _INDEX_CASTS or \
