@@ -65,7 +65,7 @@ from .box_reads import (
     static_box,
 )
 from .f32_chain import host_float_semantics
-from .ir_utils import block_ops, static_shape, walk_ops
+from .ir_utils import CompileError, block_ops, static_shape, walk_ops
 from .passes import decompose_attention, lower_requantization, mark_in_place_updates
 from .passes.lower_requantization import CONSTANT_ARG, HOST_FMA
 from .passes.mark_in_place_updates import RESULT_UPDATES
@@ -94,6 +94,9 @@ class ExtractedDispatch:
     # For each dispatch result: (tied operand index, store offsets) when the
     # dispatch writes a box of a read-write operand, else (-1, None).
     result_updates: list[tuple[int, list[int] | None]]
+    # Per dispatch result: the sizes of that box in the operand's rank (the stored value may
+    # drop unit dims of it), else None.
+    result_update_sizes: list[list[int] | None] = field(default_factory=list)
     # Per function result: elementwise ops the host applies to the NPU result.
     host_tails: dict[int, HostTail] = field(default_factory=dict)
     # Function results the NPU writes in place into their read-write operand,
@@ -103,13 +106,25 @@ class ExtractedDispatch:
     requant: list[RequantSummary] = field(default_factory=list)
 
     def apply_reports(self, reports: dict) -> None:
-        """Take over what the dispatch pipeline's passes reported (`pipeline.run_passes`)."""
-        lowering = reports.get(lower_requantization.NAME, {}).get(self.name)
+        """Take over what the dispatch pipeline's passes reported (`pipeline.run_passes`).
+        A pass reports by function name, and the module holds one function: its entry is
+        this dispatch's, also when the compile was another dispatch's with the same body
+        (a cache hit keeps the name of the dispatch that filled it)."""
+        lowering = _the_function_entry(reports.get(lower_requantization.NAME))
         if lowering is not None:
             self.input_operands = [self.input_operands[k] for k in lowering.kept_arguments]
             self.host_tails = dict(lowering.host_tails)
             self.requant = list(lowering.rescaled)
-        self.in_place = list(reports.get(mark_in_place_updates.NAME, {}).get(self.name, []))
+        self.in_place = list(_the_function_entry(reports.get(mark_in_place_updates.NAME)) or [])
+
+
+def _the_function_entry(report: dict | None):
+    """The entry of a per-function report of a one-function module, or None."""
+    if not report:
+        return None
+    if len(report) != 1:
+        raise CompileError(f"a dispatch module reported for {len(report)} functions: {sorted(report)}")
+    return next(iter(report.values()))
 
 
 def _tied_operands(dispatch: ir.Operation) -> list[int]:
@@ -203,7 +218,7 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
     _record_result_updates(func, updates, [kinds[t][1] if t >= 0 else None for t, _ in updates], update_sizes)
     if facts is not None:
         _record_flow_facts(func, [dispatch.operands[i] for i in input_args], facts)
-    return ExtractedDispatch(func, name, input_args, updates)
+    return ExtractedDispatch(func, name, input_args, updates, update_sizes)
 
 
 def _record_result_updates(func: ir.Operation, updates, dest_types, sizes) -> None:

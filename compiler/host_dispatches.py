@@ -226,10 +226,11 @@ def _hoist_pad(dispatch: ir.Operation, plan: _PadHoist) -> None:
 
 
 def box_copy_dispatch(source: ir.Value, dest: ir.Value, offsets: list[int], box: Box | None = None,
-                      box_type: ir.Type | None = None) -> ir.Value:
+                      box_type: ir.Type | None = None, dest_sizes: list[int] | None = None) -> ir.Value:
     """A host copy dispatch, at the insertion point, writing `box` of `source` (the
     whole of it by default; read as `box_type`, which may drop unit dims of the box)
-    into `dest` at `offsets`; its result is `dest` updated (tied to it).
+    into `dest` at `offsets`, a box of `dest_sizes` there (default: `box_type`'s shape,
+    which must then have `dest`'s rank); its result is `dest` updated (tied to it).
 
     This is the dispatch IREE itself makes for an insertion into a padded
     tensor (its "slow_memcpy"): a `flow.tensor.update` would be wrong there,
@@ -250,7 +251,7 @@ util.func private @torq_box_copy(%src: {st}, %dest: {dt}) -> {dt} {{
   %r = flow.dispatch.workgroups(%src, %dest) : ({st}, {dt}) -> %dest =
       (%a: {ro}, %b: {rw}) {{
     %v = iree_tensor_ext.dispatch.tensor.load %a, offsets = [{ints(box.offsets)}], sizes = [{ints(box.sizes)}], strides = [{ints(box.strides)}] : {ro} -> {box_type}
-    iree_tensor_ext.dispatch.tensor.store %v, %b, offsets = [{ints(offsets)}], sizes = [{ints(static_shape(box_type))}], strides = [{ints([1] * rank)}] : {box_type} -> {rw}
+    iree_tensor_ext.dispatch.tensor.store %v, %b, offsets = [{ints(offsets)}], sizes = [{ints(dest_sizes or static_shape(box_type))}], strides = [{ints([1] * rank)}] : {box_type} -> {rw}
     flow.return
   }} count() -> (index, index, index) {{
     %x, %y, %z = iree_tensor_ext.dispatch.workgroup_count_from_slice()

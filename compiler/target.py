@@ -164,7 +164,8 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
             if copy is not None and tied < 0:
                 value = dispatch_check.checked(exe.result, k, value, copy.results[k])
             if tied >= 0 and k not in ex.in_place:  # the host writes the finished box into the operand
-                value = box_copy_dispatch(value, dispatch.operands[tied], offsets)
+                value = box_copy_dispatch(value, dispatch.operands[tied], offsets,
+                                          dest_sizes=ex.result_update_sizes[k])
             r.replace_all_uses_with(value)
     dispatch.erase()
     if copy is not None:

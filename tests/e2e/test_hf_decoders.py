@@ -1,0 +1,67 @@
+"""Hugging Face decoders beside Llama (tiny random configurations, the 4-D mask recipe of
+test_hf_llama.py), exported through iree-turbine, compile for Torq and match torch fp32
+within the bf16 bounds.
+
+- Mistral: every dispatch of the forward pass on the NPU.
+- Phi (partial rotary: rotate_half on the first 8 of 16 head dims, the rest passed
+  through): all MACs on the NPU. It failed to compile twice over before: the host copy
+  that writes a finished box into an operand stored a rank-reduced value with
+  operand-rank offsets but reduced sizes (IREE refused the module), and its second
+  layer's dispatches, equal to the first's and so taken from the dispatch cache, lost
+  their in-place operands. The dispatches left on the host compute on a box of an input
+  that stops short of its end (the rotated half), and say so.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import types
+
+import pytest
+import torch
+from torch_reference import within_bf16_limits
+
+import torq
+
+sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+transformers = pytest.importorskip("transformers")
+
+T = 8
+WIDTHS = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+              max_position_embeddings=64)
+
+
+class CausalLM(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        t = ids.shape[1]
+        causal = torch.triu(torch.full((t, t), -1e9), diagonal=1)[None, None]
+        return self.model(input_ids=ids, attention_mask=causal, use_cache=False).logits
+
+
+def _compile(model):
+    import iree.turbine.aot as aot
+
+    model = CausalLM(model.eval()).eval()
+    ids = torch.randint(0, 256, (1, T), generator=torch.Generator().manual_seed(1))
+    cm = torq.compile(aot.export(model, ids), remarks=io.StringIO())
+    with torch.no_grad():
+        assert within_bf16_limits(cm(ids.numpy()), model(ids).numpy())
+    assert cm.report.npu_mac_share == 1.0
+    return [(d.name, d.reason) for d in cm.report.dispatches
+            if d.executor != "torq" and not d.name.startswith("initializer_")]
+
+
+def test_mistral_runs_on_the_npu():
+    torch.manual_seed(0)
+    assert _compile(transformers.MistralForCausalLM(transformers.MistralConfig(num_key_value_heads=2, **WIDTHS))) == []
+
+
+def test_phi_partial_rotary_compiles_and_matches_torch():
+    torch.manual_seed(0)
+    host = _compile(transformers.PhiForCausalLM(transformers.PhiConfig(**WIDTHS)))
+    assert host and all("stops short of the input's end" in reason for _, reason in host), host
