@@ -20,8 +20,9 @@ constants, the loop extents elsewhere), each box dim read along a loop dim (a
 constant's unit dim along a unit loop dim, the piece's own). A piece whose
 body reads no index any more is an elementwise generic the patterns know (rotate_half:
 a negation of one half, a copy of the other). Functions without such a generic are
-unchanged; a piece that still reads an index stays as it is, and the dispatch on
-the host says why.
+unchanged, and so is a function where some piece would still read an index (the
+rewrite runs on a copy, kept only when it succeeds): its dispatch stays on the host
+and says why.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from iree.compiler.dialects.transform import interpreter
 
 from ..ir_utils import indexing_maps, iterator_types, loop_ranges, region_ops, static_shape, walk_ops
 from ..pass_managers import parse_script, run_pipeline
+from ..patterns.row_gather import row_gather
 from . import PassOptions
 
 NAME = "torq-unroll-index-dims"
@@ -219,13 +221,24 @@ def _reads_as_inputs(op: ir.Operation) -> None:
     op.erase()
 
 
-def unroll_function(func: ir.Operation) -> None:
-    if not _unroll(func):
-        return
-    run_pipeline("builtin.module(canonicalize,cse)", func.parent if func.parent is not None else func)
-    for op in [o for o in walk_ops(func) if o.name == "linalg.generic" and _reads_outside(o)]:
+def unroll_function(func: ir.Operation) -> ir.Operation:
+    """`func` unrolled (a new function in its place), or `func` itself when some piece would
+    still read an index: the function is then left as it was, so the dispatch's host
+    remark names the index read, not a half-done rewrite."""
+    if not any(_computed_dims(o) for o in walk_ops(func)):
+        return func
+    scratch = ir.Module.create()
+    clone = func.clone(ip=ir.InsertionPoint(scratch.body))
+    _unroll(clone)
+    run_pipeline("builtin.module(canonicalize,cse)", scratch.operation)
+    for op in [o for o in walk_ops(clone) if o.name == "linalg.generic" and _reads_outside(o)]:
         _reads_as_inputs(op)
-    _erase_dead(func)
+    _erase_dead(clone)
+    if any(o.name == "linalg.generic" and _reads_outside(o) and row_gather(o) is None for o in walk_ops(clone)):
+        return func
+    clone.move_before(func)
+    func.erase()
+    return clone
 
 
 def _erase_dead(func: ir.Operation) -> None:
@@ -241,6 +254,6 @@ def _erase_dead(func: ir.Operation) -> None:
 
 
 def run(module: ir.Module, options: PassOptions) -> None:
-    for op in module.body.operations:
+    for op in list(module.body.operations):
         if op.operation.name == "func.func":
             unroll_function(op.operation)
