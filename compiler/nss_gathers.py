@@ -10,7 +10,9 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from torq.contract.program import DTYPE_BYTES, DmaIn, DmaOut
+from iree.compiler import ir
+
+from torq.contract.program import DTYPE_BYTES, INDEX_DTYPES, DmaIn, DmaOut
 
 from .ir_utils import CompileError, static_shape
 from .lram_allocator import align
@@ -24,9 +26,9 @@ if TYPE_CHECKING:
 def write_gather(b: "NssBuilder", g: RowGather, out: int) -> None:
     """Writes the result of row gather `g` into output tensor `out` (module docstring)."""
     itensor, ioff, isizes = b.ddr(g.indices)
-    ttensor, toff, tsizes = b.ddr(g.table)
+    ttensor, toff, tsizes = _table_box(b, g.table)
     index_dtype, dtype = b.tensors[itensor].dtype, b.tensors[out].dtype
-    if index_dtype not in ("i32", "i64"):
+    if index_dtype not in INDEX_DTYPES:
         raise CompileError(f"result {g.result.get_name()}: gather indices of {index_dtype}")
     isize, esize = DTYPE_BYTES[index_dtype], DTYPE_BYTES[dtype]
     idx_shape = static_shape(g.indices.type)
@@ -57,3 +59,12 @@ def write_gather(b: "NssBuilder", g: RowGather, out: int) -> None:
             b.use(rbuf)
             b.commands.append(DmaOut(rbuf, out, (*dst_off, *r_off), (*dst_sizes, *r_sizes)))
             k += 1
+
+
+def _table_box(b: "NssBuilder", table: ir.Value) -> tuple[int, tuple, tuple]:
+    """The DDR box of a gathered table, in the table's own rank (its dim 0 the rows)."""
+    tensor, off, sizes = b.ddr(table)
+    if len(sizes) != len(static_shape(table.type)):
+        raise CompileError(f"gather of rows of a rank-reducing box ({tuple(sizes)} read as "
+                           f"{static_shape(table.type)}): no gather DMA form")
+    return tensor, off, sizes

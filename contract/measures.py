@@ -56,12 +56,13 @@ def measure_lram_peak(buffers: list[LramBuffer], n_commands: int) -> int:
 
 def box_union(p: Program, tensor: int, command_type: type) -> np.ndarray:
     """Boolean mask over tensor `tensor`: the elements some `command_type` (DmaIn or
-    DmaOut) command of `p` reads or writes."""
+    DmaOut) command of `p` reads or writes (a gather: every row it may read)."""
     t = next(t for t in p.tensors if t.index == tensor)
     mask = np.zeros(t.shape, dtype=bool)
     for c in p.commands:
         if isinstance(c, command_type) and c.tensor == tensor:
-            mask[tuple(slice(o, o + s) for o, s in zip(c.offsets, c.sizes))] = True
+            offsets, sizes = c.read_box() if isinstance(c, DmaIn) else (c.offsets, c.sizes)
+            mask[tuple(slice(o, o + s) for o, s in zip(offsets, sizes))] = True
     return mask
 
 

@@ -236,6 +236,8 @@ class _Validator:
         self.use_buffer(i, c.buffer, nbytes(tuple(c.sizes), t.dtype), kind, tuple(c.sizes), t.dtype)
         if isinstance(c, DmaIn) and c.gathers:
             self.check_gather(i, c)
+        elif isinstance(c, DmaIn) and c.index_buffer != -1:
+            self.fail(f"command {i}: DmaIn index buffer {c.index_buffer} (-1 for none)")
 
     def check_gather(self, i: int, c: DmaIn) -> None:
         """A gather's indices: an index dtype, one per row of the box in its index buffer (a
@@ -247,6 +249,9 @@ class _Validator:
             self.fail(f"command {i}: DmaIn gather of {len(c.sizes)}-D box with index bound {c.index_bound}")
         if c.index_buffer == c.buffer:
             self.fail(f"command {i}: DmaIn gather reads its indices from the buffer it writes ({c.buffer})")
+        index = self.buffers.get(c.index_buffer)
+        if index is not None and index.padded_shape:
+            self.fail(f"command {i}: DmaIn gather reads its indices from padded LRAM buffer {c.index_buffer}")
         self.use_buffer(i, c.index_buffer, nbytes((c.sizes[0],), c.index_dtype), "DmaIn gather indices")
 
     def check_operand(self, i: int, o: Operand, what: str) -> None:

@@ -582,6 +582,8 @@ def build_program(func: ir.Operation, options: PassOptions) -> tuple[Program, di
     for v, out, at in b.copies:
         gather = row_gather(v.owner) if not isinstance(v.owner, ir.Block) else None
         if gather is not None:
+            if at is not None:
+                raise CompileError("a row gather as a part of an assembled result has no DMA form")
             write_gather(b, gather, out)
         else:
             write_copy(b, v, out, at)

@@ -148,7 +148,7 @@ def _box_of(extract: ir.Operation, ranges: list[int]) -> tuple[list[int], list[i
         else:
             return None
     source = static_shape(extract.operands[0].type)
-    if source is None or any(o + s > n for o, s, n in zip(offsets, sizes, source)):
+    if source is None or any(o < 0 or o + s > n for o, s, n in zip(offsets, sizes, source)):
         return None
     # A constant coordinate reads a unit dim of the box: read along a unit loop dim no
     # other coordinate uses (the piece's own, after the split), so the box keeps its rank.
@@ -242,8 +242,8 @@ def unroll_function(func: ir.Operation) -> ir.Operation:
 
 
 def _erase_dead(func: ir.Operation) -> None:
-    """Drops the boxes, empties and constants the rewrite left unused (not canonicalize: it
-    would fold a piece that copies its box into the box itself, which no group computes)."""
+    """Drops the boxes, empties and constants the rewrite left unused (not canonicalize,
+    which would also rewrite the function's other ops)."""
     removable = ("tensor.extract_slice", "tensor.empty", "arith.constant")
     changed = True
     while changed:

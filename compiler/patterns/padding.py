@@ -114,6 +114,8 @@ def assembled_boxes(v: ir.Value) -> tuple[list[ir.Value], list[tuple[int, ...]]]
         op = v.owner
         if len(op.operands) != 2 or any(x != 1 for x in int_array(op.attributes["static_strides"])):
             return [], []
+        if int_array(op.attributes["static_sizes"]) != list(static_shape(op.operands[0].type)):
+            return [], []  # a part of another rank: its box in the result is no DMA box of it
         parts.append(op.operands[0])
         offsets.append(tuple(int_array(op.attributes["static_offsets"])))
         v = op.operands[1]

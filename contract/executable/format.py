@@ -27,9 +27,10 @@ FILE_IDENTIFIER = b"TORQ"
 # Program.source (where the dispatch came from in the model) was appended the same way: a
 # blob without it reads "", and a reader without it runs the same program.
 # 3: DmaIn's gather form (index_buffer, index_dtype, index_bound) and the i64 dtype; a
-#    version 2 reader would read a gather as a plain box. Only a program with a gather is
-#    written as version 3 (`blob_version`): every other blob stays readable by version 2
-#    readers, byte for byte as before.
+#    version 2 reader would read a gather as a plain box. Only a program with a gather or
+#    an i64 tensor is written as version 3 (`blob_version`): every other blob stays
+#    readable by version 2 readers, byte for byte as before; a reader refuses a blob
+#    whose content its version does not have.
 FORMAT_VERSION = 3
 # Versions this reader parses: a version 1 blob is a version 2 blob without aliases, a
 # version 2 blob a version 3 blob without gathers.
@@ -41,7 +42,8 @@ HEADER_BYTES = 8  # root offset + file identifier
 
 def blob_version(p: Program) -> int:
     """The version a blob of `p` is written as: the oldest whose readers read it right."""
-    return FORMAT_VERSION if any(isinstance(c, DmaIn) and c.gathers for c in p.commands) else 2
+    gathers = any(isinstance(c, DmaIn) and c.gathers for c in p.commands)
+    return FORMAT_VERSION if gathers or any(t.dtype == "i64" for t in p.tensors) else 2
 
 
 # --------------------------------------------------------------------------

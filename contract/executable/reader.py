@@ -26,12 +26,14 @@ from ..schemas.torq_fb.AttrKind import AttrKind
 from .format import (
     DTYPE_CODES,
     FILE_IDENTIFIER,
+    FORMAT_VERSION,
     HEADER_BYTES,
     HW_FIELDS,
     READABLE_VERSIONS,
     REF_KIND_CODES,
     TENSOR_KIND_CODES,
     CommandType,
+    blob_version,
     check_hw_schema,
     inverse,
 )
@@ -70,6 +72,9 @@ def parse_executable(blob: bytes | bytearray | memoryview, hw: TorqHw | None = N
         raise
     except (KeyError, IndexError, ValueError, TypeError, struct.error, UnicodeDecodeError) as e:
         raise ExecutableError(f"corrupted Torq executable: {type(e).__name__}: {e}") from None
+    if version < FORMAT_VERSION == blob_version(program):  # content its version does not have
+        raise ExecutableError(f"corrupted Torq executable: version {version} has no gather DMA or i64 tensor "
+                              f"(version {blob_version(program)})")
     validate_program(program, hw)
     return program
 

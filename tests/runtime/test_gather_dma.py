@@ -91,3 +91,29 @@ def test_validator_refuses_bad_gathers(mutate, message):
     mutate(p.commands[1])
     with pytest.raises(ExecutableError, match=message):
         serialize_program(p)
+
+
+def _with_version(blob: bytes, version: int) -> bytes:
+    """`blob` with its Program.version field rewritten."""
+    root = fbProgram.GetRootAs(blob)
+    pos = root._tab.Pos + root._tab.Offset(4)
+    out = bytearray(blob)
+    out[pos:pos + 4] = version.to_bytes(4, "little")
+    return bytes(out)
+
+
+def test_a_gather_in_a_version_2_blob_is_refused():
+    blob = _with_version(serialize_program(gather_program()), 2)
+    with pytest.raises(ExecutableError, match="version 2 has no gather DMA or i64 tensor"):
+        parse_executable(blob)
+
+
+def test_padded_index_buffer_and_bad_index_buffer_are_refused():
+    p = gather_program()
+    p.buffers[0].shape, p.buffers[0].padded_shape, p.buffers[0].size = (4,), (8,), 64
+    with pytest.raises(ExecutableError, match="reads its indices from padded LRAM buffer 0"):
+        serialize_program(p)
+    p = gather_program()
+    p.commands[0].index_buffer = -2
+    with pytest.raises(ExecutableError, match="DmaIn index buffer -2"):
+        serialize_program(p)
