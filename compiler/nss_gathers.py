@@ -3,7 +3,12 @@ torq-build-nss-program with DMAs alone, in chunks that fit LRAM: per chunk, a Dm
 of a box of the indices, a gather DmaIn of the rows they name (contract/program.py),
 and a DmaOut of those rows into the result. Two alternating buffer pairs, so the
 next chunk's DMA-ins overlap the previous chunk's DMA-out, as the copies' chunks do
-(nss_copies). A row too large for a buffer is moved in parts of its dims."""
+(nss_copies). A row too large for a buffer is moved in parts of its dims.
+
+An operand that is a box of a gathered view (`patterns.GATHER_VIEW`: a lookup fused
+into the op that reads it) is loaded by `gather_operand`: its ids, then the rows they
+name, into the operand's buffer, which torq-assign-lram-addresses sized for both
+(vector_layout.padded_value_nbytes: the rows, then the ids)."""
 
 from __future__ import annotations
 
@@ -59,6 +64,27 @@ def write_gather(b: "NssBuilder", g: RowGather, out: int) -> None:
             b.use(rbuf)
             b.commands.append(DmaOut(rbuf, out, (*dst_off, *r_off), (*dst_sizes, *r_sizes)))
             k += 1
+
+
+def gather_operand(b: "NssBuilder", view: ir.Operation, offsets: tuple, sizes: tuple, buf: int) -> None:
+    """DMA-ins of the box (`offsets`, `sizes`) of gathered view `view` into operand buffer
+    `buf`: the box's ids into the end of the buffer's bytes (the buffer keeps the rest),
+    then the rows they name into its start."""
+    table, ids = view.operands
+    itensor, ioff, isizes = b.ddr(ids)
+    ttensor, toff, tsizes = _table_box(b, table)
+    q = len(static_shape(ids.type))
+    if len(isizes) != q:
+        raise CompileError(f"{view.name}: ids read through a rank-reducing box")
+    index_dtype = b.tensors[itensor].dtype
+    count = math.prod(sizes[:q])
+    rows = b.buffers[buf]
+    rows.size -= count * DTYPE_BYTES[index_dtype]
+    ibuf = b.copy_buffer(rows.offset + rows.size, count * DTYPE_BYTES[index_dtype])
+    b.commands.append(DmaIn(itensor, tuple(i + o for i, o in zip(ioff, offsets[:q])), tuple(sizes[:q]), ibuf))
+    b.use(ibuf)
+    b.commands.append(DmaIn(ttensor, (toff[0], *(t + o for t, o in zip(toff[1:], offsets[q:]))),
+                            (count, *sizes[q:]), buf, ibuf, index_dtype, tsizes[0]))
 
 
 def _table_box(b: "NssBuilder", table: ir.Value) -> tuple[int, tuple, tuple]:

@@ -158,10 +158,15 @@ def value_roles(v) -> list[tuple[str, dict, int]]:
 
 def padded_value_nbytes(v, hw: TorqHw) -> int:
     """LRAM bytes of IR value `v`: its static shape padded for every torq_hl op that reads or
-    writes it (the largest, so any role's layout fits the buffer)."""
+    writes it (the largest, so any role's layout fits the buffer); a box of a gathered view
+    also holds its ids, after the rows."""
     from .ir_utils import element_type, mlir_dtype, static_shape
+    from .lram_allocator import align
+    from .patterns.row_gather import gather_index_bytes
 
     shape = static_shape(v.type)
     dtype = mlir_dtype(element_type(v.type))
     sizes = [nbytes(role_layout(op, attrs, role, shape, dtype, hw), dtype) for op, attrs, role in value_roles(v)]
-    return max(sizes, default=nbytes(shape, dtype))
+    data = max(sizes, default=nbytes(shape, dtype))
+    ids = gather_index_bytes(v)  # a box of a gathered view: its ids after its rows (nss_gathers)
+    return align(data, hw.lram_alignment) + ids if ids else data

@@ -96,10 +96,10 @@ from torq.contract.program import (
 from ..ir_utils import CompileError, constant_of, element_type, int_array, mlir_dtype, record_attr, static_shape
 from ..nss_compute_facts import ComputeFacts
 from ..nss_copies import COPY_BODY, is_copy, write_copy
-from ..nss_gathers import write_gather
+from ..nss_gathers import gather_operand, write_gather
 from ..nss_index import index_value
 from ..nss_ir import program_to_function
-from ..patterns import PAD_VIEW, assembled_boxes, row_gather
+from ..patterns import GATHER_VIEW, PAD_VIEW, assembled_boxes, row_gather
 from ..slice_distribution import distribute, parse_distribution
 from ..tile_schedule import enclosing_loops, is_reduction_loop, is_torq_hl
 from ..vector_layout import padded_value_nbytes, padded_work, role_layout, string_attrs
@@ -127,6 +127,8 @@ class NssBuilder:
         self.views: dict = {}  # extract_slice results -> (tensor, offsets, sizes)
         # Views of a padded tensor -> (offsets, sizes) of the real data in the view's tensor, pad value.
         self.valid: dict = {}
+        # Gathered views and boxes of them (patterns.GATHER_VIEW) -> (view op, offsets, sizes)
+        self.gather_boxes: dict = {}
         self.buffer_view: dict[int, tuple] = {}  # DMA-ed buffer -> (operand shape, (pad, value) or None)
         self.tiles = 0
         self.bodies: list[ir.Block] = []  # distinct tile bodies, in order of first execution
@@ -253,7 +255,13 @@ class NssBuilder:
             if name in ("arith.constant", "tensor.empty", "affine.apply", "affine.min", "affine.max",
                         "arith.addi", "arith.subi", "arith.muli", "func.return", "scf.yield"):
                 continue
-            if name == "tensor.extract_slice":
+            if name == "tensor.extract_slice" and op.operands[0] in self.gather_boxes:
+                offsets, sizes = self._slice_params(op, 1)  # a box of a gathered view
+                self.gather_boxes[op.results[0]] = (self.gather_boxes[op.operands[0]][0], tuple(offsets), tuple(sizes))
+            elif name == GATHER_VIEW:
+                shape = static_shape(op.results[0].type)
+                self.gather_boxes[op.results[0]] = (op, (0,) * len(shape), shape)
+            elif name == "tensor.extract_slice":
                 tensor, base, _ = self.ddr(op.operands[0])
                 offsets, sizes = self._slice_params(op, 1)
                 self.views[op.results[0]] = (tensor, tuple(b + o for b, o in zip(base, offsets)),
@@ -457,6 +465,13 @@ class NssBuilder:
                 key = self._resident_key(body, v, keep) if keep else None
                 if keep and key in self.resident:
                     local[v] = self.resident[key]
+                elif v in self.gather_boxes:
+                    buf = self._buffer(off if keep else off + shift, v, op, k, f.operand_shapes[k])
+                    gather_operand(self, *self.gather_boxes[v], buf)
+                    self.buffer_view[buf] = (f.operand_shapes[k], None)
+                    local[v] = buf
+                    if keep:
+                        self.resident[key] = buf
                 else:
                     tensor, box_off, box_sizes, box_pad = self._clipped(v, op, k)
                     # a rank-reducing slice keeps its own (reduced) shape unless padding clipped the box

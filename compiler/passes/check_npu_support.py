@@ -22,9 +22,9 @@ from iree.compiler import ir
 
 from torq.contract.module_abi import MAX_INPUTS, MAX_RESULTS
 
-from ..ir_utils import walk_ops
+from ..ir_utils import constant_of, walk_ops
 from ..patterns import Unsupported, assembled_parts, data_movement_reason, is_zero_fill, match_group, row_gather
-from ..patterns.row_gather import INDEX_ELEMENT_TYPES
+from ..patterns.row_gather import GATHER_VIEW, INDEX_ELEMENT_TYPES
 from ..requant import io_conversion_reason
 from . import PassOptions, convert_dtypes
 from .mark_in_place_updates import IN_PLACE_RESULTS
@@ -109,7 +109,8 @@ def _only_gather_indices(v: ir.Value) -> bool:
         if user.name == "tensor.extract_slice" and use.operand_number == 0:
             if not _only_gather_indices(user.results[0]):
                 return False
-        elif row_gather(user) is None or use.operand_number != 0:
+        elif not (row_gather(user) is not None and use.operand_number == 0 or
+                  user.name == GATHER_VIEW and use.operand_number == 1):
             return False
     return True
 
@@ -140,7 +141,9 @@ def _op_reason(op: ir.Operation, options: PassOptions, groups: list) -> str:
     # result is assembled from (torq-unroll-index-dims) a DMA-out into it.
     box_of_argument = op.name == "tensor.extract_slice" and isinstance(op.operands[0].owner, ir.Block)
     part_of_result = op.name == "tensor.insert_slice" and _assembles_result(op)
-    if op.name not in _STRUCTURAL_OPS and not box_of_argument and not part_of_result \
+    gathered = op.name == GATHER_VIEW and all(isinstance(v.owner, ir.Block) or constant_of(v) is not None
+                                             for v in op.operands)
+    if op.name not in _STRUCTURAL_OPS and not box_of_argument and not part_of_result and not gathered \
             and not op.name.startswith("linalg.") \
             and op.parent is not None and op.parent.name == "func.func":
         return f"'{op.name}' has no Torq lowering"

@@ -80,9 +80,9 @@ from .model import (
 )
 from .padding import PAD_VIEW, Padding, assembled_boxes, assembled_parts, data_movement_reason, padding_fold
 from .reduction import classify_gather_reduction, classify_principal, classify_reduction
-from .row_gather import RowGather, row_gather
+from .row_gather import GATHER_VIEW, RowGather, gathered_box, row_gather
 
-__all__ = ["FUSE_GROUP", "FUSE_GROUP_ID", "PAD_VIEW", "Contraction", "assembled_boxes", "assembled_parts", "Gather", "Match", "Padding", "RowGather", "Unsupported",
+__all__ = ["FUSE_GROUP", "FUSE_GROUP_ID", "GATHER_VIEW", "PAD_VIEW", "gathered_box", "Contraction", "assembled_boxes", "assembled_parts", "Gather", "Match", "Padding", "RowGather", "Unsupported",
            "box_read", "classify_contraction", "classify_gather_reduction", "classify_principal",
            "classify_reduction", "data_movement_reason", "decode_elementwise", "epilogue_from_json",
            "epilogue_of", "epilogue_to_json", "fill_value", "init_steps", "is_elementwise", "is_identity_like",

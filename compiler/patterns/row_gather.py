@@ -8,7 +8,8 @@ dims), after asserting, as torch's embedding does, that the index lies in
 [0, rows). Such a generic computes nothing: the NSS program makes its result with a
 gather DMA (contract/program.py `DmaIn`, gather form), which reads the indices
 into LRAM and moves the rows they name (compiler/nss_gathers.py), and fails the run on an index outside [0, rows),
-which covers the asserts.
+which covers the asserts. A lookup IREE fused into the op that consumes it reads a
+gathered view instead (`GATHER_VIEW`, torq-split-fused-gathers).
 """
 
 from __future__ import annotations
@@ -19,8 +20,13 @@ from iree.compiler import ir
 
 from ..ir_utils import indexing_maps, iterator_types, map_dims, n_inputs, region_ops, static_shape
 
-_INDEX_CASTS = ("arith.index_cast", "arith.index_castui")
+INDEX_CASTS = ("arith.index_cast", "arith.index_castui")
 _SLT, _SGE, _ULT = 2, 5, 6  # arith.cmpi predicates
+# A gathered view (torq-split-fused-gathers): an unregistered op `torq.gather`(table, ids)
+# whose element (i..., r...) is table[ids[i...], r...]. Like the padded view it has no
+# TilingInterface; a tile reads a box of it, which the NSS program loads with a DMA-in of
+# the box's ids and a gather DMA-in of their rows (nss_gathers.gather_operand).
+GATHER_VIEW = "torq.gather"
 INDEX_ELEMENT_TYPES = ("i32", "i64")
 
 
@@ -52,10 +58,10 @@ def _int_constant(v: ir.Value) -> int | None:
     return ir.IntegerAttr(v.owner.attributes["value"]).value
 
 
-def _bounds_checks_only(asserts: list[ir.Operation], rows: int, index: ir.Value) -> bool:
+def bounds_checks_only(asserts: list[ir.Operation], rows: int, index: ir.Value) -> bool:
     """Whether each `cf.assert` checks the index (as read, or cast to index) against
     [0, rows), as torch's embedding does: the gather DMA fails the run on exactly those."""
-    cast = [u.owner for u in index.uses if u.owner.name in _INDEX_CASTS]
+    cast = [u.owner for u in index.uses if u.owner.name in INDEX_CASTS]
     index_values = [index, *(c.results[0] for c in cast)]
     for a in asserts:
         cond = a.operands[0].owner
@@ -75,7 +81,7 @@ def _gathered_table(op: ir.Operation) -> tuple[ir.Value, list[ir.Value]] | None:
     names = [o.name for o in body]
     if names[-1] != "linalg.yield" or names.count("tensor.extract") != 1 or \
             any(n not in ("linalg.yield", "tensor.extract", "linalg.index", "arith.cmpi", "cf.assert",
-                          *_INDEX_CASTS) for n in names):
+                          *INDEX_CASTS) for n in names):
         return None
     asserts = [o for o in body if o.name == "cf.assert"]
     if names.count("arith.cmpi") != len(asserts):
@@ -88,7 +94,7 @@ def _gathered_table(op: ir.Operation) -> tuple[ir.Value, list[ir.Value]] | None:
     inside = isinstance(table.owner, ir.Block) and table.owner.owner == op or \
         not isinstance(table.owner, ir.Block) and table.owner.parent == op
     rows = static_shape(table.type)
-    if inside or not rows or not _bounds_checks_only(asserts, rows[0], op.regions[0].blocks[0].arguments[0]):
+    if inside or not rows or not bounds_checks_only(asserts, rows[0], op.regions[0].blocks[0].arguments[0]):
         return None
     return table, list(extract.operands[1:])
 
@@ -115,10 +121,38 @@ def row_gather(op: ir.Operation) -> RowGather | None:
     if map_dims(out_map) != list(range(len(out_shape))) or map_dims(in_map) != list(range(q)):
         return None
     first = coords[0].owner
-    if isinstance(first, ir.Block) or first.name not in _INDEX_CASTS or \
+    if isinstance(first, ir.Block) or first.name not in INDEX_CASTS or \
             first.operands[0] != op.regions[0].blocks[0].arguments[0]:
         return None
     if [_index_dim(c) for c in coords[1:]] != list(range(q, len(out_shape))) or \
             tuple(table_shape[1:]) != tuple(out_shape[q:]):
         return None
     return RowGather(op, table, indices)
+
+
+def gathered_box(v: ir.Value) -> tuple[ir.Operation, ir.Operation | None] | None:
+    """(gathered view, the `tensor.extract_slice` of it `v` is, or None when `v` is the view
+    itself), or None when `v` reads no gathered view."""
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        return None
+    if owner.name == GATHER_VIEW:
+        return owner, None
+    source = owner.operands[0].owner if owner.name == "tensor.extract_slice" else None
+    if source is not None and not isinstance(source, ir.Block) and source.name == GATHER_VIEW:
+        return source, owner
+    return None
+
+
+def gather_index_bytes(v: ir.Value) -> int:
+    """Bytes of the ids a gathered box (`gathered_box`) needs in LRAM beside its rows, else 0."""
+    found = gathered_box(v)
+    if found is None:
+        return 0
+    ids = found[0].operands[1]
+    q = len(static_shape(ids.type))
+    bytes_per_id = 8 if str(ir.ShapedType(ids.type).element_type) == "i64" else 4
+    count = 1
+    for d in static_shape(v.type)[:q]:
+        count *= d
+    return count * bytes_per_id

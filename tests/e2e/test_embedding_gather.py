@@ -1,6 +1,7 @@
 """End to end: the data movement of LLMs on the NPU: embedding lookups (rows of a table
 chosen by runtime indices) as gather DMAs (contract/program.py DmaIn, gather form;
-compiler/nss_gathers.py), and rotate_half's computed-index read
+compiler/nss_gathers.py), also fused into the op that reads them
+(compiler/passes/split_fused_gathers.py), and rotate_half's computed-index read
 (compiler/passes/unroll_index_dims.py).
 
 The reference is torch's own result. A gather moves bytes and computes nothing, a
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from torch_reference import within_bf16_limits
 
 import torq
 
@@ -94,3 +96,42 @@ def test_rotate_half_runs_on_the_npu(hw):
     assert [d.executor for d in cm.report.dispatches] == ["torq"], [(d.name, d.reason) for d in cm.report.dispatches]
     # moves and negates bf16 values: exactly torch's result rounded to bf16
     np.testing.assert_array_equal(cm(x.numpy()), _bf16(RotateHalf()(x)))
+
+
+class EmbedPlusPosition(nn.Module):
+    """GPT-2's input embedding, wte[ids] + wpe[positions] (IREE fuses the lookup into the add:
+    torq-split-fused-gathers makes the add read a gathered view)."""
+
+    def __init__(self, vocab: int, width: int, length: int):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, width), nn.Embedding(length, width)
+
+    def forward(self, ids):
+        return self.wte(ids) + self.wpe.weight[: ids.shape[1]] * 0.5
+
+
+@pytest.mark.parametrize("hw", ["SL2610", "SL2610:lram_kb=32"])
+def test_lookup_fused_into_an_add_runs_on_the_npu(hw):
+    torch.manual_seed(0)
+    model = EmbedPlusPosition(1000, 256, 64).eval()
+    ids = torch.randint(0, 1000, (1, 64))
+    cm = torq.compile(model, ids, hw=hw, remarks=io.StringIO())
+    assert [d.executor for d in cm.report.dispatches] == ["torq"], [(d.name, d.reason) for d in cm.report.dispatches]
+    ids = torch.tensor([[999, 0, 5, 5] * 16])
+    with torch.no_grad():
+        assert within_bf16_limits(cm(ids.numpy()), model(ids).numpy())
+    (stats,) = cm.last_stats
+    assert (stats["tiles"] > 1) == (hw != "SL2610")
+
+
+def test_rows_larger_than_a_buffer_move_in_parts():
+    """At 20 KiB (6 KiB usable) a 16 KiB row is gathered in parts of its dim."""
+    torch.manual_seed(0)
+    model = Lookup(50, 8192).eval()
+    ids = torch.tensor([[3, 49, 0]])
+    cm = torq.compile(model, ids, hw="SL2610:lram_kb=20", remarks=io.StringIO())
+    assert [d.executor for d in cm.report.dispatches] == ["torq"]
+    with torch.no_grad():
+        np.testing.assert_array_equal(cm(ids.numpy()), _bf16(model(ids)))
+    (stats,) = cm.last_stats
+    assert stats["tiles"] >= 3 * 8192 * 2 // 3072
