@@ -260,6 +260,8 @@ def _replace_box_load(load: ir.Operation, arg: ir.Value, box: "Box", block: ir.B
     box read generic (`box_read_generic`)."""
     uses = [(u.owner, u.operand_number) for u in load.results[0].uses]
     stores = [(o, k) for o, k in uses if not isinstance(o, ir.Block) and o.name == STORE]
+    if not generic_can_read(arg.type, box, load.results[0].type):  # x[:, :16]: only a slice expresses it
+        stores = uses
     with ir.InsertionPoint(block), load.location:
         if stores:
             view = ir.Operation.create(
@@ -338,9 +340,9 @@ def _check_loads_and_stores(block: ir.Block, kinds, in_pos: dict, out_pos: dict)
             if box is None or box_map(kinds[pos][1], box, op.results[0].type) is None:
                 raise Unsupported("dispatch loads a dynamic part of an input, or a part it cannot read as a box")
             stores_only = all(not isinstance(u.owner, ir.Block) and u.owner.name == STORE for u in op.results[0].uses)
-            if not stores_only and not generic_can_read(kinds[pos][1], box, op.results[0].type):
-                raise Unsupported("dispatch computes on a box of an input that starts at 0 and stops short of the "
-                                  "input's end (e.g. x[:, :16]): no box read expresses it yet")
+            if not stores_only and box.strided and not generic_can_read(kinds[pos][1], box, op.results[0].type):
+                raise Unsupported("dispatch computes on a strided box of an input that starts at 0 and stops short "
+                                  "of the input's end: no box read expresses it yet")
             if box.strided:
                 check_strided_readers(op.results[0])
         elif op.name == "iree_tensor_ext.dispatch.tensor.store":

@@ -78,7 +78,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from iree.compiler import ir
 
 from torq.contract.measures import measure_lram_peak
@@ -93,12 +92,13 @@ from torq.contract.program import (
     TensorDesc,
 )
 
-from ..ir_utils import CompileError, constant_of, element_type, int_array, mlir_dtype, record_attr, static_shape
+from ..ir_utils import CompileError, element_type, int_array, mlir_dtype, record_attr, static_shape
 from ..nss_compute_facts import ComputeFacts
 from ..nss_copies import COPY_BODY, is_copy, write_copy
 from ..nss_gathers import gather_operand, write_gather
 from ..nss_index import index_value
 from ..nss_ir import program_to_function
+from ..nss_views import DdrViews
 from ..patterns import GATHER_VIEW, PAD_VIEW, assembled_boxes, row_gather
 from ..slice_distribution import distribute, parse_distribution
 from ..tile_schedule import enclosing_loops, is_reduction_loop, is_torq_hl
@@ -108,14 +108,7 @@ from .mark_in_place_updates import IN_PLACE_RESULTS
 
 NAME = "torq-build-nss-program"
 
-def _np_dtype(dtype: str):
-    import ml_dtypes
-
-    return {"bf16": ml_dtypes.bfloat16, "f32": np.float32, "i8": np.int8, "i16": np.int16,
-            "i32": np.int32, "i1": np.bool_}[dtype]
-
-
-class NssBuilder:
+class NssBuilder(DdrViews):
     def __init__(self, func: ir.Operation, options: PassOptions):
         self.func = func
         self.options = options
@@ -125,6 +118,7 @@ class NssBuilder:
         self.commands: list = []
         self.env: dict = {}  # index values
         self.views: dict = {}  # extract_slice results -> (tensor, offsets, sizes)
+        self.view_dims: dict = {}  # a rank-reducing slice's result -> the tensor dim of each of its dims
         # Views of a padded tensor -> (offsets, sizes) of the real data in the view's tensor, pad value.
         self.valid: dict = {}
         # Gathered views and boxes of them (patterns.GATHER_VIEW) -> (view op, offsets, sizes)
@@ -201,50 +195,9 @@ class NssBuilder:
             return [ir.TypeAttr(a).value for a in ir.ArrayAttr(self.func.attributes[name])]
         return default
 
-    def _new_tensor(self, kind, t, host_t, arg_index=-1, data=b"") -> int:
-        idx = len(self.tensors)
-        self.tensors.append(TensorDesc(idx, kind, static_shape(t), mlir_dtype(element_type(t)),
-                                       mlir_dtype(element_type(host_t)), arg_index, data))
-        return idx
-
-    def ddr(self, v: ir.Value) -> tuple[int, tuple, tuple]:
-        """DDR box (tensor, offsets, sizes) that value `v` reads."""
-        if v in self.views:
-            return self.views[v]
-        if v not in self.tensor_of:
-            c = constant_of(v)
-            if c is not None:
-                dtype = mlir_dtype(element_type(v.type))
-                data = np.asarray(c).astype(_np_dtype(dtype)).tobytes()
-                self.tensor_of[v] = self._new_tensor("constant", v.type, v.type, -1, data)
-            else:
-                self.tensor_of[v] = self._new_tensor("scratch", v.type, v.type)
-        shape = static_shape(v.type)
-        return self.tensor_of[v], (0,) * len(shape), shape
-
-    # -- index arithmetic -------------------------------------------------------
     def index(self, v: ir.Value) -> int:
         return index_value(v, self.env)
 
-    def _slice_params(self, op, first_dynamic):
-        if op not in self.slice_attrs:  # decoded once per op
-            sizes = int_array(op.attributes["static_sizes"])
-            if any(s < 0 for s in sizes):
-                raise CompileError("dynamic tile sizes are not supported")
-            self.slice_attrs[op] = (int_array(op.attributes["static_offsets"]), sizes,
-                                    list(op.operands[first_dynamic:]))
-        offsets_attr, sizes_attr, dyn = self.slice_attrs[op]
-        k = 0
-        offsets = []
-        for x in offsets_attr:
-            if x < -(1 << 62):
-                offsets.append(self.index(dyn[k]))
-                k += 1
-            else:
-                offsets.append(x)
-        return offsets, sizes_attr
-
-    # -- execution ------------------------------------------------------------------
     def run_block(self, block: ir.Block, local: dict | None = None, tile: int | None = None) -> None:
         """Executes one iteration of `block`; its computes form one tile, numbered
         when the first of them is emitted (so a compute before a tile loop and
@@ -256,18 +209,14 @@ class NssBuilder:
                         "arith.addi", "arith.subi", "arith.muli", "func.return", "scf.yield"):
                 continue
             if name == "tensor.extract_slice" and op.operands[0] in self.gather_boxes:
-                offsets, sizes = self._slice_params(op, 1)  # a box of a gathered view
-                self.gather_boxes[op.results[0]] = (self.gather_boxes[op.operands[0]][0], tuple(offsets), tuple(sizes))
+                view, base, _ = self.gather_boxes[op.operands[0]]  # a box of a gathered view
+                offsets, sizes = self._slice_params(op, 1)
+                self.gather_boxes[op.results[0]] = (view, tuple(b + o for b, o in zip(base, offsets)), tuple(sizes))
             elif name == GATHER_VIEW:
                 shape = static_shape(op.results[0].type)
                 self.gather_boxes[op.results[0]] = (op, (0,) * len(shape), shape)
             elif name == "tensor.extract_slice":
-                tensor, base, _ = self.ddr(op.operands[0])
-                offsets, sizes = self._slice_params(op, 1)
-                self.views[op.results[0]] = (tensor, tuple(b + o for b, o in zip(base, offsets)),
-                                             tuple(sizes))
-                if op.operands[0] in self.valid:
-                    self.valid[op.results[0]] = self.valid[op.operands[0]]
+                self._slice_view(op)
             elif name == PAD_VIEW:
                 self._pad_view(op)
             elif name == "tensor.insert_slice":
@@ -292,43 +241,6 @@ class NssBuilder:
         if block not in self.block_ops:
             self.block_ops[block] = [(o.operation.name, o.operation) for o in block.operations]
         return self.block_ops[block]
-
-    def _pad_view(self, op: ir.Operation) -> None:
-        """The padded tensor as a view of its source's DDR tensor reaching past its edges."""
-        tensor, base, sizes = self.ddr(op.operands[0])
-        if op.operands[0] in self.valid:
-            raise CompileError("padding of a padded tensor")
-        low = int_array(op.attributes["low"])
-        value = op.attributes["value"]
-        value = ir.IntegerAttr(value).value if isinstance(value, ir.IntegerAttr) else ir.FloatAttr(value).value
-        self.views[op.results[0]] = (tensor, tuple(b - lo for b, lo in zip(base, low)),
-                                     tuple(static_shape(op.results[0].type)))
-        self.valid[op.results[0]] = (tuple(base), tuple(sizes), value)
-
-    def _clipped(self, v: ir.Value, op: ir.Operation, k: int):
-        """(tensor, offsets, sizes, (pad attr, pad value) or None) of the DMA box operand k of `op` reads."""
-        tensor, off, sizes = self.ddr(v)
-        if v not in self.valid:
-            return tensor, off, sizes, None
-        lo_v, size_v, value = self.valid[v]
-        new_off, new_sizes, low, high = [], [], [], []
-        for o, s, vo, vs in zip(off, sizes, lo_v, size_v):
-            a, b = max(o, vo), min(o + s, vo + vs)
-            if b <= a:
-                raise CompileError(f"{op.name}: a tile reads only padding")
-            new_off.append(a)
-            new_sizes.append(b - a)
-            low.append(a - o)
-            high.append(o + s - b)
-        if not any(low) and not any(high):
-            return tensor, tuple(new_off), tuple(new_sizes), None
-        dims = ir.StringAttr(op.attributes["input_dims"]).value if "input_dims" in op.attributes else ""
-        padded = [d for d in range(len(low)) if low[d] or high[d]]
-        if k != 0 or "W" not in dims or any(dims[d] not in "HW" for d in padded):
-            raise CompileError(f"{op.name}: operand {k} reads padding the op cannot apply")
-        w = dims.index("W")
-        top_bottom = [low[dims.index("H")], high[dims.index("H")]] if "H" in dims else [0, 0]  # a 1-D conv: W only
-        return tensor, tuple(new_off), tuple(new_sizes), (top_bottom + [low[w], high[w]], value)
 
     def start_tile(self, block: ir.Block) -> int:
         body = self._body_index(block)
@@ -473,9 +385,8 @@ class NssBuilder:
                     if keep:
                         self.resident[key] = buf
                 else:
-                    tensor, box_off, box_sizes, box_pad = self._clipped(v, op, k)
-                    # a rank-reducing slice keeps its own (reduced) shape unless padding clipped the box
-                    shape = tuple(box_sizes) if box_pad is not None else f.operand_shapes[k]
+                    tensor, box_off, box_sizes, box_pad, clipped = self._clipped(v, op, k)
+                    shape = clipped or f.operand_shapes[k]  # the part inside a padded view, if clipped
                     buf = self._buffer(off if keep else off + shift, v, op, k, shape)
                     self._keep_layout(buf, tuple(box_sizes))
                     self.commands.append(DmaIn(tensor, tuple(box_off), tuple(box_sizes), buf))

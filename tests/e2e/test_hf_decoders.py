@@ -4,12 +4,12 @@ within the bf16 bounds.
 
 - Mistral: every dispatch of the forward pass on the NPU.
 - Phi (partial rotary: rotate_half on the first 8 of 16 head dims, the rest passed
-  through): all MACs on the NPU. It failed to compile twice over before: the host copy
-  that writes a finished box into an operand stored a rank-reduced value with
+  through): every dispatch on the NPU too. It failed to compile twice over before: the
+  host copy that writes a finished box into an operand stored a rank-reduced value with
   operand-rank offsets but reduced sizes (IREE refused the module), and its second
   layer's dispatches, equal to the first's and so taken from the dispatch cache, lost
-  their in-place operands. The dispatches left on the host compute on a box of an input
-  that stops short of its end (the rotated half), and say so.
+  their in-place operands. Then its rotated half (q[..., :8], a box that stops short of
+  the input's end) stayed on the host until extraction read such a box as a slice.
 """
 
 from __future__ import annotations
@@ -61,7 +61,6 @@ def test_mistral_runs_on_the_npu():
     assert _compile(transformers.MistralForCausalLM(transformers.MistralConfig(num_key_value_heads=2, **WIDTHS))) == []
 
 
-def test_phi_partial_rotary_compiles_and_matches_torch():
+def test_phi_partial_rotary_runs_on_the_npu():
     torch.manual_seed(0)
-    host = _compile(transformers.PhiForCausalLM(transformers.PhiConfig(**WIDTHS)))
-    assert host and all("stops short of the input's end" in reason for _, reason in host), host
+    assert _compile(transformers.PhiForCausalLM(transformers.PhiConfig(**WIDTHS))) == []
