@@ -111,6 +111,18 @@ def map_dims(m: ir.AffineMap) -> list[int] | None:
     return out
 
 
+def clone_remapped(ops: Iterable[ir.Operation], mapping: dict) -> None:
+    """Clones `ops` in order at the insertion point, each operand found in `mapping` replaced
+    by its value there; `mapping` gains each original result -> its clone's (a body moved
+    into a new op: its block arguments mapped to the new block's first)."""
+    for o in ops:
+        c = o.clone()
+        for i, v in enumerate(c.operands):
+            if v in mapping:
+                c.operands[i] = mapping[v]
+        mapping.update(zip(o.results, c.results))
+
+
 def iterator_types(op: ir.Operation) -> list[str]:
     """"parallel" / "reduction" per loop of a linalg structured op."""
     return [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(op.attributes["iterator_types"])]

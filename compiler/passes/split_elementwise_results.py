@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from ..ir_utils import indexing_maps, iterator_types, n_inputs, walk_ops
+from ..ir_utils import clone_remapped, indexing_maps, iterator_types, n_inputs, walk_ops
 from . import PassOptions
 
 NAME = "torq-split-elementwise-results"
@@ -94,13 +94,7 @@ def _split(op: ir.Operation) -> None:
         nb = new.regions[0].blocks.append(*types, list(block.arguments)[n_in + k].type)
         mapping = dict(zip(args + earlier, list(nb.arguments)))
         with ir.InsertionPoint(nb), op.location:
-            for o in ops:
-                c = o.clone()
-                for i, v in enumerate(c.operands):
-                    if v in mapping:
-                        c.operands[i] = mapping[v]
-                for r_old, r_new in zip(o.results, c.results):
-                    mapping[r_old] = r_new
+            clone_remapped(ops, mapping)
             ir.Operation.create("linalg.yield", operands=[mapping.get(y, y)])
         made.setdefault(y, (new.results[0], out_map))
         op.results[k].replace_all_uses_with(new.results[0])

@@ -23,6 +23,7 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from ..ir_utils import (
+    clone_remapped,
     indexing_maps,
     iterator_types,
     loop_ranges,
@@ -121,14 +122,7 @@ def _split(op: ir.Operation, e: ir.Operation, k: int, rows: list[int]) -> None:
     mapping[e.results[0]] = new_args[len(kept)]
     mapping[args[n_in]] = new_args[-1]
     with ir.InsertionPoint(nb), op.location:
-        for o in region_ops(op):
-            if o in drop:
-                continue
-            c = o.clone()
-            for i, v in enumerate(c.operands):
-                if v in mapping:
-                    c.operands[i] = mapping[v]
-            mapping.update(zip(o.results, c.results))
+        clone_remapped([o for o in region_ops(op) if o not in drop], mapping)
     op.results[0].replace_all_uses_with(new.results[0])
     op.erase()
 

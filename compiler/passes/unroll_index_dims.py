@@ -32,7 +32,7 @@ import math
 from iree.compiler import ir
 from iree.compiler.dialects.transform import interpreter
 
-from ..ir_utils import indexing_maps, iterator_types, loop_ranges, region_ops, static_shape, walk_ops
+from ..ir_utils import clone_remapped, indexing_maps, iterator_types, loop_ranges, region_ops, static_shape, walk_ops
 from ..pass_managers import parse_script, run_pipeline
 from ..patterns.row_gather import row_gather
 from . import PassOptions
@@ -209,14 +209,7 @@ def _reads_as_inputs(op: ir.Operation) -> None:
     mapping = dict(zip(list(block.arguments)[:n_in], new_args[:n_in]))
     mapping.update({e.results[0]: a for e, a in zip(extracts, new_args[n_in:])})
     with ir.InsertionPoint(nb), op.location:
-        for o in body:
-            if o.name in ("tensor.extract", "linalg.index"):
-                continue
-            c = o.clone()
-            for i, v in enumerate(c.operands):
-                if v in mapping:
-                    c.operands[i] = mapping[v]
-            mapping.update(zip(o.results, c.results))
+        clone_remapped([o for o in body if o.name not in ("tensor.extract", "linalg.index")], mapping)
     op.results[0].replace_all_uses_with(new.results[0])
     op.erase()
 
