@@ -111,6 +111,17 @@ def map_dims(m: ir.AffineMap) -> list[int] | None:
     return out
 
 
+def defined_outside(v: ir.Value, op: ir.Operation) -> bool:
+    """Whether `v` is defined outside `op` (not in its regions, at any depth)."""
+    owner = v.owner
+    parent = owner.owner if isinstance(owner, ir.Block) else owner.parent
+    while parent is not None:
+        if parent == op:
+            return False
+        parent = parent.parent
+    return True
+
+
 def clone_remapped(ops: Iterable[ir.Operation], mapping: dict) -> None:
     """Clones `ops` in order at the insertion point, each operand found in `mapping` replaced
     by its value there; `mapping` gains each original result -> its clone's (a body moved

@@ -56,11 +56,9 @@ def write_gather(b: "NssBuilder", g: RowGather, out: int) -> None:
             base = (k % 2) * pair
             ibuf = b.copy_buffer(base, count * isize)
             b.start_tile(COPY_BODY)
-            b.commands.append(DmaIn(itensor, tuple(o + c for o, c in zip(ioff, src_off)), src_sizes, ibuf))
-            rbuf = b.copy_buffer(base + align(count * isize, a), count * math.prod(r_sizes) * esize)
-            b.use(ibuf)
-            b.commands.append(DmaIn(ttensor, (toff[0], *(o + r for o, r in zip(toff[1:], r_off))),
-                                    (count, *r_sizes), rbuf, ibuf, index_dtype, tsizes[0]))
+            rbuf = _gather_dmas(b, (itensor, tuple(o + c for o, c in zip(ioff, src_off)), src_sizes, index_dtype),
+                                ibuf, (ttensor, toff, tsizes), r_off, r_sizes,
+                                (base + align(count * isize, a), count * math.prod(r_sizes) * esize))
             b.use(rbuf)
             b.commands.append(DmaOut(rbuf, out, (*dst_off, *r_off), (*dst_sizes, *r_sizes)))
             k += 1
@@ -78,13 +76,28 @@ def gather_operand(b: "NssBuilder", view: ir.Operation, offsets: tuple, sizes: t
         raise CompileError(f"{view.name}: ids read through a rank-reducing box")
     index_dtype = b.tensors[itensor].dtype
     count = math.prod(sizes[:q])
-    rows = b.buffers[buf]
+    rows = b.buffers[buf]  # the ids go into the end of the bytes planned for this operand
     rows.size -= count * DTYPE_BYTES[index_dtype]
     ibuf = b.copy_buffer(rows.offset + rows.size, count * DTYPE_BYTES[index_dtype])
-    b.commands.append(DmaIn(itensor, tuple(i + o for i, o in zip(ioff, offsets[:q])), tuple(sizes[:q]), ibuf))
+    _gather_dmas(b, (itensor, tuple(i + o for i, o in zip(ioff, offsets[:q])), tuple(sizes[:q]), index_dtype), ibuf,
+                 (ttensor, toff, tsizes), offsets[q:], sizes[q:], buf)
+
+
+def _gather_dmas(b: "NssBuilder", ids: tuple, ibuf: int, table: tuple, row_off: tuple, row_sizes: tuple,
+                 buf: int | tuple[int, int]) -> int:
+    """A DmaIn of the ids box `ids` (tensor, offsets, sizes, dtype) into `ibuf`, then the gather
+    DmaIn of the rows they name (the box `row_off`, `row_sizes` of each) of `table` (tensor,
+    offsets, sizes of its DDR box) into buffer `buf`, or into a copy buffer (offset, size)
+    live from the gather on; returns that buffer."""
+    itensor, ioff, isizes, index_dtype = ids
+    ttensor, toff, tsizes = table
+    b.commands.append(DmaIn(itensor, ioff, tuple(isizes), ibuf))
+    if isinstance(buf, tuple):
+        buf = b.copy_buffer(*buf)
     b.use(ibuf)
-    b.commands.append(DmaIn(ttensor, (toff[0], *(t + o for t, o in zip(toff[1:], offsets[q:]))),
-                            (count, *sizes[q:]), buf, ibuf, index_dtype, tsizes[0]))
+    b.commands.append(DmaIn(ttensor, (toff[0], *(t + o for t, o in zip(toff[1:], row_off))),
+                            (math.prod(isizes), *row_sizes), buf, ibuf, index_dtype, tsizes[0]))
+    return buf
 
 
 def _table_box(b: "NssBuilder", table: ir.Value) -> tuple[int, tuple, tuple]:

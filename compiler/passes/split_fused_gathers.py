@@ -24,6 +24,7 @@ from iree.compiler import ir
 
 from ..ir_utils import (
     clone_remapped,
+    defined_outside,
     indexing_maps,
     iterator_types,
     loop_ranges,
@@ -33,7 +34,14 @@ from ..ir_utils import (
     static_shape,
     walk_ops,
 )
-from ..patterns.row_gather import GATHER_VIEW, INDEX_CASTS, INDEX_ELEMENT_TYPES, bounds_checks_only, row_gather
+from ..patterns.row_gather import (
+    GATHER_VIEW,
+    INDEX_CASTS,
+    INDEX_ELEMENT_TYPES,
+    bounds_checks_only,
+    index_dim,
+    row_gather,
+)
 from . import PassOptions
 
 NAME = "torq-split-fused-gathers"
@@ -50,21 +58,17 @@ def _fused_read(op: ir.Operation):
         return None
     e = extracts[0]
     table, coords = e.operands[0], list(e.operands[1:])
-    inside = not isinstance(table.owner, ir.Block) and table.owner.parent == op or \
-        isinstance(table.owner, ir.Block) and table.owner.owner == op
     shape = static_shape(table.type)
     first = coords[0].owner if coords else None
-    if inside or not shape or first is None or isinstance(first, ir.Block) or first.name not in INDEX_CASTS:
+    if not defined_outside(table, op) or not shape or first is None or isinstance(first, ir.Block) or first.name not in INDEX_CASTS:
         return None
     arg = first.operands[0]
     if not isinstance(arg.owner, ir.Block) or arg.owner.owner != op or arg.arg_number >= n_inputs(op) or \
             str(arg.type) not in INDEX_ELEMENT_TYPES:
         return None
-    rows = []
-    for c in coords[1:]:
-        if isinstance(c.owner, ir.Block) or c.owner.name != "linalg.index":
-            return None
-        rows.append(ir.IntegerAttr(c.owner.attributes["dim"]).value)
+    rows = [index_dim(c) for c in coords[1:]]
+    if None in rows:
+        return None
     ids_dims = map_dims(indexing_maps(op)[arg.arg_number])
     ranges = loop_ranges(op)
     if ids_dims is None or len(set(ids_dims + rows)) != len(ids_dims) + len(rows) or \

@@ -32,7 +32,16 @@ import math
 from iree.compiler import ir
 from iree.compiler.dialects.transform import interpreter
 
-from ..ir_utils import clone_remapped, indexing_maps, iterator_types, loop_ranges, region_ops, static_shape, walk_ops
+from ..ir_utils import (
+    clone_remapped,
+    defined_outside,
+    indexing_maps,
+    iterator_types,
+    loop_ranges,
+    region_ops,
+    static_shape,
+    walk_ops,
+)
 from ..pass_managers import parse_script, run_pipeline
 from ..patterns.row_gather import row_gather
 from . import PassOptions
@@ -50,24 +59,14 @@ def _index_ops(op: ir.Operation) -> dict[int, list[ir.Operation]]:
     return found
 
 
-def _reads_outside(op: ir.Operation) -> bool:
-    return any(o.name == "tensor.extract" and _outside(o.operands[0], op) for o in region_ops(op))
-
-
-def _outside(v: ir.Value, op: ir.Operation) -> bool:
-    owner = v.owner
-    parent = owner.owner if isinstance(owner, ir.Block) else owner.parent
-    while parent is not None:
-        if parent == op:
-            return False
-        parent = parent.parent
-    return True
+def _readsdefined_outside(op: ir.Operation) -> bool:
+    return any(o.name == "tensor.extract" and defined_outside(o.operands[0], op) for o in region_ops(op))
 
 
 def _computed_dims(op: ir.Operation) -> list[int]:
     """Dims of extent 2..MAX_VALUES whose index the body uses other than as an extract coordinate."""
     if op.name != "linalg.generic" or any(it != "parallel" for it in iterator_types(op)) or \
-            not _reads_outside(op):
+            not _readsdefined_outside(op):
         return []
     ranges = loop_ranges(op)
     dims = []
@@ -184,7 +183,7 @@ def _reads_as_inputs(op: ir.Operation) -> None:
     if len(op.results) != 1 or list(block.arguments[n_in].uses) or not extracts or \
             any(o.name == "linalg.index" and any(u.owner.name != "tensor.extract" or u.operand_number == 0
                                                   for u in o.results[0].uses) for o in body) or \
-            not all(_outside(e.operands[0], op) for e in extracts):
+            not all(defined_outside(e.operands[0], op) for e in extracts):
         return
     ranges = loop_ranges(op)
     boxes = [_box_of(e, ranges) for e in extracts]
@@ -224,10 +223,10 @@ def unroll_function(func: ir.Operation) -> ir.Operation:
     clone = func.clone(ip=ir.InsertionPoint(scratch.body))
     _unroll(clone)
     run_pipeline("builtin.module(canonicalize,cse)", scratch.operation)
-    for op in [o for o in walk_ops(clone) if o.name == "linalg.generic" and _reads_outside(o)]:
+    for op in [o for o in walk_ops(clone) if o.name == "linalg.generic" and _readsdefined_outside(o)]:
         _reads_as_inputs(op)
     _erase_dead(clone)
-    if any(o.name == "linalg.generic" and _reads_outside(o) and row_gather(o) is None for o in walk_ops(clone)):
+    if any(o.name == "linalg.generic" and _readsdefined_outside(o) and row_gather(o) is None for o in walk_ops(clone)):
         return func
     clone.move_before(func)
     func.erase()

@@ -14,11 +14,23 @@ gathered view instead (`GATHER_VIEW`, torq-split-fused-gathers).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from iree.compiler import ir
 
-from ..ir_utils import indexing_maps, iterator_types, map_dims, n_inputs, region_ops, static_shape
+from torq.contract.program import DTYPE_BYTES
+
+from ..ir_utils import (
+    constant_of,
+    defined_outside,
+    indexing_maps,
+    iterator_types,
+    map_dims,
+    n_inputs,
+    region_ops,
+    static_shape,
+)
 
 INDEX_CASTS = ("arith.index_cast", "arith.index_castui")
 _SLT, _SGE, _ULT = 2, 5, 6  # arith.cmpi predicates
@@ -44,18 +56,11 @@ class RowGather:
         return self.op.results[0]
 
 
-def _index_dim(v: ir.Value) -> int | None:
+def index_dim(v: ir.Value) -> int | None:
     """d for a `linalg.index d` value, else None."""
     if isinstance(v.owner, ir.Block) or v.owner.name != "linalg.index":
         return None
     return ir.IntegerAttr(v.owner.attributes["dim"]).value
-
-
-def _int_constant(v: ir.Value) -> int | None:
-    if isinstance(v.owner, ir.Block) or v.owner.name != "arith.constant" or \
-            not isinstance(v.owner.attributes["value"], ir.IntegerAttr):
-        return None
-    return ir.IntegerAttr(v.owner.attributes["value"]).value
 
 
 def bounds_checks_only(asserts: list[ir.Operation], rows: int, index: ir.Value) -> bool:
@@ -67,7 +72,8 @@ def bounds_checks_only(asserts: list[ir.Operation], rows: int, index: ir.Value) 
         cond = a.operands[0].owner
         if isinstance(cond, ir.Block) or cond.name != "arith.cmpi" or cond.operands[0] not in index_values:
             return False
-        predicate, bound = ir.IntegerAttr(cond.attributes["predicate"]).value, _int_constant(cond.operands[1])
+        bound = constant_of(cond.operands[1])
+        predicate, bound = ir.IntegerAttr(cond.attributes["predicate"]).value, None if bound is None else int(bound)
         if (predicate, bound) not in ((_SLT, rows), (_ULT, rows), (_SGE, 0)):
             return False
     return True
@@ -91,10 +97,8 @@ def _gathered_table(op: ir.Operation) -> tuple[ir.Value, list[ir.Value]] | None:
         return None
     extract = value.owner
     table = extract.operands[0]
-    inside = isinstance(table.owner, ir.Block) and table.owner.owner == op or \
-        not isinstance(table.owner, ir.Block) and table.owner.parent == op
     rows = static_shape(table.type)
-    if inside or not rows or not bounds_checks_only(asserts, rows[0], op.regions[0].blocks[0].arguments[0]):
+    if not defined_outside(table, op) or not rows or not bounds_checks_only(asserts, rows[0], op.regions[0].blocks[0].arguments[0]):
         return None
     return table, list(extract.operands[1:])
 
@@ -124,7 +128,7 @@ def row_gather(op: ir.Operation) -> RowGather | None:
     if isinstance(first, ir.Block) or first.name not in INDEX_CASTS or \
             first.operands[0] != op.regions[0].blocks[0].arguments[0]:
         return None
-    if [_index_dim(c) for c in coords[1:]] != list(range(q, len(out_shape))) or \
+    if [index_dim(c) for c in coords[1:]] != list(range(q, len(out_shape))) or \
             tuple(table_shape[1:]) != tuple(out_shape[q:]):
         return None
     return RowGather(op, table, indices)
@@ -151,8 +155,4 @@ def gather_index_bytes(v: ir.Value) -> int:
         return 0
     ids = found[0].operands[1]
     q = len(static_shape(ids.type))
-    bytes_per_id = 8 if str(ir.ShapedType(ids.type).element_type) == "i64" else 4
-    count = 1
-    for d in static_shape(v.type)[:q]:
-        count *= d
-    return count * bytes_per_id
+    return math.prod(static_shape(v.type)[:q]) * DTYPE_BYTES[str(ir.ShapedType(ids.type).element_type)]
