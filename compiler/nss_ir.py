@@ -52,6 +52,9 @@ def _spec(obj, drop=()) -> str:
     if isinstance(obj, DmaIn) and not obj.gathers:  # only gathers show their indices
         for k in ("index_buffer", "index_dtype", "index_bound"):
             del d[k]
+    if isinstance(obj, DmaOut) and not obj.scatters:  # only scatters show their indices
+        for k in ("index_buffer", "index_dtype", "index_bound", "index_dim"):
+            del d[k]
     return json.dumps(d, separators=(",", ":"))
 
 
@@ -94,7 +97,8 @@ def _command(kind: str, d: dict):
         return DmaIn(d["tensor"], tuple(d["offsets"]), tuple(d["sizes"]), d["buffer"], d.get("index_buffer", -1),
                      d.get("index_dtype", ""), d.get("index_bound", 0))
     if kind == "dma_out":
-        return DmaOut(d["buffer"], d["tensor"], tuple(d["offsets"]), tuple(d["sizes"]))
+        return DmaOut(d["buffer"], d["tensor"], tuple(d["offsets"]), tuple(d["sizes"]), d.get("index_buffer", -1),
+                      d.get("index_dtype", ""), d.get("index_bound", 0), d.get("index_dim", 0))
     e = d["epilogue"]
     epi = Epilogue([EpilogueStep(s["op"], [Ref(a["kind"], a["index"], tuple(a["axes"]), a["const"])
                                            for a in s["args"]], s["to"]) for s in e["steps"]], e["result"])

@@ -54,14 +54,18 @@ def measure_lram_peak(buffers: list[LramBuffer], n_commands: int) -> int:
     return peak
 
 
-def box_union(p: Program, tensor: int, command_type: type) -> np.ndarray:
+def box_union(p: Program, tensor: int, command_type: type, maybe: bool = True) -> np.ndarray:
     """Boolean mask over tensor `tensor`: the elements some `command_type` (DmaIn or
-    DmaOut) command of `p` reads or writes (a gather: every row it may read)."""
+    DmaOut) command of `p` reads or writes (a gather: every row it may read; a scatter:
+    every position it may write). `maybe=False`: only the elements known before the run
+    (no gather's or scatter's)."""
     t = next(t for t in p.tensors if t.index == tensor)
     mask = np.zeros(t.shape, dtype=bool)
     for c in p.commands:
         if isinstance(c, command_type) and c.tensor == tensor:
-            offsets, sizes = c.read_box() if isinstance(c, DmaIn) else (c.offsets, c.sizes)
+            if not maybe and (c.gathers if isinstance(c, DmaIn) else c.scatters):
+                continue
+            offsets, sizes = c.read_box() if isinstance(c, DmaIn) else c.write_box()
             mask[tuple(slice(o, o + s) for o, s in zip(offsets, sizes))] = True
     return mask
 
@@ -73,13 +77,22 @@ def compulsory_bytes(p: Program) -> int:
     union of their boxes). A strided conv that never reads some rows of its input
     does not need them, so traffic ratio >= 1 and efficiency <= 100% always hold.
     Scratch tensors do not count. A gather's rows are known only when it runs: each
-    counts as needed (what it moves), as if no two of its indices were equal."""
+    counts as needed (what it moves), as if no two of its indices were equal. A
+    scatter's positions are too: into an in-place output (which counts the bytes its
+    DMA-outs write, the rest being the input left in place) each element of its box
+    counts as written (what it moves), as if no two of its indices were equal and none
+    fell in another DMA-out's box; an output not in place counts whole anyway, and a
+    scatter into scratch not at all. So compulsory bytes stay <= the bytes moved."""
     boxes: dict[tuple[int, type], list] = {}
     dtype = {t.index: t.dtype for t in p.tensors}
+    in_place = {t.index for t in p.tensors if t.kind == "output" and t.aliases >= 0}
     total = 0
     for c in p.commands:
         if isinstance(c, DmaIn) and c.gathers:
             total += math.prod(c.sizes) * DTYPE_BYTES[dtype[c.tensor]]
+        elif isinstance(c, DmaOut) and c.scatters:
+            if c.tensor in in_place:
+                total += math.prod(c.sizes) * DTYPE_BYTES[dtype[c.tensor]]
         elif isinstance(c, (DmaIn, DmaOut)):
             boxes.setdefault((c.tensor, type(c)), []).append((c.offsets, c.sizes))
     for t in p.tensors:

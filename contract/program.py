@@ -23,7 +23,10 @@ Model:
   sizes), or in its gather form (`DmaIn.index_buffer` >= 0, an embedding
   lookup) rows of the tensor chosen at run time by integers in LRAM,
   `Compute` runs one TorqHL op on slice `Compute.slice` with LRAM
-  operands, `DmaOut` copies a buffer into a box of a DDR tensor. In time
+  operands, `DmaOut` copies a buffer into a box of a DDR tensor, or in its
+  scatter form (`DmaOut.index_buffer` >= 0, a KV-cache row written at a
+  runtime position) into positions along one dim chosen at run time by
+  integers in LRAM. In time
   (`contract/timing.py`) the DMA-in engine, the DMA-out engine and each slice
   run their own commands in program order and overlap wherever no LRAM byte
   range or DDR box dependency orders them; `Compute.tile` is the tile
@@ -44,9 +47,9 @@ Dtypes are strings: "bf16", "f32", "i8", "i16", "i32". bf16 compute
 accumulates in f32 and rounds to nearest even on store; integer compute
 accumulates in i32. "i1" is a boolean (one byte per element, 0 or 1, as
 IREE stores i1 tensors): an epilogue operand only (a keep / drop mask
-read by a select step), never a computed result. "i64" holds gather indices
-only (a DDR tensor a DmaIn moves into a gather's index buffer), never a
-compute operand.
+read by a select step), never a computed result. "i64" holds gather and
+scatter indices only (a DDR tensor a DmaIn moves into a gather's or a
+scatter's index buffer), never a compute operand.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 DTYPE_BYTES = {"bf16": 2, "f32": 4, "i8": 1, "i16": 2, "i32": 4, "f16": 2, "i1": 1, "i64": 8}
-# Dtypes of a gather's indices (`DmaIn.index_dtype`).
+# Dtypes of a gather's or scatter's indices (`DmaIn.index_dtype`, `DmaOut.index_dtype`).
 INDEX_DTYPES = ("i32", "i64")
 
 
@@ -251,10 +254,39 @@ class DmaIn:
 
 @dataclass
 class DmaOut:
+    """`buffer` (contiguous, row-major) into a box of DDR tensor `tensor`.
+
+    Scatter form (`index_buffer` >= 0; a KV-cache row at a runtime position, `cache[:, :, pos]
+    = k`): the positions of the box along dim `index_dim` (`sizes[index_dim]` of them) are
+    chosen at run time: position j (0 <= j < sizes[index_dim]) is written to tensor index
+    `offsets[index_dim] + idx[j]` along that dim, with idx the `sizes[index_dim]` integers of
+    `index_dtype` at the start of LRAM buffer `index_buffer` (put there by an earlier DmaIn),
+    each in [0, `index_bound`) or the run fails; the other dims are a box as usual. The
+    positions are written in order (of two equal indices the later position's values stay).
+    The DMA engine reads the indices and moves one position per descriptor. Into an in-place
+    output (`TensorDesc.aliases`) the tensor's other elements keep the input's values.
+    """
+
     buffer: int
     tensor: int
     offsets: tuple[int, ...]
     sizes: tuple[int, ...]
+    index_buffer: int = -1
+    index_dtype: str = ""
+    index_bound: int = 0
+    index_dim: int = 0
+
+    @property
+    def scatters(self) -> bool:
+        return self.index_buffer >= 0
+
+    def write_box(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(offsets, sizes) of the part of the tensor the DMA may write: a scatter may write any
+        of its `index_bound` positions along `index_dim`."""
+        if not self.scatters:
+            return self.offsets, self.sizes
+        d = self.index_dim
+        return self.offsets, (*self.sizes[:d], self.index_bound, *self.sizes[d + 1:])
 
 
 @dataclass

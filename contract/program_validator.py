@@ -228,7 +228,9 @@ class _Validator:
                 f"command {i}: {kind} box of rank {len(c.offsets)}/{len(c.sizes)} "
                 f"on tensor {t.index} of rank {rank}"
             )
-        offsets, sizes = c.read_box() if isinstance(c, DmaIn) else (c.offsets, c.sizes)
+        if isinstance(c, DmaOut) and c.scatters and not 0 <= c.index_dim < rank:
+            self.fail(f"command {i}: DmaOut scatter along dim {c.index_dim} of tensor {t.index} of rank {rank}")
+        offsets, sizes = c.read_box() if isinstance(c, DmaIn) else c.write_box()
         for o, s, d in zip(offsets, sizes, t.shape):
             if o < 0 or s < 0 or o + s > d:
                 box = ", ".join(f"{o}:{o + s}" for o, s in zip(offsets, sizes))
@@ -236,8 +238,10 @@ class _Validator:
         self.use_buffer(i, c.buffer, nbytes(tuple(c.sizes), t.dtype), kind, tuple(c.sizes), t.dtype)
         if isinstance(c, DmaIn) and c.gathers:
             self.check_gather(i, c)
-        elif isinstance(c, DmaIn) and c.index_buffer != -1:
-            self.fail(f"command {i}: DmaIn index buffer {c.index_buffer} (-1 for none)")
+        elif isinstance(c, DmaOut) and c.scatters:
+            self.check_scatter(i, c)
+        elif c.index_buffer != -1:
+            self.fail(f"command {i}: {kind} index buffer {c.index_buffer} (-1 for none)")
 
     def check_gather(self, i: int, c: DmaIn) -> None:
         """A gather's indices: an index dtype, one per row of the box in its index buffer (a
@@ -254,10 +258,27 @@ class _Validator:
             self.fail(f"command {i}: DmaIn gather reads its indices from padded LRAM buffer {c.index_buffer}")
         self.use_buffer(i, c.index_buffer, nbytes((c.sizes[0],), c.index_dtype), "DmaIn gather indices")
 
+    def check_scatter(self, i: int, c: DmaOut) -> None:
+        """A scatter's indices: an index dtype, one per position of the box along its index dim
+        in its index buffer (unpadded, a buffer other than the one it reads its data from), a
+        bound of at least one position (its dim in range and the box within the tensor at every
+        position it may write: `check_box`)."""
+        if c.index_dtype not in INDEX_DTYPES:
+            self.fail(f"command {i}: DmaOut scatter indices of dtype {c.index_dtype!r}, expected one of "
+                      f"{', '.join(INDEX_DTYPES)}")
+        if c.index_bound < 1:
+            self.fail(f"command {i}: DmaOut scatter with index bound {c.index_bound}")
+        if c.index_buffer == c.buffer:
+            self.fail(f"command {i}: DmaOut scatter reads its indices from its data buffer ({c.buffer})")
+        index = self.buffers.get(c.index_buffer)
+        if index is not None and index.padded_shape:
+            self.fail(f"command {i}: DmaOut scatter reads its indices from padded LRAM buffer {c.index_buffer}")
+        self.use_buffer(i, c.index_buffer, nbytes((c.sizes[c.index_dim],), c.index_dtype), "DmaOut scatter indices")
+
     def check_operand(self, i: int, o: Operand, what: str) -> None:
         self.check_dtype(o.dtype, f"command {i} {what}")
         if o.dtype == "i64":
-            self.fail(f"command {i} {what} is i64, which holds gather indices only")
+            self.fail(f"command {i} {what} is i64, which holds gather and scatter indices only")
         self.check_shape(o.shape, f"command {i} {what}")
         self.use_buffer(i, o.buffer, nbytes(tuple(o.shape), o.dtype), what, tuple(o.shape), o.dtype)
 

@@ -16,7 +16,9 @@ Contract (every number comes from `TorqHw`; nothing here is a literal):
   ceil(work / k), `work` as below. Its `CommandTime.engine` is its first slice.
 - Per-command cycles (`command_cycles`):
     DMA      = dma_setup_cycles (on its engine; a gather: one per row, each row
-               its own descriptor)
+               its own descriptor; a scatter: one per position along its index
+               dim, each position a box of its own, as a plain DMA's box is one
+               descriptor)
                + ceil(bytes / dma_effective_bytes_per_cycle) (on the XRAM link)
     an op with CycleRule.MAC_ARRAY (conv2d, matmul; contract/ops.py) and macs > 0
              = compute_overhead_cycles + ceil(padded macs / min(macs_per_cycle(dtype)
@@ -49,8 +51,10 @@ Contract (every number comes from `TorqHw`; nothing here is a literal):
          them since their last write;
     WAW: a command writing bytes waits for the end of their last writer.
   DmaIn writes its buffer (a gather also reads its index buffer); DmaOut reads
-  its buffer; Compute reads its operand buffers and writes its result buffer.
-  DDR, by boxes (a gather's: every row it may read): a DmaIn reading a box of
+  its buffer (a scatter also its index buffer); Compute reads its operand
+  buffers and writes its result buffer.
+  DDR, by boxes (a gather's: every row it may read; a scatter's: every
+  position it may write along its index dim): a DmaIn reading a box of
   a tensor that some DmaOut writes waits for earlier DmaOuts to overlapping
   boxes (RAW); a DmaOut waits for earlier DmaIns of overlapping boxes (WAR;
   WAW between DmaOuts holds by the in-order DMA-out engine). A DMA's setup
@@ -181,7 +185,8 @@ def command_cycles(c, program: Program, hw: TorqHw) -> tuple[int, int]:
     """(fixed cycles, work cycles): DMA setup and link transfer, or compute overhead and work
     (a split compute: each slice's share, ceil(work / split))."""
     if isinstance(c, (DmaIn, DmaOut)):
-        descriptors = c.sizes[0] if isinstance(c, DmaIn) and c.gathers else 1
+        descriptors = (c.sizes[0] if isinstance(c, DmaIn) and c.gathers else
+                       c.sizes[c.index_dim] if isinstance(c, DmaOut) and c.scatters else 1)
         return hw.dma_setup_cycles * descriptors, ceil_div(dma_bytes(c, program), hw.dma_effective_bytes_per_cycle)
     return hw.compute_overhead_cycles, -(-compute_work_cycles(c, hw) // max(1, c.split))
 
@@ -367,8 +372,8 @@ class _DdrState:
 
 
 def _ddr_box(c: DmaIn | DmaOut) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The DDR box a DMA may access (a gather: any row its indices may name)."""
-    return c.read_box() if isinstance(c, DmaIn) else (c.offsets, c.sizes)
+    """The DDR box a DMA may access (a gather, a scatter: any position its indices may name)."""
+    return c.read_box() if isinstance(c, DmaIn) else c.write_box()
 
 
 # --------------------------------------------------------------------------
@@ -380,7 +385,7 @@ def _accesses(c) -> tuple[list[int], list[int]]:
     if isinstance(c, DmaIn):
         return ([c.index_buffer] if c.gathers else []), [c.buffer]
     if isinstance(c, DmaOut):
-        return [c.buffer], []
+        return ([c.buffer, c.index_buffer] if c.scatters else [c.buffer]), []
     return [o.buffer for o in c.operands], [c.result.buffer]
 
 

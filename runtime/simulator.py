@@ -19,9 +19,13 @@ Contract:
   into its buffer (contiguous row-major); a gather DmaIn the rows its LRAM
   indices name (an index outside its bound is a SimulatorError), Compute reads its operands from LRAM
   at their buffer offsets, runs `kernels` and writes its result into LRAM,
-  DmaOut copies a buffer into a DDR box. An in-place output is returned as
+  DmaOut copies a buffer into a DDR box; a scatter DmaOut into the positions
+  along its index dim that its LRAM indices name (in order: of two equal
+  indices the later position stays; an index outside its bound is a
+  SimulatorError). An in-place output is returned as
   its host input with the elements the DmaOuts wrote replaced: the rest is
-  the input exactly, also when its DDR dtype is narrower (bf16 for f32).
+  the input exactly, also when its DDR dtype is narrower (bf16 for f32; of a
+  scatter, the positions its indices named in this run count as written).
 - Padded buffers (`LramBuffer.padded_shape`, compiler/vector_layout.py):
   the buffer's bytes are an array of its padded shape; DMAs and computes
   access the data part of it (a strided view), so a DMA-in writes the
@@ -170,7 +174,8 @@ class Plan:
     constants: dict[int, np.ndarray]  # tensor index -> read-only view of its data
     steps: list[tuple]  # one per command, see `Simulator._steps`
     # In-place outputs whose DDR dtype is not their host dtype: tensor index -> mask of the
-    # elements no DmaOut writes (returned from the host input unconverted).
+    # elements no DmaOut writes (returned from the host input unconverted); a scatter's
+    # positions are known only when it runs: the run takes them out of the mask.
     untouched: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)
     # Inputs converted to another DDR dtype of which the DMA-ins read only a part: tensor
     # index -> the bounding box of their boxes, the only elements converted (see `_load_ddr`).
@@ -229,7 +234,7 @@ class Simulator:
                 a = np.frombuffer(t.data, dtype=dtype).reshape(t.shape) if t.data else np.zeros(t.shape, dtype)
                 a.flags.writeable = False  # DDR constants are only read (DmaIn)
                 constants[t.index] = a
-        untouched = {t.index: ~box_union(program, t.index, DmaOut) for t in program.outputs()
+        untouched = {t.index: ~box_union(program, t.index, DmaOut, maybe=False) for t in program.outputs()
                      if t.aliases >= 0 and t.dtype != t.host_dtype}
         extent = (min((b.offset for b in program.buffers), default=0),
                   max((b.offset + b.size for b in program.buffers), default=0))
@@ -247,7 +252,7 @@ class Simulator:
         ddr = self._load_ddr(plan, inputs)
         by_arg = {t.arg_index: x for t, x in zip(plan.inputs, inputs)}
         with _blas_threads(), self._memory(plan) as lram:
-            self._execute(plan, ddr, lram)
+            scattered = self._execute(plan, ddr, lram)
         stats = copy.copy(plan.stats)  # (dataclasses.replace is slower per call)
         stats.engine_busy_cycles = dict(plan.stats.engine_busy_cycles)
         if record_timeline:
@@ -258,6 +263,10 @@ class Simulator:
             value = value.astype(NP_DTYPES[t.host_dtype]) if t.host_dtype != t.dtype else value
             if t.index in plan.untouched:  # the input's host values where nothing was written
                 mask = plan.untouched[t.index]
+                if t.index in scattered:  # and where no scatter of this run wrote
+                    mask = mask.copy()
+                    for where in scattered[t.index]:
+                        mask[where] = False
                 value[mask] = np.asarray(by_arg[t.aliases])[mask]
             outputs.append(value)
         return outputs, stats
@@ -349,7 +358,9 @@ class Simulator:
 
     def _steps(self, p: Program, tensors: dict[int, TensorDesc]) -> list[tuple]:
         """Each command with its LRAM accesses resolved: ("in", tensor, box, lram range),
-        ("out", tensor, box, lram range) or ("compute", index, command, operand ranges, result range)."""
+        ("out", tensor, box, lram range), ("gather", index, command, lram range, index range),
+        ("scatter", index, command, lram range, index range, box) or ("compute", index,
+        command, operand ranges, result range)."""
         buffers = {b.id: b for b in p.buffers}
         steps: list[tuple] = []
         for i, c in enumerate(p.commands):
@@ -357,6 +368,10 @@ class Simulator:
                 where = self._lram_range(buffers[c.buffer], tuple(c.sizes), tensors[c.tensor].dtype)
                 index = self._lram_range(buffers[c.index_buffer], (c.sizes[0],), c.index_dtype)
                 steps.append(("gather", i, c, where, index))
+            elif isinstance(c, DmaOut) and c.scatters:
+                where = self._lram_range(buffers[c.buffer], tuple(c.sizes), tensors[c.tensor].dtype)
+                index = self._lram_range(buffers[c.index_buffer], (c.sizes[c.index_dim],), c.index_dtype)
+                steps.append(("scatter", i, c, where, index, self._box(c.offsets, c.sizes)))
             elif isinstance(c, (DmaIn, DmaOut)):
                 where = self._lram_range(buffers[c.buffer], tuple(c.sizes), tensors[c.tensor].dtype)
                 kind = "in" if isinstance(c, DmaIn) else "out"
@@ -386,19 +401,23 @@ class Simulator:
             return plan.views[1]
         view = self._lram_view
         views = [([view(lram, o) for o in s[3]], view(lram, s[4])) if s[0] == "compute" else
-                 (view(lram, s[3]), view(lram, s[4])) if s[0] == "gather" else view(lram, s[3])
+                 (view(lram, s[3]), view(lram, s[4])) if s[0] in ("gather", "scatter") else view(lram, s[3])
                  for s in plan.steps]
         if lram is self._lram:
             plan.views = (lram, views)
         return views
 
-    def _execute(self, plan: Plan, ddr: dict[int, np.ndarray], lram: np.ndarray) -> None:
-        """Runs the commands in program order on `ddr` and `lram`."""
+    def _execute(self, plan: Plan, ddr: dict[int, np.ndarray], lram: np.ndarray) -> dict[int, list[tuple]]:
+        """Runs the commands in program order on `ddr` and `lram`; returns, of each tensor of
+        `plan.untouched`, the elements the scatters wrote (numpy index tuples)."""
         cache = OperandCache()  # window matrices of inputs that several computes read
+        scattered: dict[int, list[tuple]] = {}
         with np.errstate(all="ignore"):  # inf/nan propagate as in IEEE f32 (DMAs only copy bytes)
-            self._run_steps(plan, ddr, lram, cache)
+            self._run_steps(plan, ddr, lram, cache, scattered)
+        return scattered
 
-    def _run_steps(self, plan: Plan, ddr: dict[int, np.ndarray], lram: np.ndarray, cache: OperandCache) -> None:
+    def _run_steps(self, plan: Plan, ddr: dict[int, np.ndarray], lram: np.ndarray, cache: OperandCache,
+                   scattered: dict[int, list[tuple]]) -> None:
         base = lram.__array_interface__["data"][0]
         for step, view in zip(plan.steps, self._views(plan, lram)):
             kind = step[0]
@@ -415,6 +434,11 @@ class Simulator:
                 self._zero_padding(lram, where)
                 np.copyto(view[0], _gathered_rows(plan.program, i, c, ddr[c.tensor], view[1]))
                 cache.written(base + where[0], base + where[0] + where[1])
+            elif kind == "scatter":
+                _, i, c, _, _, box = step
+                at = _scatter_into(plan.program, i, c, ddr[c.tensor], box, view[0], view[1])
+                if c.tensor in plan.untouched:
+                    scattered.setdefault(c.tensor, []).append(at)
             else:
                 _, i, c, ops, res = step
                 if all(o[0] != res[0] for o in ops):  # never clear an operand read in place
@@ -482,6 +506,27 @@ def _gathered_rows(p: Program, i: int, c: DmaIn, tensor: np.ndarray, indices: np
                              f"outside [0, {c.index_bound}) of tensor {c.tensor}")
     rest = tuple(slice(o, o + s) for o, s in zip(c.offsets[1:], c.sizes[1:]))
     return tensor[(idx + c.offsets[0], *rest)].reshape(c.sizes)
+
+
+def _scatter_into(p: Program, i: int, c: DmaOut, tensor: np.ndarray, box: tuple[slice, ...], data: np.ndarray,
+                  indices: np.ndarray) -> tuple:
+    """Runs scatter DmaOut `c` (command `i`): box position j along `c.index_dim` of `data` into
+    `tensor` at offsets[index_dim] + indices[j], in order (of equal indices the later position
+    stays). Returns the elements written (a numpy index tuple)."""
+    idx = indices.astype(np.int64)
+    bad = (idx < 0) | (idx >= c.index_bound)
+    if bad.any():
+        j = int(np.argmax(bad))
+        raise SimulatorError(f"{_who(p)}command {i} (DmaOut scatter): index {int(idx[j])} at position {j} is "
+                             f"outside [0, {c.index_bound}) of tensor {c.tensor}")
+    d = c.index_dim
+    if len(np.unique(idx)) < len(idx):  # the last position of each index
+        _, last = np.unique(idx[::-1], return_index=True)
+        keep = np.sort(len(idx) - 1 - last)
+        idx, data = idx[keep], np.take(data, keep, axis=d)
+    at = (*box[:d], idx + c.offsets[d], *box[d + 1:])
+    tensor[at] = data  # one advanced index: its axis stays at index_dim
+    return at
 
 
 def _read_windows(p: Program) -> dict[int, tuple[slice, ...]]:

@@ -31,19 +31,31 @@ FILE_IDENTIFIER = b"TORQ"
 #    an i64 tensor is written as version 3 (`blob_version`): every other blob stays
 #    readable by version 2 readers, byte for byte as before; a reader refuses a blob
 #    whose content its version does not have.
-FORMAT_VERSION = 3
+# 4: DmaOut's scatter form (index_buffer, index_dtype, index_bound, index_dim); a version 3
+#    reader would read a scatter as a plain box. Only a program with a scatter is written
+#    as version 4; every other blob is written as before (3 with a gather or an i64 tensor,
+#    else 2), byte for byte.
+FORMAT_VERSION = 4
 # Versions this reader parses: a version 1 blob is a version 2 blob without aliases, a
-# version 2 blob a version 3 blob without gathers.
-READABLE_VERSIONS = (1, 2, 3)
+# version 2 blob a version 3 blob without gathers, a version 3 blob a version 4 blob
+# without scatters.
+READABLE_VERSIONS = (1, 2, 3, 4)
 SCHEMA_PATH = Path(__file__).parent.parent / "schemas" / "torq_executable.fbs"
 
 HEADER_BYTES = 8  # root offset + file identifier
 
 
+# What each version from 3 on added, as a reader names it when a blob of an older version
+# holds it.
+VERSION_CONTENT = {3: "gather DMA or i64 tensor", 4: "scatter DMA"}
+
+
 def blob_version(p: Program) -> int:
     """The version a blob of `p` is written as: the oldest whose readers read it right."""
+    if any(isinstance(c, DmaOut) and c.scatters for c in p.commands):
+        return 4
     gathers = any(isinstance(c, DmaIn) and c.gathers for c in p.commands)
-    return FORMAT_VERSION if gathers or any(t.dtype == "i64" for t in p.tensors) else 2
+    return 3 if gathers or any(t.dtype == "i64" for t in p.tensors) else 2
 
 
 # --------------------------------------------------------------------------

@@ -26,12 +26,12 @@ from ..schemas.torq_fb.AttrKind import AttrKind
 from .format import (
     DTYPE_CODES,
     FILE_IDENTIFIER,
-    FORMAT_VERSION,
     HEADER_BYTES,
     HW_FIELDS,
     READABLE_VERSIONS,
     REF_KIND_CODES,
     TENSOR_KIND_CODES,
+    VERSION_CONTENT,
     CommandType,
     blob_version,
     check_hw_schema,
@@ -72,9 +72,10 @@ def parse_executable(blob: bytes | bytearray | memoryview, hw: TorqHw | None = N
         raise
     except (KeyError, IndexError, ValueError, TypeError, struct.error, UnicodeDecodeError) as e:
         raise ExecutableError(f"corrupted Torq executable: {type(e).__name__}: {e}") from None
-    if version < FORMAT_VERSION == blob_version(program):  # content its version does not have
-        raise ExecutableError(f"corrupted Torq executable: version {version} has no gather DMA or i64 tensor "
-                              f"(version {blob_version(program)})")
+    needed = blob_version(program)
+    if version < needed and needed in VERSION_CONTENT:  # content its version does not have
+        raise ExecutableError(f"corrupted Torq executable: version {version} has no {VERSION_CONTENT[needed]} "
+                              f"(version {needed})")
     validate_program(program, hw)
     return program
 
@@ -265,8 +266,13 @@ class _Reader:
                 dma.index_bound = table.scalar("index_bound")
             return dma
         if name == "DmaOut":
-            return DmaOut(table.scalar("buffer"), table.scalar("tensor"), table.scalars("offsets"),
-                          table.scalars("sizes"))
+            out = DmaOut(table.scalar("buffer"), table.scalar("tensor"), table.scalars("offsets"),
+                         table.scalars("sizes"), table.scalar("index_buffer"))
+            if out.scatters:
+                out.index_dtype = self.dtype(table.scalar("index_dtype"), f"command {i} indices")
+                out.index_bound = table.scalar("index_bound")
+                out.index_dim = table.scalar("index_dim")
+            return out
         return Compute(
             op=table.text("op"),
             operands=[self.operand(o, f"command {i} operand {j}")

@@ -233,6 +233,11 @@ class _Writer:
             fbDmaOut.AddTensor(b, c.tensor)
             fbDmaOut.AddOffsets(b, offsets)
             fbDmaOut.AddSizes(b, sizes)
+            if c.scatters:
+                fbDmaOut.AddIndexBuffer(b, c.index_buffer)
+                fbDmaOut.AddIndexDtype(b, DTYPE_CODES[c.index_dtype])
+                fbDmaOut.AddIndexBound(b, c.index_bound)
+                fbDmaOut.AddIndexDim(b, c.index_dim)
             body = fbDmaOut.End(b)
         elif isinstance(c, Compute):
             op = b.CreateString(c.op)

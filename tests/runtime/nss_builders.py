@@ -120,12 +120,17 @@ class ProgramBuilder:
         self.commands.append(DmaIn(tensor, offsets, sizes, buffer, *(indices or ())))
         return buffer
 
-    def dma_out(self, buffer: int, tensor: int, offsets=None, sizes=None) -> None:
+    def dma_out(self, buffer: int, tensor: int, offsets=None, sizes=None,
+                indices: tuple[int, str, int, int] | None = None) -> None:
+        """`buffer` into a box of `tensor`; `indices` = (index buffer, index dtype, index bound,
+        index dim) makes it a scatter."""
         t = self.tensors[tensor]
         offsets = tuple(offsets) if offsets is not None else (0,) * len(t.shape)
         sizes = tuple(sizes) if sizes is not None else t.shape
         self._use(buffer)
-        self.commands.append(DmaOut(buffer, tensor, offsets, sizes))
+        if indices is not None:
+            self._use(indices[0])
+        self.commands.append(DmaOut(buffer, tensor, offsets, sizes, *(indices or ())))
 
     def compute(
         self,

@@ -96,7 +96,35 @@ class DmaOut(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
         return o == 0
 
-def DmaOutStart(builder): builder.StartObject(4)
+    # DmaOut
+    def IndexBuffer(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return -1
+
+    # DmaOut
+    def IndexDtype(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, o + self._tab.Pos)
+        return 0
+
+    # DmaOut
+    def IndexBound(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return 0
+
+    # DmaOut
+    def IndexDim(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return 0
+
+def DmaOutStart(builder): builder.StartObject(8)
 def Start(builder):
     return DmaOutStart(builder)
 def DmaOutAddBuffer(builder, buffer): builder.PrependInt64Slot(0, buffer, 0)
@@ -117,6 +145,18 @@ def AddSizes(builder, sizes):
 def DmaOutStartSizesVector(builder, numElems): return builder.StartVector(8, numElems, 8)
 def StartSizesVector(builder, numElems):
     return DmaOutStartSizesVector(builder, numElems)
+def DmaOutAddIndexBuffer(builder, indexBuffer): builder.PrependInt64Slot(4, indexBuffer, -1)
+def AddIndexBuffer(builder, indexBuffer):
+    return DmaOutAddIndexBuffer(builder, indexBuffer)
+def DmaOutAddIndexDtype(builder, indexDtype): builder.PrependUint8Slot(5, indexDtype, 0)
+def AddIndexDtype(builder, indexDtype):
+    return DmaOutAddIndexDtype(builder, indexDtype)
+def DmaOutAddIndexBound(builder, indexBound): builder.PrependInt64Slot(6, indexBound, 0)
+def AddIndexBound(builder, indexBound):
+    return DmaOutAddIndexBound(builder, indexBound)
+def DmaOutAddIndexDim(builder, indexDim): builder.PrependInt64Slot(7, indexDim, 0)
+def AddIndexDim(builder, indexDim):
+    return DmaOutAddIndexDim(builder, indexDim)
 def DmaOutEnd(builder): return builder.EndObject()
 def End(builder):
     return DmaOutEnd(builder)
