@@ -32,6 +32,18 @@ class Box:
         return any(st != 1 for st, sz in zip(self.strides, self.sizes) if sz > 1)
 
 
+def argument_index(dispatch: ir.Operation, i: int) -> int:
+    """The operand index of argument `i` of a `flow.dispatch.workgroups` (its operands start
+    with the workload, which a dispatch of static shapes has not: an index operand's has)."""
+    return ir.DenseI32ArrayAttr(dispatch.attributes["operandSegmentSizes"])[0] + i
+
+
+def dispatch_arguments(dispatch: ir.Operation) -> list[ir.Value]:
+    """The arguments of a `flow.dispatch.workgroups`, without its workload."""
+    sizes = ir.DenseI32ArrayAttr(dispatch.attributes["operandSegmentSizes"])
+    return list(dispatch.operands)[sizes[0]:sizes[0] + sizes[1]]
+
+
 def static_box(op: ir.Operation) -> Box | None:
     """The static box a `dispatch.tensor.load` / `store` reads or writes, or None if dynamic."""
     try:

@@ -10,7 +10,12 @@ torq-mark-in-place-updates then decides that the NPU writes it in place into
 the read-write operand, which the call passes as an extra input
 (torq-build-nss-program makes the output an alias of it). A result whose box
 the host must still insert (one with a host tail) keeps `result_updates` for
-the target's host copy. A load of a static box of an input that is only stored becomes a
+the target's host copy. A copy of an input into a box of a read-write operand
+at one runtime offset (compiler/torch_index_put.py's slice update: IREE passes
+the offset as an index operand) is such a result too: the index operand becomes
+a `tensor<1xi32>` argument (`ExtractedDispatch.index_operands`; the call passes
+the offset in one) named in the result's update entry, whose DMA-out scatters
+the box at that offset (torq-build-nss-program). A load of a static box of an input that is only stored becomes a
 `tensor.extract_slice` (a DMA box: the dispatch is a copy). Any other load
 of a static box of an input (IREE slices the query, key and value of an
 attention out of one tensor this way) becomes a *box read* of the whole
@@ -60,12 +65,13 @@ from .box_reads import (
     box_map,
     box_read_generic,
     check_strided_readers,
+    dispatch_arguments,
     fold_strided_box_read,
     generic_can_read,
     static_box,
 )
 from .f32_chain import host_float_semantics
-from .ir_utils import CompileError, block_ops, static_shape, walk_ops
+from .ir_utils import CompileError, block_ops, int_array, static_shape, walk_ops
 from .passes import decompose_attention, lower_requantization, mark_in_place_updates
 from .passes.lower_requantization import CONSTANT_ARG, HOST_FMA
 from .passes.mark_in_place_updates import RESULT_UPDATES
@@ -104,6 +110,9 @@ class ExtractedDispatch:
     in_place: list[int] = field(default_factory=list)
     # One summary per float requantization compiled to an integer rescale.
     requant: list[RequantSummary] = field(default_factory=list)
+    # Dispatch operands that are an index (the runtime offset of an updated box): the call
+    # passes each as a tensor<1xi32>.
+    index_operands: list[int] = field(default_factory=list)
 
     def apply_reports(self, reports: dict) -> None:
         """Take over what the dispatch pipeline's passes reported (`pipeline.run_passes`).
@@ -144,7 +153,8 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
     `RESULT_UPDATES` for the results that update a box of a read-write operand.
     """
     block = dispatch.regions[0].blocks[0]
-    n_operands = len(dispatch.operands)
+    arguments = dispatch_arguments(dispatch)
+    n_operands = len(arguments)
     tied = _tied_operands(dispatch)
     # Block argument of each dispatch result.
     result_args, k = [], n_operands
@@ -156,13 +166,16 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
             k += 1
     kinds = []
     for arg in block.arguments:
+        if str(arg.type) == "index":  # a runtime offset: the call passes it as a tensor
+            kinds.append(("index", ir.RankedTensorType.get([1], ir.IntegerType.get_signless(32))))
+            continue
         if not str(arg.type).startswith("!iree_tensor_ext.dispatch.tensor"):
             raise Unsupported(f"dispatch takes a non-tensor operand ({arg.type})")
         access, t = binding_tensor(arg.type)
         if static_shape(t) is None:
             raise Unsupported("dispatch has dynamic shapes")
         kinds.append((access, t))
-    input_args = [i for i in range(n_operands) if kinds[i][0] == "readonly"]
+    input_args = [i for i in range(n_operands) if kinds[i][0] in ("readonly", "index")]
     out_types = []
     for r, a in zip(dispatch.results, result_args):
         if kinds[a][0] == "readwrite":
@@ -174,7 +187,7 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
             out_types.append(kinds[a][1])
     in_pos = {a: n for n, a in enumerate(input_args)}
     out_pos = {a: n for n, a in enumerate(result_args)}
-    updates, update_sizes = _check_loads_and_stores(block, kinds, in_pos, out_pos)
+    updates, update_sizes, runtime_offsets = _check_loads_and_stores(block, kinds, in_pos, out_pos)
     for op in block_ops(block):
         if op.name == decompose_attention.ATTENTION:
             reason = decompose_attention.unsupported_reason(op)
@@ -194,7 +207,11 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
     fblock = func.regions[0].blocks.append(*[kinds[i][1] for i in input_args])
     clone = dispatch.clone()
     results: list[ir.Value | None] = [None] * len(result_args)
+    ordinals = []  # their only users, the stores, go first
     for op in block_ops(clone.regions[0].blocks[0]):
+        if op.name == ORDINAL:
+            ordinals.append(op)
+            continue
         if op.name == "iree_tensor_ext.dispatch.tensor.load":
             arg = fblock.arguments[in_pos[op.operands[0].arg_number]]
             box = static_box(op)
@@ -214,26 +231,36 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
             _append(op, fblock)
     with ir.InsertionPoint(fblock), dispatch.location:
         ir.Operation.create("func.return", operands=results)
+    for op in ordinals:
+        op.erase()
     clone.erase()
-    _record_result_updates(func, updates, [kinds[t][1] if t >= 0 else None for t, _ in updates], update_sizes)
+    _record_result_updates(func, updates, [kinds[t][1] if t >= 0 else None for t, _ in updates], update_sizes,
+                           runtime_offsets)
     if facts is not None:
-        _record_flow_facts(func, [dispatch.operands[i] for i in input_args], facts)
-    return ExtractedDispatch(func, name, input_args, updates, update_sizes)
+        _record_flow_facts(func, [arguments[i] for i in input_args], facts)
+    return ExtractedDispatch(func, name, input_args, updates, update_sizes,
+                             index_operands=[i for i in input_args if kinds[i][0] == "index"])
 
 
-def _record_result_updates(func: ir.Operation, updates, dest_types, sizes) -> None:
-    entries = [_update_entry(k, dest, offsets, size)
+def _record_result_updates(func: ir.Operation, updates, dest_types, sizes, runtime_offsets) -> None:
+    entries = [_update_entry(k, dest, offsets, size, runtime_offsets[k])
                for k, ((tied, offsets), dest, size) in enumerate(zip(updates, dest_types, sizes)) if tied >= 0]
     if entries:
         func.attributes[RESULT_UPDATES] = ir.ArrayAttr.get(entries)
 
 
-def _update_entry(k: int, dest: ir.Type, offsets: list[int], sizes: list[int]) -> ir.Attribute:
-    return ir.DictAttr.get({
-        "result": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), k),
-        "shape": ir.DenseI64ArrayAttr.get(list(static_shape(dest))),
-        "offsets": ir.DenseI64ArrayAttr.get(list(offsets)),
-        "sizes": ir.DenseI64ArrayAttr.get(list(sizes))})
+def _update_entry(k: int, dest: ir.Type, offsets: list[int], sizes: list[int],
+                  runtime_offset: tuple[int, int] | None) -> ir.Attribute:
+    i64 = ir.IntegerType.get_signless(64)
+    entry = {"result": ir.IntegerAttr.get(i64, k),
+             "shape": ir.DenseI64ArrayAttr.get(list(static_shape(dest))),
+             "offsets": ir.DenseI64ArrayAttr.get(list(offsets)),
+             "sizes": ir.DenseI64ArrayAttr.get(list(sizes))}
+    if runtime_offset is not None:
+        dim, arg = runtime_offset
+        entry |= {mark_in_place_updates.INDEX_DIM: ir.IntegerAttr.get(i64, dim),
+                  mark_in_place_updates.INDEX_INPUT: ir.IntegerAttr.get(i64, arg)}
+    return ir.DictAttr.get(entry)
 
 
 def _record_flow_facts(func: ir.Operation, operands: list[ir.Value], facts: "FlowModuleFacts") -> None:
@@ -252,6 +279,8 @@ def _record_flow_facts(func: ir.Operation, operands: list[ir.Value], facts: "Flo
 
 
 STORE = "iree_tensor_ext.dispatch.tensor.store"
+LOAD = "iree_tensor_ext.dispatch.tensor.load"
+ORDINAL = "iree_tensor_ext.dispatch.workload.ordinal"
 
 
 def _replace_box_load(load: ir.Operation, arg: ir.Value, box: "Box", block: ir.Block) -> None:
@@ -327,6 +356,7 @@ def _check_loads_and_stores(block: ir.Block, kinds, in_pos: dict, out_pos: dict)
     """
     updates: list[tuple[int, list[int] | None]] = [(-1, None)] * len(out_pos)
     sizes: list[list[int] | None] = [None] * len(out_pos)
+    runtime_offsets: list[tuple[int, int] | None] = [None] * len(out_pos)
     stored = set()
     for op in block_ops(block):
         if op.name == "iree_tensor_ext.dispatch.tensor.load":
@@ -353,15 +383,58 @@ def _check_loads_and_stores(block: ir.Block, kinds, in_pos: dict, out_pos: dict)
             stored.add(pos)
             if kinds[pos][0] == "readwrite":
                 box = static_box(op)
-                if box is None or box.strided:
-                    raise Unsupported("dispatch updates a strided or dynamic box")
+                if box is None:
+                    box, runtime_offsets[out_pos[pos]] = _runtime_offset_box(op, in_pos)
+                if box.strided:
+                    raise Unsupported("dispatch updates a strided box")
                 updates[out_pos[pos]] = (pos, box.offsets)
                 sizes[out_pos[pos]] = box.sizes
             elif not _is_full(op, static_shape(op.operands[0].type)):
                 raise Unsupported("dispatch stores part of an output")
     if len(stored) != len(out_pos):
         raise Unsupported("dispatch output never stored")
-    return updates, sizes
+    _check_index_operands(block, kinds)
+    return updates, sizes, runtime_offsets
+
+
+def _runtime_offset_box(store: ir.Operation, in_pos: dict) -> tuple[Box, tuple[int, int]]:
+    """A store of a box at one runtime offset (compiler/torch_index_put.py's slice update):
+    the box with 0 at that offset, and (its dim, the function argument of the index operand
+    that gives it). Refuses (Unsupported) any other dynamic store."""
+    why = "dispatch updates a box at runtime offsets other than one position of a copied input"
+    try:
+        offsets, sizes, strides = (int_array(store.attributes[k])
+                                   for k in ("static_offsets", "static_sizes", "static_strides"))
+    except KeyError:
+        raise Unsupported(why) from None
+    dynamic = [d for d, o in enumerate(offsets) if o < 0]
+    value = store.operands[0]
+    copies_an_input = not isinstance(value.owner, ir.Block) and value.owner.name == LOAD
+    if len(dynamic) != 1 or len(store.operands) != 3 or any(s < 0 for s in sizes + strides) \
+            or sizes[dynamic[0]] != 1 or not copies_an_input:
+        raise Unsupported(why)
+    offset = store.operands[2]
+    if isinstance(offset.owner, ir.Block) or offset.owner.name != ORDINAL:
+        raise Unsupported(why)
+    arg = offset.owner.operands[0]
+    dim = dynamic[0]
+    offsets[dim] = 0
+    return Box(offsets, sizes, strides), (dim, in_pos[arg.arg_number])
+
+
+def _check_index_operands(block: ir.Block, kinds) -> None:
+    """An index operand may only give the runtime offset of a stored box (through a workload
+    ordinal): the NPU program has no other use for a scalar."""
+    for arg, (kind, _) in zip(block.arguments, kinds):
+        if kind != "index":
+            continue
+        for use in arg.uses:
+            ordinal = use.owner
+            if isinstance(ordinal, ir.Block) or ordinal.name != ORDINAL \
+                    or any(isinstance(u.owner, ir.Block) or u.owner.name != STORE or u.operand_number < 2
+                           for u in ordinal.results[0].uses):
+                raise Unsupported("dispatch computes with an index operand (only the runtime offset of an "
+                                  "updated box can be one)")
 
 
 def _append(op: ir.Operation, block: ir.Block) -> None:

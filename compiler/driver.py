@@ -28,6 +28,7 @@ from .ir_utils import CompileError
 from .passes import PassOptions
 from .pipeline import TORQ_PHASES
 from .target import TargetReport, TorqTarget
+from .torch_index_put import rewrite_indexed_rows
 from .torch_qdq import rewrite_uint8_activations
 
 PHASES = ["input", "abi", "preprocessing", "global-optimization", "dispatch-creation", "flow",
@@ -318,12 +319,20 @@ def compile_source(source: str | bytes, options: CompileOptions, source_name: st
     raise error
 
 
-def _rewrite_torch_qdq(session: Session, inv):
-    """A fresh invocation holding the input after compiler/torch_qdq.py's exact rewrites (PT2E's
-    uint8 activations as int8): exporting the module takes it from `inv`."""
+def _rewrite_torch_input(session: Session, inv, data: bytes):
+    """A fresh invocation holding the input after the exact torch-level rewrites that apply:
+    compiler/torch_qdq.py's (PT2E's uint8 activations as int8) and compiler/torch_index_put.py's
+    (a row written at a runtime position as a slice update); `inv` itself when none does.
+    Exporting the module takes it from `inv`."""
+    qdq, index_put = b"quantized_decomposed" in data, b"index_put" in data
+    if not (qdq or index_put):  # no other input pays for an export
+        return inv
     module_op = inv.export_module()
     with module_op.context, ir.Location.unknown():
-        rewrite_uint8_activations(module_op)
+        if qdq:
+            rewrite_uint8_activations(module_op)
+        if index_put:
+            rewrite_indexed_rows(module_op)
     inv = _invocation(session)
     inv.import_module(module_op)
     return inv
@@ -403,8 +412,7 @@ def _parsed_input(session: Session, data: bytes, source_name: str, options: Comp
     if not inv.parse_source(Source.wrap_buffer(session, data, buffer_name=source_name)):
         raise _iree_failure(source_name, "failed to parse the input", inv)
     if options.torq:
-        if b"quantized_decomposed" in data:  # PT2E input: no other input pays for an export
-            inv = _rewrite_torch_qdq(session, inv)
+        inv = _rewrite_torch_input(session, inv, data)
         # input signatures into iree.reflection, for the runtime's input checks
         from .signature import attach_to_invocation
         inv = attach_to_invocation(inv)

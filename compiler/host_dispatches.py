@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from iree.compiler import ir
 from iree.compiler.dialects import arith, flow, iree_tensor_ext
 
-from .box_reads import Box, binding_tensor, static_box
+from .box_reads import Box, argument_index, binding_tensor, static_box
 from .ir_utils import block_ops, int_array, region_ops, static_shape, walk_ops
 from .requant_tail import HostTail
 
@@ -192,7 +192,7 @@ def _pad_value(pad: ir.Operation) -> ir.Attribute | None:
 
 def _hoist_pad(dispatch: ir.Operation, plan: _PadHoist) -> None:
     box = static_box(plan.load)
-    source = dispatch.operands[plan.operand]
+    source = dispatch.operands[argument_index(dispatch, plan.operand)]
     if plan.whole:
         elt = ir.RankedTensorType(source.type).element_type
         shape = [d + lo + hi for d, lo, hi in zip(static_shape(source.type), plan.low, plan.high)]
@@ -205,7 +205,7 @@ def _hoist_pad(dispatch: ir.Operation, plan: _PadHoist) -> None:
             padded = box_copy_dispatch(source, splat, plan.low)
         else:
             padded = box_copy_dispatch(source, splat, plan.low, box, plan.load.results[0].type)
-    dispatch.operands[plan.operand] = padded
+    dispatch.operands[argument_index(dispatch, plan.operand)] = padded
     plan.binding.set_type(ir.Type.parse(f"!iree_tensor_ext.dispatch.tensor<readonly:{padded_type}>"))
     readers = [u.owner for u in plan.binding.uses]  # the loads, before the new one
     if plan.whole:  # the loaded box grown by the padding (it starts at 0 on padded dims)

@@ -50,15 +50,15 @@ def write_copy(b: "NssBuilder", v: ir.Value, out: int, at: tuple[int, ...] | Non
     interior = tuple(sizes) if fill is not None else shape
     if [d for d in sizes if d != 1] != [d for d in interior if d != 1]:
         raise CompileError(f"result {v.get_name()}: copies a box of {tuple(sizes)} into {interior}")
-    hw = b.options.hw
-    budget, a = hw.available_lram_bytes, hw.lram_alignment
+    base, budget = b.copy_room()
+    a = b.options.hw.lram_alignment
     fill_bytes = 0
     border = _border(shape, place, interior) if fill is not None else []
     if border:
         need = max(math.prod(s) for _, s in border) * esize
         fill_bytes = align(min(need, budget // 4), a)
         n_fill = min(need, budget // 4) // esize
-        buf = b.copy_buffer(0, n_fill * esize)
+        buf = b.copy_buffer(base, n_fill * esize)
         tile = b.start_tile(COPY_BODY)
         steps = [EpilogueStep("add", [Ref("const", const=float(fill)), Ref("const", const=0.0)])]
         b.commands.append(Compute("elementwise", [], Operand(buf, (n_fill,), dtype), {}, Epilogue(steps),
@@ -74,7 +74,7 @@ def write_copy(b: "NssBuilder", v: ir.Value, out: int, at: tuple[int, ...] | Non
     for k, chunk in enumerate(chunk_boxes(squeezed, max(1, per_buffer // esize))):
         src_off, src_sizes = expand_box(chunk, tuple(sizes))
         dst_off, dst_sizes = expand_box(chunk, interior)
-        buf = b.copy_buffer(fill_bytes + (k % 2) * per_buffer, math.prod(src_sizes) * esize)
+        buf = b.copy_buffer(base + fill_bytes + (k % 2) * per_buffer, math.prod(src_sizes) * esize)
         b.start_tile(COPY_BODY)
         b.commands.append(DmaIn(tensor, tuple(o + c for o, c in zip(off, src_off)), src_sizes, buf))
         b.use(buf)

@@ -38,8 +38,8 @@ def write_gather(b: "NssBuilder", g: RowGather, out: int) -> None:
     isize, esize = DTYPE_BYTES[index_dtype], DTYPE_BYTES[dtype]
     idx_shape = static_shape(g.indices.type)
     row_shape = tuple(tsizes[1:])
-    hw = b.options.hw
-    budget, a = hw.available_lram_bytes, hw.lram_alignment
+    start, budget = b.copy_room()
+    a = b.options.hw.lram_alignment
     n, row = math.prod(idx_shape), math.prod(row_shape)
     whole = align(n * isize, a) + n * row * esize <= budget
     pair = budget if whole else budget // 2 // a * a  # bytes of one (indices, rows) buffer pair
@@ -53,7 +53,7 @@ def write_gather(b: "NssBuilder", g: RowGather, out: int) -> None:
         dst_off, dst_sizes = expand_box(chunk, idx_shape)
         count = math.prod(src_sizes)
         for r_off, r_sizes in row_chunks:
-            base = (k % 2) * pair
+            base = start + (k % 2) * pair
             ibuf = b.copy_buffer(base, count * isize)
             b.start_tile(COPY_BODY)
             rbuf = _gather_dmas(b, (itensor, tuple(o + c for o, c in zip(ioff, src_off)), src_sizes, index_dtype),

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from iree.compiler import ir
+from iree.compiler.dialects import arith, flow
 
 from torq.contract import dispatch_records
 from torq.contract.executable import parse_executable
@@ -43,6 +44,7 @@ from torq.contract.measures import program_traffic
 from torq.contract.module_abi import MODULE_NAME, export_name
 
 from . import dispatch_check
+from .box_reads import dispatch_arguments
 from .dispatch_check import export_view, import_view
 from .dispatch_compile import (
     Compiled,
@@ -149,7 +151,9 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
                 "alignment": ir.IntegerAttr.get(ir.IndexType.get(), 64)})
         # The inputs, then the read-write operands of the results updated in place.
         passed = ex.input_operands + [ex.result_updates[k][0] for k in ex.in_place]
-        views = [export_view(dispatch.operands[i]) for i in passed]
+        arguments = dispatch_arguments(dispatch)
+        views = [export_view(_index_tensor(arguments[i]) if i in ex.index_operands else arguments[i])
+                 for i in passed]
         call = ir.Operation.create("util.call", results=[bv] * len(dispatch.results),
                                    operands=[exe.result] + views,
                                    attributes={"callee": ir.FlatSymbolRefAttr.get(callee)})
@@ -164,12 +168,20 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
             if copy is not None and tied < 0:
                 value = dispatch_check.checked(exe.result, k, value, copy.results[k])
             if tied >= 0 and k not in ex.in_place:  # the host writes the finished box into the operand
-                value = box_copy_dispatch(value, dispatch.operands[tied], offsets,
+                value = box_copy_dispatch(value, arguments[tied], offsets,
                                           dest_sizes=ex.result_update_sizes[k])
             r.replace_all_uses_with(value)
     dispatch.erase()
     if copy is not None:
         _hoist_pads_for_host(copy)
+
+
+def _index_tensor(index: ir.Value) -> ir.Value:
+    """An index operand of a dispatch (a runtime offset) as the tensor<1xi32> the call passes
+    (dispatch_extraction): a one-element fill, which IREE runs as a transfer, no dispatch."""
+    i32 = ir.IntegerType.get_signless(32)
+    value = arith.IndexCastOp(i32, index).result
+    return flow.TensorSplatOp(ir.RankedTensorType.get([1], i32), value, []).result
 
 
 def _tiling_record(name: str, blob: bytes, options: PassOptions, roots: list[dict]) -> dict:

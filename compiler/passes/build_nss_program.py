@@ -83,6 +83,7 @@ from iree.compiler import ir
 from torq.contract.measures import measure_lram_peak
 from torq.contract.ops import OPS, RESULT
 from torq.contract.program import (
+    DTYPE_BYTES,
     Compute,
     DmaIn,
     DmaOut,
@@ -93,6 +94,7 @@ from torq.contract.program import (
 )
 
 from ..ir_utils import CompileError, element_type, int_array, mlir_dtype, record_attr, static_shape
+from ..lram_allocator import align
 from ..nss_compute_facts import ComputeFacts
 from ..nss_copies import COPY_BODY, is_copy, write_copy
 from ..nss_gathers import gather_operand, write_gather
@@ -104,7 +106,7 @@ from ..slice_distribution import distribute, parse_distribution
 from ..tile_schedule import enclosing_loops, is_reduction_loop, is_torq_hl
 from ..vector_layout import padded_value_nbytes, padded_work, role_layout, string_attrs
 from . import PassOptions
-from .mark_in_place_updates import IN_PLACE_RESULTS
+from .mark_in_place_updates import IN_PLACE_RESULTS, INDEX_DIM, INDEX_INPUT
 
 NAME = "torq-build-nss-program"
 
@@ -165,6 +167,8 @@ class NssBuilder(DdrViews):
         # In-place results: output k aliases an extra input (the read-write operand); its
         # DMA boxes are placed into that operand's box (`place_in_place_boxes`).
         self.placement: dict[int, tuple[list[int], list[int], tuple[int, ...]]] = {}
+        # In-place outputs whose box is at a runtime offset: (dim, the input holding it).
+        self.scattered: dict[int, tuple[int, int]] = {}
         if IN_PLACE_RESULTS in func.attributes:
             for j, entry in enumerate(ir.ArrayAttr(func.attributes[IN_PLACE_RESULTS])):
                 entry = ir.DictAttr(entry)
@@ -177,6 +181,13 @@ class NssBuilder(DdrViews):
                 out.shape, out.aliases = shape, dest.arg_index
                 self.placement[out.index] = (int_array(entry["offsets"]), int_array(entry["sizes"]),
                                              static_shape(ret.operands[k].type))
+                if INDEX_DIM in entry:
+                    if not is_copy(ret.operands[k]):
+                        raise CompileError(f"{func.attributes['sym_name']}: result {k} is written at a runtime "
+                                           "offset but is no copy of an input")
+                    arg = block.arguments[ir.IntegerAttr(entry[INDEX_INPUT]).value]
+                    self.scattered[out.index] = (ir.IntegerAttr(entry[INDEX_DIM]).value, self.tensor_of[arg])
+        self.copy_base = 0  # LRAM bytes before the copies' buffers (`copy_room`)
 
     def _assembled_parts(self, v: ir.Value, out: int) -> None:
         """The parts of an assembled result (`patterns.assembled_parts`) that are copies are
@@ -441,6 +452,38 @@ class NssBuilder(DdrViews):
         self.buffers.append(LramBuffer(idx, offset, size, n, n))
         return idx
 
+    def copy_room(self) -> tuple[int, int]:
+        """(first byte, bytes) of LRAM the copies' buffers may take: what scatter indices leave."""
+        return self.copy_base, self.options.hw.available_lram_bytes - self.copy_base
+
+    def load_scatter_indices(self) -> dict[int, int]:
+        """DMA-ins of the runtime offset of each in-place output at one (`scattered`) into the
+        start of the copies' LRAM, before them (as part of their first tile); returns
+        {output: its index buffer}."""
+        loaded = {}
+        for out, (_, itensor) in self.scattered.items():
+            dtype = self.tensors[itensor].dtype
+            buf = self.copy_buffer(self.copy_base, DTYPE_BYTES[dtype])
+            self.copy_base += align(DTYPE_BYTES[dtype], self.options.hw.lram_alignment)
+            self.commands.append(DmaIn(itensor, (0,), (1,), buf))
+            loaded[out] = buf
+        return loaded
+
+    def scatter_in_place_boxes(self, index_buffers: dict[int, int]) -> None:
+        """Each DMA-out of an in-place output at a runtime offset (placed, `place_in_place_boxes`)
+        becomes a scatter of its box at that offset, reading the offset from its index buffer."""
+        for i, c in enumerate(self.commands):
+            if isinstance(c, Compute) or c.tensor not in self.scattered:
+                continue
+            if isinstance(c, DmaIn):
+                raise CompileError("an output written at a runtime offset is read back")
+            dim, itensor = self.scattered[c.tensor]
+            offsets, sizes, _ = self.placement[c.tensor]
+            c.index_buffer, c.index_dtype, c.index_dim = index_buffers[c.tensor], self.tensors[itensor].dtype, dim
+            c.index_bound = self.tensors[c.tensor].shape[dim] - offsets[dim]
+            buf = self.buffers[c.index_buffer]
+            buf.live_end = max(buf.live_end, i)
+
     def place_in_place_boxes(self) -> None:
         """Moves every DMA box of an in-place output into the result's box of the operand
         (result dims -> operand dims: the dims the result drops are unit dims of the box)."""
@@ -505,6 +548,7 @@ def build_program(func: ir.Operation, options: PassOptions) -> tuple[Program, di
     b = NssBuilder(func, options)
     b.run_block(func.regions[0].blocks[0])
     first_copy_buffer = len(b.buffers)
+    index_buffers = b.load_scatter_indices()
     for v, out, at in b.copies:
         gather = row_gather(v.owner) if not isinstance(v.owner, ir.Block) else None
         if gather is not None:
@@ -514,6 +558,7 @@ def build_program(func: ir.Operation, options: PassOptions) -> tuple[Program, di
         else:
             write_copy(b, v, out, at)
     b.place_in_place_boxes()
+    b.scatter_in_place_boxes(index_buffers)
     try:
         dist = parse_distribution(options.slice_distribution)
     except ValueError as e:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
+from ..ir_utils import CompileError
 from . import PassOptions
 from .lower_requantization import HOST_TAIL_RESULTS
 
@@ -28,7 +29,12 @@ RESULT_UPDATES = "torq.result_updates"
 # dict per such result in call order: {"result": index, "shape": the operand's
 # shape, "offsets" and "sizes": the box the result fills in it (per operand dim;
 # the result may drop unit dims of the box, matched from the left as in `box_map`)}.
+# A box at a runtime offset along one dim also has INDEX_DIM (that dim; its entry in
+# "offsets" is 0, its size 1) and INDEX_INPUT (the function argument, a tensor<1xi32>,
+# holding the offset).
 IN_PLACE_RESULTS = "torq.in_place_results"
+INDEX_DIM = "index_dim"
+INDEX_INPUT = "index_input"
 
 
 def mark_function(func: ir.Operation) -> list[int]:
@@ -40,6 +46,9 @@ def mark_function(func: ir.Operation) -> list[int]:
         return []
     entries = [ir.DictAttr(e) for e in ir.ArrayAttr(func.attributes[RESULT_UPDATES])]
     kept = [e for e in entries if ir.IntegerAttr(e["result"]).value not in host]
+    if any(INDEX_DIM in e for e in entries if e not in kept):
+        raise CompileError(f"{ir.StringAttr(func.attributes['sym_name']).value}: a result written at a runtime "
+                           "offset has a host tail: the host cannot insert it")
     del func.attributes[RESULT_UPDATES]
     if kept:
         func.attributes[IN_PLACE_RESULTS] = ir.ArrayAttr.get(kept)

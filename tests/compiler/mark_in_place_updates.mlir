@@ -23,3 +23,14 @@ func.func @two_updates(%a: tensor<4x4xi8>, %b: tensor<4x4xi8>) -> (tensor<4x4xi8
 func.func @no_update(%a: tensor<4x4xi8>) -> tensor<4x4xi8> attributes {torq.dispatch} {
   return %a : tensor<4x4xi8>
 }
+
+// An update at a runtime offset (index_dim, index_input: dispatch extraction's
+// index operand) is marked like any other, its entry kept whole.
+// CHECK-LABEL: func.func @row_at_position(
+// CHECK-SAME: torq.in_place_results = [{index_dim = 2 : i64, index_input = 1 : i64, offsets = array<i64: 0, 0, 0, 0>, result = 0 : i64, shape = array<i64: 2, 3, 16, 8>, sizes = array<i64: 2, 3, 1, 8>}]
+func.func @row_at_position(%k: tensor<2x3x8xbf16>, %position: tensor<1xi32>) -> tensor<2x3x8xbf16> attributes {
+    torq.dispatch,
+    torq.result_updates = [{index_dim = 2 : i64, index_input = 1 : i64, offsets = array<i64: 0, 0, 0, 0>,
+                            result = 0 : i64, shape = array<i64: 2, 3, 16, 8>, sizes = array<i64: 2, 3, 1, 8>}]} {
+  return %k : tensor<2x3x8xbf16>
+}

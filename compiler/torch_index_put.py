@@ -1,0 +1,130 @@
+"""A row written at a runtime position (`cache[:, :, pos] = k`) as a slice update, before IREE.
+
+torch exports `index_copy(dim, pos, k)` and `x[:, :, pos] = k` as
+`torch.aten.index_put(x, [None, None, pos], k, accumulate=false)`. torch-mlir
+lowers that to a scatter of every element, with i64 index grids built by
+their own dispatches (a KV cache write became 8 host dispatches and a scatter
+that reads the cache it updates). With one index tensor of one element, the
+op is exactly a slice update at that position:
+
+    slice_scatter(x, k, dim, p', p' + 1)   with p' = p + S * (p < 0)
+
+(torch wraps a negative index once; S = x.shape[dim]), after
+`torch.runtime.assert` that p' is in [0, S): torch raises an IndexError for
+any other p, and the compiled module fails the call with the assert's message
+instead of writing outside the tensor. IREE makes the update a dispatch that
+stores k at a runtime offset of the read-write operand, which the Torq target
+runs on the NPU as a DMA scatter (compiler/passes/mark_in_place_updates.py).
+
+Only this form is rewritten: `accumulate` false, exactly one index tensor,
+of shape [1] and an integer dtype, static shapes, and `values` of x's shape
+with dim `dim` of extent 1 (no broadcast). Anything else is left to
+torch-mlir.
+"""
+
+from __future__ import annotations
+
+from iree.compiler import ir
+
+from .ir_utils import location_str, walk_ops
+
+INDEX_PUT_OPS = ("torch.aten.index_put", "torch.aten.index_put.hacked_twin", "torch.aten._unsafe_index_put")
+
+
+def _shape_and_dtype(t: ir.Type) -> tuple[list[int], str] | None:
+    """([extents], dtype) of a static `!torch.vtensor<[...],dt>`, else None."""
+    s = str(t)
+    if not s.startswith("!torch.vtensor<[") or "?" in s:
+        return None
+    dims, _, dtype = s[len("!torch.vtensor<["):-1].partition("],")
+    try:
+        return [int(d) for d in dims.split(",") if d], dtype
+    except ValueError:
+        return None
+
+
+def _owner_name(v: ir.Value) -> str:
+    return "" if isinstance(v.owner, ir.Block) else v.owner.name
+
+
+def _bool_constant(v: ir.Value) -> bool | None:
+    if _owner_name(v) != "torch.constant.bool":
+        return None
+    return ir.BoolAttr(v.owner.attributes["value"]).value
+
+
+def indexed_row(op: ir.Operation) -> tuple[int, ir.Value] | None:
+    """(dim, index tensor) when `op` is an index_put the module docstring rewrites, else None."""
+    if op.name not in INDEX_PUT_OPS or _bool_constant(op.operands[3]) is not False:
+        return None
+    x, indices, values = op.operands[0], op.operands[1], op.operands[2]
+    if _owner_name(indices) != "torch.prim.ListConstruct":
+        return None
+    tensors = [(d, v) for d, v in enumerate(indices.owner.operands) if _owner_name(v) != "torch.constant.none"]
+    xs, vs = _shape_and_dtype(x.type), _shape_and_dtype(values.type)
+    if len(tensors) != 1 or xs is None or vs is None or xs[1] != vs[1]:
+        return None
+    dim, index = tensors[0]
+    idx = _shape_and_dtype(index.type)
+    if idx is None or idx[0] != [1] or idx[1] not in ("si64", "si32") or dim >= len(xs[0]):
+        return None
+    if vs[0] != [1 if d == dim else e for d, e in enumerate(xs[0])] or str(op.results[0].type) != str(x.type):
+        return None
+    return dim, index
+
+
+class _Builder:
+    """Creates torch ops before one op."""
+
+    def __init__(self, before: ir.Operation):
+        self.ip = ir.InsertionPoint(before)
+        self.loc = before.location
+        self.int_t = ir.Type.parse("!torch.int")
+        self.bool_t = ir.Type.parse("!torch.bool")
+
+    def op(self, name: str, operands: list, result: ir.Type, attributes: dict | None = None) -> ir.Value:
+        return ir.Operation.create(name, results=[result], operands=operands, attributes=attributes or {},
+                                   loc=self.loc, ip=self.ip).results[0]
+
+    def int(self, value: int) -> ir.Value:
+        return self.op("torch.constant.int", [], self.int_t,
+                       {"value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)})
+
+    def int_op(self, name: str, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.op(name, [a, b], self.int_t)
+
+    def bool_op(self, name: str, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.op(name, [a, b], self.bool_t)
+
+
+def _rewrite(op: ir.Operation, dim: int, index: ir.Value) -> None:
+    x, values = op.operands[0], op.operands[2]
+    extent = _shape_and_dtype(x.type)[0][dim]
+    b = _Builder(op)
+    zero, one, size = b.int(0), b.int(1), b.int(extent)
+    scalar_t = ir.Type.parse(f"!torch.vtensor<[],{_shape_and_dtype(index.type)[1]}>")
+    p = b.op("torch.aten.item", [b.op("torch.aten.select.int", [index, zero, zero], scalar_t)], b.int_t)
+    negative = b.op("torch.aten.Int.bool", [b.bool_op("torch.aten.lt.int", p, zero)], b.int_t)
+    p = b.int_op("torch.aten.add.int", p, b.int_op("torch.aten.mul.int", negative, size))
+    in_range = b.bool_op("torch.aten.__and__.bool", b.bool_op("torch.aten.ge.int", p, zero),
+                         b.bool_op("torch.aten.lt.int", p, size))
+    where = location_str(op)
+    message = (f"{where + ': ' if where else ''}the position along dim {dim} of an index_put / index_copy is outside "
+               f"[-{extent}, {extent})")
+    ir.Operation.create("torch.runtime.assert", operands=[in_range],
+                        attributes={"message": ir.StringAttr.get(message)}, loc=b.loc, ip=b.ip)
+    end = b.int_op("torch.aten.add.int", p, one)
+    update = b.op("torch.aten.slice_scatter", [x, values, b.int(dim), p, end, one], x.type)
+    op.results[0].replace_all_uses_with(update)
+    op.erase()
+
+
+def rewrite_indexed_rows(module_op: ir.Operation) -> int:
+    """Applies the module docstring's rewrite in place; returns the number of ops rewritten."""
+    done = 0
+    for op in [o for o in walk_ops(module_op) if o.name in INDEX_PUT_OPS]:
+        found = indexed_row(op)
+        if found is not None:
+            _rewrite(op, *found)
+            done += 1
+    return done
