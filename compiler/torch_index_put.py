@@ -18,8 +18,9 @@ runs on the NPU as a DMA scatter (compiler/passes/mark_in_place_updates.py).
 
 Only this form is rewritten: `accumulate` false, exactly one index tensor,
 of shape [1] and an integer dtype, static shapes, and `values` of x's shape
-with dim `dim` of extent 1 (no broadcast). Anything else is left to
-torch-mlir.
+with dim `dim` of extent 1, or that shape without leading unit dims (torch
+drops them: `c[:, :, pos] = k` on c [1, H, S, D] exports k as [H, 1, D]; no
+other broadcast). Anything else is left to torch-mlir.
 """
 
 from __future__ import annotations
@@ -68,7 +69,10 @@ def indexed_row(op: ir.Operation) -> tuple[int, ir.Value] | None:
     idx = _shape_and_dtype(index.type)
     if idx is None or idx[0] != [1] or idx[1] not in ("si64", "si32") or dim >= len(xs[0]):
         return None
-    if vs[0] != [1 if d == dim else e for d, e in enumerate(xs[0])] or str(op.results[0].type) != str(x.type):
+    row = [1 if d == dim else e for d, e in enumerate(xs[0])]
+    missing = len(row) - len(vs[0])  # torch drops leading unit dims of the values
+    if missing < 0 or vs[0] != row[missing:] or any(e != 1 for e in row[:missing]) \
+            or str(op.results[0].type) != str(x.type):
         return None
     return dim, index
 
@@ -114,6 +118,11 @@ def _rewrite(op: ir.Operation, dim: int, index: ir.Value) -> None:
     ir.Operation.create("torch.runtime.assert", operands=[in_range],
                         attributes={"message": ir.StringAttr.get(message)}, loc=b.loc, ip=b.ip)
     end = b.int_op("torch.aten.add.int", p, one)
+    shape, dtype = _shape_and_dtype(values.type)
+    while len(shape) < len(_shape_and_dtype(x.type)[0]):  # the leading unit dims torch dropped
+        shape = [1, *shape]
+        values = b.op("torch.aten.unsqueeze", [values, zero],
+                      ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],{dtype}>"))
     update = b.op("torch.aten.slice_scatter", [x, values, b.int(dim), p, end, one], x.type)
     op.results[0].replace_all_uses_with(update)
     op.erase()

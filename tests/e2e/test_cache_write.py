@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from torch_reference import within_bf16_limits
 
 import torq
 
@@ -38,6 +39,17 @@ class SetItem(nn.Module):
         cache = cache.clone()
         cache[:, :, position] = row
         return cache
+
+
+class MutatedCaches(nn.Module):
+    """Per-layer caches the model writes in place (iree-turbine exports the mutation of an
+    argument as overwriting it: no copy of the caches), one with values torch exports
+    without their leading unit dim ([H, 1, D] for c[:, :, p] on [1, H, S, D])."""
+
+    def forward(self, keys, values, row, position):
+        keys[:, :, position] = row
+        values[:, :, position] = row * 2
+        return keys.sum(-1) + values.sum(-1)
 
 
 class TwoIndices(nn.Module):
@@ -75,6 +87,17 @@ def test_row_at_runtime_position_on_the_npu(model, dim):
     # The row and its position in, the row out: the rest of the cache stays where it is.
     row_bytes = row.numel() * 2
     assert (stats["dma_bytes_in"], stats["dma_bytes_out"]) == (row_bytes + 4, row_bytes)
+
+
+def test_caches_written_in_place_as_arguments():
+    torch.manual_seed(2)
+    args = (torch.randn(1, 3, 16, 8), torch.randn(1, 3, 16, 8), torch.randn(1, 3, 1, 8), torch.tensor([5]))
+    cm = torq.compile(MutatedCaches(), *[a.clone() for a in args], remarks=io.StringIO())
+    assert set(_on_npu(cm)) == {"torq"}, [(d.name, d.reason) for d in cm.report.dispatches]
+    for p in (0, 7, 15):
+        inputs = [a.clone() for a in args[:3]] + [torch.tensor([p])]
+        out = cm(*(a.numpy() for a in inputs))
+        assert within_bf16_limits(out, MutatedCaches()(*inputs).numpy())
 
 
 def test_position_outside_the_cache_fails_as_torch_raises():
