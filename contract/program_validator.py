@@ -236,44 +236,29 @@ class _Validator:
                 box = ", ".join(f"{o}:{o + s}" for o, s in zip(offsets, sizes))
                 self.fail(f"command {i}: {kind} box [{box}] outside tensor {t.index} of shape {tuple(t.shape)}")
         self.use_buffer(i, c.buffer, nbytes(tuple(c.sizes), t.dtype), kind, tuple(c.sizes), t.dtype)
-        if isinstance(c, DmaIn) and c.gathers:
-            self.check_gather(i, c)
-        elif isinstance(c, DmaOut) and c.scatters:
-            self.check_scatter(i, c)
+        if (c.gathers if isinstance(c, DmaIn) else c.scatters):
+            self.check_indices(i, c)
         elif c.index_buffer != -1:
             self.fail(f"command {i}: {kind} index buffer {c.index_buffer} (-1 for none)")
 
-    def check_gather(self, i: int, c: DmaIn) -> None:
-        """A gather's indices: an index dtype, one per row of the box in its index buffer (a
-        buffer other than the one it writes), a bound of at least one row."""
+    def check_indices(self, i: int, c: DmaIn | DmaOut) -> None:
+        """A gather's or scatter's indices: an index dtype, one per row of the box along its
+        index dim (a gather's dim 0) in its index buffer (unpadded, a buffer other than its
+        data buffer), a bound of at least one position (a scatter's dim in range and the box
+        within the tensor at every position it may write: `check_box`)."""
+        kind, count = ("DmaIn gather", c.sizes[0] if c.sizes else 0) if isinstance(c, DmaIn) \
+            else ("DmaOut scatter", c.sizes[c.index_dim])
         if c.index_dtype not in INDEX_DTYPES:
-            self.fail(f"command {i}: DmaIn gather indices of dtype {c.index_dtype!r}, expected one of "
+            self.fail(f"command {i}: {kind} indices of dtype {c.index_dtype!r}, expected one of "
                       f"{', '.join(INDEX_DTYPES)}")
         if not c.sizes or c.index_bound < 1:
-            self.fail(f"command {i}: DmaIn gather of {len(c.sizes)}-D box with index bound {c.index_bound}")
+            self.fail(f"command {i}: {kind} of {len(c.sizes)}-D box with index bound {c.index_bound}")
         if c.index_buffer == c.buffer:
-            self.fail(f"command {i}: DmaIn gather reads its indices from the buffer it writes ({c.buffer})")
+            self.fail(f"command {i}: {kind} reads its indices from its data buffer ({c.buffer})")
         index = self.buffers.get(c.index_buffer)
         if index is not None and index.padded_shape:
-            self.fail(f"command {i}: DmaIn gather reads its indices from padded LRAM buffer {c.index_buffer}")
-        self.use_buffer(i, c.index_buffer, nbytes((c.sizes[0],), c.index_dtype), "DmaIn gather indices")
-
-    def check_scatter(self, i: int, c: DmaOut) -> None:
-        """A scatter's indices: an index dtype, one per position of the box along its index dim
-        in its index buffer (unpadded, a buffer other than the one it reads its data from), a
-        bound of at least one position (its dim in range and the box within the tensor at every
-        position it may write: `check_box`)."""
-        if c.index_dtype not in INDEX_DTYPES:
-            self.fail(f"command {i}: DmaOut scatter indices of dtype {c.index_dtype!r}, expected one of "
-                      f"{', '.join(INDEX_DTYPES)}")
-        if c.index_bound < 1:
-            self.fail(f"command {i}: DmaOut scatter with index bound {c.index_bound}")
-        if c.index_buffer == c.buffer:
-            self.fail(f"command {i}: DmaOut scatter reads its indices from its data buffer ({c.buffer})")
-        index = self.buffers.get(c.index_buffer)
-        if index is not None and index.padded_shape:
-            self.fail(f"command {i}: DmaOut scatter reads its indices from padded LRAM buffer {c.index_buffer}")
-        self.use_buffer(i, c.index_buffer, nbytes((c.sizes[c.index_dim],), c.index_dtype), "DmaOut scatter indices")
+            self.fail(f"command {i}: {kind} reads its indices from padded LRAM buffer {c.index_buffer}")
+        self.use_buffer(i, c.index_buffer, nbytes((count,), c.index_dtype), f"{kind} indices")
 
     def check_operand(self, i: int, o: Operand, what: str) -> None:
         self.check_dtype(o.dtype, f"command {i} {what}")

@@ -496,14 +496,21 @@ def _who(p: Program) -> str:
     return f"program '{p.name}': " if p.name else ""
 
 
-def _gathered_rows(p: Program, i: int, c: DmaIn, tensor: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    """The box gather DmaIn `c` (command `i`) reads: rows offsets[0] + indices of `tensor`."""
+def _checked_indices(p: Program, i: int, kind: str, c: DmaIn | DmaOut, indices: np.ndarray) -> np.ndarray:
+    """The indices of gather / scatter `c` (command `i`) as int64; the run fails on one
+    outside [0, c.index_bound)."""
     idx = indices.astype(np.int64)
     bad = (idx < 0) | (idx >= c.index_bound)
     if bad.any():
         j = int(np.argmax(bad))
-        raise SimulatorError(f"{_who(p)}command {i} (DmaIn gather): index {int(idx[j])} at position {j} is "
+        raise SimulatorError(f"{_who(p)}command {i} ({kind}): index {int(idx[j])} at position {j} is "
                              f"outside [0, {c.index_bound}) of tensor {c.tensor}")
+    return idx
+
+
+def _gathered_rows(p: Program, i: int, c: DmaIn, tensor: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """The box gather DmaIn `c` (command `i`) reads: rows offsets[0] + indices of `tensor`."""
+    idx = _checked_indices(p, i, "DmaIn gather", c, indices)
     rest = tuple(slice(o, o + s) for o, s in zip(c.offsets[1:], c.sizes[1:]))
     return tensor[(idx + c.offsets[0], *rest)].reshape(c.sizes)
 
@@ -513,12 +520,7 @@ def _scatter_into(p: Program, i: int, c: DmaOut, tensor: np.ndarray, box: tuple[
     """Runs scatter DmaOut `c` (command `i`): box position j along `c.index_dim` of `data` into
     `tensor` at offsets[index_dim] + indices[j], in order (of equal indices the later position
     stays). Returns the elements written (a numpy index tuple)."""
-    idx = indices.astype(np.int64)
-    bad = (idx < 0) | (idx >= c.index_bound)
-    if bad.any():
-        j = int(np.argmax(bad))
-        raise SimulatorError(f"{_who(p)}command {i} (DmaOut scatter): index {int(idx[j])} at position {j} is "
-                             f"outside [0, {c.index_bound}) of tensor {c.tensor}")
+    idx = _checked_indices(p, i, "DmaOut scatter", c, indices)
     d = c.index_dim
     if len(np.unique(idx)) < len(idx):  # the last position of each index
         _, last = np.unique(idx[::-1], return_index=True)

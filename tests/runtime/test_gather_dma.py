@@ -83,7 +83,7 @@ def test_round_trip_and_version():
 @pytest.mark.parametrize("mutate,message", [
     (lambda c: setattr(c, "index_dtype", "i8"), "gather indices of dtype 'i8'"),
     (lambda c: setattr(c, "index_bound", 21), r"box \[0:21, 2:8\] outside tensor 0"),
-    (lambda c: setattr(c, "index_buffer", c.buffer), "reads its indices from the buffer it writes"),
+    (lambda c: setattr(c, "index_buffer", c.buffer), "gather reads its indices from its data buffer"),
     (lambda c: setattr(c, "index_buffer", 7), "unknown LRAM buffer 7"),
 ])
 def test_validator_refuses_bad_gathers(mutate, message):

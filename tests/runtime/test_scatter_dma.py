@@ -223,7 +223,7 @@ def test_a_scatter_in_an_older_blob_is_refused(version):
 @pytest.mark.parametrize("mutate,message", [
     (lambda c: setattr(c, "index_dtype", "i16"), "scatter indices of dtype 'i16'"),
     (lambda c: setattr(c, "index_bound", 17), r"box \[0:2, 0:3, 0:17, 0:8\] outside tensor 3"),
-    (lambda c: setattr(c, "index_bound", 0), "scatter with index bound 0"),
+    (lambda c: setattr(c, "index_bound", 0), "scatter of 4-D box with index bound 0"),
     (lambda c: setattr(c, "index_buffer", c.buffer), "reads its indices from its data buffer"),
     (lambda c: setattr(c, "index_buffer", 7), "unknown LRAM buffer 7"),
     (lambda c: setattr(c, "index_dim", 4), "scatter along dim 4 of tensor 3 of rank 4"),
