@@ -15,6 +15,12 @@ Contract:
   `i1`, ...; torch's signed `si64` becomes signless `i64`, which is what the
   compiled module imports), or `null` for a value that is not a ranked tensor
   (scalar, `!hal.buffer_view`, unranked or unknown types).
+- An argument the function writes in place (a torch-dialect `!torch.tensor`,
+  the non-value tensor iree-turbine exports for an input the model mutates:
+  IREE writes the result into the argument's buffer, `hal.tensor.alias`) is
+  listed in `"mutated"` (argument indices; the key is absent when none is).
+  The runtime copies such an argument's buffer back into the caller's array
+  after the call, as torch mutates the caller's tensor.
 - A function whose values are all non-tensors gets no entry (nothing to
   check). Returns the names of the functions that got one.
 """
@@ -31,7 +37,7 @@ VERSION = 1
 _FUNC_OPS = ("func.func", "util.func")
 
 _BUILTIN = re.compile(r"tensor<((?:[0-9?]+x)*)([A-Za-z][^,>]*?)\s*(?:,.*)?>")
-_TORCH = re.compile(r"!torch\.vtensor<\[([^\]]*)\]\s*,\s*([^>]+?)\s*>")
+_TORCH = re.compile(r"!torch\.v?tensor<\[([^\]]*)\]\s*,\s*([^>]+?)\s*>")
 
 
 def _element(name: str, torch: bool) -> str:
@@ -67,7 +73,11 @@ def signature_json(inputs: list[ir.Type], results: list[ir.Type]) -> str | None:
     outs = [type_text(t) for t in results]
     if all(v is None for v in ins + outs):
         return None
-    return json.dumps({"v": VERSION, "inputs": ins, "results": outs}, separators=(",", ":"))
+    record = {"v": VERSION, "inputs": ins, "results": outs}
+    mutated = [i for i, t in enumerate(inputs) if str(t).startswith("!torch.tensor<")]
+    if mutated:
+        record["mutated"] = mutated
+    return json.dumps(record, separators=(",", ":"))
 
 
 def _is_public_definition(op: ir.Operation) -> bool:

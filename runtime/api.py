@@ -115,6 +115,9 @@ class FunctionSignature:
     inputs: tuple[TensorSpec | None, ...] | None  # None: no metadata at all
     results: tuple[TensorSpec | None, ...] | None
     declaration: str = ""
+    # Inputs the function writes in place (compiler/signature.py "mutated"): the call copies
+    # each back into the caller's array (a numpy array, or the memory of a torch tensor).
+    mutated: tuple[int, ...] = ()
 
 
 def describe_array(array: np.ndarray) -> str:
@@ -181,13 +184,14 @@ def _torq_signature(name: str, text: str) -> FunctionSignature | None:
         values = [sig["inputs"], sig["results"]]
         if not all(isinstance(v, list) and all(t is None or isinstance(t, str) for t in v) for v in values):
             return None
+        mutated = tuple(int(i) for i in sig.get("mutated", ()))
     except (ValueError, KeyError, TypeError):
         return None
 
     def specs(texts: list) -> tuple[TensorSpec | None, ...]:
         return tuple(None if t is None else _tensor_spec(f"tensor<{t}>") for t in texts)
 
-    return FunctionSignature(name, specs(values[0]), specs(values[1]))
+    return FunctionSignature(name, specs(values[0]), specs(values[1]), mutated=mutated)
 
 
 def function_signature(fn: rt.VmFunction) -> FunctionSignature:
@@ -206,7 +210,7 @@ def function_signature(fn: rt.VmFunction) -> FunctionSignature:
                 ins = ", ".join(f"%input{i}: {_spec_type(s)}" for i, s in enumerate(sig.inputs or ()))
                 outs = ", ".join(f"%output{i}: {_spec_type(s)}" for i, s in enumerate(sig.results or ()))
                 decl = f"func @{fn.name}({ins}) -> ({outs})"
-            return FunctionSignature(sig.name, sig.inputs, sig.results, decl)
+            return FunctionSignature(sig.name, sig.inputs, sig.results, decl, sig.mutated)
     if "iree.abi" in refl:
         try:
             abi = json.loads(refl["iree.abi"])
@@ -422,8 +426,9 @@ class LoadedModule:
         assert res.config is not None and res.context is not None and res.torq is not None
         device = res.config.device
         args = rt.VmVariantList(len(arrays))
-        for array, et in arrays:
-            args.push_ref(numpy_to_buffer_view(device, array, et))
+        views = [numpy_to_buffer_view(device, array, et) for array, et in arrays]
+        for view in views:
+            args.push_ref(view)
         n_results = len(sig.results) if sig.results else 1
         rets = rt.VmVariantList(max(1, n_results))
         res.torq.reset(self._call_sites.get(name, ()))
@@ -442,6 +447,7 @@ class LoadedModule:
             self.last_wall_us = (time.perf_counter() - t0) * 1e6
             self.last_stats = list(res.torq.last_stats)
             self.last_checks = list(res.torq.last_checks)
+        _write_back(sig, arrays, views)
         results: list[tuple[Any, ElementType | None]] = []
         for i in range(rets.size):
             value = rets.get_variant(i)
@@ -457,6 +463,16 @@ class LoadedModule:
             else:
                 results.append((value, None))
         return results, None
+
+
+def _write_back(sig: FunctionSignature, arrays: list[tuple[np.ndarray, ElementType]],
+                views: list[rt.HalBufferView]) -> None:
+    """Copies each input the function wrote in place back into the caller's array, as torch
+    mutates the caller's tensor (an array `_to_numpy` made afresh, from a list, is not the
+    caller's: nothing to write)."""
+    for i in sig.mutated:
+        if i < len(arrays) and arrays[i][0].flags.writeable:
+            np.copyto(arrays[i][0], buffer_view_to_numpy(views[i]).reshape(arrays[i][0].shape))
 
 
 def _call_sites(fn: rt.VmFunction) -> tuple[tuple[str, str], ...]:

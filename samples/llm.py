@@ -219,10 +219,13 @@ class Llama(nn.Module):
         # (host-only) into the attention scores' matmul; products with the one-hot run on the NPU.
         here = self.one_hots.index_select(0, position)  # [1, S]
         cos, sin, mask = here @ self.cos, here @ self.sin, here @ self.decode_masks  # mask: [1, S]
-        # [S, 1]: the cache write is a blend. `cache[i, 0, :, position] = k` runs on the NPU as a
-        # DMA scatter now (tests/e2e/test_cache_write.py), but IREE then copies each layer's slice
-        # of this one cache tensor around it (stream copies, about 5x the cache per step in a
-        # small case, outside the simulated figures); the blend's traffic is all counted.
+        # [S, 1]: the cache write is a blend, whose traffic the figures count. Torch's own
+        # `cache[i, 0, :, position] = k` runs on the NPU as a DMA scatter (tests/e2e/
+        # test_cache_write.py), but IREE copies this one cache tensor's layer slices around it
+        # (about 5x the cache per step in a small case); per-layer caches written in place as
+        # arguments avoid those, but the torq call returns a new buffer, so IREE copies each
+        # whole cache back into its argument after the call: stream copies, outside the
+        # simulated figures, no cheaper than the blend.
         here = here.t()
         x, caches = self.embed(token), []
         for i, layer in enumerate(self.layers):

@@ -95,9 +95,16 @@ def test_caches_written_in_place_as_arguments():
     cm = torq.compile(MutatedCaches(), *[a.clone() for a in args], remarks=io.StringIO())
     assert set(_on_npu(cm)) == {"torq"}, [(d.name, d.reason) for d in cm.report.dispatches]
     for p in (0, 7, 15):
-        inputs = [a.clone() for a in args[:3]] + [torch.tensor([p])]
-        out = cm(*(a.numpy() for a in inputs))
-        assert within_bf16_limits(out, MutatedCaches()(*inputs).numpy())
+        # The row already in bf16: the caches the call writes are then exactly torch's.
+        inputs = [a.clone() for a in args[:2]] + [torch.from_numpy(_bf16(args[2])), torch.tensor([p])]
+        arrays = [a.clone().numpy() for a in inputs]
+        out = cm(*arrays)
+        expected = MutatedCaches()(*inputs).numpy()  # mutates inputs[0] and inputs[1]
+        assert within_bf16_limits(out, expected)
+        # The caller's arrays hold the caches written in place, as torch's tensors do.
+        np.testing.assert_array_equal(arrays[0], inputs[0].numpy())
+        np.testing.assert_array_equal(arrays[1], inputs[1].numpy())
+        np.testing.assert_array_equal(arrays[2], inputs[2].numpy())  # not written
 
 
 def test_position_outside_the_cache_fails_as_torch_raises():

@@ -356,6 +356,21 @@ def test_torch_types_in_signature() -> None:
     assert type_text("tensor<2x?xbf16>") == "2x?xbf16"
     assert type_text("tensor<*xf32>") is None
     assert type_text("!torch.int") is None and type_text("index") is None and type_text("!hal.buffer_view") is None
+    # A mutable (non-value) tensor: an argument the model writes in place, listed as mutated.
+    assert type_text("!torch.tensor<[1,3,16,8],f32>") == "1x3x16x8xf32"
+
+
+def test_mutated_arguments_in_signature() -> None:
+    from iree.compiler import ir
+
+    from torq.compiler.signature import signature_json
+
+    with ir.Context() as ctx:
+        ctx.allow_unregistered_dialects = True
+        cache, row = ir.Type.parse("!torch.tensor<[2,8],f32>"), ir.Type.parse("!torch.vtensor<[1,8],f32>")
+        assert json.loads(signature_json([row, cache], [row])) == {
+            "v": 1, "inputs": ["1x8xf32", "2x8xf32"], "results": ["1x8xf32"], "mutated": [1]}
+        assert "mutated" not in json.loads(signature_json([row], [row]))
 
 
 def test_module_without_signature_keeps_iree_checks(art: dict) -> None:
