@@ -43,8 +43,8 @@ class SetItem(nn.Module):
 
 class MutatedCaches(nn.Module):
     """Per-layer caches the model writes in place (iree-turbine exports the mutation of an
-    argument as overwriting it: no copy of the caches), one with values torch exports
-    without their leading unit dim ([H, 1, D] for c[:, :, p] on [1, H, S, D])."""
+    argument as overwriting it; the runtime copies them back into the caller's arrays),
+    the row exported without its leading unit dim ([H, 1, D] for c[:, :, p] on [1, H, S, D])."""
 
     def forward(self, keys, values, row, position):
         keys[:, :, position] = row
