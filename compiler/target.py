@@ -58,6 +58,7 @@ from .dispatch_compile import (
 from .dispatch_extraction import ExtractedDispatch, FlowModuleFacts, extract_dispatch_function
 from .host_dispatches import box_copy_dispatch, hoist_input_pads, host_tail_dispatch
 from .ir_utils import CompileError, location_str, walk_ops
+from .load_time_views import LoadTimeViews
 from .macs import count_macs
 from .passes import PassOptions, super_tiling
 from .patterns import Unsupported, classify_contraction
@@ -137,7 +138,7 @@ def _declare(module_op: ir.Operation, n_in: int, n_out: int, declared: set) -> s
 
 
 def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: Compiled, callee: str,
-                       check: bool = False) -> None:
+                       load_time: LoadTimeViews, check: bool = False) -> None:
     """`dispatch` replaced by the call of its executable; with `check`, each result the call
     returns whole is compared at run time with that of a host copy of `dispatch`
     (compiler/dispatch_check.py)."""
@@ -152,8 +153,8 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
         # The inputs, then the read-write operands of the results updated in place.
         passed = ex.input_operands + [ex.result_updates[k][0] for k in ex.in_place]
         arguments = dispatch_arguments(dispatch)
-        views = [export_view(_index_tensor(arguments[i]) if i in ex.index_operands else arguments[i])
-                 for i in passed]
+        views = [_input_view(arguments[i], i in ex.index_operands, load_time) for i in ex.input_operands]
+        views += [export_view(arguments[i]) for i in passed[len(ex.input_operands):]]
         call = ir.Operation.create("util.call", results=[bv] * len(dispatch.results),
                                    operands=[exe.result] + views,
                                    attributes={"callee": ir.FlatSymbolRefAttr.get(callee)})
@@ -174,6 +175,14 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
     dispatch.erase()
     if copy is not None:
         _hoist_pads_for_host(copy)
+
+
+def _input_view(operand: ir.Value, is_index: bool, load_time: LoadTimeViews) -> ir.Value:
+    """The buffer view a call passes for an input operand: a constant's exported once at load
+    (compiler/load_time_views.py), an index operand's as a tensor<1xi32>, else exported here."""
+    if is_index:
+        return export_view(_index_tensor(operand))
+    return load_time.view(operand) or export_view(operand)
 
 
 def _index_tensor(index: ir.Value) -> ir.Value:
@@ -289,6 +298,7 @@ class TorqTarget:
         report = TargetReport()
         pipeline = dispatch_pipeline(self.stop_after_phase)
         declared: set = set()
+        load_time = LoadTimeViews(module_op)
         jobs = self._extract_all(module_op, report)
         if self.stop_after_phase:
             report.stopped_ir = self._stop(jobs, pipeline, report)
@@ -314,7 +324,7 @@ class TorqTarget:
                               len(job.dispatch.results), declared)
             if self.check_dispatches:
                 dispatch_check.declare_check(module_op, declared)
-            _replace_with_call(job.dispatch, job.ex, outcome, callee, self.check_dispatches)
+            _replace_with_call(job.dispatch, job.ex, outcome, callee, load_time, self.check_dispatches)
             report.dispatches.append(DispatchDecision(job.name, "torq", "", outcome.tiles, outcome.lram_peak,
                                                       job.macs, [s.as_dict() for s in job.ex.requant],
                                                       outcome.cached, hashlib.sha256(outcome.blob).hexdigest(),
