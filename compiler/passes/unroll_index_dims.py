@@ -32,8 +32,10 @@ import math
 from iree.compiler import ir
 from iree.compiler.dialects.transform import interpreter
 
+from ..index_arith import simplify_indices
 from ..ir_utils import (
     clone_remapped,
+    constant_of,
     defined_outside,
     indexing_maps,
     iterator_types,
@@ -63,29 +65,66 @@ def _readsdefined_outside(op: ir.Operation) -> bool:
     return any(o.name == "tensor.extract" and defined_outside(o.operands[0], op) for o in region_ops(op))
 
 
-def _computed_dims(op: ir.Operation) -> list[int]:
-    """Dims of extent 2..MAX_VALUES whose index the body uses other than as an extract coordinate."""
-    if op.name != "linalg.generic" or any(it != "parallel" for it in iterator_types(op)) or \
-            not _readsdefined_outside(op):
+def _computes_with(v: ir.Value) -> bool:
+    return any(u.owner.name != "tensor.extract" or u.operand_number == 0 for u in v.uses)
+
+
+def _reads_computed_index(op: ir.Operation) -> bool:
+    """A parallel generic reading a value defined outside it at coordinates computed from
+    its loop indices: the form this pass rewrites."""
+    return op.name == "linalg.generic" and all(it == "parallel" for it in iterator_types(op)) and \
+        _readsdefined_outside(op) and any(_computes_with(o.results[0]) for group in _index_ops(op).values() for o in group)
+
+
+def _divisor(v: ir.Value, found: int | None = None) -> int | None:
+    """c when every use of index value `v` (through a split's offset `affine.apply`) is an
+    extract coordinate or the numerator of a divsi / remsi by the constant c, else None."""
+    for u in v.uses:
+        o = u.owner
+        if o.name == "tensor.extract" and u.operand_number > 0:
+            continue
+        if o.name == "affine.apply":
+            found = _divisor(o.results[0], found)
+        elif o.name in ("arith.divsi", "arith.remsi") and u.operand_number == 0 and \
+                constant_of(o.operands[1]) is not None and found in (None, int(constant_of(o.operands[1]))):
+            found = int(constant_of(o.operands[1]))
+        else:
+            return None
+        if found is None:
+            return None
+    return found
+
+
+def _computed_dims(op: ir.Operation) -> list[tuple[int, int]]:
+    """(dim, split step) of each dim whose index the body uses other than as an extract
+    coordinate: step 1 (one piece per index value) for an extent of 2..MAX_VALUES; step c
+    for a dim IREE collapsed, read only as quotient and remainder by c (`d / c`, `d % c`),
+    in 2..MAX_VALUES pieces of c (in each, both fold: compiler/index_arith.py)."""
+    if not _reads_computed_index(op):
         return []
     ranges = loop_ranges(op)
     dims = []
     for d, ops in _index_ops(op).items():
-        computed = any(u.owner.name != "tensor.extract" or u.operand_number == 0
-                       for o in ops for u in o.results[0].uses)
-        if computed and 2 <= ranges[d] <= MAX_VALUES:
-            dims.append(d)
+        if not any(_computes_with(o.results[0]) for o in ops):
+            continue
+        if 2 <= ranges[d] <= MAX_VALUES:
+            dims.append((d, 1))
+            continue
+        steps = {_divisor(o.results[0]) for o in ops}
+        step = steps.pop() if len(steps) == 1 else None
+        if step and step < ranges[d] and ranges[d] % step == 0 and ranges[d] // step <= MAX_VALUES:
+            dims.append((d, step))
     return dims
 
 
-def _split_once(func: ir.Operation, op: ir.Operation, dim: int) -> None:
-    """Splits `op` after index 1 of `dim` (transform.structured.split)."""
+def _split_once(func: ir.Operation, op: ir.Operation, dim: int, step: int) -> None:
+    """Splits `op` after index `step` of `dim` (transform.structured.split)."""
     op.attributes[_SPLIT] = ir.UnitAttr.get()
     seq = parse_script(f"""
 module attributes {{transform.with_named_sequence}} {{
   transform.named_sequence @__transform_main(%root: !transform.any_op {{transform.readonly}}) {{
     %op = transform.structured.match attributes {{{_SPLIT}}} in %root : (!transform.any_op) -> !transform.any_op
-    %pieces = transform.structured.split %op after 1 {{dimension = {dim}}} : !transform.any_op
+    %pieces = transform.structured.split %op after {step} {{dimension = {dim}}} : !transform.any_op
     transform.yield
   }}
 }}""")
@@ -108,6 +147,14 @@ def _pin_unit_indices(op: ir.Operation) -> None:
                 o.erase()
 
 
+def _simplify(func: ir.Operation) -> None:
+    """Pins unit dims' indices to 0 and folds what the ranges decide (compiler/index_arith.py)."""
+    for o in walk_ops(func):
+        if o.name == "linalg.generic":
+            _pin_unit_indices(o)
+            simplify_indices(o)
+
+
 def _unroll(func: ir.Operation) -> bool:
     """Splits every generic along its computed dims until each has extent 1; True if any."""
     changed = False
@@ -117,12 +164,10 @@ def _unroll(func: ir.Operation) -> bool:
         if not todo:
             return changed
         op, dims = todo[0]
-        if math.prod(loop_ranges(op)[d] for d in dims) > MAX_VALUES ** 2:
+        if math.prod(loop_ranges(op)[d] // step for d, step in dims) > MAX_VALUES ** 2:
             return changed
-        _split_once(func, op, dims[0])
-        for o in walk_ops(func):
-            if o.name == "linalg.generic":
-                _pin_unit_indices(o)
+        _split_once(func, op, *dims[0])
+        _simplify(func)
         changed = True
 
 
@@ -150,24 +195,27 @@ def _box_of(extract: ir.Operation, ranges: list[int]) -> tuple[list[int], list[i
     if source is None or any(o < 0 or o + s > n for o, s, n in zip(offsets, sizes, source)):
         return None
     # A constant coordinate reads a unit dim of the box: read along a unit loop dim no
-    # other coordinate uses (the piece's own, after the split), so the box keeps its rank.
+    # other coordinate uses (the piece's own, after a split per index value), so the box
+    # keeps its rank; without one (a piece of a quotient split) the box drops those dims
+    # (a rank-reducing slice), None in `dims`.
     spare = [d for d, n in enumerate(ranges) if n == 1 and d not in dims]
     constants = [i for i, c in enumerate(extract.operands[1:]) if c.owner.name == "arith.constant"]
     if len(spare) < len(constants):
-        return None
-    for i, d in zip(constants, spare):
-        dims.insert(i, d)
+        spare = []
+    for k, i in enumerate(constants):
+        dims.insert(i, spare[k] if spare else None)
     return offsets, sizes, dims
 
 
 def _box_slice(op: ir.Operation, extract: ir.Operation, box: tuple) -> ir.Value:
     """The box of the extracted value as a tensor.extract_slice before `op`."""
-    offsets, sizes, _ = box
+    offsets, sizes, dims = box
     elt = ir.RankedTensorType(extract.operands[0].type).element_type
     i64 = ir.DenseI64ArrayAttr.get
+    kept = [n for n, d in zip(sizes, dims) if d is not None]
     with ir.InsertionPoint(op), op.location:
         return ir.Operation.create(
-            "tensor.extract_slice", results=[ir.RankedTensorType.get(sizes, elt)], operands=[extract.operands[0]],
+            "tensor.extract_slice", results=[ir.RankedTensorType.get(kept, elt)], operands=[extract.operands[0]],
             attributes={"static_offsets": i64(offsets), "static_sizes": i64(sizes),
                         "static_strides": i64([1] * len(sizes)),
                         "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])}).results[0]
@@ -192,7 +240,8 @@ def _reads_as_inputs(op: ir.Operation) -> None:
     n = len(ranges)
     inputs = list(op.operands[:n_in]) + [_box_slice(op, e, b) for e, b in zip(extracts, boxes)]
     maps = [ir.AffineMapAttr.get(m) for m in indexing_maps(op)[:n_in]] + \
-        [ir.AffineMapAttr.get(ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(d) for d in b[2]])) for b in boxes]
+        [ir.AffineMapAttr.get(ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(d) for d in b[2] if d is not None]))
+         for b in boxes]
     out_type = op.results[0].type
     with ir.InsertionPoint(op), op.location:
         empty = ir.Operation.create("tensor.empty", results=[out_type])
@@ -217,10 +266,11 @@ def unroll_function(func: ir.Operation) -> ir.Operation:
     """`func` unrolled (a new function in its place), or `func` itself when some piece would
     still read an index: the function is then left as it was, so the dispatch's host
     remark names the index read, not a half-done rewrite."""
-    if not any(_computed_dims(o) for o in walk_ops(func)):
+    if not any(_reads_computed_index(o) for o in walk_ops(func)):
         return func
     scratch = ir.Module.create()
     clone = func.clone(ip=ir.InsertionPoint(scratch.body))
+    _simplify(clone)
     _unroll(clone)
     run_pipeline("builtin.module(canonicalize,cse)", scratch.operation)
     for op in [o for o in walk_ops(clone) if o.name == "linalg.generic" and _readsdefined_outside(o)]:

@@ -10,6 +10,11 @@ within the bf16 bounds.
   layer's dispatches, equal to the first's and so taken from the dispatch cache, lost
   their in-place operands. Then its rotated half (q[..., :8], a box that stops short of
   the input's end) stayed on the host until extraction read such a box as a slice.
+- Qwen2: every dispatch on the NPU. IREE fuses its rotate_half into apply_rotary over
+  collapsed dims (the half index as a quotient of the collapsed column, the head index
+  recombined from a quotient and a remainder): 4 host dispatches until
+  torq-unroll-index-dims folded such index arithmetic with the loop ranges and split
+  the collapsed dim into its halves.
 """
 
 from __future__ import annotations
@@ -64,3 +69,8 @@ def test_mistral_runs_on_the_npu():
 def test_phi_partial_rotary_runs_on_the_npu():
     torch.manual_seed(0)
     assert _compile(transformers.PhiForCausalLM(transformers.PhiConfig(**WIDTHS))) == []
+
+
+def test_qwen2_fused_rotary_runs_on_the_npu():
+    torch.manual_seed(0)
+    assert _compile(transformers.Qwen2ForCausalLM(transformers.Qwen2Config(num_key_value_heads=2, **WIDTHS))) == []

@@ -1,0 +1,137 @@
+"""Index arithmetic of a generic's body simplified with the loop ranges (torq-unroll-index-dims).
+
+IREE writes the indices of a dim it collapsed as quotient and remainder of the
+loop index (`d2 / 8`, `d2 % 8` for a [2, 8] pair collapsed to 16), and the
+index of a dim it re-split as their recombination (`d0 % 2 + (d0 / 2) * 2`).
+Where the ranges decide them these fold: an index value is tracked as
+`base + offset` (base a `linalg.index`, in [0, extent)); `x / c` is the
+constant q and `x % c` is `x - q*c` when every value of x lies in
+[q*c, (q+1)*c) (also after a split gave the index an offset: an
+`affine.apply` of `d0 + k`), and `x % c + (x / c) * c` is x for x >= 0.
+"""
+
+from __future__ import annotations
+
+import re
+
+from iree.compiler import ir
+
+from .ir_utils import constant_of, loop_ranges, region_ops
+
+_OFFSET_MAP = re.compile(r"^affine_map<\((?:d0)?\)(?:\[s0\])? -> \((?:d0|s0)(?: \+ (\d+))?\)>$")
+
+
+class _Linear:
+    """Index values of one body as base + offset, with the bases' ranges."""
+
+    def __init__(self, op: ir.Operation):
+        self.ranges = loop_ranges(op)
+        self.forms: dict = {}
+
+    def form(self, v: ir.Value) -> tuple[ir.Value | None, int] | None:
+        if v in self.forms:
+            return self.forms[v]
+        owner = v.owner
+        found = None
+        if isinstance(owner, ir.Block):
+            return None
+        if owner.name == "linalg.index":
+            found = (v, 0)
+        elif owner.name == "arith.constant" and str(v.type) == "index":
+            found = (None, int(constant_of(v)))
+        elif owner.name == "affine.apply" and len(owner.operands) == 1:
+            m = _OFFSET_MAP.match(str(owner.attributes["map"]))
+            inner = self.form(owner.operands[0])
+            if m and inner is not None:
+                found = (inner[0], inner[1] + int(m.group(1) or 0))
+        elif owner.name == "arith.addi":
+            a, b = self.form(owner.operands[0]), self.form(owner.operands[1])
+            if a is not None and b is not None and (a[0] is None or b[0] is None):
+                found = (a[0] if a[0] is not None else b[0], a[1] + b[1])
+        self.forms[v] = found
+        return found
+
+    def bounds(self, f: tuple[ir.Value | None, int]) -> tuple[int, int]:
+        base, off = f
+        if base is None:
+            return off, off
+        return off, off + self.ranges[ir.IntegerAttr(base.owner.attributes["dim"]).value] - 1
+
+
+def _constant(value: int, before: ir.Operation) -> ir.Value:
+    with ir.InsertionPoint(before), before.location:
+        return ir.Operation.create("arith.constant", results=[ir.IndexType.get()],
+                                   attributes={"value": ir.IntegerAttr.get(ir.IndexType.get(), value)}).results[0]
+
+
+def _quotient_fold(op: ir.Operation, lin: _Linear) -> ir.Value | None:
+    """The value of a divsi / remsi by a positive constant whose numerator stays in one quotient."""
+    f, c = lin.form(op.operands[0]), constant_of(op.operands[1])
+    if f is None or c is None or int(c) <= 0:
+        return None
+    c = int(c)
+    lo, hi = lin.bounds(f)
+    if lo < 0 or lo // c != hi // c:
+        return None
+    q = lo // c
+    if op.name == "arith.divsi":
+        return _constant(q, op)
+    base, off = f
+    rest = off - q * c
+    if base is None:
+        return _constant(rest, op)
+    if rest == 0:
+        return base
+    with ir.InsertionPoint(op), op.location:
+        return ir.Operation.create("arith.addi", results=[base.type], operands=[base, _constant(rest, op)]).results[0]
+
+
+def _recombined(op: ir.Operation, lin: _Linear) -> ir.Value | None:
+    """x for `x % c + (x / c) * c` (either order) with x >= 0."""
+    for rem, prod in (op.operands, reversed(list(op.operands))):
+        if isinstance(rem.owner, ir.Block) or isinstance(prod.owner, ir.Block):
+            continue
+        if rem.owner.name != "arith.remsi" or prod.owner.name != "arith.muli":
+            continue
+        x, c = rem.owner.operands[0], constant_of(rem.owner.operands[1])
+        for div, k in (prod.owner.operands, reversed(list(prod.owner.operands))):
+            if isinstance(div.owner, ir.Block) or div.owner.name != "arith.divsi":
+                continue
+            f = lin.form(x)
+            if c is not None and constant_of(k) == c and div.owner.operands[0] == x and \
+                    constant_of(div.owner.operands[1]) == c and f is not None and lin.bounds(f)[0] >= 0:
+                return x
+    return None
+
+
+def simplify_indices(op: ir.Operation) -> bool:
+    """Applies the module docstring's folds to `op`'s body; True if any."""
+    lin, changed = _Linear(op), False
+    for o in region_ops(op):
+        if o.name in ("arith.divsi", "arith.remsi"):
+            new = _quotient_fold(o, lin)
+        elif o.name == "arith.addi":
+            new = _recombined(o, lin)
+        else:
+            continue
+        if new is not None:
+            o.results[0].replace_all_uses_with(new)
+            changed = True
+    if changed:
+        _erase_dead_index_ops(op)
+    return changed
+
+
+_PURE_INDEX_OPS = ("arith.divsi", "arith.remsi", "arith.muli", "arith.addi", "arith.subi", "affine.apply",
+                   "linalg.index")
+
+
+def _erase_dead_index_ops(op: ir.Operation) -> None:
+    """Drops the index arithmetic the folds left unused: a dead `d0 % 2` would still count
+    as a computed use of d0."""
+    while True:
+        dead = [o for o in region_ops(op) if o.name in _PURE_INDEX_OPS and not any(list(r.uses) for r in o.results)]
+        for o in dead:
+            o.erase()
+        if not dead:
+            return
