@@ -23,9 +23,9 @@ the dispatches left on the host. Exit status 0 when the greedy tokens equal
 torch bf16's.
 
 Where the natural torch formulation does not compile or leaves work on the
-host, the code says so beside the one used: rotate_half as a matmul, rotary
-tables of the prompt's exact length, and decode's position turned into a
-one-hot row (cache write as a blend, cos / sin / mask as products with it).
+host, the code says so beside the one used: rotary tables of the prompt's
+exact length, and decode's position turned into a one-hot row (cache write as
+a blend, cos / sin / mask as products with it).
 """
 
 from __future__ import annotations
@@ -86,20 +86,17 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
-def half_rotation(dim: int) -> torch.Tensor:
-    """R [D, D] with x @ R == cat([-x[..., D/2:], x[..., :D/2]]) (Llama's rotate_half).
-    A matmul, because IREE turns the slices + concat into a gather-like generic
-    (linalg.index + tensor.extract) that has no NPU form; it adds D MACs per q / k element."""
-    half = dim // 2
-    r = np.zeros((dim, dim), np.float32)
-    r[np.arange(half) + half, np.arange(half)] = -1.0
-    r[np.arange(half), np.arange(half) + half] = 1.0
-    return torch.from_numpy(r)
+def rotate_half(x):
+    """cat(-x[..., D/2:], x[..., :D/2]): Llama's half rotation, as torch writes it (IREE makes
+    it one generic reading x at computed indices; torq-unroll-index-dims splits it into a
+    negated half and a copied half on the NPU)."""
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
-def apply_rotary(x, cos, sin, rotation):
+def apply_rotary(x, cos, sin):
     """x [1, H, T, D], cos / sin [T, D] (each frequency twice, Llama's half-rotation layout)."""
-    return x * cos + (x @ rotation) * sin
+    return x * cos + rotate_half(x) * sin
 
 
 def rotary_tables(cfg: LlamaConfig, length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,7 +125,6 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden, cfg.kv_heads * d, bias=False)
         self.v_proj = nn.Linear(cfg.hidden, cfg.kv_heads * d, bias=False)
         self.o_proj = nn.Linear(cfg.heads * d, cfg.hidden, bias=False)
-        self.register_buffer("rotation", half_rotation(d), persistent=False)
 
     def project(self, x, cos, sin):
         """q [1, H, T, D] and k, v [1, KV, T, D] of x [1, T, hidden], q and k rotated."""
@@ -136,7 +132,7 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(1, t, cfg.heads, cfg.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(1, t, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(1, t, cfg.kv_heads, cfg.head_dim).transpose(1, 2)
-        return apply_rotary(q, cos, sin, self.rotation), apply_rotary(k, cos, sin, self.rotation), v
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
 
     def attend(self, q, k, v, mask):
         """Grouped-query attention: q [1, H, T, D] over k, v [1, KV, S, D] with an additive
