@@ -22,8 +22,15 @@ from iree.compiler import ir
 
 from torq.contract.module_abi import MAX_INPUTS, MAX_RESULTS
 
-from ..ir_utils import constant_of, walk_ops
-from ..patterns import Unsupported, assembled_parts, data_movement_reason, is_zero_fill, match_group, row_gather
+from ..ir_utils import walk_ops
+from ..patterns import (
+    Unsupported,
+    data_movement_ops,
+    data_movement_reason,
+    is_zero_fill,
+    match_group,
+    row_gather,
+)
 from ..patterns.row_gather import GATHER_VIEW, INDEX_ELEMENT_TYPES
 from ..requant import io_conversion_reason
 from . import PassOptions, convert_dtypes
@@ -115,8 +122,10 @@ def _only_gather_indices(v: ir.Value) -> bool:
     return True
 
 
-def _op_reason(op: ir.Operation, options: PassOptions, groups: list) -> str:
-    """Why `op` has no NPU form ("" if it has); a matched fuse group goes into `groups`."""
+def _op_reason(op: ir.Operation, options: PassOptions, groups: list, moves: set) -> str:
+    """Why `op` has no NPU form ("" if it has); a matched fuse group goes into `groups`.
+    `moves`: the function's ops the NSS program performs with DMAs alone
+    (`patterns.data_movement_ops`)."""
     if op.name.startswith("linalg.") or op.name == "tensor.pad":
         if is_zero_fill(op):
             return ""
@@ -137,26 +146,10 @@ def _op_reason(op: ir.Operation, options: PassOptions, groups: list) -> str:
             return "f32 compute requested on host (--torq-keep-f32)"
         if s not in SUPPORTED_DTYPES:
             return f"{op.name} computes in {s}, which the slices do not support"
-    # A box of an argument (dispatch extraction makes them for copies) is a DMA box; a box a
-    # result is assembled from (torq-unroll-index-dims) a DMA-out into it.
-    box_of_argument = op.name == "tensor.extract_slice" and isinstance(op.operands[0].owner, ir.Block)
-    part_of_result = op.name == "tensor.insert_slice" and _assembles_result(op)
-    gathered = op.name == GATHER_VIEW and all(isinstance(v.owner, ir.Block) or constant_of(v) is not None
-                                             for v in op.operands)
-    if op.name not in _STRUCTURAL_OPS and not box_of_argument and not part_of_result and not gathered \
-            and not op.name.startswith("linalg.") \
+    if op.name not in _STRUCTURAL_OPS and op not in moves and not op.name.startswith("linalg.") \
             and op.parent is not None and op.parent.name == "func.func":
         return f"'{op.name}' has no Torq lowering"
     return ""
-
-
-def _assembles_result(op: ir.Operation) -> bool:
-    """Whether insert_slice `op` is a link of a returned result's `assembled_parts` chain."""
-    v = op.results[0]
-    while len(list(v.uses)) == 1 and next(iter(v.uses)).owner.name == "tensor.insert_slice":
-        v = next(iter(v.uses)).owner.results[0]
-    users = [u.owner for u in v.uses]
-    return len(users) == 1 and users[0].name == "func.return" and assembled_parts(v) is not None
 
 
 def _gather_fit_reason(func: ir.Operation, gather, options: PassOptions) -> str:
@@ -185,8 +178,9 @@ def unsupported_reason(func: ir.Operation, options: PassOptions) -> str:
     if options.keep_f32 and _io_of(func, ("f32",)):  # also a copy, which has no op computing in f32
         return "f32 compute requested on host (--torq-keep-f32)"
     groups: list = []
+    moves = data_movement_ops(func)
     for op in walk_ops(func):
-        reason = _op_reason(op, options, groups)
+        reason = _op_reason(op, options, groups, moves)
         if reason:
             return reason
     reason = _io_dtype_reason(func)  # after the ops' reasons, which say more (a gather's index op)

@@ -78,12 +78,20 @@ from .model import (
                     epilogue_from_json,
                     epilogue_to_json,
 )
-from .padding import PAD_VIEW, Padding, assembled_boxes, assembled_parts, data_movement_reason, padding_fold
+from .padding import (
+    PAD_VIEW,
+    Padding,
+    assembled_boxes,
+    assembled_parts,
+    data_movement_ops,
+    data_movement_reason,
+    padding_fold,
+)
 from .reduction import classify_gather_reduction, classify_principal, classify_reduction
 from .row_gather import GATHER_VIEW, RowGather, gathered_box, row_gather
 
 __all__ = ["FUSE_GROUP", "FUSE_GROUP_ID", "GATHER_VIEW", "PAD_VIEW", "gathered_box", "Contraction", "assembled_boxes", "assembled_parts", "Gather", "Match", "Padding", "RowGather", "Unsupported",
            "box_read", "classify_contraction", "classify_gather_reduction", "classify_principal",
-           "classify_reduction", "data_movement_reason", "decode_elementwise", "epilogue_from_json",
+           "classify_reduction", "data_movement_ops", "data_movement_reason", "decode_elementwise", "epilogue_from_json",
            "epilogue_of", "epilogue_to_json", "fill_value", "init_steps", "is_elementwise", "is_identity_like",
            "is_zero_fill", "linear_terms", "match_group", "padding_fold", "row_gather"]

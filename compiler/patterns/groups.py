@@ -367,4 +367,14 @@ def match_group(op: ir.Operation) -> Match | None:
         inputs: list[ir.Value] = []
         epi = epilogue_of(op, None, inputs)
         return Match("elementwise", op, [op] + _box_reads_of(inputs, [op]), op, inputs, {}, epi, 0)
-    raise Unsupported(f"'{op.name}' with this structure has no Torq pattern")
+    raise Unsupported(f"'{op.name}' with this structure has no Torq pattern{_structure(op)}")
+
+
+def _structure(op: ir.Operation) -> str:
+    """` (loops 1x4x8x16x8: p p p r p)` for a linalg op with loops, for the remark: which
+    of a dispatch's ops, and what about it (two batch dims, a reduction not innermost)."""
+    try:
+        ranges, kinds = _loop_ranges(op), _iterators(op)
+    except (KeyError, ValueError, TypeError):
+        return ""
+    return f" (loops {'x'.join(map(str, ranges))}: {' '.join(k[0] for k in kinds)})"

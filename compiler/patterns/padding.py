@@ -17,7 +17,7 @@ from .contraction import linear_terms
 from .inits import is_zero_fill
 from .model import Unsupported
 from .reduction import classify_principal
-from .row_gather import row_gather
+from .row_gather import GATHER_VIEW, row_gather
 
 # What a folded `tensor.pad` becomes (torq-fold-padding): an unregistered
 # `torq.pad` op with the same operand and result and attrs `low` / `high`.
@@ -109,24 +109,47 @@ def assembled_boxes(v: ir.Value) -> tuple[list[ir.Value], list[tuple[int, ...]]]
     """(parts, their offsets) of a result assembled from boxes (`assembled_parts`), or two
     empty lists. The chain follows the insert_slices' destinations only, so a part may
     itself be a tiled result (a loop, or a peeled remainder inserted into one)."""
-    parts, offsets, covered = [], [], None
+    parts, offsets, _ = _assembly(v)
+    return parts, offsets
+
+
+def _assembly(v: ir.Value) -> tuple[list[ir.Value], list[tuple[int, ...]], list[ir.Operation]]:
+    """`assembled_boxes` and the chain's insert_slice ops (three empty lists for no chain)."""
+    parts, offsets, links = [], [], []
     while not isinstance(v.owner, ir.Block) and v.owner.name == "tensor.insert_slice":
         op = v.owner
         if len(op.operands) != 2 or any(x != 1 for x in int_array(op.attributes["static_strides"])):
-            return [], []
+            return [], [], []
         if int_array(op.attributes["static_sizes"]) != list(static_shape(op.operands[0].type)):
-            return [], []  # a part of another rank: its box in the result is no DMA box of it
+            return [], [], []  # a part of another rank: its box in the result is no DMA box of it
         parts.append(op.operands[0])
         offsets.append(tuple(int_array(op.attributes["static_offsets"])))
+        links.append(op)
         v = op.operands[1]
         if len(list(v.uses)) != 1:
-            return [], []
+            return [], [], []
     if not parts or isinstance(v.owner, ir.Block) or v.owner.name != "tensor.empty":
-        return [], []
+        return [], [], []
     covered = np.zeros(static_shape(v.type), np.int8)
     for part, off in zip(parts, offsets):
         covered[tuple(slice(o, o + n) for o, n in zip(off, static_shape(part.type)))] += 1
-    return (parts[::-1], offsets[::-1]) if (covered == 1).all() else ([], [])
+    return (parts[::-1], offsets[::-1], links) if (covered == 1).all() else ([], [], [])
+
+
+def data_movement_ops(func: ir.Operation) -> set:
+    """The function-level ops the NSS program performs with DMAs alone, which need no Torq
+    lowering: a box of an argument (`tensor.extract_slice`, dispatch extraction makes them
+    for copies), each link of the insert_slice chain that assembles a returned result
+    (`assembled_boxes`: a DMA-out into its box) and a gathered view of arguments or
+    constants (`GATHER_VIEW`: gather DMA-ins)."""
+    ops = region_ops(func)
+    moves = {op for v in ops[-1].operands for op in _assembly(v)[2]}
+    for op in ops:
+        if op.name == "tensor.extract_slice" and isinstance(op.operands[0].owner, ir.Block) or \
+                op.name == GATHER_VIEW and all(isinstance(v.owner, ir.Block) or constant_of(v) is not None
+                                               for v in op.operands):
+            moves.add(op)
+    return moves
 
 
 def assembled_parts(v: ir.Value) -> list[ir.Value] | None:
