@@ -200,3 +200,15 @@ def conv_tiled_program(relu6: bool = False, tiles: int = 2) -> Program:
 def conv_weights() -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(7)
     return bf16_round(rng.normal(0, 0.5, (8, 4, 3, 3))), bf16_round(rng.normal(0, 1.0, (8,)))
+
+
+def with_version(blob: bytes, version: int) -> bytes:
+    """`blob` (a serialized program) with its Program.version field rewritten: a blob of an
+    older format version holding newer content, which readers must refuse."""
+    from torq.contract.schemas.torq_fb.Program import Program as fbProgram
+
+    root = fbProgram.GetRootAs(blob)
+    pos = root._tab.Pos + root._tab.Offset(4)
+    out = bytearray(blob)
+    out[pos:pos + 4] = version.to_bytes(4, "little")
+    return bytes(out)

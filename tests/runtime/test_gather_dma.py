@@ -7,7 +7,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from nss_builders import ProgramBuilder, conv_tiled_program
+from nss_builders import ProgramBuilder, conv_tiled_program, with_version
 
 from torq.contract.executable import ExecutableError, parse_executable, serialize_program
 from torq.contract.hw import TorqHw
@@ -93,17 +93,8 @@ def test_validator_refuses_bad_gathers(mutate, message):
         serialize_program(p)
 
 
-def _with_version(blob: bytes, version: int) -> bytes:
-    """`blob` with its Program.version field rewritten."""
-    root = fbProgram.GetRootAs(blob)
-    pos = root._tab.Pos + root._tab.Offset(4)
-    out = bytearray(blob)
-    out[pos:pos + 4] = version.to_bytes(4, "little")
-    return bytes(out)
-
-
 def test_a_gather_in_a_version_2_blob_is_refused():
-    blob = _with_version(serialize_program(gather_program()), 2)
+    blob = with_version(serialize_program(gather_program()), 2)
     with pytest.raises(ExecutableError, match="version 2 has no gather DMA or i64 tensor"):
         parse_executable(blob)
 

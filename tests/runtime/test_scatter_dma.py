@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from nss_builders import ProgramBuilder, bf16_round, conv_tiled_program
+from nss_builders import ProgramBuilder, bf16_round, conv_tiled_program, with_version
 
 from torq.contract.executable import ExecutableError, parse_executable, serialize_program
 from torq.contract.hw import TorqHw
@@ -204,18 +204,9 @@ def test_round_trip_and_version():
     assert parse_executable(serialize_program(rows)) == rows
 
 
-def _with_version(blob: bytes, version: int) -> bytes:
-    """`blob` with its Program.version field rewritten."""
-    root = fbProgram.GetRootAs(blob)
-    pos = root._tab.Pos + root._tab.Offset(4)
-    out = bytearray(blob)
-    out[pos:pos + 4] = version.to_bytes(4, "little")
-    return bytes(out)
-
-
 @pytest.mark.parametrize("version", [2, 3])
 def test_a_scatter_in_an_older_blob_is_refused(version):
-    blob = _with_version(serialize_program(kv_program()), version)
+    blob = with_version(serialize_program(kv_program()), version)
     with pytest.raises(ExecutableError, match=rf"version {version} has no scatter DMA \(version 4\)"):
         parse_executable(blob)
 
