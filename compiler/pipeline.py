@@ -23,6 +23,7 @@ from .passes import (
     decompose_attention,
     fold_index_constants,
     fold_padding,
+    fold_unit_dims,
     lower_requantization,
     lower_to_torq_hl,
     mark_in_place_updates,
@@ -37,7 +38,7 @@ from .patterns import Unsupported
 
 PASSES: dict[str, ModuleType] = {m.NAME: m for m in (
     decompose_attention, lower_requantization, mark_in_place_updates, split_elementwise_results, fold_index_constants,
-    split_fused_gathers, unroll_index_dims, check_npu_support, convert_dtypes,
+    split_fused_gathers, unroll_index_dims, fold_unit_dims, check_npu_support, convert_dtypes,
     fold_padding, mark_patterns_for_super_tiling, super_tiling, lower_to_torq_hl, assign_lram_addresses,
     build_nss_program, serialize_executable)}
 
@@ -52,7 +53,7 @@ PRE_PASSES = ("func.func(iree-codegen-decompose-softmax{use-fusion=false}),"
 # in what it computes, before any pass that assumes the NPU can run it.
 DISPATCH_PIPELINE = [decompose_attention.NAME, PRE_PASSES, lower_requantization.NAME, mark_in_place_updates.NAME,
                      split_elementwise_results.NAME, fold_index_constants.NAME, split_fused_gathers.NAME,
-                     unroll_index_dims.NAME,
+                     unroll_index_dims.NAME, fold_unit_dims.NAME,
                      check_npu_support.NAME, convert_dtypes.NAME,
                      fold_padding.NAME,
                      mark_patterns_for_super_tiling.NAME, super_tiling.NAME, lower_to_torq_hl.NAME,

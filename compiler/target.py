@@ -57,7 +57,7 @@ from .dispatch_compile import (
 )
 from .dispatch_extraction import ExtractedDispatch, FlowModuleFacts, extract_dispatch_function
 from .host_dispatches import box_copy_dispatch, hoist_input_pads, host_tail_dispatch
-from .ir_utils import CompileError, location_str, walk_ops
+from .ir_utils import CompileError, element_type, location_str, static_shape, walk_ops
 from .load_time_views import LoadTimeViews
 from .macs import count_macs
 from .passes import PassOptions, super_tiling
@@ -164,6 +164,9 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
             # An in-place result is the whole updated operand, of the dispatch result's type.
             t = r.type if k in ex.in_place else t
             value = import_view(v, t)
+            if static_shape(t) != static_shape(r.type):  # the function dropped unit dims (torq-fold-unit-dims)
+                value = flow.TensorReshapeOp(ir.RankedTensorType.get(static_shape(r.type), element_type(t)),
+                                             value, [], []).result
             if k in ex.host_tails:  # the dequantize after an int8 NPU result runs on the host
                 value = host_tail_dispatch(value, ex.host_tails[k], ir.RankedTensorType(r.type).element_type)
             if copy is not None and tied < 0:
