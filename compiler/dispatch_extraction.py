@@ -15,8 +15,9 @@ at one runtime offset (compiler/torch_index_put.py's slice update: IREE passes
 the offset as an index operand) is such a result too: the index operand becomes
 a `tensor<1xi32>` argument (`ExtractedDispatch.index_operands`; the call passes
 the offset in one) named in the result's update entry, whose DMA-out scatters
-the box at that offset (torq-build-nss-program). A load of a static box of an input that is only stored becomes a
-`tensor.extract_slice` (a DMA box: the dispatch is a copy). Any other load
+the box at that offset (torq-build-nss-program). A load of a static box of an
+input that is only stored becomes a `tensor.extract_slice` (a DMA box: the
+dispatch is a copy). Any other load
 of a static box of an input (IREE slices the query, key and value of an
 attention out of one tensor this way) becomes a *box read* of the whole
 argument: a copy `linalg.generic` whose input map reads the box at constant

@@ -12,13 +12,25 @@ constant q and `x % c` is `x - q*c` when every value of x lies in
 
 from __future__ import annotations
 
-import re
-
 from iree.compiler import ir
 
 from .ir_utils import constant_of, loop_ranges, region_ops
 
-_OFFSET_MAP = re.compile(r"^affine_map<\((?:d0)?\)(?:\[s0\])? -> \((?:d0|s0)(?: \+ (\d+))?\)>$")
+
+def _offset(m: ir.AffineMap) -> int | None:
+    """k for a one-result map `x + k` (or `x`) of its single dim or symbol: the offset a split
+    gives a piece's index."""
+    if len(m.results) != 1 or m.n_dims + m.n_symbols != 1:
+        return None
+    e = m.results[0]
+    if isinstance(e, (ir.AffineDimExpr, ir.AffineSymbolExpr)):
+        return 0
+    if isinstance(e, ir.AffineAddExpr):
+        add = ir.AffineAddExpr(e)
+        for x, k in ((add.lhs, add.rhs), (add.rhs, add.lhs)):
+            if isinstance(x, (ir.AffineDimExpr, ir.AffineSymbolExpr)) and isinstance(k, ir.AffineConstantExpr):
+                return ir.AffineConstantExpr(k).value
+    return None
 
 
 class _Linear:
@@ -40,10 +52,10 @@ class _Linear:
         elif owner.name == "arith.constant" and str(v.type) == "index":
             found = (None, int(constant_of(v)))
         elif owner.name == "affine.apply" and len(owner.operands) == 1:
-            m = _OFFSET_MAP.match(str(owner.attributes["map"]))
+            k = _offset(ir.AffineMapAttr(owner.attributes["map"]).value)
             inner = self.form(owner.operands[0])
-            if m and inner is not None:
-                found = (inner[0], inner[1] + int(m.group(1) or 0))
+            if k is not None and inner is not None:
+                found = (inner[0], inner[1] + k)
         elif owner.name == "arith.addi":
             a, b = self.form(owner.operands[0]), self.form(owner.operands[1])
             if a is not None and b is not None and (a[0] is None or b[0] is None):

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from ..ir_utils import n_inputs, region_ops, static_shape, walk_ops
+from ..ir_utils import iterator_types, n_inputs, region_ops, static_shape, walk_ops
 from ..pass_managers import run_pipeline
 from ..patterns import classify_contraction
+from ..patterns.contraction import is_mul_add_body
 from . import PassOptions
 
 NAME = "torq-fold-unit-dims"
@@ -33,12 +34,8 @@ _UPSTREAM = "builtin.module(linalg-fold-unit-extent-dims,canonicalize,cse)"
 
 def _unclassified_contraction(op: ir.Operation) -> bool:
     """A two-input generic with a reduction and a mul-add body no contraction pattern reads."""
-    if op.name != "linalg.generic" or n_inputs(op) != 2 or \
-            "reduction" not in str(op.attributes["iterator_types"]):
-        return False
-    body = [o.name for o in region_ops(op)]
-    return body in (["arith.mulf", "arith.addf", "linalg.yield"], ["arith.muli", "arith.addi", "linalg.yield"]) \
-        and classify_contraction(op) is None
+    return op.name == "linalg.generic" and n_inputs(op) == 2 and "reduction" in iterator_types(op) and \
+        is_mul_add_body(op) and classify_contraction(op) is None
 
 
 def _only_unit_dims(small: ir.Type, large: ir.Type) -> bool:

@@ -61,7 +61,7 @@ def _index_ops(op: ir.Operation) -> dict[int, list[ir.Operation]]:
     return found
 
 
-def _readsdefined_outside(op: ir.Operation) -> bool:
+def _reads_outside_value(op: ir.Operation) -> bool:
     return any(o.name == "tensor.extract" and defined_outside(o.operands[0], op) for o in region_ops(op))
 
 
@@ -73,7 +73,7 @@ def _reads_computed_index(op: ir.Operation) -> bool:
     """A parallel generic reading a value defined outside it at coordinates computed from
     its loop indices: the form this pass rewrites."""
     return op.name == "linalg.generic" and all(it == "parallel" for it in iterator_types(op)) and \
-        _readsdefined_outside(op) and any(_computes_with(o.results[0]) for group in _index_ops(op).values() for o in group)
+        _reads_outside_value(op) and any(_computes_with(o.results[0]) for group in _index_ops(op).values() for o in group)
 
 
 def _divisor(v: ir.Value, found: int | None = None) -> int | None:
@@ -273,10 +273,10 @@ def unroll_function(func: ir.Operation) -> ir.Operation:
     _simplify(clone)
     _unroll(clone)
     run_pipeline("builtin.module(canonicalize,cse)", scratch.operation)
-    for op in [o for o in walk_ops(clone) if o.name == "linalg.generic" and _readsdefined_outside(o)]:
+    for op in [o for o in walk_ops(clone) if o.name == "linalg.generic" and _reads_outside_value(o)]:
         _reads_as_inputs(op)
     _erase_dead(clone)
-    if any(o.name == "linalg.generic" and _readsdefined_outside(o) and row_gather(o) is None for o in walk_ops(clone)):
+    if any(o.name == "linalg.generic" and _reads_outside_value(o) and row_gather(o) is None for o in walk_ops(clone)):
         return func
     clone.move_before(func)
     func.erase()

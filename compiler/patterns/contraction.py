@@ -33,7 +33,7 @@ def linear_terms(e: ir.AffineExpr) -> list[tuple[int, int]] | None:
     return None
 
 
-def _is_mul_add_body(op: ir.Operation) -> bool:
+def is_mul_add_body(op: ir.Operation) -> bool:
     """Body is `out + a*b`, optionally with casts of a and b first."""
     names = [o.name for o in region_ops(op)]
     core = [n for n in names if n not in ("arith.extsi", "arith.extf", "arith.sitofp", "arith.extui")]
@@ -44,7 +44,7 @@ def classify_contraction(op: ir.Operation) -> Contraction | None:
     """Conv2d / matmul structure of a linalg.generic, or None if not one."""
     if op.name != "linalg.generic" or n_inputs(op) != 2 or "reduction" not in _iterators(op):
         return None
-    if not _is_mul_add_body(op):
+    if not is_mul_add_body(op):
         return None
     maps = indexing_maps(op)
     its = _iterators(op)

@@ -26,7 +26,6 @@ from ..ir_utils import (
     defined_outside,
     indexing_maps,
     iterator_types,
-    loop_ranges,
     map_dims,
     n_inputs,
     region_ops,
@@ -64,17 +63,6 @@ def index_dim(v: ir.Value) -> int | None:
     return ir.IntegerAttr(v.owner.attributes["dim"]).value
 
 
-def _unwrapped_remainder(v: ir.Value, ranges: list[int]) -> ir.Value:
-    """The `linalg.index d` of `arith.remsi (linalg.index d), k` when the constant k is at
-    least d's loop range (IREE leaves such a remainder where it collapsed dims: it is the
-    index itself); else `v`."""
-    owner = v.owner
-    if isinstance(owner, ir.Block) or owner.name != "arith.remsi":
-        return v
-    d, k = index_dim(owner.operands[0]), constant_of(owner.operands[1])
-    return owner.operands[0] if d is not None and k is not None and int(k) >= ranges[d] else v
-
-
 def bounds_checks_only(asserts: list[ir.Operation], rows: int, index: ir.Value) -> bool:
     """Whether each `cf.assert` checks the index (as read, or cast to index) against
     [0, rows), as torch's embedding does: the gather DMA fails the run on exactly those."""
@@ -99,7 +87,7 @@ def _gathered_table(op: ir.Operation) -> tuple[ir.Value, list[ir.Value]] | None:
     names = [o.name for o in body]
     if names[-1] != "linalg.yield" or names.count("tensor.extract") != 1 or \
             any(n not in ("linalg.yield", "tensor.extract", "linalg.index", "arith.cmpi", "cf.assert",
-                          "arith.remsi", *INDEX_CASTS) for n in names):
+                          *INDEX_CASTS) for n in names):
         return None
     asserts = [o for o in body if o.name == "cf.assert"]
     if names.count("arith.cmpi") != len(asserts):
@@ -140,8 +128,7 @@ def row_gather(op: ir.Operation) -> RowGather | None:
     if isinstance(first, ir.Block) or first.name not in INDEX_CASTS or \
             first.operands[0] != op.regions[0].blocks[0].arguments[0]:
         return None
-    ranges = loop_ranges(op)
-    if [index_dim(_unwrapped_remainder(c, ranges)) for c in coords[1:]] != list(range(q, len(out_shape))) or \
+    if [index_dim(c) for c in coords[1:]] != list(range(q, len(out_shape))) or \
             tuple(table_shape[1:]) != tuple(out_shape[q:]):
         return None
     return RowGather(op, table, indices)

@@ -1,11 +1,12 @@
 // A decode step's one-hot row at `position` (`eye.index_select(0, position)`) as IREE
 // writes it when it collapsed the position to a 0-d tensor: the column coordinate is
 // `linalg.index 0` modulo 16, the row's 16 columns, so the remainder is the index itself
-// and the op is a row gather: the 0-d index DMA-ed in, one gathered row of 16 (bound:
-// the table's 16 rows), DMA-ed out.
-// RUN: torq-opt %s --pass-pipeline='builtin.module(torq-check-npu-support,torq-convert-dtypes,torq-fold-padding,torq-mark-patterns-for-super-tiling,torq-super-tiling,torq-lower-to-torq-hl,torq-assign-lram-addresses,torq-build-nss-program)' | FileCheck %s
+// (torq-unroll-index-dims folds it with the loop range, compiler/index_arith.py) and the
+// op is a row gather: the 0-d index DMA-ed in, one gathered row of 16 (bound: the
+// table's 16 rows), DMA-ed out.
+// RUN: torq-opt %s --pass-pipeline='builtin.module(torq-unroll-index-dims,torq-check-npu-support,torq-convert-dtypes,torq-fold-padding,torq-mark-patterns-for-super-tiling,torq-super-tiling,torq-lower-to-torq-hl,torq-assign-lram-addresses,torq-build-nss-program)' | FileCheck %s
 // A remainder by less than the loop range wraps the columns: no gather, the host keeps it.
-// RUN: sed 's/arith.remsi %j, %c16/arith.remsi %j, %c8/' %s | not torq-opt - --pass-pipeline='builtin.module(torq-check-npu-support)' 2>&1 | FileCheck %s --check-prefix=WRAP
+// RUN: sed 's/arith.remsi %j, %c16/arith.remsi %j, %c8/' %s | not torq-opt - --pass-pipeline='builtin.module(torq-unroll-index-dims,torq-check-npu-support)' 2>&1 | FileCheck %s --check-prefix=WRAP
 //
 // CHECK: "torq_nss.dma_in"() {spec = "{\22tensor\22:1,\22offsets\22:[],\22sizes\22:[],\22buffer\22:0}"}
 // CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0],\22sizes\22:[1,16],\22buffer\22:1,\22index_buffer\22:0,\22index_dtype\22:\22i64\22,\22index_bound\22:16}"}
