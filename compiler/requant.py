@@ -108,9 +108,9 @@ from .ir_utils import (
     static_shape,
 )
 from .requant_channels import RESIDUAL_I32_BOUND, Known, fit_channels, per_channel_constants
-from .requant_elementwise import Channels, StageSplitter
 from .requant_emit import rescale_generic
 from .requant_split import ActivationTable, build_table, split_first_int, split_residual_add
+from .requant_stages import Channels, StageSplitter
 from .requant_summary import RequantSummary
 from .requant_tail import HostTail, accumulator_tail, split_tail, tail_text
 from .requant_zero_point import ZeroPointCorrection, zero_point_correction

@@ -113,7 +113,7 @@ def stage_lines(stages, names: dict, lines: list[str], tensors: list, prefix: st
             tensors += ts
             names[st.value] = _rescale_lines(leaves[0], scalars, p, lines)
         elif st.kind == "table":
-            q_type = type_name(st.value.type)
+            q_type = st.table_type or type_name(st.value.type)
             lines += _table_lines(st.table, leaves[0], q_type, p, f"%{p}q")
             lines.append(f"%{p}level = arith.extsi %{p}q : {q_type} to i64")
             names[st.value] = f"%{p}level"

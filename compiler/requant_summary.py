@@ -8,6 +8,7 @@ rescales, a pooled sum); `line()` is the remark, `as_dict()` the dump entry.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -36,6 +37,9 @@ class RequantSummary:
     # llvm-cpu's f32 summation error of a step (of all reachable sums, over channels).
     pooled_ambiguous: int | None = None
     pooled_sums: int | None = None
+    # The pooled terms were an f32 function of an int8 value: summed as a table of i16 values
+    # in units of this power of two (requant_pooling._term_table).
+    pooled_table_scale: float | None = None
     # What follows stage 1 when it reads per-channel values (a bias added after the quantized
     # matmul, then maybe an activation): its steps, summarized as `of_stages` does.
     rest: "RequantSummary | None" = None
@@ -101,7 +105,12 @@ class RequantSummary:
             what = "a residual add as an integer rescale of the sum" if self.pair_kind == "sum" else \
                 f"a {self.pair_kind} of two int8 values as an integer rescale"
             text += f"; then {what}, one output step off on {self.sum_differing} of {self.sum_pairs} int8 input pairs"
-        if self.pooled_sums:
+        if self.pooled_sums and self.pooled_table_scale:
+            text += (f"; the f32 terms are a 256-entry table of i16 values in units of "
+                     f"2^{round(math.log2(self.pooled_table_scale))}, summed in i32: {self.pooled_ambiguous} of "
+                     f"{self.pooled_sums} sums lie within the table's rounding and llvm-cpu's f32 summation error "
+                     f"of a step (one output step)")
+        elif self.pooled_sums:
             text += (f"; the f32 sum is an exact i32 sum: {self.pooled_ambiguous} of {self.pooled_sums} sums lie "
                      f"within llvm-cpu's f32 summation error of a step (one output step)")
         if self.table_entries:
@@ -126,7 +135,8 @@ class RequantSummary:
                 "table_entries": self.table_entries, "table_ambiguous": self.table_ambiguous,
                 "residual_differing": self.residual_differing, "residual_step_span": self.residual_step_span,
                 "pair_kind": self.pair_kind, "pooled_ambiguous": self.pooled_ambiguous,
-                "pooled_sums": self.pooled_sums, "bf16_island": self.bf16_island, "rest": self.rest.as_dict() if self.rest else None}
+                "pooled_sums": self.pooled_sums, "pooled_table_scale": self.pooled_table_scale,
+                "bf16_island": self.bf16_island, "rest": self.rest.as_dict() if self.rest else None}
 
 
 def _channels_text(differing: list[int], step_span: list[int]) -> str:

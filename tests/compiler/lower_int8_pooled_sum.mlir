@@ -1,4 +1,4 @@
-// Global average pooling of int8 values as compiler/requant_elementwise.py writes
+// Global average pooling of int8 values as compiler/requant_pooling.py writes
 // it: an i32 sum reduction whose prologue widens the int8 input, then the
 // integer rescale of the sum. It lowers to one torq_hl.reduce (mode "sum" in
 // the i32 accumulator, of the prologue's widened values, an elementwise op of

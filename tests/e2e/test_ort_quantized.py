@@ -82,6 +82,20 @@ class SqueezeExciteHead(torch.nn.Module):
         return self.head(x.mean((2, 3))), x
 
 
+class ConvHardswishMean(torch.nn.Module):
+    """MobileNetV3's head: conv, hardswish, the spatial mean, a linear layer. ONNX Runtime
+    quantizes the conv's output and the mean's, not the hardswish between them (no QDQ for
+    HardSwish before ReduceMean), so the pool sums f32 hardswish values."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 16, 1)
+        self.head = torch.nn.Linear(16, 10)
+
+    def forward(self, x):
+        return self.head(torch.nn.functional.hardswish(self.conv(x)).mean((2, 3)))
+
+
 class ConvMaxPool(torch.nn.Module):
     """ResNet's stem: conv, relu, 3x3 stride-2 max pool, conv."""
 
@@ -231,6 +245,37 @@ def test_ort_quantized_squeeze_excite_and_pooling_within_one_step(tmp_path):
     exact = torq.compile(str(path), remarks=(r := io.StringIO()), flags=("--torq-requant=exact",))
     assert "within llvm-cpu's f32 summation error of a step" in r.getvalue()
     assert all(s["kind"] != "int8 sum pooling" for d in exact.report.dispatches for s in d.requant)
+
+
+def test_ort_quantized_float_hardswish_pooled_within_one_step(tmp_path):
+    """The mean of f32 hardswish values of an int8 tensor, quantized: each term becomes an
+    entry of a 256-entry i16 table, summed in i32 and rescaled, so the dispatch runs on the
+    NPU; the sums within the table's rounding and llvm-cpu's summation error of a step are
+    counted in the compile report. Every output within one step of llvm-cpu.
+
+    IREE's default fusion splits the chain (the dequantized x has two users in x *
+    hardsigmoid(x)) into f32 dispatches; its aggressive fusion makes it one int8 dispatch.
+    That is the user's flag: it also fuses a float input's quantize into its consumers
+    (a host dispatch then), so it is not our default."""
+    path, x = ort_quantized_model(tmp_path, ConvHardswishMean, shape=(1, 8, 7, 7))
+    assert [n.op_type for n in onnx.load(str(path)).graph.node if n.op_type in ("HardSwish", "ReduceMean")] == \
+        ["HardSwish", "ReduceMean"]
+    default = torq.compile(str(path), remarks=io.StringIO())
+    assert [d.reason.split(":")[0] for d in default.report.dispatches if d.executor == "host" and d.macs] == \
+        ["'arith.fptosi' in a linalg.generic body"]
+    remarks = io.StringIO()
+    cm = torq.compile(str(path), remarks=remarks, flags=("--iree-dispatch-creation-enable-aggressive-fusion",))
+    host = [d.reason for d in cm.report.dispatches if d.executor == "host"]
+    assert len(host) == 2 and host[0].startswith("quantize of an f32 tensor") and \
+        host[1].startswith("dequantize of an i8 tensor"), (host, remarks.getvalue())
+    (pool,) = [s for d in cm.report.dispatches for s in d.requant if s["kind"] == "int8 sum pooling"]
+    assert pool["pooled_table_scale"] is not None and 0 <= pool["pooled_ambiguous"] < pool["pooled_sums"] / 20, pool
+    assert "the f32 terms are a 256-entry table of i16 values" in remarks.getvalue()
+    for seed in range(3):  # inputs beyond the one exported with: many levels of the pooled value
+        xs = np.random.default_rng(seed).standard_normal(x.shape).astype(np.float32)
+        y, ref = cm(xs), llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), xs, function="main_graph")
+        step = np.diff(np.unique(ref)).min()
+        assert np.abs(y - ref).max() <= step * 1.0001, (seed, np.abs(y - ref).max(), step)
 
 
 def test_ort_quantized_batched_linear_layers_within_one_step(tmp_path):

@@ -1,0 +1,147 @@
+"""Integer stages of a float requantization body: one float-to-int conversion each.
+
+A body's float-to-int conversions (`arith.fptosi`) split it into stages, each
+a function of at most two integer values (its leaves: the dispatch's integer
+inputs or earlier stages), compiled as after a contraction
+(compiler/requant.py):
+
+- one i32 leaf (an accumulator another dispatch wrote): a per-channel
+  rescale fitted on |a| <= 2^30 (`requant_channels.fit_channels`);
+- one int8 leaf: a 256-entry table (`requant_split.build_table`); with
+  per-channel parameters, a per-channel rescale fitted on [-128, 127];
+- two int8 leaves: a rescale of their sum (`rescale_fit.fit_sum`) or of their
+  product (`rescale_fit.fit_product`), fitted on all 65,536 pairs.
+
+`StageSplitter` finds them; compiler/requant_emit.py writes their integer
+arithmetic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from iree.compiler import ir
+
+from .f32_chain import INT_RANGE, Chain, type_name
+from .ir_utils import n_inputs, static_shape
+from .requant_channels import RESIDUAL_I32_BOUND, fit_channels, per_channel_constants
+from .requant_split import ActivationTable, build_table, reads, slice_until
+from .rescale_fit import NotExact, PairFit, Rescale, fit_product, fit_sum
+
+
+@dataclass
+class Stage:
+    """One float-to-int conversion of a body as integer arithmetic on its leaves."""
+    value: ir.Value  # the int value it computes
+    kind: str  # "rescale" | "table" | "sum" | "product" | "identity"
+    leaves: list[ir.Value]
+    rescales: list[Rescale] | None = None  # "rescale": per channel
+    differing: list[int] | None = None  # "rescale": per channel, as RequantSummary.differing
+    step_span: list[int] | None = None
+    table: ActivationTable | None = None
+    pair: PairFit | None = None
+    chain: Chain | None = None  # "rescale": the chain it replaces
+    table_type: str | None = None  # "table": its entries' type when not `value`'s (a fixed-point f32 term)
+
+
+@dataclass
+class Channels:
+    """The constant inputs of a generic, per channel: `dim` is the result dim they vary along
+    (None: all scalars), `values[ch]` the {block arg: scalar} of channel ch."""
+    dim: int | None
+    values: list[dict]
+    per_channel: set = field(default_factory=set)  # block args that vary
+
+    @classmethod
+    def of(cls, op: ir.Operation, known, variable: set[int]) -> "Channels":
+        dims, per = per_channel_constants(op, known, variable)
+        if len(dims) > 1:
+            raise NotExact("the requantization parameters vary along more than one dim")
+        dim = dims.pop() if dims else None
+        n = static_shape(op.results[0].type)[dim] if dim is not None else 1
+        values = [{a: (v if d is None else v[ch]) for a, (d, v) in per.items()} for ch in range(n)]
+        return cls(dim, values, {a for a, (d, _) in per.items() if d is not None})
+
+
+class StageSplitter:
+    """Splits a body into `Stage`s (see the module docstring)."""
+
+    def __init__(self, ops: list[ir.Operation], channels: Channels, host, nearest: bool,
+                 ranges: dict, scaled: tuple[ir.Value, float] | None = None):
+        self.ops, self.channels, self.host, self.nearest = ops, channels, host, nearest
+        self.ranges = dict(ranges)  # leaf value -> (lo, hi)
+        self.scaled = scaled  # (the f32 leaf holding S * c, c) in R's quantize
+        self.stages: list[Stage] = []
+
+    def split(self, result: ir.Value) -> list[Stage]:
+        """The stages up to `result`, which must be the last one's value."""
+        for op in slice_until(self.ops, result, set()):
+            if op.name == "arith.fptosi":
+                self.stages.append(self._stage(op.results[0]))
+        if not self.stages or self.stages[-1].value != result:
+            raise NotExact("the result is not the int value of a requantization")
+        return self.stages
+
+    def _stage(self, q: ir.Value) -> Stage:
+        stops = set(self.ranges)
+        ops = slice_until(self.ops, q, stops)
+        leaves = [v for v in self.ranges if reads(ops, v)]
+        per_channel = any(reads(ops, a) for a in self.channels.per_channel)
+        q_type = type_name(q.type)
+        if len(leaves) == 1:
+            stage = self._one_leaf(ops, q, leaves[0], per_channel, q_type)
+        elif len(leaves) == 2 and not per_channel and all(self.ranges[v] == INT_RANGE["i8"] for v in leaves):
+            stage = self._two_leaves(ops, q, leaves, q_type)
+        else:
+            raise NotExact(f"a requantization step reads {len(leaves)} integer values"
+                           f"{' and per-channel parameters' if per_channel else ''} "
+                           f"(one, or two int8 values with scalar parameters, are supported)")
+        self.ranges[q] = INT_RANGE[q_type]
+        return stage
+
+    def _one_leaf(self, ops, q, leaf, per_channel: bool, q_type: str) -> Stage:
+        lo, hi = self.ranges[leaf]
+        if self.scaled is None and hi - lo < 256 and not per_channel:
+            scalars = {a: v for a, v in self.channels.values[0].items() if a not in self.channels.per_channel} \
+                if self.channels.values else None
+            table = build_table(ops, q, leaf, self.host, q_type, self.nearest, scalars=scalars)
+            return Stage(q, "identity" if table.is_identity() else "table", [leaf], table=table)
+        chain = Chain(ops, q, leaf, self.host)
+        if self.scaled is not None and leaf == self.scaled[0]:
+            chain = chain.of_scaled_sum(self.scaled[1])
+        channels = [(vals, lo, hi) for vals in self.channels.values]
+        fits = fit_channels(chain, channels, self.channels.dim, f"rescale of a {type_name(leaf.type)} value",
+                            self.nearest)
+        return Stage(q, "rescale", [leaf], [f.rescale for f in fits], [f.differing for f in fits],
+                     [f.step_span for f in fits], chain=chain)
+
+    def _two_leaves(self, ops, q, leaves, q_type: str) -> Stage:
+        u, v = (g.ravel() for g in np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij"))
+        qs = [np.asarray(x, np.int64) for x in
+              Chain(ops, q, leaves[0], self.host, extra=(leaves[1],)).contraction_variants(u, extra=(v,))]
+        lo, hi = INT_RANGE[q_type]
+        try:
+            fit, kind = fit_sum(u, v, qs, lo, hi), "sum"
+        except NotExact:
+            fit, kind = fit_product(u, v, qs, lo, hi), "product"
+        if fit.differing and not self.nearest:
+            raise NotExact(f"the {kind} of two int8 values as an integer rescale differs on {fit.differing} "
+                           f"of {fit.pairs} input pairs")
+        return Stage(q, kind, list(leaves), pair=fit)
+
+
+def leaf_range(v: ir.Value) -> tuple[int, int]:
+    t = type_name(ir.RankedTensorType(v.type).element_type)
+    if t == "i32":
+        return -RESIDUAL_I32_BOUND, RESIDUAL_I32_BOUND
+    if t not in ("i8", "i16"):
+        raise NotExact(f"an input of the requantization is {t}")
+    return INT_RANGE[t]
+
+
+def variable_inputs(op: ir.Operation, known) -> tuple[list[int], dict]:
+    """(operand indices of the non-constant inputs of `op`, {their block args: range})."""
+    variables = [i for i in range(n_inputs(op)) if known(op.operands[i]) is None]
+    args = op.regions[0].blocks[0].arguments
+    return variables, {args[i]: leaf_range(op.operands[i]) for i in variables}
