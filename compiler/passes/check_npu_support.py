@@ -69,7 +69,22 @@ def _int_float_conversion_reason(func: ir.Operation, options: PassOptions) -> st
                 and (int8_io or _narrow_integer_side(op)):
             return (f"'{op.name}' in a {op.parent.name} body: {_INT_FLOAT_CONVERSIONS[op.name]} in float "
                     f"compute that no integer rescale reproduces stays on host in f32 "
-                    f"(--torq-int8-float-ops=bf16 runs it on the NPU in bf16)")
+                    f"(--torq-int8-float-ops=bf16 runs it on the NPU in bf16{_pooled_float_hint(func)})")
+    return ""
+
+
+def _pooled_float_hint(func: ir.Operation) -> str:
+    """A hint for a quantized reduction of f32 inputs (f32 in, int8 out): IREE's default fusion
+    left the dequantize of its int8 input in another dispatch (MobileNetV3's float hardswish
+    before its mean); fused into one int8 dispatch it runs on the NPU in integers."""
+    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    ins = [str(ir.ShapedType(t).element_type) for t in ftype.inputs if isinstance(t, ir.ShapedType)]
+    outs = [str(ir.ShapedType(t).element_type) for t in ftype.results if isinstance(t, ir.ShapedType)]
+    reduces = any(op.name == "linalg.generic" and "reduction" in str(op.attributes["iterator_types"])
+                  for op in walk_ops(func))
+    if reduces and ins and outs and set(ins) == {"f32"} and set(outs) <= {"i8", "ui8"}:
+        return ("; its f32 inputs may be int8 values dequantized in other dispatches: "
+                "--iree-dispatch-creation-enable-aggressive-fusion makes such a chain one int8 dispatch")
     return ""
 
 
