@@ -106,6 +106,8 @@ class ExtractedDispatch:
     result_update_sizes: list[list[int] | None] = field(default_factory=list)
     # Per function result: elementwise ops the host applies to the NPU result.
     host_tails: dict[int, HostTail] = field(default_factory=dict)
+    # Per function argument: the quantize the host applies to its operand before the call.
+    host_heads: dict[int, HostTail] = field(default_factory=dict)
     # Function results the NPU writes in place into their read-write operand,
     # in the order the call passes those operands.
     in_place: list[int] = field(default_factory=list)
@@ -124,6 +126,8 @@ class ExtractedDispatch:
         if lowering is not None:
             self.input_operands = [self.input_operands[k] for k in lowering.kept_arguments]
             self.host_tails = dict(lowering.host_tails)
+            self.host_heads = {j: lowering.host_heads[k] for j, k in enumerate(lowering.kept_arguments)
+                               if k in lowering.host_heads}
             self.requant = list(lowering.rescaled)
         self.in_place = list(_the_function_entry(reports.get(mark_in_place_updates.NAME)) or [])
 

@@ -1,4 +1,5 @@
-"""What a requantization dispatch leaves to the host: the f32 tail after its integer result.
+"""What a requantization dispatch leaves to the host: the f32 tail after its integer result,
+and the quantize of an f32 input before it.
 
 The NPU computes no f32. When a dispatch's f32 result is a dequantize of an
 integer value (the model's output DequantizeLinear fused into the last
@@ -12,6 +13,12 @@ host_dispatches.host_tail_dispatch):
 - `accumulator_tail`: a body with no conversion at all, reading the
   contraction's i32 accumulator and per-channel constants (its bias and
   scales), all of it the tail.
+
+The mirror image, `split_input_quantizes`: a model's input QuantizeLinear that
+IREE fused into its consumer's dispatch (as its aggressive fusion does) is an
+elementwise generic quantizing an f32 argument; the argument becomes the
+integer tensor and the host computes the quantize before the call (a "head",
+in the same `HostTail` form).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from iree.compiler import ir
 
-from .ir_utils import constant_of, region_ops
+from .ir_utils import constant_of, indexing_maps, iterator_types, n_inputs, region_ops
 from .rescale_fit import NotExact
 
 
@@ -111,3 +118,54 @@ def accumulator_tail(op: ir.Operation, acc_index: int, per_channel: dict) -> Hos
                     and constant_of(v).size != 1:
                 raise NotExact("the dequantize of the accumulator reads a constant tensor")
     return tail_text(args[acc_index], body[:-1], per_channel)
+
+
+def split_input_quantizes(func: ir.Operation, known) -> dict[int, HostTail]:
+    """Cuts the quantize of each f32 argument of `func` that only an elementwise generic
+    quantizing it reads (to an integer, with scalar constants, its result read by other
+    ops): the argument takes the generic's integer type and replaces its result. Returns
+    {argument index: the quantize for the host}; `known(arg)` is an argument's constant."""
+    heads: dict[int, HostTail] = {}
+    for k, arg in enumerate(func.regions[0].blocks[0].arguments):
+        generic = _input_quantize(arg, known)
+        if generic is None:
+            continue
+        heads[k] = tail_text(generic.regions[0].blocks[0].arguments[0], region_ops(generic)[:-1])
+        init = generic.operands[1].owner
+        arg.set_type(generic.results[0].type)
+        generic.results[0].replace_all_uses_with(arg)
+        generic.erase()
+        if not isinstance(init, ir.Block) and init.name == "tensor.empty" and not list(init.results[0].uses):
+            init.erase()
+    if heads:
+        ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+        func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+            [a.type for a in func.regions[0].blocks[0].arguments], list(ftype.results)))
+    return heads
+
+
+def _input_quantize(arg: ir.Value, known) -> ir.Operation | None:
+    """The generic quantizing f32 argument `arg` elementwise (see split_input_quantizes), or None."""
+    if known(arg) is not None or not isinstance(arg.type, ir.RankedTensorType) or \
+            str(ir.RankedTensorType(arg.type).element_type) != "f32":
+        return None
+    uses = list(arg.uses)
+    generic = uses[0].owner if len(uses) == 1 else None
+    if generic is None or generic.name != "linalg.generic" or n_inputs(generic) != 1 or len(generic.results) != 1 \
+            or set(iterator_types(generic)) != {"parallel"}:
+        return None
+    maps = indexing_maps(generic)
+    result = generic.results[0]
+    if maps[0] != maps[1] or not maps[0].is_permutation or maps[0] != ir.AffineMap.get_identity(maps[0].n_dims) or \
+            str(ir.RankedTensorType(result.type).element_type) not in ("i8", "i16"):
+        return None
+    users = [u.owner for u in result.uses]
+    if not users or any(u.name == "func.return" for u in users):
+        return None  # a dispatch that only quantizes its input stays whole on the host
+    body = region_ops(generic)
+    inside = {generic.regions[0].blocks[0].arguments[0]} | {r for o in body for r in o.results}
+    if "arith.fptosi" not in [o.name for o in body] or \
+            any(v not in inside and (constant_of(v) is None or constant_of(v).size != 1)
+                for o in body[:-1] for v in o.operands):
+        return None
+    return generic

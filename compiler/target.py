@@ -153,7 +153,10 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
         # The inputs, then the read-write operands of the results updated in place.
         passed = ex.input_operands + [ex.result_updates[k][0] for k in ex.in_place]
         arguments = dispatch_arguments(dispatch)
-        views = [_input_view(arguments[i], i in ex.index_operands, load_time) for i in ex.input_operands]
+        operands = [arguments[i] for i in ex.input_operands]
+        for j, head in ex.host_heads.items():  # the model input's quantize runs on the host
+            operands[j] = host_tail_dispatch(operands[j], head, ir.IntegerType.get_signless(int(head.result_type[1:])))
+        views = [_input_view(v, i in ex.index_operands, load_time) for v, i in zip(operands, ex.input_operands)]
         views += [export_view(arguments[i]) for i in passed[len(ex.input_operands):]]
         call = ir.Operation.create("util.call", results=[bv] * len(dispatch.results),
                                    operands=[exe.result] + views,
@@ -323,6 +326,9 @@ class TorqTarget:
             for summary in job.ex.requant:
                 if summary.approximate:
                     self.remark(job, f"dispatch {job.name}: {summary.line()}")
+            for j, head in sorted(job.ex.host_heads.items()):
+                self.remark(job, f"dispatch {job.name}: the quantize of its f32 input {j} to {head.result_type} (the "
+                                 f"model input's QuantizeLinear, fused into it) runs on the host before it")
             callee = _declare(module_op, len(job.ex.input_operands) + len(job.ex.in_place),
                               len(job.dispatch.results), declared)
             if self.check_dispatches:

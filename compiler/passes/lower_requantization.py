@@ -11,8 +11,11 @@ integer rescale reproduces (a softmax, a layer norm: a float island) is left
 float with --torq-int8-float-ops=bf16 (summarized as such), else refused. A dequantize the
 NPU cannot finish (an f32 result) is cut off: the function returns the
 integer tensor and the tail is reported for the host (`HostTail`); those
-results are listed in `HOST_TAIL_RESULTS`. Arguments the rewrite leaves
-unread are removed.
+results are listed in `HOST_TAIL_RESULTS`. Likewise an f32 argument only
+quantized (the model's input QuantizeLinear fused into its consumer): the
+argument becomes the integer tensor and the quantize is reported for the
+host (a head, `requant_tail.split_input_quantizes`). Arguments the rewrite
+leaves unread are removed.
 
 Inputs read from the function: `CONSTANT_ARG` on an argument is its known
 value (dispatch extraction attaches the flow-level constant: weights, biases,
@@ -38,7 +41,7 @@ from ..requant import lower_float_requantization, unused_arguments
 from ..requant_channels import Known
 from ..requant_elementwise import FloatIsland, is_int8_arithmetic, lower_int8_arithmetic
 from ..requant_summary import RequantSummary
-from ..requant_tail import HostTail
+from ..requant_tail import HostTail, split_input_quantizes
 from ..rescale_fit import NotExact
 from . import PassOptions
 
@@ -57,6 +60,7 @@ class RequantReport:
     kept_arguments: list[int]  # original index of each argument left
     rescaled: list[RequantSummary] = field(default_factory=list)
     host_tails: dict[int, HostTail] = field(default_factory=dict)  # function result -> tail
+    host_heads: dict[int, HostTail] = field(default_factory=dict)  # original argument index -> its quantize
 
 
 class _ConstantArgs:
@@ -102,6 +106,7 @@ def lower_function(func: ir.Operation, nearest: bool = True, bf16_islands: bool 
     for name in ("arg_attrs", HOST_FMA):  # consumed: later passes see a plain function
         if name in func.attributes:
             del func.attributes[name]
+    heads = split_input_quantizes(func, Known(constants))
     try:
         done = lower_float_requantization(func, constants, host, nearest)
         if not done.rescaled and is_int8_arithmetic(func, Known(constants)):
@@ -120,8 +125,8 @@ def lower_function(func: ir.Operation, nearest: bool = True, bf16_islands: bool 
         kind = _float_conversions(func)
         if kind:
             done.rescaled = [RequantSummary.float_island(kind)]
-    report = RequantReport(list(range(n_args)), done.rescaled, dict(done.host_tails))
-    if not done.rescaled and not done.host_tails:
+    report = RequantReport(list(range(n_args)), done.rescaled, dict(done.host_tails), heads)
+    if not done.rescaled and not done.host_tails and not heads:
         return report
     if done.host_tails:
         func.attributes[HOST_TAIL_RESULTS] = ir.DenseI64ArrayAttr.get(sorted(done.host_tails))

@@ -151,6 +151,24 @@ def test_matmul_sharing_its_dequantized_input_runs_on_int8(tmp_path):
     assert [n.op_type for n in model.graph.node if mm.output[0] in n.input] == ["Reshape"]
 
 
+def test_input_quantize_fused_into_the_matmul_runs_on_the_host_before_it(tmp_path):
+    """With IREE's aggressive fusion the model's input QuantizeLinear lands in the matmul's
+    dispatch (x has two users, the matmul and the residual add): the dispatch's f32 argument
+    is only quantized, so the host quantizes it before the call (a head, as a dequantize
+    tail after it) and the matmul, its rescales and the residual add run on the NPU."""
+    path, x = ort_quantized_model(tmp_path, ResidualLinear, shape=(1, 16, 64))
+    ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
+    remarks = io.StringIO()
+    cm = torq.compile(str(path), remarks=remarks, flags=("--iree-dispatch-creation-enable-aggressive-fusion",))
+    y = cm(x)
+    assert [(d.executor, d.macs) for d in cm.report.dispatches] == [("torq", 16 * 64 * 64)], remarks.getvalue()
+    assert "the quantize of its f32 input 0 to i8 (the model input's QuantizeLinear, fused into it) runs on the " \
+        "host before it" in remarks.getvalue()
+    step = np.diff(np.unique(ref)).min()
+    assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
+    assert len(np.unique(ref)) > 50
+
+
 class ResidualGeluMlp(torch.nn.Module):
     """A transformer's feed-forward block: x + fc2(gelu(fc1(x))), the erf GELU."""
 

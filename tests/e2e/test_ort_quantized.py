@@ -255,8 +255,7 @@ def test_ort_quantized_float_hardswish_pooled_within_one_step(tmp_path):
 
     IREE's default fusion splits the chain (the dequantized x has two users in x *
     hardsigmoid(x)) into f32 dispatches; its aggressive fusion makes it one int8 dispatch.
-    That is the user's flag: it also fuses a float input's quantize into its consumers
-    (a host dispatch then), so it is not our default."""
+    That is the user's flag (it also changes float models' fusion), not our default."""
     path, x = ort_quantized_model(tmp_path, ConvHardswishMean, shape=(1, 8, 7, 7))
     assert [n.op_type for n in onnx.load(str(path)).graph.node if n.op_type in ("HardSwish", "ReduceMean")] == \
         ["HardSwish", "ReduceMean"]
