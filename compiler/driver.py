@@ -276,6 +276,19 @@ HOST_FLAGS = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-
 # a separate copy dispatch when the producer is the input or has other users).
 # User flags come later on the command line and override these.
 DISPATCH_FLAGS = ["--iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops"]
+# A float-quantized (QDQ) model: a dequantized int8 value with two users in one chain
+# (hardswish is x * hardsigmoid(x)) stays its own f32 dispatch under IREE's default
+# fusion, and the chain after it lands in f32 dispatches no integer form reproduces (the
+# hardswish before MobileNetV3's mean, left float by ONNX Runtime). IREE's aggressive
+# fusion makes the chain one int8 dispatch, compiled to integers by
+# compiler/requant_pooling.py; a model input's quantize it fuses into a consumer is
+# then split off for the host (requant_tail.split_input_quantizes). Not for float
+# models: it moves MobileNetV3's activations out of its depthwise convolutions (+5%
+# bf16 cycles). A user's =false after it turns it off.
+QDQ_DISPATCH_FLAGS = ["--iree-dispatch-creation-enable-aggressive-fusion"]
+# What marks such an input: ONNX's QuantizeLinear / DequantizeLinear, torch's
+# quantize_per_tensor / _per_channel (PT2E) and their dequantizes.
+_QDQ_MARKS = (b"QuantizeLinear", b"quantize_per_")
 
 
 @dataclass
@@ -447,18 +460,23 @@ def _module_at_dispatch_creation(session: Session, data: bytes, source_name: str
     return module_op, None
 
 
+def _is_qdq(data: bytes) -> bool:
+    return any(mark in data for mark in _QDQ_MARKS)
+
+
 def _compile_in_session(session: Session, source: str | bytes, options: CompileOptions,
                         source_name: str, remarks) -> CompileResult:
     flags = list(options.iree_flags)
+    data = source.encode() if isinstance(source, str) else source
     if options.torq:
         # With --torq-keep-f32 f32 models stay on the host, where llvm-cpu cannot
         # compile some dispatches with a fused pad (large padded depthwise convs).
-        flags = HOST_FLAGS + ([] if options.keep_f32 else DISPATCH_FLAGS) + flags
+        npu = [] if options.keep_f32 else DISPATCH_FLAGS + (QDQ_DISPATCH_FLAGS if _is_qdq(data) else [])
+        flags = HOST_FLAGS + npu + flags
     try:
         session.set_flags(*flags)
     except ValueError as e:
         raise UsageError(str(e).strip().splitlines()[-1]) from None
-    data = source.encode() if isinstance(source, str) else source
     stop = options.compile_to
     torq_stop = stop if stop in TORQ_PHASES else ""
     if torq_stop and not options.torq:

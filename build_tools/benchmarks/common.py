@@ -47,8 +47,6 @@ MODEL_SIZES = {
     "bert_int8": ({"seq": 128}, {"seq": 32}),
     # ... with softmax and LayerNorm on the NPU in bf16 (--torq-int8-float-ops=bf16).
     "bert_int8_bf16_float_ops": ({"seq": 128}, {"seq": 32}),
-    # ... with IREE's aggressive fusion (MobileNetV3's float hardswish before its mean).
-    "mobilenet_v3_int8_aggressive_fusion": ({"size": 224}, {"size": 64}),
     # samples/llm.py: SmolLM2-135M's widths and vocabulary, prefill at T = 128 (llm_rows.py).
     "llm": ({"layers": 30, "vocab": 49152, "prompt": 128, "tokens": 5, "max_len": 136},
             {"layers": 1, "vocab": 512, "prompt": 8, "tokens": 3, "max_len": 16}),

@@ -20,9 +20,7 @@ import time
 
 INT8_SUFFIX = "_int8"
 # A variant row: the same int8 model compiled with Torq flags (name suffix -> flags, label).
-FLAG_VARIANTS = {"_bf16_float_ops": (["--torq-int8-float-ops=bf16"], "softmax, LayerNorm in bf16 on the NPU"),
-                 "_aggressive_fusion": (["--iree-dispatch-creation-enable-aggressive-fusion"],
-                                        "the head's float hardswish and mean one int8 dispatch on the NPU")}
+FLAG_VARIANTS = {"_bf16_float_ops": (["--torq-int8-float-ops=bf16"], "softmax, LayerNorm in bf16 on the NPU")}
 
 
 def _split_name(name: str) -> tuple[str, str]:

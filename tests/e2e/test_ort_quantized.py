@@ -254,17 +254,18 @@ def test_ort_quantized_float_hardswish_pooled_within_one_step(tmp_path):
     counted in the compile report. Every output within one step of llvm-cpu.
 
     IREE's default fusion splits the chain (the dequantized x has two users in x *
-    hardsigmoid(x)) into f32 dispatches; its aggressive fusion makes it one int8 dispatch.
-    That is the user's flag (it also changes float models' fusion), not our default."""
+    hardsigmoid(x)) into f32 dispatches, one on the host, whose remark names the fix; its
+    aggressive fusion, our default for QDQ input, makes it one int8 dispatch."""
     path, x = ort_quantized_model(tmp_path, ConvHardswishMean, shape=(1, 8, 7, 7))
     assert [n.op_type for n in onnx.load(str(path)).graph.node if n.op_type in ("HardSwish", "ReduceMean")] == \
         ["HardSwish", "ReduceMean"]
-    default = torq.compile(str(path), remarks=io.StringIO())
-    (reason,) = [d.reason for d in default.report.dispatches if d.executor == "host" and d.macs]
+    split = torq.compile(str(path), remarks=io.StringIO(),
+                         flags=("--iree-dispatch-creation-enable-aggressive-fusion=false",))
+    (reason,) = [d.reason for d in split.report.dispatches if d.executor == "host" and d.macs]
     assert reason.startswith("'arith.fptosi' in a linalg.generic body") and \
         "--iree-dispatch-creation-enable-aggressive-fusion makes such a chain one int8 dispatch" in reason, reason
     remarks = io.StringIO()
-    cm = torq.compile(str(path), remarks=remarks, flags=("--iree-dispatch-creation-enable-aggressive-fusion",))
+    cm = torq.compile(str(path), remarks=remarks)
     host = [d.reason for d in cm.report.dispatches if d.executor == "host"]
     assert len(host) == 2 and host[0].startswith("quantize of an f32 tensor") and \
         host[1].startswith("dequantize of an i8 tensor"), (host, remarks.getvalue())
@@ -351,7 +352,8 @@ def test_ort_quantized_encoder_layer_all_on_npu_with_bf16_float_ops(tmp_path):
     step = np.diff(np.unique(ref)).min()
     steps_off = np.rint(np.abs(y - ref) / step)
     err = np.linalg.norm(y - ref) / np.linalg.norm(ref)
-    # Measured at this seed: rel L2 1.6e-2; 695 outputs equal, 305 one step off, 24 two steps.
+    # Measured at this seed: rel L2 1.60e-2; 714 outputs equal, 286 one step off, 23 two, 1 three
+    # (with IREE's default fusion instead of the aggressive one QDQ input gets: 1.62e-2; 695, 305, 24, 0).
     assert err <= 3e-2, err
-    assert (steps_off == 0).mean() >= 0.6 and steps_off.max() <= 2, np.bincount(steps_off.astype(int).ravel())
+    assert (steps_off == 0).mean() >= 0.6 and steps_off.max() <= 3, np.bincount(steps_off.astype(int).ravel())
     assert len(np.unique(ref)) > 50
