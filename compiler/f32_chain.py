@@ -297,157 +297,202 @@ class Chain:
 
     def evaluate(self, a: np.ndarray, check: bool = False, extra: tuple = (),
                  constants: list | None = None) -> _Val:
-        if self.acc_scale is None:
-            env: dict = {self.acc: _Val(np.asarray(a, np.int64), 1, type_name(self.acc.type))}
-        else:  # S * scale is exact in f64 (|S| < 2^29, a 24-bit scale), then rounded once
-            env = {self.acc: _Val((np.asarray(a, np.float64) * self.acc_scale).astype(np.float32),
-                                  _sign(self.acc_scale), "f32")}
-        for v, x in zip(self.extra, extra):
-            env[v] = _Val(np.asarray(x, np.int64), None, type_name(v.type))
-        cmps: dict = {}
-
-        def ref(v: ir.Value) -> _Val:
-            if v in env:
-                return env[v]
-            t = type_name(v.type)
-            if v in self.args:
-                c = self.args[v]
-            else:
-                c = v.const
-                if c is None or c.size != 1:
-                    raise NotExact(f"value {v.label} of the chain is neither a constant nor per channel")
-            c = np.asarray(c)
-            if c.size > 1:  # one value per channel (`for_channels`): a column against a row per channel
-                return _Val(c.reshape(-1, 1).astype(np.float32 if t == "f32" else np.int64), 0, t)
-            c = c.reshape(())
-            return _Val(np.float32(c) if t == "f32" else np.int64(c), 0, t)
-
-        def factors(*vals: _Val) -> None:
-            """Records the factors of a product (a division) of the accumulator: the signs of
-            the constant ones set its direction (one of constants only is a constant)."""
-            if constants is not None and any(np.ndim(x.v) and np.shape(x.v)[-1] != 1 for x in vals):
-                constants.extend(x.v for x in vals)
-
-        def int_result(x: np.ndarray, t: str) -> np.ndarray:
-            lo, hi = INT_RANGE[t]
-            if check and (np.any(x < lo) or np.any(x > hi)):
-                raise NotExact(f"the chain's {t} arithmetic wraps on the accumulator range")
-            return x
-
-        fused: set = set()
+        """The chain's value (and direction) on accumulators `a` (`extra`: the further variable
+        inputs); with `check`, NotExact where llvm-cpu's result would be undefined or
+        non-finite; `constants` collects the factors a direction depends on."""
+        run = _Evaluation(self, a, check, extra, constants)
         for op in self.ops:
-            name = op.name
-            if name == "arith.constant":
-                continue
-            res = op.results[0]
-            t = type_name(res.type)
-            if name in ("arith.addf", "arith.subf") and self.host.fma and op not in fused:
-                prods = [v for v in op.operands if v.owner is not None and v.owner.name == "arith.mulf" and v in env]
-                single = [v for v in prods if self.uses.get(v, 0) == 1 and v.n_uses == 1]
-                if len(single) != len(prods):
-                    if self.fuse_shared is None:
-                        raise NotExact(EITHER_FMA)
-                    single = prods if self.fuse_shared else single
-                if len(single) > 1:
-                    if self.fma_pick is None:
-                        raise NotExact(EITHER_FMA)
-                    single = [single[self.fma_pick]]
-                if single:
-                    p = single[0].owner
-                    x, y = ref(p.operands[0]), ref(p.operands[1])
-                    factors(x, y)
-                    z = ref(op.operands[1] if op.operands[0] == single[0] else op.operands[0])
-                    pd = _mul_dir(x, y)
-                    if name == "arith.subf" and op.operands[0] == single[0]:  # x*y - z
-                        r, d = fma_f32(x.v, y.v, -z.v), _combine(pd, _neg(z.dir))
-                    elif name == "arith.subf":  # z - x*y
-                        r, d = fma_f32(-x.v, y.v, z.v), _combine(_neg(pd), z.dir)
-                    else:
-                        r, d = fma_f32(x.v, y.v, z.v), _combine(pd, z.dir)
-                    env[res] = _Val(r, d, t)
-                    continue
-            if name in _FLOAT_BIN:
-                x, y = ref(op.operands[0]), ref(op.operands[1])
-                if name in ("arith.mulf", "arith.divf"):
-                    factors(x, y)
-                with np.errstate(all="ignore"):
-                    r = _FLOAT_BIN[name](np.float32(x.v) if np.ndim(x.v) == 0 else x.v,
-                                         np.float32(y.v) if np.ndim(y.v) == 0 else y.v).astype(np.float32)
-                if name == "arith.addf":
-                    d = _combine(x.dir, y.dir)
-                elif name == "arith.subf":
-                    d = _combine(x.dir, _neg(y.dir))
-                elif name == "arith.mulf":
-                    d = _mul_dir(x, y)
-                else:  # x / c only
-                    d = None if x.dir is None or y.dir != 0 else x.dir * _sign(y.v)
-                env[res] = _Val(r, d, t)
-            elif name == "arith.negf":
-                x = ref(op.operands[0])
-                env[res] = _Val(-x.v, _neg(x.dir), t)
-            elif name in ("arith.addi", "arith.subi", "arith.muli"):
-                x, y = ref(op.operands[0]), ref(op.operands[1])
-                if name == "arith.addi":
-                    r, d = x.v + y.v, _combine(x.dir, y.dir)
-                elif name == "arith.subi":
-                    r, d = x.v - y.v, _combine(x.dir, _neg(y.dir))
-                else:
-                    factors(x, y)
-                    r, d = x.v * y.v, _mul_dir(x, y)
-                env[res] = _Val(int_result(r, t), d, t)
-            elif name in ("arith.extsi", "arith.trunci"):
-                x = ref(op.operands[0])
-                env[res] = _Val(int_result(x.v, t), x.dir, t)
-            elif name == "arith.sitofp":
-                x = ref(op.operands[0])
-                env[res] = _Val(np.asarray(x.v, np.int64).astype(np.float32), x.dir, t)
-            elif name == "arith.fptosi":
-                x = ref(op.operands[0])
-                lo, hi = INT_RANGE[t]
-                if np.any(~np.isfinite(x.v)) or np.any(x.v <= lo - 1) or np.any(x.v >= hi + 1):
-                    raise NotExact(f"arith.fptosi to {t} of a value out of range (undefined)")
-                env[res] = _Val(np.trunc(x.v).astype(np.int64), x.dir, t)
-            elif name in _ROUND:
-                x = ref(op.operands[0])
-                env[res] = _Val(_ROUND[name](x.v).astype(np.float32), x.dir, t)
-            elif name in _TRANSCENDENTAL:
-                x = ref(op.operands[0])
-                fn, sense = _TRANSCENDENTAL[name]
-                with np.errstate(all="ignore"):
-                    r = np.asarray(fn(np.asarray(x.v, np.float64))).astype(np.float32)
-                step = np.float32(np.inf if self.ulps > 0 else -np.inf)
-                for _ in range(abs(self.ulps)):
-                    r = np.nextafter(r, step)
-                env[res] = _Val(r, None if x.dir is None else x.dir * sense, t)
-            elif name == "math.round":  # half away from zero, exactly (f32 -> f64 is exact)
-                x = ref(op.operands[0])
-                x64 = np.asarray(x.v, np.float64)
-                env[res] = _Val((np.sign(x64) * np.floor(np.abs(x64) + 0.5)).astype(np.float32), x.dir, t)
-            elif name in _MAXMIN:
-                x, y = ref(op.operands[0]), ref(op.operands[1])
-                env[res] = _Val(_MAXMIN[name](x.v, y.v), _combine(x.dir, y.dir), t)
-            elif name in ("arith.cmpf", "arith.cmpi"):
-                names = _CMPF if name == "arith.cmpf" else _CMPI
-                full = names[op.predicate]
-                pred = full[1:] if name == "arith.cmpf" or full[0] == "s" else full
-                x, y = ref(op.operands[0]), ref(op.operands[1])
-                if pred not in ("gt", "ge", "lt", "le"):  # (unsigned integer comparisons included)
-                    raise NotExact(f"comparison '{pred}' in the chain")
-                fn = {"gt": np.greater, "ge": np.greater_equal, "lt": np.less, "le": np.less_equal}[pred]
-                if name == "arith.cmpf" and check and (np.any(np.isnan(x.v)) or np.any(np.isnan(y.v))):
-                    raise NotExact("the chain compares NaN")
-                cmps[res] = (op.operands[0], op.operands[1], fn(x.v, y.v), x.dir == y.dir == 0)
-            elif name == "arith.select":
-                if op.operands[0] not in cmps:
-                    raise NotExact("arith.select whose condition is no comparison")
-                cx, cy, cond, cond_fixed = cmps[op.operands[0]]
-                tv, fv = ref(op.operands[1]), ref(op.operands[2])
-                # select(x > y, x, y) is max(x, y), select(x > y, y, x) min: monotone.
-                maxmin = {op.operands[1], op.operands[2]} == {cx, cy}
-                d = _combine(tv.dir, fv.dir) if maxmin else (0 if tv.dir == fv.dir == 0 and cond_fixed else None)
-                env[res] = _Val(np.where(cond, tv.v, fv.v), d, t)
-            else:
-                raise NotExact(f"'{name}' in the chain")
-            if t == "f32" and check and np.any(~np.isfinite(env[res].v)):
-                raise NotExact("the chain overflows f32 on the accumulator range")
-        return env[self.result]
+            run.step(op)
+        return run.env[self.result]
+
+
+class _Evaluation:
+    """One evaluation of a `Chain`: the values computed so far, op by op."""
+
+    def __init__(self, chain: Chain, a: np.ndarray, check: bool, extra: tuple, constants: list | None):
+        self.chain, self.check, self.constants = chain, check, constants
+        if chain.acc_scale is None:
+            self.env: dict = {chain.acc: _Val(np.asarray(a, np.int64), 1, type_name(chain.acc.type))}
+        else:  # S * scale is exact in f64 (|S| < 2^29, a 24-bit scale), then rounded once
+            self.env = {chain.acc: _Val((np.asarray(a, np.float64) * chain.acc_scale).astype(np.float32),
+                                        _sign(chain.acc_scale), "f32")}
+        for v, x in zip(chain.extra, extra):
+            self.env[v] = _Val(np.asarray(x, np.int64), None, type_name(v.type))
+        self.cmps: dict = {}  # comparison value -> (lhs, rhs, outcome, whether it is constant)
+
+    def step(self, op: "_ChainOp") -> None:
+        """Evaluates `op` into `env` (an FMA when llvm-cpu contracts it)."""
+        name = op.name
+        if name == "arith.constant":
+            return
+        res = op.results[0]
+        t = type_name(res.type)
+        if name in ("arith.addf", "arith.subf") and self.chain.host.fma and self._fused(op, t):
+            return
+        handler = _STEPS.get(name)
+        if handler is None:
+            raise NotExact(f"'{name}' in the chain")
+        handler(self, op, t)
+        if t == "f32" and self.check and np.any(~np.isfinite(self.env[res].v)):
+            raise NotExact("the chain overflows f32 on the accumulator range")
+
+    def ref(self, v: "_ChainValue") -> _Val:
+        if v in self.env:
+            return self.env[v]
+        t = type_name(v.type)
+        if v in self.chain.args:
+            c = self.chain.args[v]
+        else:
+            c = v.const
+            if c is None or c.size != 1:
+                raise NotExact(f"value {v.label} of the chain is neither a constant nor per channel")
+        c = np.asarray(c)
+        if c.size > 1:  # one value per channel (`for_channels`): a column against a row per channel
+            return _Val(c.reshape(-1, 1).astype(np.float32 if t == "f32" else np.int64), 0, t)
+        c = c.reshape(())
+        return _Val(np.float32(c) if t == "f32" else np.int64(c), 0, t)
+
+    def factors(self, *vals: _Val) -> None:
+        """Records the factors of a product (a division) of the accumulator: the signs of
+        the constant ones set its direction (one of constants only is a constant)."""
+        if self.constants is not None and any(np.ndim(x.v) and np.shape(x.v)[-1] != 1 for x in vals):
+            self.constants.extend(x.v for x in vals)
+
+    def int_result(self, x: np.ndarray, t: str) -> np.ndarray:
+        lo, hi = INT_RANGE[t]
+        if self.check and (np.any(x < lo) or np.any(x > hi)):
+            raise NotExact(f"the chain's {t} arithmetic wraps on the accumulator range")
+        return x
+
+    def _fused(self, op: "_ChainOp", t: str) -> bool:
+        """Evaluates add / sub `op` as the FMA llvm-cpu makes of it with a product, if it does."""
+        chain, env = self.chain, self.env
+        prods = [v for v in op.operands if v.owner is not None and v.owner.name == "arith.mulf" and v in env]
+        single = [v for v in prods if chain.uses.get(v, 0) == 1 and v.n_uses == 1]
+        if len(single) != len(prods):
+            if chain.fuse_shared is None:
+                raise NotExact(EITHER_FMA)
+            single = prods if chain.fuse_shared else single
+        if len(single) > 1:
+            if chain.fma_pick is None:
+                raise NotExact(EITHER_FMA)
+            single = [single[chain.fma_pick]]
+        if not single:
+            return False
+        p = single[0].owner
+        x, y = self.ref(p.operands[0]), self.ref(p.operands[1])
+        self.factors(x, y)
+        z = self.ref(op.operands[1] if op.operands[0] == single[0] else op.operands[0])
+        pd = _mul_dir(x, y)
+        if op.name == "arith.subf" and op.operands[0] == single[0]:  # x*y - z
+            r, d = fma_f32(x.v, y.v, -z.v), _combine(pd, _neg(z.dir))
+        elif op.name == "arith.subf":  # z - x*y
+            r, d = fma_f32(-x.v, y.v, z.v), _combine(_neg(pd), z.dir)
+        else:
+            r, d = fma_f32(x.v, y.v, z.v), _combine(pd, z.dir)
+        env[op.results[0]] = _Val(r, d, t)
+        return True
+
+    def float_binary(self, op, t):
+        name = op.name
+        x, y = self.ref(op.operands[0]), self.ref(op.operands[1])
+        if name in ("arith.mulf", "arith.divf"):
+            self.factors(x, y)
+        with np.errstate(all="ignore"):
+            r = _FLOAT_BIN[name](np.float32(x.v) if np.ndim(x.v) == 0 else x.v,
+                                 np.float32(y.v) if np.ndim(y.v) == 0 else y.v).astype(np.float32)
+        if name == "arith.addf":
+            d = _combine(x.dir, y.dir)
+        elif name == "arith.subf":
+            d = _combine(x.dir, _neg(y.dir))
+        elif name == "arith.mulf":
+            d = _mul_dir(x, y)
+        else:  # x / c only
+            d = None if x.dir is None or y.dir != 0 else x.dir * _sign(y.v)
+        self.env[op.results[0]] = _Val(r, d, t)
+
+    def negate(self, op, t):
+        x = self.ref(op.operands[0])
+        self.env[op.results[0]] = _Val(-x.v, _neg(x.dir), t)
+
+    def int_binary(self, op, t):
+        x, y = self.ref(op.operands[0]), self.ref(op.operands[1])
+        if op.name == "arith.addi":
+            r, d = x.v + y.v, _combine(x.dir, y.dir)
+        elif op.name == "arith.subi":
+            r, d = x.v - y.v, _combine(x.dir, _neg(y.dir))
+        else:
+            self.factors(x, y)
+            r, d = x.v * y.v, _mul_dir(x, y)
+        self.env[op.results[0]] = _Val(self.int_result(r, t), d, t)
+
+    def int_cast(self, op, t):
+        x = self.ref(op.operands[0])
+        self.env[op.results[0]] = _Val(self.int_result(x.v, t), x.dir, t)
+
+    def to_float(self, op, t):
+        x = self.ref(op.operands[0])
+        self.env[op.results[0]] = _Val(np.asarray(x.v, np.int64).astype(np.float32), x.dir, t)
+
+    def to_int(self, op, t):
+        x = self.ref(op.operands[0])
+        lo, hi = INT_RANGE[t]
+        if np.any(~np.isfinite(x.v)) or np.any(x.v <= lo - 1) or np.any(x.v >= hi + 1):
+            raise NotExact(f"arith.fptosi to {t} of a value out of range (undefined)")
+        self.env[op.results[0]] = _Val(np.trunc(x.v).astype(np.int64), x.dir, t)
+
+    def round_to_integral(self, op, t):
+        x = self.ref(op.operands[0])
+        self.env[op.results[0]] = _Val(_ROUND[op.name](x.v).astype(np.float32), x.dir, t)
+
+    def transcendental(self, op, t):
+        x = self.ref(op.operands[0])
+        fn, sense = _TRANSCENDENTAL[op.name]
+        with np.errstate(all="ignore"):
+            r = np.asarray(fn(np.asarray(x.v, np.float64))).astype(np.float32)
+        step = np.float32(np.inf if self.chain.ulps > 0 else -np.inf)
+        for _ in range(abs(self.chain.ulps)):
+            r = np.nextafter(r, step)
+        self.env[op.results[0]] = _Val(r, None if x.dir is None else x.dir * sense, t)
+
+    def round_half_away(self, op, t):  # math.round, exactly (f32 -> f64 is exact)
+        x = self.ref(op.operands[0])
+        x64 = np.asarray(x.v, np.float64)
+        self.env[op.results[0]] = _Val((np.sign(x64) * np.floor(np.abs(x64) + 0.5)).astype(np.float32), x.dir, t)
+
+    def max_min(self, op, t):
+        x, y = self.ref(op.operands[0]), self.ref(op.operands[1])
+        self.env[op.results[0]] = _Val(_MAXMIN[op.name](x.v, y.v), _combine(x.dir, y.dir), t)
+
+    def compare(self, op, t):
+        names = _CMPF if op.name == "arith.cmpf" else _CMPI
+        full = names[op.predicate]
+        pred = full[1:] if op.name == "arith.cmpf" or full[0] == "s" else full
+        x, y = self.ref(op.operands[0]), self.ref(op.operands[1])
+        if pred not in ("gt", "ge", "lt", "le"):  # (unsigned integer comparisons included)
+            raise NotExact(f"comparison '{pred}' in the chain")
+        fn = {"gt": np.greater, "ge": np.greater_equal, "lt": np.less, "le": np.less_equal}[pred]
+        if op.name == "arith.cmpf" and self.check and (np.any(np.isnan(x.v)) or np.any(np.isnan(y.v))):
+            raise NotExact("the chain compares NaN")
+        self.cmps[op.results[0]] = (op.operands[0], op.operands[1], fn(x.v, y.v), x.dir == y.dir == 0)
+
+    def select(self, op, t):
+        if op.operands[0] not in self.cmps:
+            raise NotExact("arith.select whose condition is no comparison")
+        cx, cy, cond, cond_fixed = self.cmps[op.operands[0]]
+        tv, fv = self.ref(op.operands[1]), self.ref(op.operands[2])
+        # select(x > y, x, y) is max(x, y), select(x > y, y, x) min: monotone.
+        maxmin = {op.operands[1], op.operands[2]} == {cx, cy}
+        d = _combine(tv.dir, fv.dir) if maxmin else (0 if tv.dir == fv.dir == 0 and cond_fixed else None)
+        self.env[op.results[0]] = _Val(np.where(cond, tv.v, fv.v), d, t)
+
+
+# How `_Evaluation.step` evaluates each op it knows.
+_STEPS = {**{n: _Evaluation.float_binary for n in _FLOAT_BIN}, "arith.negf": _Evaluation.negate,
+          **{n: _Evaluation.int_binary for n in ("arith.addi", "arith.subi", "arith.muli")},
+          "arith.extsi": _Evaluation.int_cast, "arith.trunci": _Evaluation.int_cast,
+          "arith.sitofp": _Evaluation.to_float, "arith.fptosi": _Evaluation.to_int,
+          **{n: _Evaluation.round_to_integral for n in _ROUND},
+          **{n: _Evaluation.transcendental for n in _TRANSCENDENTAL}, "math.round": _Evaluation.round_half_away,
+          **{n: _Evaluation.max_min for n in _MAXMIN},
+          "arith.cmpf": _Evaluation.compare, "arith.cmpi": _Evaluation.compare, "arith.select": _Evaluation.select}
