@@ -77,130 +77,160 @@ def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: i
     that body op and the result is `stop_value` (the prologue of a reduction
     body: what its combiner accumulates).
     """
-    block = op.regions[0].blocks[0]
-    # Keyed by the values themselves: Value.get_name() numbers the whole enclosing module
-    # each time (it made decoding quadratic in the module's size).
-    values: dict[ir.Value, Ref] = {}
-    for i, arg in enumerate(block.arguments):
-        if i in arg_refs:
-            values[arg] = arg_refs[i]
-    steps: list[EpilogueStep] = []
-    cmps: dict[ir.Value, tuple[str, Ref, Ref]] = {}
-    integral: set[ir.Value] = set()  # float values known to hold integers
+    decoder = _BodyDecoder(op, arg_refs, value_base)
+    for body_op in region_ops(op):
+        at_stop = stop is not None and body_op == stop
+        if body_op.name == "linalg.yield" or at_stop:
+            return decoder.finish(stop_value if at_stop else body_op.operands[0])
+        decoder.decode(body_op)
+    raise Unsupported("elementwise body without linalg.yield")
 
-    def is_integral(v: ir.Value) -> bool:
-        if v in integral or int_width(v.type):
+
+class _BodyDecoder:
+    """The epilogue steps of one elementwise body, decoded op by op."""
+
+    def __init__(self, op: ir.Operation, arg_refs: dict[int, Ref], value_base: int):
+        self.op, self.value_base = op, value_base
+        # Keyed by the values themselves: Value.get_name() numbers the whole enclosing module
+        # each time (it made decoding quadratic in the module's size).
+        self.values: dict[ir.Value, Ref] = {arg: arg_refs[i] for i, arg in enumerate(op.regions[0].blocks[0].arguments)
+                                            if i in arg_refs}
+        self.steps: list[EpilogueStep] = []
+        self.cmps: dict[ir.Value, tuple[str, Ref, Ref]] = {}
+        self.integral: set[ir.Value] = set()  # float values known to hold integers
+
+    def finish(self, value: ir.Value) -> Epilogue:
+        out = self.ref(value)
+        result = out.index if out.kind == "value" else None
+        if result is None:
+            self.steps.append(EpilogueStep("add", [out, Ref("const", const=0.0)]))
+            result = len(self.steps) - 1 + self.value_base
+        return Epilogue(self.steps, result)
+
+    def decode(self, body_op: ir.Operation) -> None:
+        name = body_op.name
+        if name == "arith.constant":
+            return
+        if name in _INTEGRAL_PRESERVING and all(self.is_integral(v) for v in body_op.operands):
+            self.integral.add(body_op.results[0])
+        handler = _DECODERS.get(name)
+        if handler is None:
+            raise Unsupported(f"'{name}' in an elementwise body has no Torq lowering")
+        handler(self, body_op)
+
+    def is_integral(self, v: ir.Value) -> bool:
+        if v in self.integral or int_width(v.type):
             return True
         c = constant_of(v)
         return c is not None and c.ndim == 0 and float(c).is_integer()
 
-    def ref(v: ir.Value) -> Ref:
-        if v in values:
-            return values[v]
+    def ref(self, v: ir.Value) -> Ref:
+        if v in self.values:
+            return self.values[v]
         c = constant_of(v)
         if c is not None and c.ndim == 0:
             if c.dtype.kind in "iu" and abs(int(c)) > _MAX_EXACT_INT:
-                raise Unsupported(f"integer constant {int(c)} in {op.name} body is wider than 53 bits")
+                raise Unsupported(f"integer constant {int(c)} in {self.op.name} body is wider than 53 bits")
             return Ref("const", const=float(c))
-        raise Unsupported(f"value {v.get_name()} used in the body of {op.name} comes from outside the op")
+        raise Unsupported(f"value {v.get_name()} used in the body of {self.op.name} comes from outside the op")
 
-    def push(step: EpilogueStep, result: ir.Value):
-        steps.append(step)
-        values[result] = Ref("value", index=len(steps) - 1 + value_base)
+    def push(self, step: EpilogueStep, result: ir.Value) -> None:
+        self.steps.append(step)
+        self.values[result] = Ref("value", index=len(self.steps) - 1 + self.value_base)
 
-    def push_powi(body_op: ir.Operation):
+    def _unary(self, body_op: ir.Operation, kind: str, to: str = "") -> None:
+        self.push(EpilogueStep(kind, [self.ref(body_op.operands[0])], to=to), body_op.results[0])
+
+    def binary(self, body_op: ir.Operation) -> None:
+        kind = _BINARY.get(body_op.name) or _SHIFTS[body_op.name]
+        self.push(EpilogueStep(kind, [self.ref(body_op.operands[0]), self.ref(body_op.operands[1])],
+                               to=int_width(body_op.results[0].type)), body_op.results[0])
+
+    def same_number(self, body_op: ir.Operation) -> None:
+        # Values are held sign-extended already: the wider value (or the index) is the same number.
+        self.values[body_op.results[0]] = self.ref(body_op.operands[0])
+
+    def lookup(self, body_op: ir.Operation) -> None:
+        self.push(_lut_step(self.op, body_op, self.ref), body_op.results[0])
+
+    def zero_extend(self, body_op: ir.Operation) -> None:
+        if int_width(body_op.operands[0].type) in ("", "i64"):
+            raise Unsupported(f"arith.extui from {body_op.operands[0].type} in {self.op.name} body")
+        self._unary(body_op, "zext", int_width(body_op.operands[0].type))
+
+    def truncate(self, body_op: ir.Operation) -> None:
+        self._unary(body_op, "trunc", int_width(body_op.results[0].type))
+
+    def negate(self, body_op: ir.Operation) -> None:
+        self._unary(body_op, "neg")
+
+    def table_function(self, body_op: ir.Operation) -> None:
+        if mlir_dtype(body_op.results[0].type) not in ("bf16", "f32", "f16"):
+            raise Unsupported(f"'{body_op.name}' on {body_op.results[0].type} has no Torq lowering")
+        self._unary(body_op, _TABLE_FNS[body_op.name])
+
+    def power(self, body_op: ir.Operation) -> None:
         """x ** n as repeated f32 multiplication (a division for n < 0)."""
         c = constant_of(body_op.operands[1])
         if c is None or c.ndim != 0 or not 0 < abs(int(c)) <= _MAX_POWI:
-            raise Unsupported(f"math.fpowi in {op.name} body needs a constant nonzero exponent of "
+            raise Unsupported(f"math.fpowi in {self.op.name} body needs a constant nonzero exponent of "
                               f"magnitude at most {_MAX_POWI}")
-        n, x = int(c), ref(body_op.operands[0])
+        n, x = int(c), self.ref(body_op.operands[0])
         acc = x
         for _ in range(abs(n) - 1):
-            steps.append(EpilogueStep("mul", [acc, x]))
-            acc = Ref("value", index=len(steps) - 1 + value_base)
+            self.steps.append(EpilogueStep("mul", [acc, x]))
+            acc = Ref("value", index=len(self.steps) - 1 + self.value_base)
         if n < 0:
-            steps.append(EpilogueStep("div", [Ref("const", const=1.0), acc]))
-            acc = Ref("value", index=len(steps) - 1 + value_base)
-        values[body_op.results[0]] = acc
+            self.steps.append(EpilogueStep("div", [Ref("const", const=1.0), acc]))
+            acc = Ref("value", index=len(self.steps) - 1 + self.value_base)
+        self.values[body_op.results[0]] = acc
 
-    for body_op in region_ops(op):
-        name = body_op.name
-        at_stop = stop is not None and body_op == stop
-        if name == "linalg.yield" or at_stop:
-            out = ref(stop_value if at_stop else body_op.operands[0])
-            result = out.index if out.kind == "value" else None
-            if result is None:
-                steps.append(EpilogueStep("add", [out, Ref("const", const=0.0)]))
-                result = len(steps) - 1 + value_base
-            return Epilogue(steps, result)
-        if name == "arith.constant":
-            continue
-        if name in _INTEGRAL_PRESERVING and all(is_integral(v) for v in body_op.operands):
-            integral.add(body_op.results[0])
-        if name in _BINARY:
-            push(EpilogueStep(_BINARY[name], [ref(body_op.operands[0]), ref(body_op.operands[1])],
-                              to=int_width(body_op.results[0].type)), body_op.results[0])
-        elif name in _SHIFTS:
-            push(EpilogueStep(_SHIFTS[name], [ref(body_op.operands[0]), ref(body_op.operands[1])],
-                              to=int_width(body_op.results[0].type)), body_op.results[0])
-        elif name in ("arith.extsi", "arith.index_cast"):
-            # Values are held sign-extended already: the wider value (or the index) is the same number.
-            values[body_op.results[0]] = ref(body_op.operands[0])
-        elif name == "tensor.extract":
-            push(_lut_step(op, body_op, ref), body_op.results[0])
-        elif name == "arith.extui":
-            if int_width(body_op.operands[0].type) in ("", "i64"):
-                raise Unsupported(f"arith.extui from {body_op.operands[0].type} in {op.name} body")
-            push(EpilogueStep("zext", [ref(body_op.operands[0])], to=int_width(body_op.operands[0].type)),
-                 body_op.results[0])
-        elif name == "arith.trunci":
-            push(EpilogueStep("trunc", [ref(body_op.operands[0])], to=int_width(body_op.results[0].type)),
-                 body_op.results[0])
-        elif name in ("arith.negf",):
-            push(EpilogueStep("neg", [ref(body_op.operands[0])]), body_op.results[0])
-        elif name in _TABLE_FNS:
-            if mlir_dtype(body_op.results[0].type) not in ("bf16", "f32", "f16"):
-                raise Unsupported(f"'{name}' on {body_op.results[0].type} has no Torq lowering")
-            push(EpilogueStep(_TABLE_FNS[name], [ref(body_op.operands[0])]), body_op.results[0])
-        elif name == "math.fpowi":
-            push_powi(body_op)
-        elif name in ("arith.cmpf", "arith.cmpi"):
-            pred = cmp_predicate(body_op)
-            if pred not in _CMP or (name == "arith.cmpi" and pred.startswith("u")):
-                raise Unsupported(f"comparison '{pred}' in {op.name} body")
-            cmps[body_op.results[0]] = (_CMP[pred], ref(body_op.operands[0]),
-                                                   ref(body_op.operands[1]))
-        elif name == "arith.select":
-            cond = body_op.operands[0]
-            if cond in cmps:
-                pred, a, b = cmps[cond]
-            elif str(body_op.operands[0].type) == "i1" and cond in values:
-                # An i1 operand (a boolean mask, one byte of 0 / 1 per element): true is > 0.
-                pred, a, b = "gt", values[cond], Ref("const", const=0.0)
-            else:
-                raise Unsupported("arith.select whose condition is neither a comparison nor an i1 operand")
-            push(EpilogueStep("select_" + pred, [a, b, ref(body_op.operands[1]), ref(body_op.operands[2])]),
-                 body_op.results[0])
-            if is_integral(body_op.operands[1]) and is_integral(body_op.operands[2]):
-                integral.add(body_op.results[0])
-        elif name in _FLOAT_CASTS or name == "arith.sitofp":
-            # sitofp: the integer (a dequantize's x - zero point) rounded to the float type.
-            push(EpilogueStep("cast", [ref(body_op.operands[0])],
-                              to=mlir_dtype(body_op.results[0].type)), body_op.results[0])
-            if name == "arith.sitofp":
-                integral.add(body_op.results[0])
-        elif name == "math.roundeven":
-            push(EpilogueStep("round", [ref(body_op.operands[0])]), body_op.results[0])
-            integral.add(body_op.results[0])
-        elif name == "arith.fptosi":
-            # The slices' float -> integer cast rounds to nearest; fptosi truncates. They agree
-            # on integers, which is what a quantize (round, zero point, clamp) converts.
-            if not is_integral(body_op.operands[0]) or not int_width(body_op.results[0].type):
-                raise Unsupported(f"arith.fptosi in {op.name} body converts a value not known to be an "
-                                  f"integer (the slices' float to integer cast rounds, fptosi truncates)")
-            push(EpilogueStep("cast", [ref(body_op.operands[0])], to=str(body_op.results[0].type)),
-                 body_op.results[0])
+    def compare(self, body_op: ir.Operation) -> None:
+        pred = cmp_predicate(body_op)
+        if pred not in _CMP or (body_op.name == "arith.cmpi" and pred.startswith("u")):
+            raise Unsupported(f"comparison '{pred}' in {self.op.name} body")
+        self.cmps[body_op.results[0]] = (_CMP[pred], self.ref(body_op.operands[0]), self.ref(body_op.operands[1]))
+
+    def select(self, body_op: ir.Operation) -> None:
+        cond = body_op.operands[0]
+        if cond in self.cmps:
+            pred, a, b = self.cmps[cond]
+        elif str(cond.type) == "i1" and cond in self.values:
+            # An i1 operand (a boolean mask, one byte of 0 / 1 per element): true is > 0.
+            pred, a, b = "gt", self.values[cond], Ref("const", const=0.0)
         else:
-            raise Unsupported(f"'{name}' in an elementwise body has no Torq lowering")
-    raise Unsupported("elementwise body without linalg.yield")
+            raise Unsupported("arith.select whose condition is neither a comparison nor an i1 operand")
+        self.push(EpilogueStep("select_" + pred, [a, b, self.ref(body_op.operands[1]), self.ref(body_op.operands[2])]),
+                  body_op.results[0])
+        if self.is_integral(body_op.operands[1]) and self.is_integral(body_op.operands[2]):
+            self.integral.add(body_op.results[0])
+
+    def cast(self, body_op: ir.Operation) -> None:
+        # sitofp: the integer (a dequantize's x - zero point) rounded to the float type.
+        self._unary(body_op, "cast", mlir_dtype(body_op.results[0].type))
+        if body_op.name == "arith.sitofp":
+            self.integral.add(body_op.results[0])
+
+    def round_even(self, body_op: ir.Operation) -> None:
+        self._unary(body_op, "round")
+        self.integral.add(body_op.results[0])
+
+    def to_integer(self, body_op: ir.Operation) -> None:
+        # The slices' float -> integer cast rounds to nearest; fptosi truncates. They agree
+        # on integers, which is what a quantize (round, zero point, clamp) converts.
+        if not self.is_integral(body_op.operands[0]) or not int_width(body_op.results[0].type):
+            raise Unsupported(f"arith.fptosi in {self.op.name} body converts a value not known to be an "
+                              f"integer (the slices' float to integer cast rounds, fptosi truncates)")
+        self._unary(body_op, "cast", str(body_op.results[0].type))
+
+
+# How `_BodyDecoder.decode` translates each body op it knows.
+_DECODERS = {**{n: _BodyDecoder.binary for n in (*_BINARY, *_SHIFTS)},
+             "arith.extsi": _BodyDecoder.same_number, "arith.index_cast": _BodyDecoder.same_number,
+             "tensor.extract": _BodyDecoder.lookup, "arith.extui": _BodyDecoder.zero_extend,
+             "arith.trunci": _BodyDecoder.truncate, "arith.negf": _BodyDecoder.negate,
+             **{n: _BodyDecoder.table_function for n in _TABLE_FNS}, "math.fpowi": _BodyDecoder.power,
+             "arith.cmpf": _BodyDecoder.compare, "arith.cmpi": _BodyDecoder.compare,
+             "arith.select": _BodyDecoder.select,
+             **{n: _BodyDecoder.cast for n in (*_FLOAT_CASTS, "arith.sitofp")},
+             "math.roundeven": _BodyDecoder.round_even, "arith.fptosi": _BodyDecoder.to_integer}
