@@ -176,6 +176,26 @@ def classify_gather_reduction(op: ir.Operation) -> Contraction | None:
     enumerate the box dims they index and the window loops the others (the
     reduced axes). The result must have the shape of the kept box dims.
     """
+    form = _gather_form(op)
+    if form is None:
+        return None
+    body, src, ranges = form
+    grid = np.meshgrid(*[np.arange(r, dtype=np.int64) for r in ranges], indexing="ij")
+    index = _gathered_index(body, grid, ranges, op.regions[0].blocks[0].arguments[n_inputs(op)])
+    if index is None:
+        return None
+    consts = {}
+    for i, y in enumerate(list(body[-1].operands)[1:], start=1):
+        c = constant_of(y)
+        if c is None or c.ndim != 0:
+            return None
+        consts[i] = float(c)
+    return _gathered_box(op, src, index, grid, ranges, consts)
+
+
+def _gather_form(op: ir.Operation) -> tuple[list, ir.Value, list[int]] | None:
+    """(body, the tensor it extracts from, loop ranges) of a reduction generic reading one
+    tensor with `tensor.extract`, its result 0 laid out over the output loops in order."""
     if op.name != "linalg.generic" or "reduction" not in _iterators(op) or n_inputs(op) > 1:
         return None
     body = region_ops(op)
@@ -187,17 +207,20 @@ def classify_gather_reduction(op: ir.Operation) -> Contraction | None:
         return None
     if any(static_shape(v.type) is None for v in list(op.operands) + [src]):
         return None
-    its, maps = _iterators(op), indexing_maps(op)
     ranges = _loop_ranges(op)
     if 0 in ranges or math.prod(ranges) > _GATHER_MAX_POINTS:
         return None
-    par = [d for d, it in enumerate(its) if it == "parallel"]
-    red = [d for d, it in enumerate(its) if it == "reduction"]
-    if [dim_of(e) for e in maps[n_inputs(op)].results] != par:
-        return None  # result 0 is laid out over the output loops in order
-    args = list(op.regions[0].blocks[0].arguments)
-    acc_arg = args[n_inputs(op)]
-    grid = np.meshgrid(*[np.arange(r, dtype=np.int64) for r in ranges], indexing="ij")
+    par = [d for d, it in enumerate(_iterators(op)) if it == "parallel"]
+    if [dim_of(e) for e in indexing_maps(op)[n_inputs(op)].results] != par:
+        return None
+    return body, src, ranges
+
+
+def _gathered_index(body: list, grid: list[np.ndarray], ranges: list[int], acc_arg: ir.Value) \
+        -> list[np.ndarray] | None:
+    """The extract's index per tensor dim at every iteration point, evaluated from the body's
+    index arithmetic; None unless the body sums the extracted value, always unmasked, into
+    its accumulator as its result 0."""
     env: dict = {}
     data: dict = {}  # float values: the gathered value under a mask (True: read, False: 0)
     index: list[np.ndarray] | None = None
@@ -237,14 +260,10 @@ def classify_gather_reduction(op: ir.Operation) -> Contraction | None:
                 index = [np.broadcast_to(ival(i), ranges) for i in b.operands[1:]]
                 data[b.results[0]] = np.ones(ranges, dtype=bool)
             elif name == "arith.select":
-                cond, t, f = b.operands
-                zt, zf = (constant_of(v) for v in (t, f))
-                if t in data and zf is not None and float(zf) == 0.0:
-                    data[b.results[0]] = data[t] & env[cond]
-                elif f in data and zt is not None and float(zt) == 0.0:
-                    data[b.results[0]] = data[f] & ~env[cond]
-                else:
+                masked = _masked(b, data, env)
+                if masked is None:
                     return None
+                data[b.results[0]] = masked
             elif name == "arith.addf" and acc is None and acc_arg in list(b.operands):
                 x = next(v for v in b.operands if v != acc_arg)
                 if x not in data:
@@ -254,15 +273,29 @@ def classify_gather_reduction(op: ir.Operation) -> Contraction | None:
                 return None
     except KeyError:
         return None
-    ys = list(body[-1].operands)
-    if acc is None or index is None or ys[0] != acc[0] or not acc[1].all():
+    if acc is None or index is None or body[-1].operands[0] != acc[0] or not acc[1].all():
         return None  # a mask that is sometimes false would read zeros: not a plain box
-    consts = {}
-    for i, y in enumerate(ys[1:], start=1):
-        c = constant_of(y)
-        if c is None or c.ndim != 0:
-            return None
-        consts[i] = float(c)
+    return index
+
+
+def _masked(select: ir.Operation, data: dict, env: dict) -> np.ndarray | None:
+    """The mask of `select(cond, value, 0)` (or `select(cond, 0, value)`) of a gathered value."""
+    cond, t, f = select.operands
+    zt, zf = (constant_of(v) for v in (t, f))
+    if t in data and zf is not None and float(zf) == 0.0:
+        return data[t] & env[cond]
+    if f in data and zt is not None and float(zt) == 0.0:
+        return data[f] & ~env[cond]
+    return None
+
+
+def _gathered_box(op: ir.Operation, src: ir.Value, index: list[np.ndarray], grid: list[np.ndarray],
+                  ranges: list[int], consts: dict) -> Contraction | None:
+    """The reduce of the box `index` reads, when the output loops enumerate its kept dims and
+    the window loops the others, both in row-major order."""
+    its = _iterators(op)
+    par = [d for d, it in enumerate(its) if it == "parallel"]
+    red = [d for d, it in enumerate(its) if it == "reduction"]
     src_shape = static_shape(src.type)
     offsets = [int(ix.min()) for ix in index]
     sizes = [int(ix.max()) - o + 1 for ix, o in zip(index, offsets)]
