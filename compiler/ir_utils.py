@@ -96,6 +96,15 @@ def region_ops(op: ir.Operation) -> list[ir.Operation]:
     return block_ops(op.regions[0].blocks[0])
 
 
+def sync_function_type(func: ir.Operation) -> None:
+    """Sets `func`'s type from its entry block's arguments and its `func.return` operands, after
+    a rewrite changed an argument's or a result's type (or erased an argument)."""
+    block = func.regions[0].blocks[0]
+    ret = block_ops(block)[-1]
+    func.attributes["function_type"] = ir.TypeAttr.get(
+        ir.FunctionType.get([a.type for a in block.arguments], [v.type for v in ret.operands]))
+
+
 def indexing_maps(op: ir.Operation) -> list[ir.AffineMap]:
     """The `indexing_maps` of a linalg structured op (ins then outs)."""
     return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]

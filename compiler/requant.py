@@ -106,6 +106,7 @@ from .ir_utils import (
     n_inputs,
     region_ops,
     static_shape,
+    sync_function_type,
 )
 from .requant_channels import RESIDUAL_I32_BOUND, Known, fit_channels, per_channel_constants
 from .requant_emit import rescale_generic
@@ -405,10 +406,7 @@ def _leave_tail_to_host(func: ir.Operation, plan: _Plan, value: ir.Value, done: 
     the function's result type becoming `value`'s."""
     plan.op.results[0].replace_all_uses_with(value)
     if plan.tail is not None:
-        ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-        results = list(ftype.results)
-        results[plan.result_index] = value.type
-        func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(list(ftype.inputs), results))
+        sync_function_type(func)
         done.host_tails[plan.result_index] = plan.tail
     plan.op.erase()
 

@@ -34,7 +34,7 @@ from iree.compiler import ir
 from .f32_chain import INT_RANGE, Chain, type_name
 from .ir_utils import constant_of, inline_function_text, iterator_types, loop_ranges, n_inputs, region_ops
 from .requant_emit import pooling_function
-from .requant_split import TRANSCENDENTAL_ULPS, ActivationTable, reads, slice_until
+from .requant_split import ActivationTable, llvm_variants, reads, slice_until
 from .requant_stages import Channels, Stage, StageSplitter, variable_inputs
 from .requant_summary import RequantSummary
 from .rescale_fit import NotExact
@@ -122,10 +122,8 @@ def _term_table(prologue, term, channels: Channels, known_ranges: dict, host, co
     if channels.values:
         chain = chain.for_channel(channels.values[0])
     levels = np.arange(-128, 128, dtype=np.int64)
-    ulps = (0, -TRANSCENDENTAL_ULPS, TRANSCENDENTAL_ULPS) if chain.transcendental else (0,)
     try:
-        variants = [np.asarray(g, np.float64) for u in ulps
-                    for g in chain.with_ulps(u).contraction_variants(levels, check=True)]
+        variants = [np.asarray(g, np.float64) for g in llvm_variants(chain, levels)]
     except NotExact as e:
         raise NotExact(f"the pooled f32 term: {e}") from None
     g = variants[0]

@@ -154,6 +154,14 @@ def split_first_int(ops, result, acc) -> tuple[list, ir.Value, list] | None:
     return stage1, q1, _rest(final, stage1, acc, "activation after the int8 value")
 
 
+def llvm_variants(chain: Chain, levels: np.ndarray) -> list[np.ndarray]:
+    """`chain` on every level as llvm-cpu may evaluate it: every FMA contraction it may
+    choose, and transcendental results moved by `TRANSCENDENTAL_ULPS` either way; LLVM's
+    default contraction with correctly rounded functions first."""
+    ulps = (0, -TRANSCENDENTAL_ULPS, TRANSCENDENTAL_ULPS) if chain.transcendental else (0,)
+    return [q for u in ulps for q in chain.with_ulps(u).contraction_variants(levels, check=True)]
+
+
 def build_table(ops, result, level, host, q_type, nearest, what="the activation",
                 scalars: dict | None = None) -> ActivationTable:
     """The table of `result` as a function of the int8 value `level` that `ops` compute it
@@ -168,9 +176,7 @@ def build_table(ops, result, level, host, q_type, nearest, what="the activation"
     chain = Chain(ops, result, level, host)
     chain = chain.for_channel(scalars) if scalars else chain
     try:
-        variants = [np.asarray(q, np.int64)
-                    for ulps in ((0, -TRANSCENDENTAL_ULPS, TRANSCENDENTAL_ULPS) if chain.transcendental else (0,))
-                    for q in chain.with_ulps(ulps).contraction_variants(levels, check=True)]
+        variants = [np.asarray(q, np.int64) for q in llvm_variants(chain, levels)]
     except NotExact as e:
         raise NotExact(f"{what} after the int8 value: {e}") from None
     table = variants[0]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from iree.compiler import ir
 
-from .ir_utils import constant_of, indexing_maps, iterator_types, n_inputs, region_ops
+from .ir_utils import constant_of, indexing_maps, iterator_types, n_inputs, region_ops, sync_function_type
 from .rescale_fit import NotExact
 
 
@@ -138,9 +138,7 @@ def split_input_quantizes(func: ir.Operation, known) -> dict[int, HostTail]:
         if not isinstance(init, ir.Block) and init.name == "tensor.empty" and not list(init.results[0].uses):
             init.erase()
     if heads:
-        ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-        func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
-            [a.type for a in func.regions[0].blocks[0].arguments], list(ftype.results)))
+        sync_function_type(func)
     return heads
 
 
@@ -154,9 +152,9 @@ def _input_quantize(arg: ir.Value, known) -> ir.Operation | None:
     if generic is None or generic.name != "linalg.generic" or n_inputs(generic) != 1 or len(generic.results) != 1 \
             or set(iterator_types(generic)) != {"parallel"}:
         return None
-    maps = indexing_maps(generic)
+    identity = ir.AffineMap.get_identity(len(iterator_types(generic)))
     result = generic.results[0]
-    if maps[0] != maps[1] or not maps[0].is_permutation or maps[0] != ir.AffineMap.get_identity(maps[0].n_dims) or \
+    if any(m != identity for m in indexing_maps(generic)) or \
             str(ir.RankedTensorType(result.type).element_type) not in ("i8", "i16"):
         return None
     users = [u.owner for u in result.uses]
@@ -165,7 +163,11 @@ def _input_quantize(arg: ir.Value, known) -> ir.Operation | None:
     body = region_ops(generic)
     inside = {generic.regions[0].blocks[0].arguments[0]} | {r for o in body for r in o.results}
     if "arith.fptosi" not in [o.name for o in body] or \
-            any(v not in inside and (constant_of(v) is None or constant_of(v).size != 1)
-                for o in body[:-1] for v in o.operands):
+            any(v not in inside and not _scalar_constant(v) for o in body[:-1] for v in o.operands):
         return None
     return generic
+
+
+def _scalar_constant(v: ir.Value) -> bool:
+    c = constant_of(v)
+    return c is not None and c.size == 1

@@ -155,7 +155,7 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
         arguments = dispatch_arguments(dispatch)
         operands = [arguments[i] for i in ex.input_operands]
         for j, head in ex.host_heads.items():  # the model input's quantize runs on the host
-            operands[j] = host_tail_dispatch(operands[j], head, ir.IntegerType.get_signless(int(head.result_type[1:])))
+            operands[j] = host_tail_dispatch(operands[j], head, ir.Type.parse(head.result_type))
         views = [_input_view(v, i in ex.index_operands, load_time) for v, i in zip(operands, ex.input_operands)]
         views += [export_view(arguments[i]) for i in passed[len(ex.input_operands):]]
         call = ir.Operation.create("util.call", results=[bv] * len(dispatch.results),

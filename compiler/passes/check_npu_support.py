@@ -22,7 +22,7 @@ from iree.compiler import ir
 
 from torq.contract.module_abi import MAX_INPUTS, MAX_RESULTS
 
-from ..ir_utils import walk_ops
+from ..ir_utils import iterator_types, walk_ops
 from ..patterns import (
     Unsupported,
     data_movement_ops,
@@ -77,12 +77,11 @@ def _pooled_float_hint(func: ir.Operation) -> str:
     """A hint for a quantized reduction of f32 inputs (f32 in, int8 out): IREE's default fusion
     left the dequantize of its int8 input in another dispatch (MobileNetV3's float hardswish
     before its mean); fused into one int8 dispatch it runs on the NPU in integers."""
-    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-    ins = [str(ir.ShapedType(t).element_type) for t in ftype.inputs if isinstance(t, ir.ShapedType)]
-    outs = [str(ir.ShapedType(t).element_type) for t in ftype.results if isinstance(t, ir.ShapedType)]
-    reduces = any(op.name == "linalg.generic" and "reduction" in str(op.attributes["iterator_types"])
-                  for op in walk_ops(func))
-    if reduces and ins and outs and set(ins) == {"f32"} and set(outs) <= {"i8", "ui8"}:
+    io = list(_tensor_io(func))
+    ins = {element for kind, _, _, element in io if kind == "argument"}
+    outs = {element for kind, _, _, element in io if kind == "result"}
+    reduces = any(op.name == "linalg.generic" and "reduction" in iterator_types(op) for op in walk_ops(func))
+    if reduces and ins == {"f32"} and outs and outs <= {"i8", "ui8"}:
         return ("; its f32 inputs may be int8 values dequantized in other dispatches: "
                 "--iree-dispatch-creation-enable-aggressive-fusion makes such a chain one int8 dispatch")
     return ""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from ..ir_utils import iterator_types, n_inputs, region_ops, static_shape, walk_ops
+from ..ir_utils import iterator_types, n_inputs, region_ops, static_shape, sync_function_type, walk_ops
 from ..pass_managers import run_pipeline
 from ..patterns import classify_contraction
 from ..patterns.contraction import is_mul_add_body
@@ -75,9 +75,7 @@ def _as_views(func: ir.Operation) -> bool:
             op.erase()
         elif op.name in ("tensor.collapse_shape", "tensor.expand_shape"):
             return False
-    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-    results = [v.type for v in ret.operands]
-    func.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(list(ftype.inputs), results))
+    sync_function_type(func)
     return True
 
 

@@ -22,9 +22,11 @@ value (dispatch extraction attaches the flow-level constant: weights, biases,
 per-channel scales); `HOST_FMA` says how llvm-cpu evaluates f32 (whether it
 fuses mul + add), which the fit reproduces. Both are consumed.
 
-Raises Unsupported (the dispatch stays on host, the function unchanged) when
-a requantization cannot be reproduced. Returns {function name: RequantLowering
-with the summaries, host tails and the original indices of the kept arguments}.
+Raises Unsupported when a requantization cannot be reproduced: the dispatch
+stays on host, as IREE formed it (the function, whose input quantizes may
+already be cut, is dropped). Returns {function name: RequantReport with the
+summaries, host tails and heads, and the original indices of the kept
+arguments}.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import numpy as np
 from iree.compiler import ir
 
 from ..f32_chain import HostFloat
-from ..ir_utils import constant_value, walk_ops
+from ..ir_utils import constant_value, sync_function_type, walk_ops
 from ..patterns import Unsupported
 from ..requant import lower_float_requantization, unused_arguments
 from ..requant_channels import Known
@@ -134,9 +136,7 @@ def lower_function(func: ir.Operation, nearest: bool = True, bf16_islands: bool 
     for k in dropped:
         block.erase_argument(k)
         del report.kept_arguments[k]
-    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-    func.attributes["function_type"] = ir.TypeAttr.get(
-        ir.FunctionType.get([a.type for a in block.arguments], list(ftype.results)))
+    sync_function_type(func)
     return report
 
 
