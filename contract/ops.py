@@ -193,8 +193,23 @@ def _reduce_result(op: OpDef, operands: Operands, attrs: dict) -> tuple[Shape, i
     if (not isinstance(axes, list) or not axes or len(set(axes)) != len(axes)
             or not all(isinstance(d, int) and 0 <= d < len(x_shape) for d in axes)):
         raise OpError(f"attr axes={axes!r} must be distinct dims of the rank-{len(x_shape)} operand")
-    return tuple(d for k, d in enumerate(x_shape) if k not in axes), math.prod(x_shape)
+    kept = reduce_result_axes(attrs, len(x_shape))
+    if sorted(kept) != [k for k in range(len(x_shape)) if k not in axes]:
+        raise OpError(f"attr result_axes={kept!r} must order the operand's dims other than axes {axes!r}")
+    return tuple(x_shape[k] for k in kept), math.prod(x_shape)
 
+
+def reduce_result_axes(attrs: dict, rank: int) -> list[int]:
+    """The operand dims a reduce's result keeps, in the result's order: attr result_axes, or
+    the dims not in axes in order (the kernel's and the shape rule's one reading)."""
+    return list(attrs.get("result_axes") or [k for k in range(rank) if k not in attrs["axes"]])
+
+
+# A matmul's loop roles and their letters in its dims attrs: the batch (B), the lhs's free
+# dims (M) and the rhs's (N), each up to two dims (MobileViT's attention runs over patches
+# and heads, grouped-query attention's scores over groups and queries), and one reduction K.
+MATMUL_ROLE_LETTERS = {"B": "BA", "M": "ML", "N": "NP", "K": "K"}
+MATMUL_LETTERS = "".join(MATMUL_ROLE_LETTERS.values())  # K last
 
 _POOL_DIMS = (Dims("input_dims", "NCHW", "NC"), Dims("output_dims", "NCHW", "NC"))
 _POOL_VECTOR = ((0, "input_dims", "C"), (RESULT, "output_dims", "C"))
@@ -224,10 +239,13 @@ channel: an audio front end's first conv reading the waveform).""",
     OpDef(
         "matmul", """operands [lhs, rhs]. attrs: lhs_dims, rhs_dims, output_dims (strings over B, M, N, K; K in
 lhs and rhs, not in the output; each dims string in any order, so transposed operands and a
-transposed result need no separate op).
+transposed result need no separate op). A second dim of a role has the role's second letter
+(MATMUL_ROLE_LETTERS: A beside B, L beside M, P beside N), contracted the same way.
 out[b,m,n] = sum_k lhs[b,m,k] * rhs[b,k,n]; MACs = output elements * K.""",
         inputs=2,
-        dims=(Dims("lhs_dims", "BMNK", "BMN"), Dims("rhs_dims", "BMNK", "BMN"), Dims("output_dims", "BMN", "BMN")),
+        dims=(Dims("lhs_dims", MATMUL_LETTERS, MATMUL_LETTERS[:-1]),
+              Dims("rhs_dims", MATMUL_LETTERS, MATMUL_LETTERS[:-1]),
+              Dims("output_dims", MATMUL_LETTERS[:-1], MATMUL_LETTERS[:-1])),
         vector=((0, "lhs_dims", "K"), (1, "rhs_dims", "N"), (RESULT, "output_dims", "N")),
         work_roles=(0, 1),  # K and N
         accumulates=True, cycles=CycleRule.MAC_ARRAY),
@@ -256,7 +274,8 @@ Counted as maxpool2d.""",
         float_only=lambda attrs: "avg_pool2d"),
     OpDef(
         "reduce", """operands [input]. attrs: mode ("sum", "mean" or "max"), axes (list of distinct input
-dims to reduce). The result is the input without those dims, the others in order. sum/mean
+dims to reduce), optional result_axes (the kept input dims in the result's order, a transposed
+result; default: in order). The result is the input without those dims. sum/mean
 accumulate in f32 (mean divides once by the number of reduced elements; float only) or in the
 i32 accumulator; max is exact. Global average pooling (`x.mean((2, 3))`, `AdaptiveAvgPool2d(1)`)
 is a reduce. Counted as input elements read.""",

@@ -35,7 +35,7 @@ import ml_dtypes
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from torq.contract.ops import ACCUMULATE, OPS, REDUCE_MODES, names_dims
+from torq.contract.ops import ACCUMULATE, MATMUL_LETTERS, OPS, REDUCE_MODES, names_dims, reduce_result_axes
 from torq.contract.program import INT_DTYPES
 
 NP_DTYPES: dict[str, np.dtype] = {
@@ -287,9 +287,10 @@ def _matmul_spec(l_dims: Any, r_dims: Any, o_dims: Any, lhs_shape: tuple, rhs_sh
     """The checked dims of a matmul: (einsum equation, K). A function of the attrs and
     operand shapes only, so computed once per distinct command (errors are not cached)."""
     for k, d, s in zip(("lhs_dims", "rhs_dims", "output_dims"), (l_dims, r_dims, o_dims), (lhs_shape, rhs_shape, None)):
-        ok = isinstance(d, str) and set(d) <= set("BMNK") and len(set(d)) == len(d)
+        ok = isinstance(d, str) and set(d) <= set(MATMUL_LETTERS) and len(set(d)) == len(d)
         if not ok or (s is not None and len(d) != len(s)):
-            raise KernelError(f"matmul attr {k}={d!r} does not name the dims of its operand (letters BMNK)")
+            raise KernelError(f"matmul attr {k}={d!r} does not name the dims of its operand (letters "
+                              f"{MATMUL_LETTERS})")
     if "K" in o_dims or "K" not in l_dims or "K" not in r_dims or not set(o_dims) <= set(l_dims) | set(r_dims):
         raise KernelError(f"matmul dims {l_dims},{r_dims}->{o_dims} are not a contraction over K")
     sizes: dict[str, int] = {}
@@ -479,10 +480,10 @@ def avg_pool2d(x: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:
 def reduce(x: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:
     """Reduces operand dims `axes` (attr, distinct) with `mode` (sum | mean | max).
 
-    The result keeps the other dims in order. sum/mean accumulate in f32 (mean
-    divides the sum by the number of reduced elements once), or in the i32
-    accumulator for integers (mean is float only); max is exact. The count is
-    the operand's element count.
+    The result keeps the other dims, in order or in attr result_axes' order.
+    sum/mean accumulate in f32 (mean divides the sum by the number of reduced
+    elements once), or in the i32 accumulator for integers (mean is float
+    only); max is exact. The count is the operand's element count.
     """
     op = "reduce"
     mode, axes = attrs.get("mode"), attrs.get("axes")
@@ -503,7 +504,14 @@ def reduce(x: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:
         acc = xs.sum(axis=axes, dtype=np.float32)
         if mode == "mean":
             acc = acc / np.float32(math.prod(x.shape[a] for a in axes))
-    return _finish_acc(np.asarray(acc), integer), int(x.size)
+    kept = [k for k in range(x.ndim) if k not in axes]
+    order = reduce_result_axes(attrs, x.ndim)
+    if sorted(order) != kept:
+        raise KernelError(f"{op} attr result_axes={order!r} must order the operand's dims other than {list(axes)}")
+    acc = np.asarray(acc)
+    if order != kept:
+        acc = np.ascontiguousarray(np.transpose(acc, [kept.index(k) for k in order]))
+    return _finish_acc(acc, integer), int(x.size)
 
 
 # --------------------------------------------------------------------------

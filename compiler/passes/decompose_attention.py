@@ -25,10 +25,14 @@ one result) is replaced, in place, by
 Every new op only reads its ins: IREE's own decompositions of attention
 (online softmax) accumulate across steps into their output tensors, which
 no Torq pattern matches. Loop roles come from the indexing maps, each a list
-of plain loop dims: B in Q, K, V and the result; M in Q and the result; K1
-in Q and K; K2 in K and V; N in V and the result; exactly one K2 (the
-softmax dim) and at least one of each other role but B. S is laid out as
-the result's B and M dims in the result's order, then K2.
+of plain loop dims: B in Q, the result and K or V or both; M in Q and the
+result only; K1 in Q and K; K2 in K and V; N in V and the result; exactly
+one K2 (the softmax dim) and at least one of each other role but B. S is
+laid out as the result's B and M dims in the result's order, then K2. A B
+dim that K or V lacks is a query dim of that matmul: grouped-query
+attention as IREE presents it reads V by KV head only (the group dim is in
+Q, K and the result), so P V runs over KV heads x (group, queries), two M
+dims, and V is never repeated per query head.
 `unsupported_reason(op)` says (read-only) why an attention op cannot be
 decomposed; dispatch extraction calls it before taking a dispatch apart.
 
@@ -61,7 +65,7 @@ class _Roles:
 
     def __init__(self, q: list[int], k: list[int], v: list[int], o: list[int], n_loops: int):
         sq, sk, sv, so = set(q), set(k), set(v), set(o)
-        self.batch = [d for d in o if d in sq and d in sk and d in sv]
+        self.batch = [d for d in o if d in sq and (d in sk or d in sv)]
         self.m = [d for d in o if d in sq and d not in sk and d not in sv]
         self.n = [d for d in o if d in sv and d not in sq and d not in sk]
         self.k1 = [d for d in q if d in sk and d not in sv and d not in so]

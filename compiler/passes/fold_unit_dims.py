@@ -1,9 +1,9 @@
 """torq-fold-unit-dims: a contraction over unit dims no pattern reads, without them.
 
 Contract: takes Torq dispatch functions. IREE leaves unit dims in some
-contractions: GPT-NeoX's attention matmuls run over two batch dims, one of
-extent 1 (loops 1x4x8x16x8), which the matmul pattern does not take (it has
-one batch dim). A function with a mul-add generic that no contraction
+contractions: an attention matmul at batch 1 may run over more batch dims than
+the matmul pattern has letters for (two, `MATMUL_ROLE_LETTERS`), one of extent
+1 (loops 1x2x4x8x16x8). A function with a mul-add generic that no contraction
 pattern classifies is rewritten, on a copy, by upstream
 `linalg-fold-unit-extent-dims` (every generic loses its unit loop dims). The
 copy is kept only when what that leaves outside the generics is a DDR view:

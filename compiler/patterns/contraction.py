@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
+from torq.contract.ops import MATMUL_ROLE_LETTERS
+
 from ..ir_utils import indexing_maps, n_inputs, region_ops, static_shape
 from ..ir_utils import iterator_types as _iterators
 from ..ir_utils import loop_ranges as _loop_ranges
@@ -65,11 +67,14 @@ def classify_contraction(op: ir.Operation) -> Contraction | None:
         return _classify_conv(its, in_terms, w_dims, out_dims, ranges)
     in_dims = [t[0][0] for t in in_terms]
     steps = {t[0][0]: t[0][1] for t in in_terms}  # an input dim read at `step * loop`: a strided 1x1 conv
-    if all(c == 1 for c in steps.values()):
-        matmul = _classify_matmul(its, in_dims, w_dims, out_dims, ranges)
-        if matmul is not None:
-            return matmul
-    return _classify_pointwise_conv(its, in_dims, w_dims, out_dims, ranges, steps)
+    plain = all(c == 1 for c in steps.values())
+    matmul = _classify_matmul(its, in_dims, w_dims, out_dims, ranges, 1) if plain else None
+    if matmul is not None:
+        return matmul
+    # A 1x1 conv over C x H x W (two M dims to a matmul) stays a conv; other contractions
+    # with two dims in a role are matmuls.
+    conv = _classify_pointwise_conv(its, in_dims, w_dims, out_dims, ranges, steps)
+    return conv if conv is not None or not plain else _classify_matmul(its, in_dims, w_dims, out_dims, ranges, 2)
 
 
 def window_pair(terms, its, roles) -> tuple[int, int, int, int] | None:
@@ -216,13 +221,18 @@ def _classify_pointwise_conv(its, in_dims, w_dims, out_dims, ranges, steps: dict
     return Contraction("conv2d", attrs, out_elems * c)
 
 
-def _classify_matmul(its, in_dims, w_dims, out_dims, ranges) -> Contraction | None:
+def _classify_matmul(its, in_dims, w_dims, out_dims, ranges, per_role: int) -> Contraction | None:
+    """Roles of the loop dims of a matmul-shaped generic: one reduction K; B in both inputs,
+    M in the lhs only, N in the rhs only (each in the output). A role may hold up to
+    `per_role` dims (MobileViT's patches x heads, grouped-query attention's groups x
+    queries); they get the role's letters of `MATMUL_ROLE_LETTERS`, the primary one for the
+    innermost dim (the output's last of the role: the one the vector layout prefers)."""
     red = [d for d, it in enumerate(its) if it == "reduction"]
     if len(red) != 1:
         return None
     k = red[0]
 
-    def letter(d):
+    def role(d):
         if d == k:
             return "K"
         in_a, in_b = d in in_dims, d in w_dims
@@ -230,9 +240,19 @@ def _classify_matmul(its, in_dims, w_dims, out_dims, ranges) -> Contraction | No
             return "B"
         return "M" if in_a else "N" if in_b else "?"
 
-    la, lb, lo = ("".join(letter(d) for d in ds) for ds in (in_dims, w_dims, out_dims))
+    if any(role(d) == "?" for d in out_dims) or len(set(out_dims)) != len(out_dims):
+        return None
+    letters = {k: "K"}
+    for r in "BMN":
+        dims = [d for d in out_dims if role(d) == r]
+        if len(dims) > min(per_role, len(MATMUL_ROLE_LETTERS[r])):
+            return None
+        letters.update(zip(reversed(dims), MATMUL_ROLE_LETTERS[r]))
+    if any(d not in letters for ds in (in_dims, w_dims) for d in ds):
+        return None  # a dim read by one input only and not written: no matmul
+    la, lb, lo = ("".join(letters[d] for d in ds) for ds in (in_dims, w_dims, out_dims))
     for s in (la, lb, lo):
-        if "?" in s or len(set(s)) != len(s):
+        if len(set(s)) != len(s):
             return None
     if "K" not in la or "K" not in lb or "K" in lo:
         return None

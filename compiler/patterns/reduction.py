@@ -33,7 +33,8 @@ def classify_reduction(op: ir.Operation) -> Contraction | None:
     avg_pool2d (sum, which needs its division by kh*kw folded: see
     match_group). With one in, plain dims only: reduce over the input dims
     read by reduction loop dims (mode sum or max; mean when the division by
-    the reduced count is folded); the output keeps the other dims in order.
+    the reduced count is folded); the output keeps the other dims, in order or
+    (attr result_axes) in the output's order.
     """
     if op.name != "linalg.generic" or len(op.results) != 1 or "reduction" not in _iterators(op):
         return None
@@ -95,11 +96,15 @@ def classify_reduction(op: ir.Operation) -> Contraction | None:
     in_dims = [t[0][0] for t in in_terms]
     if sorted(in_dims) != list(range(len(its))):
         return None
-    if [d for d in in_dims if its[d] == "parallel"] != out_dims:
-        return None  # the result is the input without the reduced dims, in order
+    kept = [d for d in in_dims if its[d] == "parallel"]
+    if sorted(kept) != sorted(out_dims):
+        return None  # the result is the input without the reduced dims
     axes = [i for i, d in enumerate(in_dims) if its[d] == "reduction"]
+    attrs = {"mode": mode, "axes": axes}
+    if kept != out_dims:  # in another order (a transpose IREE fused into the reduction)
+        attrs["result_axes"] = [in_dims.index(d) for d in out_dims]
     count = math.prod(ranges[d] for d in red)
-    return Contraction("reduce", {"mode": mode, "axes": axes}, math.prod(ranges), n_inputs=1,
+    return Contraction("reduce", attrs, math.prod(ranges), n_inputs=1,
                        identity=identity, mean_count=count if mode == "sum" else 0)
 
 

@@ -16,8 +16,14 @@ within the bf16 bounds.
   torq-unroll-index-dims folded such index arithmetic with the loop ranges and split
   the collapsed dim into its halves.
 - GPT-NeoX: every dispatch on the NPU. IREE leaves its attention matmuls over two batch
-  dims, one of extent 1, which the matmul pattern does not read (2 host dispatches, 97.6%
-  of the MACs on the NPU) until torq-fold-unit-dims drops the unit dims.
+  dims, one of extent 1, which the matmul pattern did not read (2 host dispatches, 97.6%
+  of the MACs on the NPU) until a matmul role could hold two dims (letters A and B).
+- StableLM (grouped-query attention, 4 query heads on 2 KV heads, partial rotary): every
+  dispatch on the NPU. IREE writes K repeated per query head (the repeat fuses into the
+  rotary's dispatch) but reads V by KV head, so the query-head group is a dim of Q, K
+  and the result and not of V: the attention stayed on the host (2 dispatches, 97.8% of
+  the MACs) until the decomposition took such a dim as batch of Q Kᵀ and a second query
+  dim of P V.
 """
 
 from __future__ import annotations
@@ -82,3 +88,9 @@ def test_qwen2_fused_rotary_runs_on_the_npu():
 def test_gpt_neox_attention_runs_on_the_npu():
     torch.manual_seed(0)
     assert _compile(transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(**WIDTHS))) == []
+
+
+def test_stablelm_grouped_query_attention_runs_on_the_npu():
+    torch.manual_seed(0)
+    config = transformers.StableLmConfig(num_key_value_heads=2, **WIDTHS)
+    assert _compile(transformers.StableLmForCausalLM(config)) == []

@@ -264,3 +264,29 @@ def test_validator_checks_table_steps():
     program.commands[1].epilogue.steps[0].args.append(const(1.0))
     with pytest.raises(ExecutableError, match=r"epilogue step 0 \(exp\): 2 arguments, expected 1"):
         validate_program(program)
+
+
+def test_reduce_result_axes_transposes_the_kept_dims():
+    # MobileViT's layer norm: the sum over channels (outermost) of patches read [C, N, P],
+    # written [P, N]; against numpy's sum, transposed.
+    x = np.random.default_rng(0).standard_normal((8, 5, 3)).astype(np.float32)
+    y, macs = run_principal("reduce", [x], {"mode": "sum", "axes": [0], "result_axes": [2, 1]})
+    np.testing.assert_allclose(y, x.sum(0).T, rtol=1e-6)
+    assert y.shape == (3, 5) and macs == x.size
+    with pytest.raises(KernelError, match="result_axes"):
+        run_principal("reduce", [x], {"mode": "sum", "axes": [0], "result_axes": [0, 1]})
+
+
+def test_matmul_roles_of_two_dims():
+    # Patches x heads (A, B) with the heads written beside the tokens ("AMBN"), and grouped
+    # queries (L, M) over one K per KV head: against numpy's einsum in float64.
+    rng = np.random.default_rng(1)
+    q, k = (rng.standard_normal((4, 2, 6, 8)).astype(np.float32) for _ in range(2))
+    out, macs = run_principal("matmul", [q, k], {"lhs_dims": "ABMK", "rhs_dims": "ABNK", "output_dims": "AMBN"})
+    ref = np.einsum("abmk,abnk->ambn", q.astype(np.float64), k.astype(np.float64))
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    assert macs == ref.size * 8
+    g, kv = rng.standard_normal((2, 3, 6, 8)).astype(np.float32), rng.standard_normal((2, 5, 8)).astype(np.float32)
+    out, _ = run_principal("matmul", [g, kv], {"lhs_dims": "BLMK", "rhs_dims": "BNK", "output_dims": "BLMN"})
+    np.testing.assert_allclose(out, np.einsum("blmk,bnk->blmn", g.astype(np.float64), kv.astype(np.float64)),
+                               rtol=1e-5, atol=1e-5)
