@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from .hw import TorqHw
+from .measures import union_volume
 from .ops import OPS, OpError
 from .program import (
     DTYPE_BYTES,
@@ -68,6 +69,7 @@ class _Validator:
         self.p, self.hw = p, hw
         self.tensors: dict[int, TensorDesc] = {}
         self.buffers: dict[int, LramBuffer] = {}
+        self.output_boxes: dict[int, list[tuple[tuple, tuple]]] = {}  # written so far, by output tensor
 
     def fail(self, msg: str) -> None:
         raise ExecutableError(f"program '{self.p.name}': {msg}")
@@ -219,7 +221,7 @@ class _Validator:
         if t is None:
             self.fail(f"command {i}: {kind} names unknown tensor {c.tensor}")
             return
-        allowed = ("input", "constant", "scratch") if isinstance(c, DmaIn) else ("output", "scratch")
+        allowed = ("input", "constant", "scratch", "output") if isinstance(c, DmaIn) else ("output", "scratch")
         if t.kind not in allowed:
             self.fail(f"command {i}: {kind} on tensor {t.index} of kind {t.kind}")
         rank = len(t.shape)
@@ -235,11 +237,27 @@ class _Validator:
             if o < 0 or s < 0 or o + s > d:
                 box = ", ".join(f"{o}:{o + s}" for o, s in zip(offsets, sizes))
                 self.fail(f"command {i}: {kind} box [{box}] outside tensor {t.index} of shape {tuple(t.shape)}")
+        if t.kind == "output" and t.aliases < 0:
+            self.check_output_box(i, c, t)
         self.use_buffer(i, c.buffer, nbytes(tuple(c.sizes), t.dtype), kind, tuple(c.sizes), t.dtype)
         if (c.gathers if isinstance(c, DmaIn) else c.scatters):
             self.check_indices(i, c)
         elif c.index_buffer != -1:
             self.fail(f"command {i}: {kind} index buffer {c.index_buffer} (-1 for none)")
+
+    def check_output_box(self, i: int, c: DmaIn | DmaOut, t: TensorDesc) -> None:
+        """A DmaIn of an output (not in place) reads back only what earlier DmaOuts wrote: a
+        result the program stores and then reads again (a value both returned and consumed
+        after its group's tile loop). Scattered positions are unknown, so they count as
+        unwritten."""
+        written = self.output_boxes.setdefault(t.index, [])
+        if isinstance(c, DmaOut):
+            if not c.scatters:
+                written.append((tuple(c.offsets), tuple(c.sizes)))
+            return
+        box = (tuple(c.offsets), tuple(c.sizes))
+        if c.gathers or union_volume(t.shape, written + [box]) != union_volume(t.shape, written):
+            self.fail(f"command {i}: DmaIn reads output tensor {t.index} where no earlier DmaOut wrote")
 
     def check_indices(self, i: int, c: DmaIn | DmaOut) -> None:
         """A gather's or scatter's indices: an index dtype, one per row of the box along its

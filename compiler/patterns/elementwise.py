@@ -164,17 +164,29 @@ class _BodyDecoder:
     def negate(self, body_op: ir.Operation) -> None:
         self._unary(body_op, "neg")
 
+    def absolute(self, body_op: ir.Operation) -> None:
+        """|x| as max(x, -x): two steps, exact (math.absf: a norm's |x|, F.normalize)."""
+        x = self.ref(body_op.operands[0])
+        self.steps.append(EpilogueStep("neg", [x]))
+        negated = Ref("value", index=len(self.steps) - 1 + self.value_base)
+        self.push(EpilogueStep("max", [x, negated]), body_op.results[0])
+
     def table_function(self, body_op: ir.Operation) -> None:
         if mlir_dtype(body_op.results[0].type) not in ("bf16", "f32", "f16"):
             raise Unsupported(f"'{body_op.name}' on {body_op.results[0].type} has no Torq lowering")
         self._unary(body_op, _TABLE_FNS[body_op.name])
 
     def power(self, body_op: ir.Operation) -> None:
-        """x ** n as repeated f32 multiplication (a division for n < 0)."""
+        """x ** n as repeated f32 multiplication (a division for n < 0): math.fpowi, and
+        math.powf of a constant integral exponent (a norm's x ** 2.0); powf's x ** 0.5 and
+        x ** -0.5 are the sqrt and rsqrt tables."""
         c = constant_of(body_op.operands[1])
-        if c is None or c.ndim != 0 or not 0 < abs(int(c)) <= _MAX_POWI:
-            raise Unsupported(f"math.fpowi in {self.op.name} body needs a constant nonzero exponent of "
-                              f"magnitude at most {_MAX_POWI}")
+        if body_op.name == "math.powf" and c is not None and c.ndim == 0 and float(c) in (0.5, -0.5):
+            self._unary(body_op, "sqrt" if float(c) > 0 else "rsqrt")
+            return
+        if c is None or c.ndim != 0 or not float(c).is_integer() or not 0 < abs(int(c)) <= _MAX_POWI:
+            raise Unsupported(f"{body_op.name} in {self.op.name} body needs a constant nonzero integral exponent "
+                              f"of magnitude at most {_MAX_POWI} (or 0.5, -0.5 for math.powf)")
         n, x = int(c), self.ref(body_op.operands[0])
         acc = x
         for _ in range(abs(n) - 1):
@@ -229,7 +241,9 @@ _DECODERS = {**{n: _BodyDecoder.binary for n in (*_BINARY, *_SHIFTS)},
              "arith.extsi": _BodyDecoder.same_number, "arith.index_cast": _BodyDecoder.same_number,
              "tensor.extract": _BodyDecoder.lookup, "arith.extui": _BodyDecoder.zero_extend,
              "arith.trunci": _BodyDecoder.truncate, "arith.negf": _BodyDecoder.negate,
+             "math.absf": _BodyDecoder.absolute,
              **{n: _BodyDecoder.table_function for n in _TABLE_FNS}, "math.fpowi": _BodyDecoder.power,
+             "math.powf": _BodyDecoder.power,
              "arith.cmpf": _BodyDecoder.compare, "arith.cmpi": _BodyDecoder.compare,
              "arith.select": _BodyDecoder.select,
              **{n: _BodyDecoder.cast for n in (*_FLOAT_CASTS, "arith.sitofp")},

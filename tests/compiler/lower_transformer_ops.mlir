@@ -244,7 +244,7 @@ func.func @attention_pv_tiled(%qkv: tensor<3x1x4x8x8xbf16>, %p: tensor<4x8x8xbf1
 
 // --- unsupported
 // x ** 9: more than 8 multiplications is left to the host.
-// ERR: torq-opt: error: powi.py:4:3: error: linalg.generic: math.fpowi in linalg.generic body needs a constant nonzero exponent of magnitude at most 8
+// ERR: torq-opt: error: powi.py:4:3: error: linalg.generic: math.fpowi in linalg.generic body needs a constant nonzero integral exponent of magnitude at most 8
 #uid2 = affine_map<(d0, d1) -> (d0, d1)>
 func.func @powi9(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> {
   %c9 = arith.constant 9 : i64

@@ -52,6 +52,9 @@ ELEMENTWISE = {
     "tanh": torch.tanh,
     "gelu_erf": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "abs": torch.abs,
+    # EdgeNeXt's cross-covariance attention normalises q and k: |x| in the norm's body.
+    "l2_normalize": lambda x: F.normalize(x, dim=-1),
 }
 
 

@@ -134,6 +134,17 @@ def test_lram_map_beyond_device():
         serialize_program(p)  # refused at compile time too
 
 
+def _read_back(p, offsets) -> None:
+    """Command 5 reads a 1x4x4x8 box of the output (tensor 3) instead of the input."""
+    p.commands[5] = dataclasses.replace(p.commands[5], tensor=3, offsets=offsets, sizes=(1, 4, 4, 8))
+
+
+def test_an_output_box_written_before_may_be_read_back():
+    # A value both returned and read after its group's tile loop (RepViT's pooled features
+    # and their batch norm): rows 0..4 were written by command 4.
+    parse_executable(corrupt(lambda p: _read_back(p, (0, 0, 0, 0))))
+
+
 def corrupt(mutate) -> bytes:
     p = conv_tiled_program()
     mutate(p)
@@ -151,6 +162,8 @@ def corrupt(mutate) -> bytes:
         (lambda p: setattr(p.commands[3].epilogue.steps[0].args[0], "index", 1), r"value 1 is not computed yet"),
         (lambda p: setattr(p.commands[2], "tensor", 9), r"command 2: DmaIn names unknown tensor 9"),
         (lambda p: setattr(p.commands[4], "tensor", 1), r"command 4: DmaOut on tensor 1 of kind constant"),
+        # Rows 4..8 of the output are written by command 7, after this read.
+        (lambda p: _read_back(p, (0, 0, 4, 0)), r"command 5: DmaIn reads output tensor 3 where no earlier DmaOut wrote"),
         (lambda p: setattr(p.buffers[0], "live_end", 8), r"buffer 0 has live range \[0, 8\] outside commands 0..7"),
         (lambda p: setattr(p.commands[3], "split", 0), r"command 3: split over 0 slices \(at least 1\)"),
         (lambda p: p.commands[3].epilogue.steps.append(step("lut", val(1), *[const(0)] * 257, to="i8")),
