@@ -22,7 +22,7 @@ from iree.compiler import ir
 
 from torq.contract.module_abi import MAX_INPUTS, MAX_RESULTS
 
-from ..ir_utils import iterator_types, walk_ops
+from ..ir_utils import iterator_types, static_shape, walk_ops
 from ..patterns import (
     Unsupported,
     data_movement_ops,
@@ -166,10 +166,20 @@ def _op_reason(op: ir.Operation, options: PassOptions, groups: list, moves: set)
     return ""
 
 
-def _gather_fit_reason(func: ir.Operation, gather, options: PassOptions) -> str:
-    """A reduction that gathers its input (torch-mlir's adaptive average pooling) reads the
-    whole box from one op body: tiling cannot slice it, so the dispatch must fit LRAM
-    untiled (the allocator decides, on the bf16 function the pipeline will see)."""
+def _untileable_group(groups: list):
+    """A group tiling cannot slice, or None: a reduction that gathers its input
+    (torch-mlir's adaptive average pooling) reads the whole box from one op body; a
+    reduction of a whole tensor to one value (GroupNorm(1, C)'s sums) has no result dim
+    to tile, and a reduce does not accumulate across tiles."""
+    for m in groups:
+        if m.gather is not None or (m.kind == "reduce" and static_shape(m.principal.results[0].type) == ()):
+            return m
+    return None
+
+
+def _untiled_fit_reason(func: ir.Operation, group, options: PassOptions) -> str:
+    """An `_untileable_group`'s dispatch must fit LRAM untiled (the allocator decides, on the
+    bf16 function the pipeline will see)."""
     from ..tiling.cost import footprint
 
     scratch = ir.Module.create()
@@ -178,10 +188,13 @@ def _gather_fit_reason(func: ir.Operation, gather, options: PassOptions) -> str:
     if not options.keep_f32:
         convert_dtypes.convert_function(clone)
     need, budget = footprint(clone, None, options), options.hw.available_lram_bytes
-    if need > budget:
-        return (f"{gather.principal.name}: a gathering reduction (adaptive average pooling) needs "
+    if need <= budget:
+        return ""
+    if group.gather is not None:
+        return (f"{group.principal.name}: a gathering reduction (adaptive average pooling) needs "
                 f"{need} bytes of LRAM untiled, the budget is {budget}, and its gather form cannot be tiled")
-    return ""
+    return (f"{group.principal.name}: a reduction of a whole tensor to one value needs {need} bytes of LRAM "
+            f"untiled, the budget is {budget}, and it cannot be tiled (a reduce does not accumulate across tiles)")
 
 
 def unsupported_reason(func: ir.Operation, options: PassOptions) -> str:
@@ -203,8 +216,8 @@ def unsupported_reason(func: ir.Operation, options: PassOptions) -> str:
     reason = data_movement_reason(func)  # results no group computes must be copies DMAs make
     if reason:
         return reason if groups else f"no compute the NPU runs, and {reason}"
-    gathers = [m for m in groups if m.gather is not None]
-    return _gather_fit_reason(func, gathers[0], options) if gathers else ""
+    untileable = _untileable_group(groups)
+    return _untiled_fit_reason(func, untileable, options) if untileable is not None else ""
 
 
 def run(module: ir.Module, options: PassOptions) -> None:

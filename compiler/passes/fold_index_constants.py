@@ -11,14 +11,36 @@ which the NSS program copies into the result with DMAs (patterns: a constant res
 is a copy). Only all-parallel generics with one result that does not read its init and
 writes it in loop order (identity map), at most `MAX_ELEMENTS` elements, whose body uses only the ops in `_EVAL` are folded;
 anything else is unchanged.
+
+A generic that also reads inputs may compute a float from its indices alone inside
+its body: torch's average pooling with count_include_pad=False divides each window
+sum by the number of positions inside the input, `(min(i + 2, 56) - max(i - 1, 0)) *
+(...)` of the output row and column (EfficientFormer, PoolFormer, TensorFlow's
+'SAME' pooling in ONNX). Each such float value (a maximal index-only subexpression
+that the rest of the body reads) is evaluated here over the loop dims it varies
+along and becomes a constant input of the generic, read along those dims; the body
+reads the new block argument instead. Bodies that read a tensor with
+`tensor.extract` are left to torq-unroll-index-dims (rotate_half's sign and index).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from iree.compiler import ir
+from iree.compiler.dialects import linalg
 
-from ..ir_utils import indexing_maps, iterator_types, loop_ranges, map_dims, region_ops, static_shape, walk_ops
+from ..ir_utils import (
+    clone_remapped,
+    indexing_maps,
+    iterator_types,
+    loop_ranges,
+    map_dims,
+    region_ops,
+    static_shape,
+    walk_ops,
+)
 from . import PassOptions
 
 NAME = "torq-fold-index-constants"
@@ -86,6 +108,43 @@ def _value_of(v: ir.Value, env: dict):
     return None
 
 
+def _evaluated(o: ir.Operation, args: list, grid: np.ndarray):
+    """The value of index-only body op `o` over the loop `grid` from its operands' `args`,
+    or None when `o` is no such op."""
+    if o.name == "linalg.index":
+        return grid[ir.IntegerAttr(o.attributes["dim"]).value]
+    if o.name == "arith.constant":
+        return _scalar_constant(o)
+    if o.name == "arith.cmpi":
+        predicate = ir.IntegerAttr(o.attributes["predicate"]).value
+        if predicate not in _CMP:
+            return None
+        a, b = (_signed(np.asarray(x), v.type) for x, v in zip(args, o.operands))
+        return _CMP[predicate](a, b).astype(np.int64)
+    if o.name == "arith.select":
+        return np.where(args[0] != 0, args[1], args[2])
+    if o.name in _EVAL:
+        return _wrap(np.asarray(_EVAL[o.name](*args)), o.results[0].type)
+    if o.name in _CASTS:
+        x = _signed(np.asarray(args[0]), o.operands[0].type) if o.name != "arith.trunci" else args[0]
+        return _wrap(np.asarray(x), o.results[0].type)
+    return None
+
+
+def _index_only(op: ir.Operation) -> dict:
+    """Each body value of generic `op` computed from its loop indices and scalar constants
+    alone -> its value over the loop grid (an array of the loops' rank, of extent 1 along
+    the dims it is computed without: numpy broadcasts the index arrays)."""
+    grid = np.indices(loop_ranges(op), dtype=np.int64, sparse=True)
+    env: dict = {}
+    for o in region_ops(op):
+        args = [_value_of(v, env) for v in o.operands]
+        value = None if any(a is None for a in args) or len(o.results) != 1 else _evaluated(o, args, grid)
+        if value is not None:
+            env[o.results[0]] = value
+    return env
+
+
 def evaluate(op: ir.Operation) -> np.ndarray | None:
     """The result of index-only generic `op` (see module docstring), or None."""
     shape = static_shape(op.results[0].type) if len(op.results) == 1 else None
@@ -94,40 +153,96 @@ def evaluate(op: ir.Operation) -> np.ndarray | None:
             list(op.regions[0].blocks[0].arguments[0].uses) or \
             map_dims(indexing_maps(op)[0]) != list(range(len(shape))):  # the result in loop order
         return None
-    grid = np.indices(loop_ranges(op), dtype=np.int64)
-    env: dict = {}
+    yielded = region_ops(op)[-1].operands[0]
+    value = _value_of(yielded, _index_only(op))
+    return None if value is None else np.broadcast_to(value, loop_ranges(op)).reshape(shape)
+
+
+_FLOATS = ("f32", "f16", "bf16")
+
+
+def _float_roots(op: ir.Operation, env: dict) -> list[ir.Value]:
+    """The index-only float values (not scalar constants) that other body ops read."""
+    roots = []
     for o in region_ops(op):
-        args = [_value_of(v, env) for v in o.operands]
-        if any(a is None for a in args):
-            return None
-        if o.name == "linalg.index":
-            env[o.results[0]] = grid[ir.IntegerAttr(o.attributes["dim"]).value]
-        elif o.name == "arith.constant":
-            env[o.results[0]] = _scalar_constant(o)
-        elif o.name == "arith.cmpi":
-            predicate = ir.IntegerAttr(o.attributes["predicate"]).value
-            if predicate not in _CMP:
-                return None
-            a, b = (_signed(np.asarray(x), v.type) for x, v in zip(args, o.operands))
-            env[o.results[0]] = _CMP[predicate](a, b).astype(np.int64)
-        elif o.name == "arith.select":
-            env[o.results[0]] = np.where(args[0] != 0, args[1], args[2])
-        elif o.name in _EVAL:
-            env[o.results[0]] = _wrap(np.asarray(_EVAL[o.name](*args)), o.results[0].type)
-        elif o.name in _CASTS:
-            x = _signed(np.asarray(args[0]), o.operands[0].type) if o.name != "arith.trunci" else args[0]
-            env[o.results[0]] = _wrap(np.asarray(x), o.results[0].type)
-        elif o.name == "linalg.yield":
-            return np.broadcast_to(args[0], loop_ranges(op)).reshape(shape)
-        else:
-            return None
-    return None
+        if o.name in ("linalg.yield", "arith.constant") or (o.results and o.results[0] in env):
+            continue
+        for v in o.operands:
+            if v in env and np.ndim(env[v]) and str(v.type) in _FLOATS and v not in roots:
+                roots.append(v)
+    return roots
+
+
+def _with_constant_inputs(op: ir.Operation) -> None:
+    """`op` with each index-only float value of its body read from a constant input (module
+    docstring); unchanged when there is none."""
+    body = [o.name for o in region_ops(op)]
+    if len(op.results) != 1 or "linalg.index" not in body or "tensor.extract" in body or \
+            any(static_shape(v.type) is None for v in op.operands):
+        return
+    env = _index_only(op)
+    roots = _float_roots(op, env)
+    if not roots:
+        return
+    ranges, n_in = loop_ranges(op), len(op.operands) - len(op.results)
+    consts, maps = [], []
+    for v in roots:
+        dims = [d for d, n in enumerate(np.shape(env[v])) if n > 1]
+        if math.prod(ranges[d] for d in dims) > MAX_ELEMENTS:
+            return
+        value = np.broadcast_to(env[v], [ranges[d] if d in dims else 1 for d in range(len(ranges))])
+        value = value.reshape([ranges[d] for d in dims]).astype(np.float32)
+        t = ir.RankedTensorType.get(list(value.shape), v.type)
+        with ir.InsertionPoint(op), op.location:
+            dense = ir.DenseElementsAttr.get(np.ascontiguousarray(value), type=ir.RankedTensorType.get(
+                list(value.shape), ir.F32Type.get())) if str(v.type) == "f32" else None
+            if dense is None:
+                return  # a bf16 / f16 index value: not met before torq-convert-dtypes
+            consts.append(ir.Operation.create("arith.constant", results=[t], attributes={"value": dense}).results[0])
+        maps.append(ir.AffineMap.get(len(ranges), 0, [ir.AffineExpr.get_dim(d) for d in dims]))
+    _rebuild(op, n_in, consts, maps, roots)
+
+
+def _rebuild(op: ir.Operation, n_in: int, consts: list, maps: list, roots: list) -> None:
+    """`op` again with `consts` as extra inputs (read by `maps`), its body reading their
+    block arguments for `roots` and without the index arithmetic that made them."""
+    old_maps = indexing_maps(op)
+    ins, outs = list(op.operands[:n_in]) + consts, list(op.operands[n_in:])
+    all_maps = old_maps[:n_in] + maps + old_maps[n_in:]
+    with ir.InsertionPoint(op), op.location:
+        new = linalg.GenericOp([r.type for r in op.results], ins, outs,
+                               ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in all_maps]),
+                               op.attributes["iterator_types"])
+    old_args = list(op.regions[0].blocks[0].arguments)
+    types = [a.type for a in old_args[:n_in]] + [ir.RankedTensorType(c.type).element_type for c in consts] + \
+        [a.type for a in old_args[n_in:]]
+    block = new.regions[0].blocks.append(*types)
+    args = list(block.arguments)
+    mapping = dict(zip(old_args[:n_in], args[:n_in])) | dict(zip(old_args[n_in:], args[n_in + len(consts):]))
+    mapping |= dict(zip(roots, args[n_in:n_in + len(consts)]))
+    with ir.InsertionPoint(block):
+        clone_remapped([o for o in region_ops(op) if not (o.results and o.results[0] in roots)], mapping)
+    _erase_dead(block)
+    op.results[0].replace_all_uses_with(new.results[0])
+    op.erase()
+
+
+def _erase_dead(block: ir.Block) -> None:
+    """Erase the body ops whose results nothing reads (the index arithmetic left behind)."""
+    changed = True
+    while changed:
+        changed = False
+        for o in reversed(list(block.operations)):
+            if o.name != "linalg.yield" and o.results and not any(list(r.uses) for r in o.results):
+                o.erase()
+                changed = True
 
 
 def fold_function(func: ir.Operation) -> None:
     for op in [o for o in walk_ops(func) if o.name == "linalg.generic"]:
         value = evaluate(op)
         if value is None:
+            _with_constant_inputs(op)
             continue
         t = ir.RankedTensorType(op.results[0].type)
         dtype = _NP_TYPES.get(str(t.element_type))

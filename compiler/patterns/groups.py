@@ -150,6 +150,20 @@ def _fold_division(epi: Epilogue, count: int) -> Epilogue | None:
                     epi.result - 1 if epi.result > 0 else epi.result)
 
 
+def _window_sum(epi: Epilogue, count: int) -> Epilogue:
+    """`epi` for an average pooling op whose epilogue reads the window sum undivided (torch's
+    count_include_pad=False divides it by the count of positions inside the input, a
+    constant operand after torq-fold-index-constants): a first step multiplies the op's
+    mean back by the window size `count`, in f32 (within an f32 rounding of the sum);
+    every later reference to value k reads value k + 1."""
+    def shift(r: Ref) -> Ref:
+        return Ref("value", r.index + 1) if r.kind == "value" else r
+
+    steps = [EpilogueStep("mul", [Ref("value", 0), Ref("const", const=float(count))])]
+    steps += [EpilogueStep(st.op, [shift(r) for r in st.args], st.to) for st in epi.steps]
+    return Epilogue(steps, epi.result + 1)
+
+
 def init_steps(op: ir.Operation, p: Contraction, inputs: list[ir.Value],
                init: ir.Value | None = None) -> tuple[ir.Operation, list[EpilogueStep]]:
     """The accumulator init of principal `op` and the epilogue steps it implies.
@@ -341,10 +355,7 @@ def match_group(op: ir.Operation) -> Match | None:
                 if con.kind == "reduce":
                     attrs["mode"] = "mean"
             elif con.kind == "avg_pool2d":
-                kh, kw = con.attrs["kernel"]
-                raise Unsupported(
-                    f"a {kh}x{kw} window sum not divided by the window size {kh * kw} has no Torq lowering "
-                    f"(average pooling with count_include_pad=False divides by a position-dependent count)")
+                epi = _window_sum(epi, con.mean_count)
         ops += _box_reads_of(inputs + (prologue[0] if prologue is not None else []), ops)
         return Match(con.kind, op, ops, bottom, inputs, attrs, epi, con.macs, prologue, con.gather)
     if row_gather(op) is not None:

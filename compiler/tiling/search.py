@@ -213,7 +213,9 @@ def _predicted_index(cands: Sequence[int], seen: list[tuple[int, int]], budget: 
 
 
 def _seed_order(n: int) -> list[int]:
-    return ([1, 0] if n > 1 else [0]) + list(range(2, n))
+    """Result dims in seed order; none for a scalar result (a reduction of a whole tensor,
+    GroupNorm(1, C)'s sum: only its reduction loops tile)."""
+    return ([1, 0] if n > 1 else list(range(n))) + list(range(2, n))
 
 
 def _first_fitting_sizes(search: TileSearch) -> list[int] | None:

@@ -302,13 +302,20 @@ func.func @adaptive_avg_pool(%x: tensor<8x8x8xbf16>) -> (tensor<8xbf16>, tensor<
 }
 
 // --- unsupported
-// AvgPool2d(count_include_pad=False): the divisor depends on the output
-// position (linalg.index), so the window sum is not an avg_pool2d. Marking
-// tags nothing in this function; lowering fails naming the reason.
+// A divisor computed from the output position (linalg.index) in the window
+// sum's consumer, as IREE leaves AvgPool2d(count_include_pad=False) before
+// torq-fold-index-constants makes it a constant input (see
+// fold_index_constants_cases.mlir): the window sum alone is an avg_pool2d
+// group (its epilogue multiplies the mean back by the window size), the
+// consumer is no epilogue of it, and lowering refuses the consumer, naming
+// the index.
 // UNSUP-LABEL: func.func @avgpool_position_dependent_divisor(
+// UNSUP: linalg.fill {"torq-fuse-group" = {{\[}}[[G:[0-9]+]]]}
+// UNSUP: linalg.generic {{.*}}"torq-fuse-group-id" = [[G]]
+// UNSUP: linalg.generic
 // UNSUP-NOT: torq-fuse-group
 // UNSUP: return
-// ERR: torq-opt: error: pool.py:3:7: error: linalg.generic: a 2x2 window sum not divided by the window size 4 has no Torq lowering (average pooling with count_include_pad=False divides by a position-dependent count)
+// ERR: torq-opt: error: {{.*}}: error: linalg.generic: 'linalg.index' in an elementwise body has no Torq lowering
 #u_in = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1 + d3, d2 + d4)>
 #u_win = affine_map<(d0, d1, d2, d3, d4) -> (d3, d4)>
 #u_out = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1, d2)>

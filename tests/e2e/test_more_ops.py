@@ -23,6 +23,7 @@ import pytest
 import torch
 import torch.nn as nn
 from test_int8_tosa import check_bit_exact, random_int8
+from torch_reference import run_against_torch
 from tosa_int8 import TosaBuilder, depthwise_block, depthwise_rescale_clamp, ttype
 
 import torq
@@ -202,6 +203,13 @@ POOLS = {
     "avgpool3x3_s2_p1": (lambda: nn.AvgPool2d(3, 2, 1), (1, 24, 64, 64), "AvgPool2d", True),
     "avgpool2x2": (lambda: nn.AvgPool2d(2), (1, 16, 32, 48), "AvgPool2d", True),
     "avgpool3x3_s1_p1": (lambda: nn.AvgPool2d(3, 1, 1), (1, 8, 15, 13), "AvgPool2d", False),
+    # count_include_pad=False divides each window sum by the positions inside the input
+    # (a constant of the output position, torq-fold-index-constants): PoolFormer's and
+    # EfficientFormer's token mixer, TensorFlow's 'SAME' average pooling.
+    "avgpool3x3_s2_p1_exclude_pad": (lambda: nn.AvgPool2d(3, 2, 1, count_include_pad=False), (1, 24, 64, 64),
+                                     "AvgPool2d", True),
+    "avgpool3x3_s1_p1_exclude_pad": (lambda: nn.AvgPool2d(3, 1, 1, count_include_pad=False), (1, 8, 15, 13),
+                                     "AvgPool2d", False),
 }
 
 
@@ -211,17 +219,19 @@ def test_pooling(name):
     check_op_on_both_budgets(make(), x_of(*shape), layer, tiled)
 
 
-def test_avgpool_without_padding_in_the_count_stays_on_host():
-    """count_include_pad=False divides by a position-dependent count: host, with a remark."""
-    remarks = io.StringIO()
-    model = nn.AvgPool2d(3, 2, 1, count_include_pad=False).eval()
-    x = x_of(1, 8, 16, 16)
-    cm = torq.compile(model, x, remarks=remarks)
-    rel_l2, cosine = error_figures(cm(x.numpy()), model(x).numpy())
-    assert rel_l2 <= 1e-6  # computed on the host in f32
-    assert all(d.executor == "host" for d in cm.report.dispatches)
-    assert ("a 3x3 window sum not divided by the window size 9 has no Torq lowering (average pooling with "
-            "count_include_pad=False divides by a position-dependent count)") in remarks.getvalue()
+class PoolMixer(nn.Module):
+    """PoolFormer's token mixer: pool(x) - x, count_include_pad=False."""
+
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.AvgPool2d(3, 1, 1, count_include_pad=False)
+
+    def forward(self, x):
+        return self.pool(x) - x
+
+
+def test_pool_mixer_runs_on_the_npu():
+    run_against_torch(PoolMixer(), x_of(1, 48, 28, 28))
 
 
 # ---------------------------------------------------------------- global average pooling
@@ -283,6 +293,20 @@ def test_adaptive_avg_pool_too_large_untiled_stays_on_host():
     assert all(s["macs"] != 1280 * 49 for s in cm.last_stats)
     assert "a gathering reduction (adaptive average pooling) needs" in small.getvalue()
     assert "cannot be tiled" in small.getvalue() and "gathering" not in big.getvalue()
+
+
+def test_whole_tensor_reduction_too_large_stays_on_host():
+    """GroupNorm(1, C) sums a whole tensor (and its squares) to one value: no result dim to
+    tile and a reduce does not accumulate across tiles, so beyond the budget that dispatch
+    stays on host with a remark (PoolFormer's first stage at 224x224 failed to compile:
+    "cannot fit LRAM even with size-1 tiles")."""
+    model, x = nn.GroupNorm(1, 16).eval(), x_of(1, 16, 32, 32)
+    big, small = io.StringIO(), io.StringIO()
+    cm, _ = compile_and_run(model, x, "SL2610", remarks=big)
+    assert all(d.executor == "torq" for d in cm.report.dispatches)
+    cm, _ = compile_and_run(model, x, "SL2610:lram_kb=64", remarks=small)
+    assert any(d.executor == "host" for d in cm.report.dispatches)
+    assert "a reduction of a whole tensor to one value needs" in small.getvalue()
 
 
 # ---------------------------------------------------------------- blocks of real models
