@@ -74,12 +74,18 @@ def classify_reduction(op: ir.Operation) -> Contraction | None:
         # order); every in is read by plain dims.
         if any(dim_of(e) is None for m in maps[:n] for e in m.results) or 0 in ranges:
             return None
-        # An in read along a reduced dim must be read along every loop: else
-        # the body is a contraction (a product broadcast over a parallel dim),
-        # whose prologue would materialise every product.
+        # The prologue is materialised over every loop: no larger than an input
+        # only when some input is read along every loop. Else an input read
+        # along a reduced dim makes the body a contraction (a product broadcast
+        # over a parallel dim), whose prologue would materialise every product.
+        # With such an input, one read along a reduced dim alone is a weight
+        # per position (EfficientFormer's head: the mean over tokens of x times
+        # a per-token scale).
+        every = set(range(len(its)))
+        full = any({dim_of(e) for e in m.results} == every for m in maps[:n])
         for m in maps[:n]:
             dims = {dim_of(e) for e in m.results}
-            if dims & set(red) and dims != set(range(len(its))):
+            if dims & set(red) and dims != every and not full:
                 return None
         if [d for d in range(len(its)) if its[d] == "parallel"] != out_dims:
             return None

@@ -253,6 +253,31 @@ func.func @mean_with_prologue(%x: tensor<16x64xbf16>, %y: tensor<16x64xbf16>, %s
   return %r : tensor<16xbf16>
 }
 
+// EfficientFormer's head, LayerNorm(C)(x).mean(tokens) as IREE fuses it: each
+// element times its token's 1/std (%w, read along the reduced dim alone) and
+// its channel's scale. The prologue is materialised over all loops (64 x 16
+// here, the size of %x, which is read along every loop): value 0 = operand
+// 0 * operand 1 (axes [1]: the token), value 1 = value 0 * operand 2.
+// HL-LABEL: func.func @mean_with_token_weight(
+// HL: %[[P:.*]] = "torq_hl.elementwise"(%arg0, %arg1, %arg2)
+// HL-SAME: epilogue = "{\22steps\22: [{\22op\22: \22mul\22, {{.*}}\22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0, 1], {{.*}}}, {\22kind\22: \22operand\22, \22index\22: 1, \22axes\22: [1], {{.*}}}]}, {\22op\22: \22mul\22, {{.*}}}], \22result\22: 1}"
+// HL-NEXT: "torq_hl.reduce"(%[[P]])
+// HL-SAME: axes = [1], {{.*}}mode = "sum"}
+#t_w = affine_map<(d0, d1) -> (d1)>
+func.func @mean_with_token_weight(%x: tensor<64x16xbf16>, %w: tensor<16xbf16>, %sc: tensor<64xbf16>) -> tensor<64xbf16> {
+  %zero = arith.constant 0.0 : bf16
+  %e = tensor.empty() : tensor<64xbf16>
+  %f = linalg.fill ins(%zero : bf16) outs(%e : tensor<64xbf16>) -> tensor<64xbf16>
+  %s = linalg.generic {indexing_maps = [#r_in, #t_w, #r_out, #r_out], iterator_types = ["parallel", "reduction"]} ins(%x, %w, %sc : tensor<64x16xbf16>, tensor<16xbf16>, tensor<64xbf16>) outs(%f : tensor<64xbf16>) {
+  ^bb0(%p: bf16, %q: bf16, %c: bf16, %o: bf16):
+    %m = arith.mulf %p, %q : bf16
+    %ms = arith.mulf %m, %c : bf16
+    %acc = arith.addf %ms, %o : bf16
+    linalg.yield %acc : bf16
+  } -> tensor<64xbf16>
+  return %s : tensor<64xbf16>
+}
+
 // torch AdaptiveAvgPool2d(1) on 8x7x7 as torch-mlir lowers it: the input is
 // padded to 8x8x8, the body gathers x[c, k / 7, k % 7] with always-true
 // masks and sums; a second result yields the pool size 49. Lowered to a

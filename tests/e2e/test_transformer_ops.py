@@ -85,17 +85,38 @@ def test_softmax_other_dim():
     run_on_torq(Fn(lambda t: torch.softmax(t, 1)), x)
 
 
+def _layer_norm(width: int, seed: int) -> nn.LayerNorm:
+    """A LayerNorm with its scale in [0.5, 1.5) and shift in [-0.5, 0.5) (seeds seed, seed + 1)."""
+    ln = nn.LayerNorm(width)
+    with torch.no_grad():
+        ln.weight.uniform_(0.5, 1.5, generator=gen(seed))
+        ln.bias.uniform_(-0.5, 0.5, generator=gen(seed + 1))
+    return ln
+
+
 @pytest.mark.parametrize("hw", ["SL2610", SMALL_LRAM])
 def test_layer_norm(hw):
-    torch.manual_seed(0)
-    ln = nn.LayerNorm(256)
-    with torch.no_grad():
-        ln.weight.uniform_(0.5, 1.5, generator=gen(5))
-        ln.bias.uniform_(-0.5, 0.5, generator=gen(6))
     x = torch.randn(1, 96, 256, generator=gen(7)) * 3 + 1
-    cm, _ = run_on_torq(ln, x, hw=hw)
+    cm, _ = run_on_torq(_layer_norm(256, seed=5), x, hw=hw)
     if hw == SMALL_LRAM:
         assert max(s["tiles"] for s in cm.last_stats) > 1
+
+
+class NormThenMean(nn.Module):
+    def __init__(self, norm):
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, x):
+        return self.norm(x).mean(1)
+
+
+def test_layer_norm_then_mean_over_tokens():
+    # EfficientFormer's head: IREE fuses the normalisation into the mean's body, each
+    # element times its token's 1/std (read along the reduced dim alone) and the channel's
+    # scale: a reduce whose prologue is materialised no larger than its input.
+    x = torch.randn(1, 49, 448, generator=gen(10)) * 2 + 0.5
+    run_on_torq(NormThenMean(_layer_norm(448, seed=8)), x)
 
 
 def test_attention_batch_matmuls_and_transposes():
