@@ -205,10 +205,11 @@ def reduce_result_axes(attrs: dict, rank: int) -> list[int]:
     return list(attrs.get("result_axes") or [k for k in range(rank) if k not in attrs["axes"]])
 
 
-# A matmul's loop roles and their letters in its dims attrs: the batch (B), the lhs's free
-# dims (M) and the rhs's (N), each up to two dims (MobileViT's attention runs over patches
-# and heads, grouped-query attention's scores over groups and queries), and one reduction K.
-MATMUL_ROLE_LETTERS = {"B": "BA", "M": "ML", "N": "NP", "K": "K"}
+# A matmul's loop roles and their letters in its dims attrs: the batch (B) and the rhs's
+# free dims (N), up to two dims each (MobileViT's attention runs over patches and heads),
+# the lhs's free dims (M) up to four (MobileViTv2's 1x1 projection written unfolded: patch
+# row, patch column, grid row, grid column), and one reduction K.
+MATMUL_ROLE_LETTERS = {"B": "BA", "M": "MLQR", "N": "NP", "K": "K"}
 MATMUL_LETTERS = "".join(MATMUL_ROLE_LETTERS.values())  # K last
 
 _POOL_DIMS = (Dims("input_dims", "NCHW", "NC"), Dims("output_dims", "NCHW", "NC"))
@@ -239,8 +240,9 @@ channel: an audio front end's first conv reading the waveform).""",
     OpDef(
         "matmul", """operands [lhs, rhs]. attrs: lhs_dims, rhs_dims, output_dims (strings over B, M, N, K; K in
 lhs and rhs, not in the output; each dims string in any order, so transposed operands and a
-transposed result need no separate op). A second dim of a role has the role's second letter
-(MATMUL_ROLE_LETTERS: A beside B, L beside M, P beside N), contracted the same way.
+transposed result need no separate op). Further dims of a role have the role's further
+letters (MATMUL_ROLE_LETTERS: A beside B; L, Q, R beside M; P beside N), contracted the
+same way.
 out[b,m,n] = sum_k lhs[b,m,k] * rhs[b,k,n]; MACs = output elements * K.""",
         inputs=2,
         dims=(Dims("lhs_dims", MATMUL_LETTERS, MATMUL_LETTERS[:-1]),

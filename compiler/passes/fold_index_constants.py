@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 from iree.compiler import ir
-from iree.compiler.dialects import linalg
+from iree.compiler.dialects import arith, linalg
 
 from ..ir_utils import (
     clone_remapped,
@@ -158,17 +158,15 @@ def evaluate(op: ir.Operation) -> np.ndarray | None:
     return None if value is None else np.broadcast_to(value, loop_ranges(op)).reshape(shape)
 
 
-_FLOATS = ("f32", "f16", "bf16")
-
-
 def _float_roots(op: ir.Operation, env: dict) -> list[ir.Value]:
-    """The index-only float values (not scalar constants) that other body ops read."""
+    """The index-only f32 values (not scalar constants) that other body ops read (the pass
+    runs before torq-convert-dtypes: a float here is f32)."""
     roots = []
     for o in region_ops(op):
         if o.name in ("linalg.yield", "arith.constant") or (o.results and o.results[0] in env):
             continue
         for v in o.operands:
-            if v in env and np.ndim(env[v]) and str(v.type) in _FLOATS and v not in roots:
+            if v in env and np.ndim(env[v]) and str(v.type) == "f32" and v not in roots:
                 roots.append(v)
     return roots
 
@@ -182,25 +180,19 @@ def _with_constant_inputs(op: ir.Operation) -> None:
         return
     env = _index_only(op)
     roots = _float_roots(op, env)
-    if not roots:
+    ranges = loop_ranges(op)
+    dims = [[d for d, n in enumerate(np.shape(env[v])) if n > 1] for v in roots]
+    if not roots or any(math.prod(ranges[d] for d in ds) > MAX_ELEMENTS for ds in dims):
         return
-    ranges, n_in = loop_ranges(op), len(op.operands) - len(op.results)
     consts, maps = [], []
-    for v in roots:
-        dims = [d for d, n in enumerate(np.shape(env[v])) if n > 1]
-        if math.prod(ranges[d] for d in dims) > MAX_ELEMENTS:
-            return
-        value = np.broadcast_to(env[v], [ranges[d] if d in dims else 1 for d in range(len(ranges))])
-        value = value.reshape([ranges[d] for d in dims]).astype(np.float32)
-        t = ir.RankedTensorType.get(list(value.shape), v.type)
+    for v, ds in zip(roots, dims):
+        value = np.broadcast_to(env[v], [ranges[d] if d in ds else 1 for d in range(len(ranges))])
+        value = np.ascontiguousarray(value.reshape([ranges[d] for d in ds]), dtype=np.float32)
         with ir.InsertionPoint(op), op.location:
-            dense = ir.DenseElementsAttr.get(np.ascontiguousarray(value), type=ir.RankedTensorType.get(
-                list(value.shape), ir.F32Type.get())) if str(v.type) == "f32" else None
-            if dense is None:
-                return  # a bf16 / f16 index value: not met before torq-convert-dtypes
-            consts.append(ir.Operation.create("arith.constant", results=[t], attributes={"value": dense}).results[0])
-        maps.append(ir.AffineMap.get(len(ranges), 0, [ir.AffineExpr.get_dim(d) for d in dims]))
-    _rebuild(op, n_in, consts, maps, roots)
+            consts.append(arith.ConstantOp(ir.RankedTensorType.get(list(value.shape), v.type),
+                                           ir.DenseElementsAttr.get(value)).result)
+        maps.append(ir.AffineMap.get(len(ranges), 0, [ir.AffineExpr.get_dim(d) for d in ds]))
+    _rebuild(op, len(op.operands) - len(op.results), consts, maps, roots)
 
 
 def _rebuild(op: ir.Operation, n_in: int, consts: list, maps: list, roots: list) -> None:

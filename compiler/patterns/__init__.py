@@ -24,8 +24,8 @@ Groups (principal op first):
 - depthwise_conv2d: a conv whose only channel dim is shared by input, weight
   and output (torch Conv2d(groups=C), TOSA depthwise_conv2d with multiplier 1),
   same fill and epilogue;
-- matmul: a matmul-shaped generic (B?, M, N, K; up to two dims each of B, M
-  and N: patches x heads, KV heads x query groups), same fill and epilogue;
+- matmul: a matmul-shaped generic (B?, M, N, K; up to two dims each of B and
+  N, four of M: patches x heads, unfolded patches), same fill and epilogue;
   an epilogue that reads the result transposed (attention's P V followed by
   a head transpose) is folded by writing the result in that order (the
   matmul's output_dims);
@@ -35,10 +35,10 @@ Groups (principal op first):
   divide by the window size in its epilogue (folded into the op);
 - reduce: a reduction over plain dims (sum / max; mean when the epilogue
   divides by the reduced count; its result may keep the other dims in another
-  order, a transpose IREE fused into the reduction), whose body may first compute the value it
-  accumulates (an elementwise prologue: IREE fuses a residual add + ReLU into
-  a global mean), or torch-mlir's adaptive average pooling form that gathers
-  a box of a tensor with `tensor.extract`;
+  order, a transpose IREE fused into the reduction), whose body may first
+  compute the value it accumulates (an elementwise prologue: IREE fuses a
+  residual add + ReLU into a global mean), or torch-mlir's adaptive average
+  pooling form that gathers a box of a tensor with `tensor.extract`;
 - elementwise: a standalone elementwise generic (add/sub/mul/max/min/clamp...).
 A select in an elementwise body takes a comparison or an i1 operand (a
 boolean mask, as torch's `where(mask, -inf, 0)`) as its condition.

@@ -72,9 +72,11 @@ def classify_contraction(op: ir.Operation) -> Contraction | None:
     if matmul is not None:
         return matmul
     # A 1x1 conv over C x H x W (two M dims to a matmul) stays a conv; other contractions
-    # with two dims in a role are matmuls.
+    # with several dims in a role are matmuls.
     conv = _classify_pointwise_conv(its, in_dims, w_dims, out_dims, ranges, steps)
-    return conv if conv is not None or not plain else _classify_matmul(its, in_dims, w_dims, out_dims, ranges, 2)
+    if conv is not None or not plain:
+        return conv
+    return _classify_matmul(its, in_dims, w_dims, out_dims, ranges, max(map(len, MATMUL_ROLE_LETTERS.values())))
 
 
 def window_pair(terms, its, roles) -> tuple[int, int, int, int] | None:
@@ -224,9 +226,9 @@ def _classify_pointwise_conv(its, in_dims, w_dims, out_dims, ranges, steps: dict
 def _classify_matmul(its, in_dims, w_dims, out_dims, ranges, per_role: int) -> Contraction | None:
     """Roles of the loop dims of a matmul-shaped generic: one reduction K; B in both inputs,
     M in the lhs only, N in the rhs only (each in the output). A role may hold up to
-    `per_role` dims (MobileViT's patches x heads, grouped-query attention's groups x
-    queries); they get the role's letters of `MATMUL_ROLE_LETTERS`, the primary one for the
-    innermost dim (the output's last of the role: the one the vector layout prefers)."""
+    `per_role` dims, at most its letters in `MATMUL_ROLE_LETTERS` (MobileViT's patches x
+    heads, MobileViTv2's unfolded patches); the primary letter goes to the innermost dim
+    (the output's last of the role: the one the vector layout prefers)."""
     red = [d for d, it in enumerate(its) if it == "reduction"]
     if len(red) != 1:
         return None

@@ -8,6 +8,8 @@
 //   transpose's order (output_dims "AMBN").
 // - Grouped-query attention as IREE presents Hugging Face's StableLM reads V
 //   once per KV head: the query-head group is a batch dim of Q Kᵀ only.
+// - MobileViTv2 unfolds its patches right after a 1x1 conv: IREE writes the
+//   conv's result unfolded, four dims of the lhs's role (letters M, L, Q, R).
 // - MobileViT's layer norm reads its patches channel-outermost and sums over
 //   the channels: a reduce whose result keeps the other two dims swapped
 //   (result_axes [2, 1]).
@@ -54,6 +56,25 @@ func.func @grouped_query_attention(%q: tensor<2x2x8x16xf32>, %k: tensor<2x2x8x16
     iree_linalg_ext.yield %s : f32
   } -> tensor<2x2x8x16xf32>
   return %a : tensor<2x2x8x16xf32>
+}
+
+// 16 output channels x (2 x 2 patch positions x 4 x 4 patches) over 32
+// input channels: MACs 16 * 64 * 32. The output's M dims d1..d4 get R, Q, L,
+// M (the primary letter for its innermost); the input reads them as d3, d1,
+// d4, d2 after the channel.
+// CHECK-LABEL: func.func @project_unfolded(
+// CHECK: "torq_hl.matmul"(%arg0, %arg1) {{.*}}lhs_dims = "KLRMQ", macs = 32768 : i64, output_dims = "NRQLM", rhs_dims = "NK"}
+func.func @project_unfolded(%x: tensor<32x4x2x4x2xf32>, %w: tensor<16x32xf32>) -> tensor<16x2x2x4x4xf32> {
+  %zero = arith.constant 0.000000e+00 : f32
+  %e = tensor.empty() : tensor<16x2x2x4x4xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<16x2x2x4x4xf32>) -> tensor<16x2x2x4x4xf32>
+  %y = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2, d3, d4, d5) -> (d5, d3, d1, d4, d2)>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d5)>, affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3, d4)>], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel", "reduction"]} ins(%x, %w : tensor<32x4x2x4x2xf32>, tensor<16x32xf32>) outs(%f : tensor<16x2x2x4x4xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %p = arith.mulf %a, %b : f32
+    %r = arith.addf %o, %p : f32
+    linalg.yield %r : f32
+  } -> tensor<16x2x2x4x4xf32>
+  return %y : tensor<16x2x2x4x4xf32>
 }
 
 // CHECK-LABEL: func.func @channel_sum_transposed(
