@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Real architectures nobody here wrote: timm's mobile vision transformers and hybrids
+(issue 15 item 6), compiled for Torq and run on the simulator against torch, one table.
+
+    .venv/bin/pip install timm        # not a test dependency
+    nice -n 10 .venv/bin/python build_tools/benchmarks/architectures.py   # -> RESULTS-architectures.md
+
+Per model (random seeded weights, `timm.create_model(pretrained=False)`, nothing
+downloaded), in its own child process: export with iree-turbine, `torq.compile`
+(seconds, in-process, caches off), one simulator run; the NPU's share of the MACs,
+dispatches on the NPU / host (each host dispatch's reason below the table), the
+output's relative L2 error vs torch fp32 beside torch's own bf16 run's
+(`model.to(torch.bfloat16)`: the error bf16 itself brings with random weights), and
+the simulated figures (cycles, efficiency = roofline / cycles, DDR traffic =
+DMA bytes / compulsory bytes, as in RESULTS.md). A model that fails is a row with
+its error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import multiprocessing as mp
+import os
+import platform
+import sys
+import time
+import types
+
+# timm imports torchvision, whose PyPI wheel's C++ ops are built for the CUDA torch: its
+# meta registrations fail on ours, and the model code needs none of them (README).
+sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+# name -> input height/width (timm's default for the model)
+MODELS = {"mobilevit_xxs": 256, "mobilevitv2_050": 256, "efficientformer_l1": 224, "poolformer_s12": 224,
+          "levit_128s": 224, "edgenext_xx_small": 256, "repvit_m1": 224, "fastvit_t8": 256}
+COLUMNS = ["model", "torq-compile s", "NPU share of MACs", "dispatches torq/host", "rel L2 vs torch",
+           "torch bf16 rel L2", "simulated cycles", "efficiency vs roofline", "DDR traffic ratio"]
+
+
+def _measure(name: str, size: int) -> dict:
+    """One row (runs in a child process)."""
+    import iree.turbine.aot as aot
+    import numpy as np
+    import timm
+    import torch
+
+    import torq
+
+    torch.manual_seed(0)
+    model = timm.create_model(name, pretrained=False).eval()
+    x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(1))
+    exported = aot.export(model, x)
+    t0 = time.perf_counter()
+    cm = torq.compile(exported, remarks=io.StringIO(), flags=("--torq-no-cache",))
+    row = {"model": f"{name} {size}x{size}", "compile_s": time.perf_counter() - t0}
+    y = np.asarray(cm(x.numpy()))
+    with torch.no_grad():
+        ref = model(x).numpy()
+        ref_bf16 = model.to(torch.bfloat16)(x.to(torch.bfloat16)).float().numpy()
+    stats = [s for s in cm.last_stats if s["executor"] == "torq"]
+    host = [d for d in cm.report.dispatches if d.executor != "torq" and not d.name.startswith("initializer_")]
+    row.update(share=cm.report.npu_mac_share, torq=len(stats), host=len(host),
+               reasons=sorted({" ".join(d.reason.split()) for d in host}),
+               rel_l2=float(np.linalg.norm(y - ref) / np.linalg.norm(ref)),
+               bf16_rel_l2=float(np.linalg.norm(ref_bf16 - ref) / np.linalg.norm(ref)),
+               cycles=sum(s["cycles"] for s in stats), roofline=sum(s["roofline_cycles"] for s in stats),
+               dma=sum(s["dma_bytes_in"] + s["dma_bytes_out"] for s in stats),
+               compulsory=sum(s["compulsory_bytes"] for s in stats))
+    return row
+
+
+def _child(name: str, size: int, out) -> None:
+    try:
+        out.send(_measure(name, size))
+    except Exception as e:  # a failing model is a row, not a crash of the suite
+        out.send({"model": f"{name} {size}x{size}", "error": " ".join(str(e).split())[:400]})
+
+
+def run_one(name: str, size: int, timeout: float) -> dict:
+    recv, send = mp.Pipe(duplex=False)
+    p = mp.get_context("spawn").Process(target=_child, args=(name, size, send))
+    p.start()
+    row = recv.recv() if recv.poll(timeout) else {"model": f"{name} {size}x{size}", "error": f"timeout {timeout} s"}
+    p.join(5)
+    if p.is_alive():
+        p.kill()
+    return row
+
+
+def markdown(rows: list[dict]) -> list[str]:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | failed: {r['error']} |" + " |" * (len(COLUMNS) - 2))
+            continue
+        lines.append(f"| {r['model']} | {r['compile_s']:.1f} | {100 * r['share']:.2f}% | {r['torq']}/{r['host']} | "
+                     f"{r['rel_l2']:.2e} | {r['bf16_rel_l2']:.2e} | {r['cycles']:,} | "
+                     f"{100 * r['roofline'] / r['cycles']:.1f}% | {r['dma'] / r['compulsory']:.3f} |")
+    lines.append("")
+    for r in rows:
+        for reason in r.get("reasons", []):
+            lines.append(f"- {r['model']}, on host: {reason}")
+    return lines
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(MODELS), help="comma-separated timm names")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per model")
+    p.add_argument("--output", default=os.path.join(HERE, "RESULTS-architectures.md"))
+    p.add_argument("--json", help="also write the rows as JSON")
+    args = p.parse_args()
+    try:
+        import timm  # noqa: F401
+    except ImportError:
+        sys.exit("architectures.py needs timm: .venv/bin/pip install timm")
+    rows = []
+    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+        rows.append(run_one(name, MODELS.get(name, 224), args.timeout))
+        print(markdown(rows[-1:])[2], flush=True)
+    head = ["# Real architectures (timm, random weights) on Torq", "",
+            f"`build_tools/benchmarks/architectures.py`, SL2610. Machine: {platform.processor() or platform.machine()}, "
+            f"{os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", ""]
+    text = "\n".join(head + markdown(rows)) + "\n"
+    with open(args.output, "w") as f:
+        f.write(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
