@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from .ir_utils import constant_of, loop_ranges, region_ops
+from .ir_utils import constant_of, erase_unused, loop_ranges, region_ops
 
 
 def _offset(m: ir.AffineMap) -> int | None:
@@ -130,20 +130,10 @@ def simplify_indices(op: ir.Operation) -> bool:
             o.results[0].replace_all_uses_with(new)
             changed = True
     if changed:
-        _erase_dead_index_ops(op)
+        # A dead `d0 % 2` would still count as a computed use of d0.
+        erase_unused(lambda: region_ops(op), _PURE_INDEX_OPS)
     return changed
 
 
 _PURE_INDEX_OPS = ("arith.divsi", "arith.remsi", "arith.muli", "arith.addi", "arith.subi", "affine.apply",
                    "linalg.index")
-
-
-def _erase_dead_index_ops(op: ir.Operation) -> None:
-    """Drops the index arithmetic the folds left unused: a dead `d0 % 2` would still count
-    as a computed use of d0."""
-    while True:
-        dead = [o for o in region_ops(op) if o.name in _PURE_INDEX_OPS and not any(list(r.uses) for r in o.results)]
-        for o in dead:
-            o.erase()
-        if not dead:
-            return

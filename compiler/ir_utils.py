@@ -6,7 +6,7 @@ import ctypes
 import importlib.util
 import sys
 import types
-from typing import Iterable, Iterator
+from typing import Callable, Container, Iterable, Iterator
 
 import numpy as np
 from iree.compiler import ir
@@ -94,6 +94,19 @@ def block_ops(block: ir.Block) -> list[ir.Operation]:
 def region_ops(op: ir.Operation) -> list[ir.Operation]:
     """The ops of the first block of `op`'s first region (a linalg body, a function, a loop body)."""
     return block_ops(op.regions[0].blocks[0])
+
+
+def erase_unused(ops: Callable[[], Iterable], names: Container[str] | None = None) -> None:
+    """Erases the ops `ops()` lists whose results nothing reads, those named in `names` (or,
+    with None, any op with results), again until none is left: erasing one may leave its
+    operands' producers unread. The one sweep the passes share after a rewrite."""
+    while True:
+        dead = [o for o in (getattr(x, "operation", x) for x in ops())
+                if o.results and (names is None or o.name in names) and not any(list(r.uses) for r in o.results)]
+        for o in reversed(dead):
+            o.erase()
+        if not dead:
+            return
 
 
 def sync_function_type(func: ir.Operation) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from .f32_chain import type_name
-from .ir_utils import inline_function_text, iterator_types, n_inputs, region_ops
+from .ir_utils import erase_unused, inline_function_text, iterator_types, n_inputs, region_ops
 from .pass_managers import run_pipeline
 from .requant_emit import elementwise_function
 from .requant_pooling import lower_pooling
@@ -52,17 +52,6 @@ def is_int8_arithmetic(func: ir.Operation, known) -> bool:
 def _integer_inputs(op: ir.Operation) -> bool:
     return all(type_name(ir.RankedTensorType(op.operands[i].type).element_type).startswith("i")
                for i in range(n_inputs(op)))
-
-
-def _erase_dead(func: ir.Operation) -> None:
-    changed = True
-    while changed:
-        changed = False
-        for op in reversed([o.operation for o in func.regions[0].blocks[0].operations]):
-            if op.name in ("linalg.generic", "linalg.fill", "tensor.empty", "arith.constant") and \
-                    not any(list(r.uses) for r in op.results):
-                op.erase()
-                changed = True
 
 
 def _forms(func: ir.Operation) -> tuple[list, list]:
@@ -136,5 +125,6 @@ def lower_int8_arithmetic(func: ir.Operation, known, host, nearest: bool) -> lis
         raise AssertionError("linalg-fuse-elementwise-ops fused differently on a copy")
     op.results[0].replace_all_uses_with(new)
     op.erase()
-    _erase_dead(func)
+    erase_unused(lambda: func.regions[0].blocks[0].operations,
+                 ("linalg.generic", "linalg.fill", "tensor.empty", "arith.constant"))
     return [summary]

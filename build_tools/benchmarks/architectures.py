@@ -13,20 +13,20 @@ output's relative L2 error vs torch fp32 beside torch's own bf16 run's
 (`model.to(torch.bfloat16)`: the error bf16 itself brings with random weights), and
 the simulated figures (cycles, efficiency = roofline / cycles, DDR traffic =
 DMA bytes / compulsory bytes, as in RESULTS.md). A model that fails is a row with
-its error.
+its error. The worker processes are common.py's, as run.py's.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
-import json
-import multiprocessing as mp
 import os
-import platform
 import sys
 import time
 import types
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import machine_info, machine_markdown, one_line, run_worker, worker_main  # noqa: E402
 
 # timm imports torchvision, whose PyPI wheel's C++ ops are built for the CUDA torch: its
 # meta registrations fail on ours, and the model code needs none of them (README).
@@ -39,8 +39,8 @@ COLUMNS = ["model", "torq-compile s", "NPU share of MACs", "dispatches torq/host
            "torch bf16 rel L2", "simulated cycles", "efficiency vs roofline", "DDR traffic ratio"]
 
 
-def _measure(name: str, size: int) -> dict:
-    """One row (runs in a child process)."""
+def measure(spec: dict) -> dict:
+    """One row (in the worker process): spec {"model": timm name, "size": height/width}."""
     import iree.turbine.aot as aot
     import numpy as np
     import timm
@@ -49,12 +49,13 @@ def _measure(name: str, size: int) -> dict:
     import torq
 
     torch.manual_seed(0)
-    model = timm.create_model(name, pretrained=False).eval()
+    model = timm.create_model(spec["model"], pretrained=False).eval()
+    size = spec["size"]
     x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(1))
     exported = aot.export(model, x)
     t0 = time.perf_counter()
     cm = torq.compile(exported, remarks=io.StringIO(), flags=("--torq-no-cache",))
-    row = {"model": f"{name} {size}x{size}", "compile_s": time.perf_counter() - t0}
+    row = {"compile_s": time.perf_counter() - t0}
     y = np.asarray(cm(x.numpy()))
     with torch.no_grad():
         ref = model(x).numpy()
@@ -71,29 +72,11 @@ def _measure(name: str, size: int) -> dict:
     return row
 
 
-def _child(name: str, size: int, out) -> None:
-    try:
-        out.send(_measure(name, size))
-    except Exception as e:  # a failing model is a row, not a crash of the suite
-        out.send({"model": f"{name} {size}x{size}", "error": " ".join(str(e).split())[:400]})
-
-
-def run_one(name: str, size: int, timeout: float) -> dict:
-    recv, send = mp.Pipe(duplex=False)
-    p = mp.get_context("spawn").Process(target=_child, args=(name, size, send))
-    p.start()
-    row = recv.recv() if recv.poll(timeout) else {"model": f"{name} {size}x{size}", "error": f"timeout {timeout} s"}
-    p.join(5)
-    if p.is_alive():
-        p.kill()
-    return row
-
-
 def markdown(rows: list[dict]) -> list[str]:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | failed: {r['error']} |" + " |" * (len(COLUMNS) - 2))
+            lines.append(f"| {r['model']} | failed: {one_line(r['error'], 300)} |" + " |" * (len(COLUMNS) - 2))
             continue
         lines.append(f"| {r['model']} | {r['compile_s']:.1f} | {100 * r['share']:.2f}% | {r['torq']}/{r['host']} | "
                      f"{r['rel_l2']:.2e} | {r['bf16_rel_l2']:.2e} | {r['cycles']:,} | "
@@ -105,31 +88,31 @@ def markdown(rows: list[dict]) -> list[str]:
     return lines
 
 
-def main() -> None:
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--worker"]:
+        return worker_main(argv[1:], measure)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated timm names")
     p.add_argument("--timeout", type=float, default=900, help="seconds per model")
     p.add_argument("--output", default=os.path.join(HERE, "RESULTS-architectures.md"))
-    p.add_argument("--json", help="also write the rows as JSON")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     try:
         import timm  # noqa: F401
     except ImportError:
-        sys.exit("architectures.py needs timm: .venv/bin/pip install timm")
-    rows = []
+        p.error("needs timm: .venv/bin/pip install timm")
+    info, rows = machine_info(), []
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
-        rows.append(run_one(name, MODELS.get(name, 224), args.timeout))
+        size = MODELS.get(name, 224)
+        row = run_worker(os.path.abspath(__file__), {"model": name, "size": size}, args.timeout)
+        rows.append({**row, "model": f"{name} {size}x{size}"})
         print(markdown(rows[-1:])[2], flush=True)
     head = ["# Real architectures (timm, random weights) on Torq", "",
-            f"`build_tools/benchmarks/architectures.py`, SL2610. Machine: {platform.processor() or platform.machine()}, "
-            f"{os.cpu_count()} cores; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.", ""]
-    text = "\n".join(head + markdown(rows)) + "\n"
+            "`build_tools/benchmarks/architectures.py`, SL2610. " + machine_markdown(info), ""]
     with open(args.output, "w") as f:
-        f.write(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        f.write("\n".join(head + markdown(rows)) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -33,6 +33,7 @@ from iree.compiler.dialects import arith, linalg
 
 from ..ir_utils import (
     clone_remapped,
+    erase_unused,
     indexing_maps,
     iterator_types,
     loop_ranges,
@@ -214,20 +215,9 @@ def _rebuild(op: ir.Operation, n_in: int, consts: list, maps: list, roots: list)
     mapping |= dict(zip(roots, args[n_in:n_in + len(consts)]))
     with ir.InsertionPoint(block):
         clone_remapped([o for o in region_ops(op) if not (o.results and o.results[0] in roots)], mapping)
-    _erase_dead(block)
+    erase_unused(lambda: block.operations)  # the index arithmetic left behind
     op.results[0].replace_all_uses_with(new.results[0])
     op.erase()
-
-
-def _erase_dead(block: ir.Block) -> None:
-    """Erase the body ops whose results nothing reads (the index arithmetic left behind)."""
-    changed = True
-    while changed:
-        changed = False
-        for o in reversed(list(block.operations)):
-            if o.name != "linalg.yield" and o.results and not any(list(r.uses) for r in o.results):
-                o.erase()
-                changed = True
 
 
 def fold_function(func: ir.Operation) -> None:

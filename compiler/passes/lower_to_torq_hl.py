@@ -34,7 +34,16 @@ from iree.compiler import ir
 from torq.contract.ops import ACCUMULATE, OPS
 from torq.contract.program import Epilogue, EpilogueStep, Ref
 
-from ..ir_utils import CompileError, element_type, indexing_maps, location_str, n_inputs, static_shape, walk_ops
+from ..ir_utils import (
+    CompileError,
+    element_type,
+    erase_unused,
+    indexing_maps,
+    location_str,
+    n_inputs,
+    static_shape,
+    walk_ops,
+)
 from ..patterns import (
     PAD_VIEW,
     Gather,
@@ -273,20 +282,9 @@ def lower_function(func: ir.Operation) -> None:
     if leftovers:
         op = leftovers[0]
         raise CompileError(f"{location_str(op)}: error: {op.name} is not part of any Torq pattern")
-    _erase_dead(func)
-
-
-def _erase_dead(func: ir.Operation) -> None:
-    """Drop side-effect-free ops (empty, slices, constants, padded views) left without
-    users (tiling may leave a copy of a padded view in a loop)."""
-    removable = {"tensor.empty", "tensor.extract_slice", "arith.constant", PAD_VIEW}
-    changed = True
-    while changed:
-        changed = False
-        for op in reversed(list(walk_ops(func))):
-            if op.name in removable and all(not list(r.uses) for r in op.results):
-                op.erase()
-                changed = True
+    # Side-effect-free ops left without users (tiling may leave a copy of a padded view
+    # in a loop).
+    erase_unused(lambda: walk_ops(func), {"tensor.empty", "tensor.extract_slice", "arith.constant", PAD_VIEW})
 
 
 def run(module: ir.Module, options: PassOptions) -> None:

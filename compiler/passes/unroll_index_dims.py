@@ -37,6 +37,7 @@ from ..ir_utils import (
     clone_remapped,
     constant_of,
     defined_outside,
+    erase_unused,
     indexing_maps,
     iterator_types,
     loop_ranges,
@@ -275,24 +276,14 @@ def unroll_function(func: ir.Operation) -> ir.Operation:
     run_pipeline("builtin.module(canonicalize,cse)", scratch.operation)
     for op in [o for o in walk_ops(clone) if o.name == "linalg.generic" and _reads_outside_value(o)]:
         _reads_as_inputs(op)
-    _erase_dead(clone)
+    # The boxes, empties and constants the rewrite left unused (not canonicalize, which
+    # would also rewrite the function's other ops).
+    erase_unused(lambda: region_ops(clone), ("tensor.extract_slice", "tensor.empty", "arith.constant"))
     if any(o.name == "linalg.generic" and _reads_outside_value(o) and row_gather(o) is None for o in walk_ops(clone)):
         return func
     clone.move_before(func)
     func.erase()
     return clone
-
-
-def _erase_dead(func: ir.Operation) -> None:
-    """Drops the boxes, empties and constants the rewrite left unused (not canonicalize,
-    which would also rewrite the function's other ops)."""
-    removable = ("tensor.extract_slice", "tensor.empty", "arith.constant")
-    changed = True
-    while changed:
-        dead = [o for o in region_ops(func) if o.name in removable and not any(list(r.uses) for r in o.results)]
-        for o in dead:
-            o.erase()
-        changed = bool(dead)
 
 
 def run(module: ir.Module, options: PassOptions) -> None:

@@ -142,12 +142,15 @@ def _fold_division(epi: Epilogue, count: int) -> Epilogue | None:
     rest = epi.steps[1:]
     if any(r.kind == "value" and r.index == 0 for st in rest for r in st.args) or epi.result == 0:
         return None
+    return Epilogue(_renumbered(rest, -1), epi.result - 1 if epi.result > 0 else epi.result)
 
+
+def _renumbered(steps: list[EpilogueStep], delta: int) -> list[EpilogueStep]:
+    """`steps` with every value reference moved by `delta` (steps dropped or added before them)."""
     def shift(r: Ref) -> Ref:
-        return Ref("value", r.index - 1) if r.kind == "value" else r
+        return Ref("value", r.index + delta) if r.kind == "value" else r
 
-    return Epilogue([EpilogueStep(st.op, [shift(r) for r in st.args], st.to) for st in rest],
-                    epi.result - 1 if epi.result > 0 else epi.result)
+    return [EpilogueStep(st.op, [shift(r) for r in st.args], st.to) for st in steps]
 
 
 def _window_sum(epi: Epilogue, count: int) -> Epilogue:
@@ -156,12 +159,8 @@ def _window_sum(epi: Epilogue, count: int) -> Epilogue:
     constant operand after torq-fold-index-constants): a first step multiplies the op's
     mean back by the window size `count`, in f32 (within an f32 rounding of the sum);
     every later reference to value k reads value k + 1."""
-    def shift(r: Ref) -> Ref:
-        return Ref("value", r.index + 1) if r.kind == "value" else r
-
-    steps = [EpilogueStep("mul", [Ref("value", 0), Ref("const", const=float(count))])]
-    steps += [EpilogueStep(st.op, [shift(r) for r in st.args], st.to) for st in epi.steps]
-    return Epilogue(steps, epi.result + 1)
+    undivide = EpilogueStep("mul", [Ref("value", 0), Ref("const", const=float(count))])
+    return Epilogue([undivide] + _renumbered(epi.steps, 1), epi.result + 1)
 
 
 def init_steps(op: ir.Operation, p: Contraction, inputs: list[ir.Value],
