@@ -48,7 +48,7 @@ import numpy as np
 from iree.compiler import ir
 
 from .files import write_atomically
-from .ir_utils import CompileError
+from .ir_utils import CompileError, static_shape
 from .nss_ir import program_meta
 from .passes import PassOptions
 from .patterns import Unsupported
@@ -70,6 +70,9 @@ class Compiled:
     tiles: int
     lram_peak: int
     host_result_types: list[str]  # per function result, the type the host passes (MLIR text)
+    # Per function argument, its shape: the call reshapes an operand of another shape (a
+    # dim the pipeline expanded, compiler/index_digits.py).
+    arg_shapes: list[tuple[int, ...]]
     reports: dict = field(default_factory=dict)  # pipeline.run_passes's, by pass name
     cached: bool = False
 
@@ -134,7 +137,8 @@ def _compiled(func: ir.Operation, reports: dict) -> Compiled:
     results = [str(t) for t in ftype.results]
     if "torq.host_result_types" in func.attributes:  # f32 where the NPU computes bf16
         results = [str(ir.TypeAttr(t).value) for t in ir.ArrayAttr(func.attributes["torq.host_result_types"])]
-    return Compiled(blob, meta["tiles"], meta["lram_peak"], results, reports)
+    arg_shapes = [static_shape(t) for t in ftype.inputs]
+    return Compiled(blob, meta["tiles"], meta["lram_peak"], results, arg_shapes, reports)
 
 
 def bytecode(module: ir.Module) -> bytes:

@@ -156,6 +156,7 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
         operands = [arguments[i] for i in ex.input_operands]
         for j, head in ex.host_heads.items():  # the model input's quantize runs on the host
             operands[j] = host_tail_dispatch(operands[j], head, ir.Type.parse(head.result_type))
+        operands = [_reshaped(v, shape) for v, shape in zip(operands, compiled.arg_shapes)]
         views = [_input_view(v, i in ex.index_operands, load_time) for v, i in zip(operands, ex.input_operands)]
         views += [export_view(arguments[i]) for i in passed[len(ex.input_operands):]]
         call = ir.Operation.create("util.call", results=[bv] * len(dispatch.results),
@@ -181,6 +182,14 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
     dispatch.erase()
     if copy is not None:
         _hoist_pads_for_host(copy)
+
+
+def _reshaped(operand: ir.Value, shape: tuple[int, ...]) -> ir.Value:
+    """`operand` with the shape of the function argument it is passed for (the pipeline
+    expanded a dim of it: `flow.tensor.reshape`, which moves no data)."""
+    if not isinstance(operand.type, ir.RankedTensorType) or static_shape(operand.type) == shape:
+        return operand  # an index operand is passed as a tensor<1xi32> (`_input_view`)
+    return flow.TensorReshapeOp(ir.RankedTensorType.get(shape, element_type(operand.type)), operand, [], []).result
 
 
 def _input_view(operand: ir.Value, is_index: bool, load_time: LoadTimeViews) -> ir.Value:

@@ -23,6 +23,11 @@ a negation of one half, a copy of the other). Functions without such a generic a
 unchanged, and so is a function where some piece would still read an index (the
 rewrite runs on a copy, kept only when it succeeds): its dispatch stays on the host
 and says why.
+
+A generic whose index is read as digits of a collapsed dim (quotients and remainders by
+constants, too many pieces to split along) has that dim expanded into one loop dim per
+digit first (compiler/index_digits.py): the function's argument and result types may then
+change to the expanded shapes, which the target reshapes at the call.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from iree.compiler import ir
 from iree.compiler.dialects.transform import interpreter
 
 from ..index_arith import simplify_indices
+from ..index_digits import expand_digit_dims
 from ..ir_utils import (
     clone_remapped,
     constant_of,
@@ -272,6 +278,10 @@ def unroll_function(func: ir.Operation) -> ir.Operation:
     scratch = ir.Module.create()
     clone = func.clone(ip=ir.InsertionPoint(scratch.body))
     _simplify(clone)
+    # A dim read as several digits (Qwen3's collapsed heads x halves x columns), too wide to
+    # split along: one loop dim per digit first (compiler/index_digits.py).
+    if expand_digit_dims(clone, lambda o: _reads_computed_index(o) and not _computed_dims(o)):
+        _simplify(clone)
     _unroll(clone)
     run_pipeline("builtin.module(canonicalize,cse)", scratch.operation)
     for op in [o for o in walk_ops(clone) if o.name == "linalg.generic" and _reads_outside_value(o)]:

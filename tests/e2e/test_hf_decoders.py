@@ -24,6 +24,11 @@ within the bf16 bounds.
   and the result and not of V: the attention stayed on the host (2 dispatches, 97.8% of
   the MACs) until the decomposition took such a dim as batch of Q Kᵀ and a second query
   dim of P V.
+- Qwen3 (grouped-query attention, q and k normalised per head): every dispatch on the
+  NPU. Its norm makes IREE fuse the rotary over the collapsed row of heads x halves x
+  columns, reading the half index as a digit of it ((d / 8) % 2 of 128 columns): 4 host
+  dispatches until torq-unroll-index-dims expanded such a dim into one loop dim per
+  digit (compiler/index_digits.py), the call reshaping the operands and the result.
 """
 
 from __future__ import annotations
@@ -83,6 +88,12 @@ def test_phi_partial_rotary_runs_on_the_npu():
 def test_qwen2_fused_rotary_runs_on_the_npu():
     torch.manual_seed(0)
     assert _compile(transformers.Qwen2ForCausalLM(transformers.Qwen2Config(num_key_value_heads=2, **WIDTHS))) == []
+
+
+def test_qwen3_rotary_over_collapsed_heads_runs_on_the_npu():
+    torch.manual_seed(0)
+    config = transformers.Qwen3Config(num_key_value_heads=2, head_dim=16, **WIDTHS)
+    assert _compile(transformers.Qwen3ForCausalLM(config)) == []
 
 
 def test_gpt_neox_attention_runs_on_the_npu():
