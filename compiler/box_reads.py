@@ -1,6 +1,7 @@
 """Static boxes of a dispatch input and how a tensor function reads them: a box
 read as a copy `linalg.generic` (`box_read_generic`), a strided box folded
-into the generics that read it (`fold_strided_box_read`)."""
+into the generics that read it (`fold_strided_box_read`) or, for other readers,
+made a unit-stride box of the input passed reshaped (`StrideSplit`)."""
 
 from __future__ import annotations
 
@@ -170,3 +171,66 @@ def fold_strided_box_read(value: ir.Value, source: ir.Value, box_map: ir.AffineM
         maps[k] = ir.AffineMap.get(m.n_dims, m.n_symbols, [e.compose(m) for e in box_map.results])
         user.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(x) for x in maps])
         user.operands[k] = source
+
+
+def folds_into_readers(value: ir.Value) -> bool:
+    """Whether a strided box load folds into its readers (`fold_strided_box_read`): each an
+    input of a generic with a reduction loop (a convolution reading every 2nd pixel); an
+    elementwise generic reads a box as a box (`StrideSplit`)."""
+    readers = _generic_inputs_reading(value)
+    return readers is not None and all(
+        any("reduction" in str(a) for a in ir.ArrayAttr(user.attributes["iterator_types"])) for user, _ in readers)
+
+
+@dataclass(frozen=True)
+class StrideSplit:
+    """An input read with stride s along some dims, passed reshaped so that each such dim of
+    extent n becomes (n / s, s): a box read every s-th element from offset o is then the
+    unit-stride box at (o // s, o % s) of sizes (size, 1), which a DMA reads like any box
+    (GPT-J's interleaved rotary reads x[..., 0::2] and x[..., 1::2])."""
+    strides: tuple[tuple[int, int], ...]  # (dim, stride), ascending dims
+
+    def shape(self, shape: tuple[int, ...]) -> list[int]:
+        split = dict(self.strides)
+        out: list[int] = []
+        for i, n in enumerate(shape):
+            out += [n // split[i], split[i]] if i in split else [n]
+        return out
+
+    def tensor_type(self, t: ir.Type) -> ir.Type:
+        return ir.RankedTensorType.get(self.shape(static_shape(t)), ir.RankedTensorType(t).element_type)
+
+    def box(self, box: Box) -> Box:
+        split = dict(self.strides)
+        offsets, sizes = [], []
+        for i, (o, n) in enumerate(zip(box.offsets, box.sizes)):
+            if i in split:
+                offsets += [o // split[i], o % split[i]]
+                sizes += [n, 1]
+            else:
+                offsets.append(o)
+                sizes.append(n)
+        return Box(offsets, sizes, [1] * len(sizes))
+
+
+def stride_split(source: ir.Type, loads: list[tuple[Box, ir.Type]]) -> StrideSplit | None:
+    """The reshape of `source` that makes each of its loads (box, result type) a unit-stride
+    box, or None: every load reads a strided dim at one stride (or one element of it), the
+    stride divides the dim, each box stays within it and each result is a box of the
+    reshaped input (`box_map`)."""
+    shape = static_shape(source)
+    strides: dict[int, int] = {}
+    for box, _ in loads:
+        for i, (st, n) in enumerate(zip(box.strides, box.sizes)):
+            if n > 1 and st != 1 and strides.setdefault(i, st) != st:
+                return None
+    if not strides or any(shape[i] % st for i, st in strides.items()):
+        return None
+    split = StrideSplit(tuple(sorted(strides.items())))
+    for box, result in loads:
+        if any(box.sizes[i] > 1 and box.strides[i] != st or box.offsets[i] // st + box.sizes[i] > shape[i] // st
+               for i, st in strides.items()):
+            return None
+        if box_map(split.tensor_type(source), split.box(box), result) is None:
+            return None
+    return split

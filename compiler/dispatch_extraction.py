@@ -28,9 +28,13 @@ of a 1x1 stride-2 convolution this way) is folded into the `linalg.generic`
 ops that read it: each reads the whole argument through its indexing map
 composed with the box map (`stride * d + offset`), so a 1x1 convolution
 reading every 2nd pixel becomes a 1x1 convolution with stride 2
-(`box_reads.fold_strided_box_read`). Dynamic boxes, strided boxes read by anything
-but a generic's input, reads of a read-write operand and dynamic shapes are
-`Unsupported`: host. An `iree_linalg_ext.attention` (torch's
+(`box_reads.fold_strided_box_read`). A strided box read by anything else (a store,
+an elementwise generic: GPT-J's interleaved rotary reads x[..., 1::2]) is a
+unit-stride box of the argument reshaped, each strided dim of extent n split into
+(n / stride, stride) (`box_reads.StrideSplit`): the function takes the reshaped type
+and the call passes the operand reshaped (`flow.tensor.reshape`, no data moves).
+Dynamic boxes, strided boxes no reshape makes unit-stride, reads of a read-write
+operand and dynamic shapes are `Unsupported`: host. An `iree_linalg_ext.attention` (torch's
 scaled_dot_product_attention) is decomposed by the pipeline
 (torq-decompose-attention); one it cannot decompose is `Unsupported` here,
 before the body is taken apart.
@@ -62,14 +66,17 @@ from iree.compiler import ir
 
 from .box_reads import (
     Box,
+    StrideSplit,
     binding_tensor,
     box_map,
     box_read_generic,
     check_strided_readers,
     dispatch_arguments,
     fold_strided_box_read,
+    folds_into_readers,
     generic_can_read,
     static_box,
+    stride_split,
 )
 from .f32_chain import host_float_semantics
 from .ir_utils import CompileError, block_ops, int_array, static_shape, walk_ops
@@ -192,7 +199,10 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
             out_types.append(kinds[a][1])
     in_pos = {a: n for n, a in enumerate(input_args)}
     out_pos = {a: n for n, a in enumerate(result_args)}
-    updates, update_sizes, runtime_offsets = _check_loads_and_stores(block, kinds, in_pos, out_pos)
+    splits = _stride_splits(block, kinds)
+    updates, update_sizes, runtime_offsets = _check_loads_and_stores(block, kinds, in_pos, out_pos, splits)
+    for pos, split in splits.items():  # the function takes these inputs reshaped (the call reshapes them)
+        kinds[pos] = (kinds[pos][0], split.tensor_type(kinds[pos][1]))
     for op in block_ops(block):
         if op.name == decompose_attention.ATTENTION:
             reason = decompose_attention.unsupported_reason(op)
@@ -220,7 +230,10 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
         if op.name == "iree_tensor_ext.dispatch.tensor.load":
             arg = fblock.arguments[in_pos[op.operands[0].arg_number]]
             box = static_box(op)
-            if _is_full(op, static_shape(arg.type)):
+            split = splits.get(op.operands[0].arg_number)
+            if split is not None:
+                _replace_box_load(op, arg, split.box(box), fblock)
+            elif _is_full(op, static_shape(arg.type)):
                 op.results[0].replace_all_uses_with(arg)
             elif box.strided:
                 fold_strided_box_read(op.results[0], arg, box_map(arg.type, box, op.results[0].type))
@@ -241,8 +254,8 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
     clone.erase()
     _record_result_updates(func, updates, [kinds[t][1] if t >= 0 else None for t, _ in updates], update_sizes,
                            runtime_offsets)
-    if facts is not None:
-        _record_flow_facts(func, [arguments[i] for i in input_args], facts)
+    if facts is not None:  # a reshaped input's constant value would not have its type
+        _record_flow_facts(func, [arguments[i] if i not in splits else None for i in input_args], facts)
     return ExtractedDispatch(func, name, input_args, updates, update_sizes,
                              index_operands=[i for i in input_args if kinds[i][0] == "index"])
 
@@ -275,7 +288,7 @@ def _record_flow_facts(func: ir.Operation, operands: list[ir.Value], facts: "Flo
     weights stay identical functions (dispatch_compile compiles them once)."""
     if not any(op.name == "arith.sitofp" for op in walk_ops(func)):
         return
-    attrs = [facts.constant_attr(v) for v in operands]
+    attrs = [facts.constant_attr(v) if v is not None else None for v in operands]
     if any(a is not None for a in attrs):
         func.attributes["arg_attrs"] = ir.ArrayAttr.get(
             [ir.DictAttr.get({CONSTANT_ARG: a} if a is not None else {}) for a in attrs])
@@ -353,8 +366,30 @@ class FlowModuleFacts:
         return self.constant_globals.get(ir.FlatSymbolRefAttr(op.attributes["global"]).value)
 
 
-def _check_loads_and_stores(block: ir.Block, kinds, in_pos: dict, out_pos: dict) -> list:
-    """Refuses (Unsupported) bodies the extraction cannot turn into a tensor function.
+def _stride_splits(block: ir.Block, kinds) -> dict[int, StrideSplit]:
+    """Per dispatch operand read with a stride its readers cannot fold (`folds_into_readers`:
+    a store, an elementwise generic), the reshape making each of its loads a unit-stride
+    box (`box_reads.stride_split`), when there is one."""
+    loads: dict[int, list[ir.Operation]] = {}
+    for op in block_ops(block):
+        if op.name == LOAD and isinstance(op.operands[0].owner, ir.Block):
+            loads.setdefault(op.operands[0].arg_number, []).append(op)
+    splits = {}
+    for pos, ops in loads.items():
+        boxes = [static_box(o) for o in ops]
+        if kinds[pos][0] != "readonly" or any(b is None for b in boxes) or \
+                all(folds_into_readers(o.results[0]) for o, b in zip(ops, boxes) if b.strided):
+            continue  # no strided box, or all fold as they did before the split existed
+        split = stride_split(kinds[pos][1], [(b, o.results[0].type) for o, b in zip(ops, boxes)])
+        if split is not None:
+            splits[pos] = split
+    return splits
+
+
+def _check_loads_and_stores(block: ir.Block, kinds, in_pos: dict, out_pos: dict,
+                            splits: dict[int, StrideSplit]) -> list:
+    """Refuses (Unsupported) bodies the extraction cannot turn into a tensor function
+    (an input of `splits` is read as unit-stride boxes of it reshaped).
 
     Returns, per result, (tied operand, box offsets) for read-write stores, else (-1, None),
     and per result the box sizes of such a store (else None).
@@ -369,7 +404,7 @@ def _check_loads_and_stores(block: ir.Block, kinds, in_pos: dict, out_pos: dict)
             pos = src.arg_number if isinstance(src.owner, ir.Block) else None
             if pos not in in_pos:
                 raise Unsupported("dispatch loads a tensor it does not take as input")
-            if _is_full(op, static_shape(kinds[pos][1])):
+            if pos in splits or _is_full(op, static_shape(kinds[pos][1])):
                 continue
             box = static_box(op)
             if box is None or box_map(kinds[pos][1], box, op.results[0].type) is None:

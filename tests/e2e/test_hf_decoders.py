@@ -29,6 +29,11 @@ within the bf16 bounds.
   columns, reading the half index as a digit of it ((d / 8) % 2 of 128 columns): 4 host
   dispatches until torq-unroll-index-dims expanded such a dim into one loop dim per
   digit (compiler/index_digits.py), the call reshaping the operands and the result.
+- GPT-J (rotate_every_two on the first 8 of 16 head dims): every dispatch on the NPU.
+  Its interleave reads x[..., 0::2] and x[..., 1::2], strided loads that a store and an
+  elementwise negation read, which no convolution map takes: 8 host dispatches until
+  extraction passed such an input reshaped (16 columns as 8 pairs) and read each half
+  as a unit-stride box of it (box_reads.StrideSplit).
 """
 
 from __future__ import annotations
@@ -94,6 +99,12 @@ def test_qwen3_rotary_over_collapsed_heads_runs_on_the_npu():
     torch.manual_seed(0)
     config = transformers.Qwen3Config(num_key_value_heads=2, head_dim=16, **WIDTHS)
     assert _compile(transformers.Qwen3ForCausalLM(config)) == []
+
+
+def test_gptj_interleaved_rotary_runs_on_the_npu():
+    torch.manual_seed(0)
+    config = transformers.GPTJConfig(vocab_size=256, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=64)
+    assert _compile(transformers.GPTJForCausalLM(config)) == []
 
 
 def test_gpt_neox_attention_runs_on_the_npu():
