@@ -166,19 +166,36 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
     """
     block = dispatch.regions[0].blocks[0]
     arguments = dispatch_arguments(dispatch)
-    n_operands = len(arguments)
-    tied = _tied_operands(dispatch)
-    # Block argument of each dispatch result.
-    result_args, k = [], n_operands
-    for t in tied:
-        if t >= 0:
-            result_args.append(t)
-        else:
-            result_args.append(k)
-            k += 1
+    kinds = _binding_kinds(block)
+    result_args = _result_arguments(len(arguments), _tied_operands(dispatch))
+    input_args = [i for i in range(len(arguments)) if kinds[i][0] in ("readonly", "index")]
+    out_types = _result_types(dispatch, kinds, result_args)
+    in_pos = {a: n for n, a in enumerate(input_args)}
+    out_pos = {a: n for n, a in enumerate(result_args)}
+    splits = _stride_splits(block, kinds)
+    updates, update_sizes, runtime_offsets = _check_loads_and_stores(block, kinds, in_pos, out_pos, splits)
+    for pos, split in splits.items():  # the function takes these inputs reshaped (the call reshapes them)
+        kinds[pos] = (kinds[pos][0], split.tensor_type(kinds[pos][1]))
+    _check_attention(block)
+    # Everything that can refuse the dispatch has run on the original body.
+    # Only now is a clone taken apart: erasing IR whose nested ops still have
+    # Python handles (a half-moved clone on an error path) corrupts the heap.
+    func = _new_function(module, name, dispatch.location, [kinds[i][1] for i in input_args], out_types)
+    _move_body(dispatch, func.regions[0].blocks[0], in_pos, out_pos, splits)
+    _record_result_updates(func, updates, [kinds[t][1] if t >= 0 else None for t, _ in updates], update_sizes,
+                           runtime_offsets)
+    if facts is not None:  # a reshaped input's constant value would not have its type
+        _record_flow_facts(func, [arguments[i] if i not in splits else None for i in input_args], facts)
+    return ExtractedDispatch(func, name, input_args, updates, update_sizes,
+                             index_operands=[i for i in input_args if kinds[i][0] == "index"])
+
+
+def _binding_kinds(block: ir.Block) -> list[tuple[str, ir.Type]]:
+    """(access, tensor type) of each block argument of a dispatch body; an index (a runtime
+    offset) is ("index", tensor<1xi32>), the tensor the call passes for it."""
     kinds = []
     for arg in block.arguments:
-        if str(arg.type) == "index":  # a runtime offset: the call passes it as a tensor
+        if str(arg.type) == "index":
             kinds.append(("index", ir.RankedTensorType.get([1], ir.IntegerType.get_signless(32))))
             continue
         if not str(arg.type).startswith("!iree_tensor_ext.dispatch.tensor"):
@@ -187,60 +204,76 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
         if static_shape(t) is None:
             raise Unsupported("dispatch has dynamic shapes")
         kinds.append((access, t))
-    input_args = [i for i in range(n_operands) if kinds[i][0] in ("readonly", "index")]
+    return kinds
+
+
+def _result_arguments(n_operands: int, tied: list[int]) -> list[int]:
+    """The block argument of each dispatch result: its tied operand's, or the next one after
+    the operands."""
+    result_args, k = [], n_operands
+    for t in tied:
+        if t >= 0:
+            result_args.append(t)
+        else:
+            result_args.append(k)
+            k += 1
+    return result_args
+
+
+def _result_types(dispatch: ir.Operation, kinds, result_args: list[int]) -> list[ir.Type]:
+    """Each function result's type: the binding's, or for a read-write operand the box its
+    one store writes (refused when the body also reads it)."""
+    block = dispatch.regions[0].blocks[0]
     out_types = []
-    for r, a in zip(dispatch.results, result_args):
+    for a in result_args:
         if kinds[a][0] == "readwrite":
             uses = [u.owner for u in block.arguments[a].uses]
-            if len(uses) != 1 or uses[0].name != "iree_tensor_ext.dispatch.tensor.store":
+            if len(uses) != 1 or uses[0].name != STORE:
                 raise Unsupported("dispatch reads a tensor it updates in place")
             out_types.append(uses[0].operands[0].type)
         else:
             out_types.append(kinds[a][1])
-    in_pos = {a: n for n, a in enumerate(input_args)}
-    out_pos = {a: n for n, a in enumerate(result_args)}
-    splits = _stride_splits(block, kinds)
-    updates, update_sizes, runtime_offsets = _check_loads_and_stores(block, kinds, in_pos, out_pos, splits)
-    for pos, split in splits.items():  # the function takes these inputs reshaped (the call reshapes them)
-        kinds[pos] = (kinds[pos][0], split.tensor_type(kinds[pos][1]))
+    return out_types
+
+
+def _check_attention(block: ir.Block) -> None:
     for op in block_ops(block):
         if op.name == decompose_attention.ATTENTION:
             reason = decompose_attention.unsupported_reason(op)
             if reason:
                 raise Unsupported(reason)
-    # Everything that can refuse the dispatch has run on the original body.
-    # Only now is a clone taken apart: erasing IR whose nested ops still have
-    # Python handles (a half-moved clone on an error path) corrupts the heap.
-    func_type = ir.FunctionType.get([kinds[i][1] for i in input_args], out_types)
+
+
+def _new_function(module: ir.Module, name: str, loc: ir.Location, inputs: list[ir.Type],
+                  outputs: list[ir.Type]) -> ir.Operation:
+    """An empty `func.func @name` (entry block with its arguments) at the end of `module`."""
     with ir.InsertionPoint(module.body):
         func = ir.Operation.create(
             "func.func", regions=1,
             attributes={"sym_name": ir.StringAttr.get(name),
-                        "function_type": ir.TypeAttr.get(func_type),
+                        "function_type": ir.TypeAttr.get(ir.FunctionType.get(inputs, outputs)),
                         "torq.dispatch": ir.UnitAttr.get()},
-            loc=dispatch.location)
-    fblock = func.regions[0].blocks.append(*[kinds[i][1] for i in input_args])
+            loc=loc)
+    func.regions[0].blocks.append(*inputs)
+    return func
+
+
+def _move_body(dispatch: ir.Operation, fblock: ir.Block, in_pos: dict, out_pos: dict,
+               splits: dict[int, StrideSplit]) -> None:
+    """A clone of `dispatch`'s body into `fblock`: each load becomes its argument or a read
+    of a box of it (`_read_load`), the stores' values the function's results."""
     clone = dispatch.clone()
-    results: list[ir.Value | None] = [None] * len(result_args)
+    results: list[ir.Value | None] = [None] * len(out_pos)
     ordinals = []  # their only users, the stores, go first
     for op in block_ops(clone.regions[0].blocks[0]):
         if op.name == ORDINAL:
             ordinals.append(op)
             continue
-        if op.name == "iree_tensor_ext.dispatch.tensor.load":
-            arg = fblock.arguments[in_pos[op.operands[0].arg_number]]
-            box = static_box(op)
-            split = splits.get(op.operands[0].arg_number)
-            if split is not None:
-                _replace_box_load(op, arg, split.box(box), fblock)
-            elif _is_full(op, static_shape(arg.type)):
-                op.results[0].replace_all_uses_with(arg)
-            elif box.strided:
-                fold_strided_box_read(op.results[0], arg, box_map(arg.type, box, op.results[0].type))
-            else:
-                _replace_box_load(op, arg, box, fblock)
+        if op.name == LOAD:
+            pos = op.operands[0].arg_number
+            _read_load(op, fblock.arguments[in_pos[pos]], splits.get(pos), fblock)
             op.erase()
-        elif op.name == "iree_tensor_ext.dispatch.tensor.store":
+        elif op.name == STORE:
             results[out_pos[op.operands[1].arg_number]] = op.operands[0]
             op.erase()
         elif op.name == "flow.return":
@@ -252,12 +285,20 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
     for op in ordinals:
         op.erase()
     clone.erase()
-    _record_result_updates(func, updates, [kinds[t][1] if t >= 0 else None for t, _ in updates], update_sizes,
-                           runtime_offsets)
-    if facts is not None:  # a reshaped input's constant value would not have its type
-        _record_flow_facts(func, [arguments[i] if i not in splits else None for i in input_args], facts)
-    return ExtractedDispatch(func, name, input_args, updates, update_sizes,
-                             index_operands=[i for i in input_args if kinds[i][0] == "index"])
+
+
+def _read_load(load: ir.Operation, arg: ir.Value, split: StrideSplit | None, fblock: ir.Block) -> None:
+    """The users of `load` read function argument `arg`: itself (a full load), a strided box
+    folded into their maps, or a unit-stride box (of `arg` reshaped by `split`)."""
+    box = static_box(load)
+    if split is not None:
+        _replace_box_load(load, arg, split.box(box), fblock)
+    elif _is_full(load, static_shape(arg.type)):
+        load.results[0].replace_all_uses_with(arg)
+    elif box.strided:
+        fold_strided_box_read(load.results[0], arg, box_map(arg.type, box, load.results[0].type))
+    else:
+        _replace_box_load(load, arg, box, fblock)
 
 
 def _record_result_updates(func: ir.Operation, updates, dest_types, sizes, runtime_offsets) -> None:
