@@ -45,6 +45,7 @@ from ..ir_utils import (
     defined_outside,
     erase_unused,
     indexing_maps,
+    int_array,
     iterator_types,
     loop_ranges,
     region_ops,
@@ -214,15 +215,63 @@ def _box_of(extract: ir.Operation, ranges: list[int]) -> tuple[list[int], list[i
     return offsets, sizes, dims
 
 
+def _through_slice(source: ir.Value, offsets: list[int], sizes: list[int]) -> tuple[ir.Value, list[int], list[int]]:
+    """The box (offsets, sizes) of `source` as a box of what `source` slices, when it is a
+    static unit-stride `tensor.extract_slice` (a box load: a slice of a slice is not a DMA
+    box); else unchanged. A dim that slice dropped is read at its offset, size 1."""
+    outer = source.owner
+    if isinstance(outer, ir.Block) or outer.name != "tensor.extract_slice" or len(outer.operands) != 1 or \
+            any(st != 1 for st in int_array(outer.attributes["static_strides"])):
+        return source, offsets, sizes
+    outer_offsets, outer_sizes = int_array(outer.attributes["static_offsets"]), int_array(outer.attributes["static_sizes"])
+    shape, kept = static_shape(source.type), []
+    for i, n in enumerate(outer_sizes):  # the kept dims, matched from the left as the slice infers them
+        if len(kept) < len(shape) and n == shape[len(kept)]:
+            kept.append(i)
+        elif n != 1:
+            return source, offsets, sizes
+    if len(kept) != len(shape):
+        return source, offsets, sizes
+    new_offsets, new_sizes = list(outer_offsets), [1] * len(outer_sizes)
+    for k, i in enumerate(kept):
+        new_offsets[i] += offsets[k]
+        new_sizes[i] = sizes[k]
+    return outer.operands[0], new_offsets, new_sizes
+
+
+def _merge_slices(func: ir.Operation) -> None:
+    """Each static unit-stride `tensor.extract_slice` of such a slice becomes one slice of
+    what that slices (`_through_slice`): the split's pieces slice their inputs, which may
+    be box loads themselves (Falcon's rotary reads q out of its fused QKV)."""
+    i64 = ir.DenseI64ArrayAttr.get
+    for op in [o for o in region_ops(func) if o.name == "tensor.extract_slice" and len(o.operands) == 1]:
+        if any(st != 1 for st in int_array(op.attributes["static_strides"])):
+            continue
+        source, offsets, sizes = _through_slice(op.operands[0], int_array(op.attributes["static_offsets"]),
+                                                int_array(op.attributes["static_sizes"]))
+        if source == op.operands[0]:
+            continue
+        with ir.InsertionPoint(op), op.location:
+            merged = ir.Operation.create(
+                "tensor.extract_slice", results=[op.results[0].type], operands=[source],
+                attributes={"static_offsets": i64(offsets), "static_sizes": i64(sizes),
+                            "static_strides": i64([1] * len(sizes)),
+                            "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])})
+        op.results[0].replace_all_uses_with(merged.results[0])
+        op.erase()
+
+
 def _box_slice(op: ir.Operation, extract: ir.Operation, box: tuple) -> ir.Value:
-    """The box of the extracted value as a tensor.extract_slice before `op`."""
+    """The box of the extracted value as a tensor.extract_slice before `op` (of what the value
+    slices, when it is a box itself: `_through_slice`)."""
     offsets, sizes, dims = box
     elt = ir.RankedTensorType(extract.operands[0].type).element_type
     i64 = ir.DenseI64ArrayAttr.get
     kept = [n for n, d in zip(sizes, dims) if d is not None]
+    source, offsets, sizes = _through_slice(extract.operands[0], offsets, sizes)
     with ir.InsertionPoint(op), op.location:
         return ir.Operation.create(
-            "tensor.extract_slice", results=[ir.RankedTensorType.get(kept, elt)], operands=[extract.operands[0]],
+            "tensor.extract_slice", results=[ir.RankedTensorType.get(kept, elt)], operands=[source],
             attributes={"static_offsets": i64(offsets), "static_sizes": i64(sizes),
                         "static_strides": i64([1] * len(sizes)),
                         "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])}).results[0]
@@ -286,6 +335,7 @@ def unroll_function(func: ir.Operation) -> ir.Operation:
     run_pipeline("builtin.module(canonicalize,cse)", scratch.operation)
     for op in [o for o in walk_ops(clone) if o.name == "linalg.generic" and _reads_outside_value(o)]:
         _reads_as_inputs(op)
+    _merge_slices(clone)
     # The boxes, empties and constants the rewrite left unused (not canonicalize, which
     # would also rewrite the function's other ops).
     erase_unused(lambda: region_ops(clone), ("tensor.extract_slice", "tensor.empty", "arith.constant"))
