@@ -7,7 +7,9 @@ Where the ranges decide them these fold: an index value is tracked as
 `base + offset` (base a `linalg.index`, in [0, extent)); `x / c` is the
 constant q and `x % c` is `x - q*c` when every value of x lies in
 [q*c, (q+1)*c) (also after a split gave the index an offset: an
-`affine.apply` of `d0 + k`), and `x % c + (x / c) * c` is x for x >= 0.
+`affine.apply` of `d0 + k`), and `x % c + (x / c) * c` is x for x >= 0. torch's
+wrap of a negative index, `x < 0 ? x + n : x`, is x when x cannot be negative
+(built from loop indices by +, * and quotients / remainders by positive constants).
 """
 
 from __future__ import annotations
@@ -99,21 +101,64 @@ def _quotient_fold(op: ir.Operation, lin: _Linear) -> ir.Value | None:
 
 
 def _recombined(op: ir.Operation, lin: _Linear) -> ir.Value | None:
-    """x for `x % c + (x / c) * c` (either order) with x >= 0."""
+    """x for `x % c + (x / c) * c` (either order) with x >= 0; `x % (c k)` for
+    `x % c + ((x / c) % k) * c` with x >= 0 (Falcon's column of a head, d % 16, written
+    from the two halves of its 8 columns)."""
     for rem, prod in (op.operands, reversed(list(op.operands))):
         if isinstance(rem.owner, ir.Block) or isinstance(prod.owner, ir.Block):
             continue
         if rem.owner.name != "arith.remsi" or prod.owner.name != "arith.muli":
             continue
         x, c = rem.owner.operands[0], constant_of(rem.owner.operands[1])
-        for div, k in (prod.owner.operands, reversed(list(prod.owner.operands))):
-            if isinstance(div.owner, ir.Block) or div.owner.name != "arith.divsi":
+        if c is None or not _non_negative(x):
+            continue
+        for quotient, k in (prod.owner.operands, reversed(list(prod.owner.operands))):
+            if constant_of(k) != c or isinstance(quotient.owner, ir.Block):
                 continue
-            f = lin.form(x)
-            if c is not None and constant_of(k) == c and div.owner.operands[0] == x and \
-                    constant_of(div.owner.operands[1]) == c and f is not None and lin.bounds(f)[0] >= 0:
+            wrapped = quotient.owner.name == "arith.remsi" and constant_of(quotient.owner.operands[1]) is not None
+            div = quotient.owner.operands[0].owner if wrapped else quotient.owner
+            if isinstance(div, ir.Block) or div.name != "arith.divsi" or div.operands[0] != x or \
+                    constant_of(div.operands[1]) != c:
+                continue
+            if not wrapped:
                 return x
+            with ir.InsertionPoint(op), op.location:
+                modulus = _constant(int(c) * int(constant_of(quotient.owner.operands[1])), op)
+                return ir.Operation.create("arith.remsi", results=[x.type], operands=[x, modulus]).results[0]
     return None
+
+
+def _non_negative(v: ir.Value) -> bool:
+    """Whether index (or index_cast) value `v` is >= 0 on every loop index: built from loop
+    indices and non-negative constants by +, * and quotients / remainders by positive ones."""
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        return False
+    if owner.name == "linalg.index":
+        return True
+    if owner.name == "arith.constant":
+        c = constant_of(v)
+        return c is not None and c.size == 1 and int(c) >= 0
+    if owner.name in ("arith.divsi", "arith.remsi"):
+        c = constant_of(owner.operands[1])
+        return c is not None and c.size == 1 and int(c) > 0 and _non_negative(owner.operands[0])
+    if owner.name in ("arith.addi", "arith.muli"):
+        return all(_non_negative(x) for x in owner.operands)
+    if owner.name == "arith.index_cast":
+        return _non_negative(owner.operands[0])
+    return False
+
+
+def _wrap_fold(op: ir.Operation) -> ir.Value | None:
+    """x for `x < 0 ? x + n : x` (torch's wrap of a negative index) when x >= 0."""
+    cond, _, otherwise = op.operands
+    cmp = cond.owner
+    if isinstance(cmp, ir.Block) or cmp.name != "arith.cmpi" or ir.IntegerAttr(cmp.attributes["predicate"]).value != 2:
+        return None  # 2: slt
+    zero = constant_of(cmp.operands[1])
+    if cmp.operands[0] != otherwise or zero is None or zero.size != 1 or int(zero) != 0:
+        return None
+    return otherwise if _non_negative(otherwise) else None
 
 
 def simplify_indices(op: ir.Operation) -> bool:
@@ -124,6 +169,12 @@ def simplify_indices(op: ir.Operation) -> bool:
             new = _quotient_fold(o, lin)
         elif o.name == "arith.addi":
             new = _recombined(o, lin)
+        elif o.name == "arith.select" and str(o.results[0].type) in ("index", "i64", "i32"):
+            new = _wrap_fold(o)
+        elif o.name == "arith.index_cast" and not isinstance(o.operands[0].owner, ir.Block) and \
+                o.operands[0].owner.name == "arith.index_cast" and \
+                o.operands[0].owner.operands[0].type == o.results[0].type:
+            new = o.operands[0].owner.operands[0]  # a round trip through i64 (the wrap's)
         else:
             continue
         if new is not None:
@@ -136,4 +187,4 @@ def simplify_indices(op: ir.Operation) -> bool:
 
 
 _PURE_INDEX_OPS = ("arith.divsi", "arith.remsi", "arith.muli", "arith.addi", "arith.subi", "affine.apply",
-                   "linalg.index")
+                   "linalg.index", "arith.select", "arith.cmpi", "arith.index_cast")

@@ -64,10 +64,16 @@ def digit_spans(indices: list[ir.Value], extent: int) -> dict[ir.Value, Span] | 
     return spans
 
 
+def _consumed(v: ir.Value, spans: dict[ir.Value, Span]) -> bool:
+    """Whether something besides a further quotient / remainder in `spans` reads `v`."""
+    return any(not all(r in spans for r in u.owner.results) for u in v.uses)
+
+
 def digit_sizes(spans: dict[ir.Value, Span], extent: int) -> list[int] | None:
-    """The digit extents, outermost first, of the cut points of `spans`; None when they do
-    not divide each other and the extent, or when there is only one digit."""
-    cuts = sorted({1, extent} | {x for span in spans.values() for x in span})
+    """The digit extents, outermost first, of the cut points of the spans something reads
+    (`(d / 8) / 2` makes no digit of `d / 8`); None when they do not divide each other and
+    the extent, or when there is only one digit."""
+    cuts = sorted({1, extent} | {x for v, span in spans.items() if _consumed(v, spans) for x in span})
     if any(b % a for a, b in zip(cuts, cuts[1:])) or len(cuts) < 3:
         return None
     return [b // a for a, b in zip(cuts, cuts[1:])][::-1]

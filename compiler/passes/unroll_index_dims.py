@@ -14,9 +14,10 @@ per index value (`transform.structured.split`: the pieces write boxes of the res
 assembled with `tensor.insert_slice`, disjoint and covering it). In a piece that
 index is a constant (0 on its unit dim, plus the piece's offset), and canonicalize
 folds the arithmetic. Then each `tensor.extract` of an outside value whose
-coordinates are loop indices (each at most once) or constants becomes an input
-operand: the box of that value it reads (`tensor.extract_slice`, offsets the
-constants, the loop extents elsewhere), each box dim read along a loop dim (a
+coordinates are loop indices (each at most once, maybe plus a constant) or
+constants becomes an input operand: the box of that value it reads
+(`tensor.extract_slice`, offsets the constants, the loop extents elsewhere; of
+what the value slices when it is a box load itself), each box dim read along a loop dim (a
 constant's unit dim along a unit loop dim, the piece's own). A piece whose
 body reads no index any more is an elementwise generic the patterns know (rotate_half:
 a negation of one half, a copy of the other). Functions without such a generic are
@@ -179,19 +180,48 @@ def _unroll(func: ir.Operation) -> bool:
         changed = True
 
 
+def _only_coordinate(v: ir.Value) -> bool:
+    """Whether index value `v` is read only as an extract coordinate, itself or plus a constant."""
+    for u in v.uses:
+        o = u.owner
+        if o.name == "tensor.extract" and u.operand_number > 0:
+            continue
+        if o.name != "arith.addi" or _index_plus_constant(o.results[0])[0] is None or \
+                not all(w.owner.name == "tensor.extract" and w.operand_number > 0 for w in o.results[0].uses):
+            return False
+    return True
+
+
+def _index_plus_constant(v: ir.Value) -> tuple[ir.Operation | None, int]:
+    """(the `linalg.index` op, k) for a coordinate `d` or `d + k` (a piece's digit offset:
+    Falcon's key column 8 h + c in the piece of h = 1), else (None, 0)."""
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        return None, 0
+    if owner.name == "linalg.index":
+        return owner, 0
+    if owner.name == "arith.addi":
+        for a, b in (owner.operands, reversed(list(owner.operands))):
+            k = constant_of(b)
+            if not isinstance(a.owner, ir.Block) and a.owner.name == "linalg.index" and k is not None and k.size == 1:
+                return a.owner, int(k)
+    return None, 0
+
+
 def _box_of(extract: ir.Operation, ranges: list[int]) -> tuple[list[int], list[int], list[int]] | None:
     """(offsets, sizes, the loop dim each box dim is read along) of the box `extract` reads, or
     None when a coordinate is neither a loop index (each at most once) nor a constant."""
     offsets, sizes, dims = [], [], []
     for c in extract.operands[1:]:
+        index, offset = _index_plus_constant(c)
         owner = c.owner
         if isinstance(owner, ir.Block):
             return None
-        if owner.name == "linalg.index":
-            d = ir.IntegerAttr(owner.attributes["dim"]).value
+        if index is not None:
+            d = ir.IntegerAttr(index.attributes["dim"]).value
             if d in dims:
                 return None
-            offsets.append(0)
+            offsets.append(offset)
             sizes.append(ranges[d])
             dims.append(d)
         elif owner.name == "arith.constant":
@@ -285,8 +315,7 @@ def _reads_as_inputs(op: ir.Operation) -> None:
     n_in = len(op.operands) - 1
     extracts = [o for o in body if o.name == "tensor.extract"]
     if len(op.results) != 1 or list(block.arguments[n_in].uses) or not extracts or \
-            any(o.name == "linalg.index" and any(u.owner.name != "tensor.extract" or u.operand_number == 0
-                                                  for u in o.results[0].uses) for o in body) or \
+            any(o.name == "linalg.index" and not _only_coordinate(o.results[0]) for o in body) or \
             not all(defined_outside(e.operands[0], op) for e in extracts):
         return
     ranges = loop_ranges(op)
@@ -313,7 +342,8 @@ def _reads_as_inputs(op: ir.Operation) -> None:
     mapping = dict(zip(list(block.arguments)[:n_in], new_args[:n_in]))
     mapping.update({e.results[0]: a for e, a in zip(extracts, new_args[n_in:])})
     with ir.InsertionPoint(nb), op.location:
-        clone_remapped([o for o in body if o.name not in ("tensor.extract", "linalg.index")], mapping)
+        clone_remapped([o for o in body if o.name not in ("tensor.extract", "linalg.index") and
+                        not (o.name == "arith.addi" and _index_plus_constant(o.results[0])[0] is not None)], mapping)
     op.results[0].replace_all_uses_with(new.results[0])
     op.erase()
 

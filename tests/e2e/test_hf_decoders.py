@@ -34,6 +34,12 @@ within the bf16 bounds.
   elementwise negation read, which no convolution map takes: 8 host dispatches until
   extraction passed such an input reshaped (16 columns as 8 pairs) and read each half
   as a unit-stride box of it (box_reads.StrideSplit).
+- Falcon (fused QKV, multi-query attention): every dispatch on the NPU. Its rotary read
+  slices of box loads (2 host dispatches until the pieces' slices merged); its key and
+  value heads are gathered through a flattened index with torch's wrap of negative
+  indices, the key's column written from two digits (d % 8 + ((d / 8) % 2) * 8): 6 more
+  until the wraps folded, the column became d % 16 and the index three loop dims read
+  as boxes (a coordinate plus a constant too).
 """
 
 from __future__ import annotations
@@ -105,6 +111,12 @@ def test_gptj_interleaved_rotary_runs_on_the_npu():
     torch.manual_seed(0)
     config = transformers.GPTJConfig(vocab_size=256, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=64)
     assert _compile(transformers.GPTJForCausalLM(config)) == []
+
+
+def test_falcon_fused_qkv_runs_on_the_npu():
+    torch.manual_seed(0)
+    config = transformers.FalconConfig(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
+    assert _compile(transformers.FalconForCausalLM(config)) == []
 
 
 def test_gpt_neox_attention_runs_on_the_npu():
