@@ -224,51 +224,25 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
     """The rewrite of float requantization `op`, or None when `op` does not follow an integer
     contraction (then it is not ours). Raises NotExact when it does but cannot be reproduced
     (exactly, or with `nearest` within one output step per channel)."""
-    from .patterns import classify_contraction, is_zero_fill
-
-    maps = indexing_maps(op)
-    acc_index = None
-    for i in range(n_inputs(op)):
-        v = op.operands[i]
-        p = None if isinstance(v.owner, ir.Block) else v.owner
-        if p is not None and p.name == "linalg.generic" and str(ir.RankedTensorType(v.type).element_type) == "i32" \
-                and classify_contraction(p) is not None:
-            acc_index, con = i, p
-            break
-    if acc_index is None:
+    found = _accumulator_of(op)
+    if found is None:
         return None
-    kind = classify_contraction(con).kind
-    if len(list(con.results[0].uses)) != 1:
-        raise NotExact(f"the {kind} accumulator has other users")
-    init = con.operands[n_inputs(con)]
-    if isinstance(init.owner, ir.Block) or not is_zero_fill(init.owner):
-        raise NotExact(f"the {kind} accumulator does not start from zero")
+    acc_index, con, kind = found
     host = host() if callable(host) else host
     if host is None:
         raise NotExact("the host target's float semantics (FMA contraction) are unknown")
-    out = map_dims(maps[-1])
-    acc_dims = map_dims(maps[acc_index])
+    maps = indexing_maps(op)
+    out, acc_dims = map_dims(maps[-1]), map_dims(maps[acc_index])
     if out is None or sorted(out) != list(range(len(out))) or acc_dims is None or sorted(acc_dims) != sorted(out):
         raise NotExact("the requantization reads the accumulator through a non-permutation map")
     body = region_ops(op)
     block = op.regions[0].blocks[0]
-    yield_v = body[-1].operands[0]
     corr = zero_point_correction(op, acc_index, con, known)
     acc_v = corr.corrected if corr else block.arguments[acc_index]
     skip = {acc_index, *(corr.operands if corr else ())}
-    tail = None
     if not any(o.name == "arith.fptosi" for o in body):
         return _accumulator_tail_plan(op, acc_index, known, kind)
-    if str(yield_v.type) == "f32":
-        q, tail_ops = split_tail(op)
-        result, ops = q.results[0], body[:body.index(q) + 1]
-        users = [u.owner for u in op.results[0].uses]
-        if not tail_ops or len(users) != 1 or users[0].name != "func.return":
-            raise NotExact("the dequantized f32 result is not only the dispatch's result")
-        tail = tail_text(q.results[0], tail_ops)
-        result_index = next(u.operand_number for u in op.results[0].uses)
-    else:
-        result, ops, result_index = yield_v, body[:-1], -1
+    result, ops, tail, result_index = _quantized_result(op, body)
     if corr is not None:
         ops = [o for o in ops if o not in corr.ops]
     q_type = type_name(result.type)
@@ -279,53 +253,113 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
     if max(abs(int(np.min(acc_lo))), abs(int(np.max(acc_hi)))) >= 1 << 31:
         raise NotExact(f"the {kind} accumulator can wrap (i32 overflow)")
     residual = _residual_operand(op, skip, known)
-    sum_rescale = sum_fit = None
-    table = None
-    res_split = None
+    res_split = sum_fit = None
     if residual >= 0:
-        res_split = split_residual_add(ops, result, acc_v, block.arguments[residual],
-                                       host, q_type, nearest)
+        res_split = split_residual_add(ops, result, acc_v, block.arguments[residual], host, q_type, nearest)
         ops, result, sum_fit = res_split.stage1, res_split.q1, res_split.fit
-        sum_rescale = sum_fit.rescale
-    rest_stages = rest_channels = None
-    split = split_first_int(ops, result, acc_v)
-    if split is not None:
-        rest_channels = Channels.of(op, known, skip | ({residual} if residual >= 0 else set()))
-        if any(x in rest_channels.per_channel for o in split[2] for x in o.operands):
-            # What follows stage 1 reads per-channel values (a bias added after the matmul's
-            # own quantization): its stages, a per-channel rescale of the int8 level and so on,
-            # before the residual add when there is one.
-            rest_stages = StageSplitter(split[2], rest_channels, host, nearest,
-                                        {split[1]: INT_RANGE[type_name(split[1].type)]}).split(result)
-            ops, result = split[0], split[1]
-        elif residual >= 0:
-            raise NotExact("the int8 value added to the residual is requantized twice without per-channel values")
-        else:
-            scalars = rest_channels.values[0] if rest_channels.values else None  # scalars passed as tensors
-            ops, result, table = split[0], split[1], build_table(split[2], result, split[1], host, q_type, nearest,
-                                                                 scalars=scalars)
-            table = None if table.is_identity() else table
+    later = _LaterStages.of(op, known, skip | ({residual} if residual >= 0 else set()), ops, result, acc_v, host,
+                            q_type, nearest, residual >= 0)
+    ops, result = later.ops, later.result
     chan, channels = _channel_values(op, skip, known, range_dims, acc_lo, acc_hi, acc_dims, residual)
     fits = fit_channels(Chain(ops, result, acc_v, host), channels, chan, kind, nearest)
-    res_fits = None
-    if res_split is not None and res_split.res_stage is not None:
-        # The i32 residual's reachable range is another dispatch's business: fitted on all
-        # |r| <= 2^30 (a contraction reaching it sums 65,536 full-scale int8 products).
-        res_channels = [(vals, -RESIDUAL_I32_BOUND, RESIDUAL_I32_BOUND) for vals, _, _ in channels]
-        res_chain = Chain(res_split.res_stage, res_split.q_res, block.arguments[residual], host)
-        res_fits = fit_channels(res_chain, res_channels, chan, f"{kind} residual (i32)", nearest)
-    summary = RequantSummary(kind, [x.differing for x in fits], [x.step_span for x in fits],
-                             sum_fit.differing if sum_fit else None, sum_fit.pairs if sum_fit else None,
-                             len(table.entries) if table else None, table.ambiguous if table else None,
-                             [x.differing for x in res_fits] if res_fits else None,
-                             [x.step_span for x in res_fits] if res_fits else None)
-    if rest_stages:
-        if rest_channels.dim not in (None, chan):
+    res_fits = _residual_fits(res_split, block.arguments[residual] if residual >= 0 else None, channels, chan,
+                              kind, host, nearest)
+    summary = _summary(kind, fits, sum_fit, later.table, res_fits)
+    if later.stages:
+        if later.channels.dim not in (None, chan):
             raise NotExact("the steps after stage 1 vary along another dim than stage 1")
-        summary.rest = RequantSummary.of_stages("rest", rest_stages)
+        summary.rest = RequantSummary.of_stages("rest", later.stages)
     return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary,
-                 residual, sum_rescale, table, [x.rescale for x in res_fits] if res_fits else None,
-                 rest_stages=rest_stages, rest_leaf=result if rest_stages else None, correction=corr)
+                 residual, sum_fit.rescale if sum_fit else None, later.table,
+                 [x.rescale for x in res_fits] if res_fits else None,
+                 rest_stages=later.stages, rest_leaf=result if later.stages else None, correction=corr)
+
+
+def _accumulator_of(op: ir.Operation) -> tuple[int, ir.Operation, str] | None:
+    """(operand index, contraction, its kind) of the i32 integer contraction `op` requantizes,
+    or None; raises NotExact when that accumulator has other users or a nonzero start."""
+    from .patterns import classify_contraction, is_zero_fill
+
+    for i in range(n_inputs(op)):
+        v = op.operands[i]
+        con = None if isinstance(v.owner, ir.Block) else v.owner
+        if con is None or con.name != "linalg.generic" or str(ir.RankedTensorType(v.type).element_type) != "i32":
+            continue
+        c = classify_contraction(con)
+        if c is None:
+            continue
+        if len(list(con.results[0].uses)) != 1:
+            raise NotExact(f"the {c.kind} accumulator has other users")
+        init = con.operands[n_inputs(con)]
+        if isinstance(init.owner, ir.Block) or not is_zero_fill(init.owner):
+            raise NotExact(f"the {c.kind} accumulator does not start from zero")
+        return i, con, c.kind
+    return None
+
+
+def _quantized_result(op: ir.Operation, body: list[ir.Operation]) -> tuple[ir.Value, list, str | None, int]:
+    """(the quantized value, the ops computing it, the f32 dequantize tail's text or None, the
+    function result the tail's value is or -1)."""
+    yield_v = body[-1].operands[0]
+    if str(yield_v.type) != "f32":
+        return yield_v, body[:-1], None, -1
+    q, tail_ops = split_tail(op)
+    users = [u.owner for u in op.results[0].uses]
+    if not tail_ops or len(users) != 1 or users[0].name != "func.return":
+        raise NotExact("the dequantized f32 result is not only the dispatch's result")
+    result_index = next(u.operand_number for u in op.results[0].uses)
+    return q.results[0], body[:body.index(q) + 1], tail_text(q.results[0], tail_ops), result_index
+
+
+@dataclass
+class _LaterStages:
+    """What follows the first integer level of a requantization: per-channel stages (a bias
+    added after the matmul's own quantization), or an activation table, or nothing; `ops` and
+    `result` are then stage 1's."""
+    ops: list
+    result: ir.Value
+    stages: list | None = None
+    channels: Channels | None = None
+    table: ActivationTable | None = None
+
+    @staticmethod
+    def of(op: ir.Operation, known: Known, skip: set[int], ops: list, result: ir.Value, acc_v: ir.Value, host,
+           q_type: str, nearest: bool, residual: bool) -> "_LaterStages":
+        split = split_first_int(ops, result, acc_v)
+        if split is None:
+            return _LaterStages(ops, result)
+        channels = Channels.of(op, known, skip)
+        if any(x in channels.per_channel for o in split[2] for x in o.operands):
+            # Its stages, a per-channel rescale of the int8 level and so on, before the
+            # residual add when there is one.
+            stages = StageSplitter(split[2], channels, host, nearest,
+                                   {split[1]: INT_RANGE[type_name(split[1].type)]}).split(result)
+            return _LaterStages(split[0], split[1], stages, channels)
+        if residual:
+            raise NotExact("the int8 value added to the residual is requantized twice without per-channel values")
+        scalars = channels.values[0] if channels.values else None  # scalars passed as tensors
+        table = build_table(split[2], result, split[1], host, q_type, nearest, scalars=scalars)
+        return _LaterStages(split[0], split[1], channels=channels, table=None if table.is_identity() else table)
+
+
+def _residual_fits(res_split, residual_arg: ir.Value | None, channels: list, chan: int | None, kind: str, host,
+                   nearest: bool) -> list | None:
+    """The fits of the i32 residual's own rescale stage, when the residual add has one."""
+    if res_split is None or res_split.res_stage is None:
+        return None
+    # The i32 residual's reachable range is another dispatch's business: fitted on all
+    # |r| <= 2^30 (a contraction reaching it sums 65,536 full-scale int8 products).
+    res_channels = [(vals, -RESIDUAL_I32_BOUND, RESIDUAL_I32_BOUND) for vals, _, _ in channels]
+    res_chain = Chain(res_split.res_stage, res_split.q_res, residual_arg, host)
+    return fit_channels(res_chain, res_channels, chan, f"{kind} residual (i32)", nearest)
+
+
+def _summary(kind: str, fits: list, sum_fit, table: ActivationTable | None, res_fits: list | None) -> RequantSummary:
+    return RequantSummary(kind, [x.differing for x in fits], [x.step_span for x in fits],
+                          sum_fit.differing if sum_fit else None, sum_fit.pairs if sum_fit else None,
+                          len(table.entries) if table else None, table.ambiguous if table else None,
+                          [x.differing for x in res_fits] if res_fits else None,
+                          [x.step_span for x in res_fits] if res_fits else None)
 
 
 def _accumulator_tail_plan(op: ir.Operation, acc_index: int, known: Known, kind: str) -> _Plan:
