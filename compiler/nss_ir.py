@@ -11,6 +11,7 @@ holds the program's name, tiles, LRAM peak and hardware model.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 
 import numpy as np
@@ -37,10 +38,25 @@ _KINDS = {"dma_in": DmaIn, "dma_out": DmaOut, "compute": Compute}
 _NAMES = {v: k for k, v in _KINDS.items()}
 
 
+def _plain(x):
+    """`x` as JSON-ready values: `dataclasses.asdict` without its deep copy of every leaf
+    (a program's records are read, not changed: 8% of a compile's profile was the copy)."""
+    if dataclasses.is_dataclass(x):
+        return {name: _plain(getattr(x, name)) for name in _field_names(type(x))}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    return x
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
 def _spec(obj, drop=()) -> str:
-    d = dataclasses.asdict(obj)
-    for k in drop:
-        d.pop(k, None)
+    d = {name: _plain(getattr(obj, name)) for name in _field_names(type(obj)) if name not in drop}
     # The padding fields (vector_layout) only when set: a dense program reads as before.
     for k in ("shape", "padded_shape", "padded_work"):
         if isinstance(obj, (LramBuffer, Compute)) and k in d and not d[k]:
