@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from iree.compiler import ir
 
-from .ir_utils import int_array, static_shape
+from .ir_utils import int_array, iterator_types, static_shape
 from .patterns import Unsupported
 
 
@@ -178,8 +178,7 @@ def folds_into_readers(value: ir.Value) -> bool:
     input of a generic with a reduction loop (a convolution reading every 2nd pixel); an
     elementwise generic reads a box as a box (`StrideSplit`)."""
     readers = _generic_inputs_reading(value)
-    return readers is not None and all(
-        any("reduction" in str(a) for a in ir.ArrayAttr(user.attributes["iterator_types"])) for user, _ in readers)
+    return readers is not None and all("reduction" in iterator_types(user) for user, _ in readers)
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ from .box_reads import (
     stride_split,
 )
 from .f32_chain import host_float_semantics
-from .ir_utils import CompileError, block_ops, int_array, static_shape, walk_ops
+from .ir_utils import CompileError, block_ops, int_array, static_shape, static_slice, walk_ops
 from .passes import decompose_attention, lower_requantization, mark_in_place_updates
 from .passes.lower_requantization import CONSTANT_ARG, HOST_FMA
 from .passes.mark_in_place_updates import RESULT_UPDATES
@@ -352,12 +352,7 @@ def _replace_box_load(load: ir.Operation, arg: ir.Value, box: "Box", block: ir.B
         stores = uses
     with ir.InsertionPoint(block), load.location:
         if stores:
-            view = ir.Operation.create(
-                "tensor.extract_slice", results=[load.results[0].type], operands=[arg],
-                attributes={"static_offsets": ir.DenseI64ArrayAttr.get(box.offsets),
-                            "static_sizes": ir.DenseI64ArrayAttr.get(box.sizes),
-                            "static_strides": ir.DenseI64ArrayAttr.get([1] * len(box.sizes)),
-                            "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])}).results[0]
+            view = static_slice(arg, box.offsets, box.sizes, load.results[0].type)
             for owner, k in stores:
                 owner.operands[k] = view
         if len(stores) < len(uses):

@@ -35,35 +35,48 @@ def _offset(m: ir.AffineMap) -> int | None:
     return None
 
 
+def _form(v: ir.Value, memo: dict) -> tuple[ir.Value | None, int] | None:
+    """(base, offset) of index value `v`: base a `linalg.index` value (None for a constant),
+    through constants, `affine.apply` of `x + k` and `arith.addi` of a constant."""
+    if v in memo:
+        return memo[v]
+    owner = v.owner
+    found = None
+    if isinstance(owner, ir.Block):
+        return None
+    if owner.name == "linalg.index":
+        found = (v, 0)
+    elif owner.name == "arith.constant" and str(v.type) == "index":
+        found = (None, int(constant_of(v)))
+    elif owner.name == "affine.apply" and len(owner.operands) == 1:
+        k = _offset(ir.AffineMapAttr(owner.attributes["map"]).value)
+        inner = _form(owner.operands[0], memo)
+        if k is not None and inner is not None:
+            found = (inner[0], inner[1] + k)
+    elif owner.name == "arith.addi":
+        a, b = _form(owner.operands[0], memo), _form(owner.operands[1], memo)
+        if a is not None and b is not None and (a[0] is None or b[0] is None):
+            found = (a[0] if a[0] is not None else b[0], a[1] + b[1])
+    memo[v] = found
+    return found
+
+
+def index_plus_constant(v: ir.Value) -> tuple[ir.Operation | None, int]:
+    """(the `linalg.index` op, k) when `v` is a loop index plus a constant (`_form`), else
+    (None, 0)."""
+    f = _form(v, {})
+    return (f[0].owner, f[1]) if f is not None and f[0] is not None else (None, 0)
+
+
 class _Linear:
-    """Index values of one body as base + offset, with the bases' ranges."""
+    """Index values of one body as base + offset (`_form`), with the bases' ranges."""
 
     def __init__(self, op: ir.Operation):
         self.ranges = loop_ranges(op)
         self.forms: dict = {}
 
     def form(self, v: ir.Value) -> tuple[ir.Value | None, int] | None:
-        if v in self.forms:
-            return self.forms[v]
-        owner = v.owner
-        found = None
-        if isinstance(owner, ir.Block):
-            return None
-        if owner.name == "linalg.index":
-            found = (v, 0)
-        elif owner.name == "arith.constant" and str(v.type) == "index":
-            found = (None, int(constant_of(v)))
-        elif owner.name == "affine.apply" and len(owner.operands) == 1:
-            k = _offset(ir.AffineMapAttr(owner.attributes["map"]).value)
-            inner = self.form(owner.operands[0])
-            if k is not None and inner is not None:
-                found = (inner[0], inner[1] + k)
-        elif owner.name == "arith.addi":
-            a, b = self.form(owner.operands[0]), self.form(owner.operands[1])
-            if a is not None and b is not None and (a[0] is None or b[0] is None):
-                found = (a[0] if a[0] is not None else b[0], a[1] + b[1])
-        self.forms[v] = found
-        return found
+        return _form(v, self.forms)
 
     def bounds(self, f: tuple[ir.Value | None, int]) -> tuple[int, int]:
         base, off = f
@@ -100,7 +113,7 @@ def _quotient_fold(op: ir.Operation, lin: _Linear) -> ir.Value | None:
         return ir.Operation.create("arith.addi", results=[base.type], operands=[base, _constant(rest, op)]).results[0]
 
 
-def _recombined(op: ir.Operation, lin: _Linear) -> ir.Value | None:
+def _recombined(op: ir.Operation) -> ir.Value | None:
     """x for `x % c + (x / c) * c` (either order) with x >= 0; `x % (c k)` for
     `x % c + ((x / c) % k) * c` with x >= 0 (Falcon's column of a head, d % 16, written
     from the two halves of its 8 columns)."""
@@ -131,11 +144,12 @@ def _recombined(op: ir.Operation, lin: _Linear) -> ir.Value | None:
 def _non_negative(v: ir.Value) -> bool:
     """Whether index (or index_cast) value `v` is >= 0 on every loop index: built from loop
     indices and non-negative constants by +, * and quotients / remainders by positive ones."""
+    f = _form(v, {})
+    if f is not None:
+        return f[1] >= 0  # a loop index (>= 0) or nothing, plus a constant
     owner = v.owner
     if isinstance(owner, ir.Block):
         return False
-    if owner.name == "linalg.index":
-        return True
     if owner.name == "arith.constant":
         c = constant_of(v)
         return c is not None and c.size == 1 and int(c) >= 0
@@ -168,7 +182,7 @@ def simplify_indices(op: ir.Operation) -> bool:
         if o.name in ("arith.divsi", "arith.remsi"):
             new = _quotient_fold(o, lin)
         elif o.name == "arith.addi":
-            new = _recombined(o, lin)
+            new = _recombined(o)
         elif o.name == "arith.select" and str(o.results[0].type) in ("index", "i64", "i32"):
             new = _wrap_fold(o)
         elif o.name == "arith.index_cast" and not isinstance(o.operands[0].owner, ir.Block) and \

@@ -167,8 +167,9 @@ def expand_digits(op: ir.Operation, d: int, spans: dict[ir.Value, Span], sizes: 
                                       attributes={"dim": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), d + i)}
                                       ).results[0] for i in range(k)]
         strides = [math.prod(sizes[i + 1:]) for i in range(k)]
-        for v, span in spans.items():
-            mapping[v] = _digit_value(span, digits, strides)
+        for v, span in spans.items():  # the rest are read only by these, which are not cloned
+            if _consumed(v, spans):
+                mapping[v] = _digit_value(span, digits, strides)
         clone_remapped([o for o in body if not any(r in spans for r in o.results)], mapping)
     for o in block_ops(nb):
         if o.name == "linalg.index":

@@ -96,6 +96,16 @@ def region_ops(op: ir.Operation) -> list[ir.Operation]:
     return block_ops(op.regions[0].blocks[0])
 
 
+def static_slice(source: ir.Value, offsets: list[int], sizes: list[int], result: ir.Type) -> ir.Value:
+    """A static unit-stride `tensor.extract_slice` of `source` (a DMA box), at the insertion point."""
+    i64 = ir.DenseI64ArrayAttr.get
+    return ir.Operation.create(
+        "tensor.extract_slice", results=[result], operands=[source],
+        attributes={"static_offsets": i64(list(offsets)), "static_sizes": i64(list(sizes)),
+                    "static_strides": i64([1] * len(sizes)),
+                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])}).results[0]
+
+
 def erase_unused(ops: Callable[[], Iterable], names: Container[str] | None = None) -> None:
     """Erases the ops `ops()` lists whose results nothing reads, those named in `names` (or,
     with None, any op with results), again until none is left: erasing one may leave its

@@ -167,10 +167,8 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
             k = list(dispatch.results).index(r)
             # An in-place result is the whole updated operand, of the dispatch result's type.
             t = r.type if k in ex.in_place else t
-            value = import_view(v, t)
-            if static_shape(t) != static_shape(r.type):  # the function dropped unit dims (torq-fold-unit-dims)
-                value = flow.TensorReshapeOp(ir.RankedTensorType.get(static_shape(r.type), element_type(t)),
-                                             value, [], []).result
+            # The function may have dropped unit dims (torq-fold-unit-dims) or expanded a dim.
+            value = _reshaped(import_view(v, t), static_shape(r.type))
             if k in ex.host_tails:  # the dequantize after an int8 NPU result runs on the host
                 value = host_tail_dispatch(value, ex.host_tails[k], ir.RankedTensorType(r.type).element_type)
             if copy is not None and tied < 0:
@@ -185,8 +183,8 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
 
 
 def _reshaped(operand: ir.Value, shape: tuple[int, ...]) -> ir.Value:
-    """`operand` with the shape of the function argument it is passed for (the pipeline
-    expanded a dim of it: `flow.tensor.reshape`, which moves no data)."""
+    """`operand` (or a call's result) with the shape the other side has (the pipeline
+    expanded or dropped dims: `flow.tensor.reshape`, which moves no data)."""
     if not isinstance(operand.type, ir.RankedTensorType) or static_shape(operand.type) == shape:
         return operand  # an index operand is passed as a tensor<1xi32> (`_input_view`)
     return flow.TensorReshapeOp(ir.RankedTensorType.get(shape, element_type(operand.type)), operand, [], []).result

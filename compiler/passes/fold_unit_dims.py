@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from ..ir_utils import iterator_types, n_inputs, region_ops, static_shape, sync_function_type, walk_ops
+from ..ir_utils import iterator_types, n_inputs, region_ops, static_shape, static_slice, sync_function_type, walk_ops
 from ..pass_managers import run_pipeline
 from ..patterns import classify_contraction
 from ..patterns.contraction import is_mul_add_body
@@ -49,13 +49,8 @@ def _full_slice(op: ir.Operation) -> None:
     """`tensor.collapse_shape` of an argument dropping unit dims -> a rank-reducing full box."""
     source, result = op.operands[0], op.results[0]
     shape = list(static_shape(source.type))
-    i64 = ir.DenseI64ArrayAttr.get
     with ir.InsertionPoint(op), op.location:
-        view = ir.Operation.create(
-            "tensor.extract_slice", results=[result.type], operands=[source],
-            attributes={"static_offsets": i64([0] * len(shape)), "static_sizes": i64(shape),
-                        "static_strides": i64([1] * len(shape)),
-                        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])}).results[0]
+        view = static_slice(source, [0] * len(shape), shape, result.type)
     result.replace_all_uses_with(view)
     op.erase()
 

@@ -42,6 +42,7 @@ from ..ir_utils import (
     location_str,
     n_inputs,
     static_shape,
+    static_slice,
     walk_ops,
 )
 from ..patterns import (
@@ -116,16 +117,7 @@ def _box(g: Gather) -> ir.Value:
     if all(o == 0 for o in g.offsets) and list(g.sizes) == list(shape):
         return g.source
     elt = ir.RankedTensorType(g.source.type).element_type
-    return _slice(g.source, g.offsets, g.sizes, ir.RankedTensorType.get(list(g.sizes), elt))
-
-
-def _slice(source: ir.Value, offsets: list[int], sizes: list[int], result: ir.Type) -> ir.Value:
-    dense = ir.DenseI64ArrayAttr.get
-    return ir.Operation.create(
-        "tensor.extract_slice", results=[result], operands=[source],
-        attributes={"static_offsets": dense(list(offsets)), "static_sizes": dense(list(sizes)),
-                    "static_strides": dense([1] * len(offsets)),
-                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])}).results[0]
+    return static_slice(g.source, g.offsets, g.sizes, ir.RankedTensorType.get(list(g.sizes), elt))
 
 
 def lower_box_reads(func: ir.Operation) -> None:
@@ -133,7 +125,7 @@ def lower_box_reads(func: ir.Operation) -> None:
     boxes = [(op, b) for op in walk_ops(func) if (b := box_read(op)) is not None]
     for op, b in boxes:
         with ir.InsertionPoint(op), op.location:
-            view = _slice(op.operands[0], b.offsets, b.sizes, op.results[0].type)
+            view = static_slice(op.operands[0], b.offsets, b.sizes, op.results[0].type)
         op.results[0].replace_all_uses_with(view)
         op.erase()
 

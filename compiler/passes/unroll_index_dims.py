@@ -38,7 +38,8 @@ import math
 from iree.compiler import ir
 from iree.compiler.dialects.transform import interpreter
 
-from ..index_arith import simplify_indices
+from ..box_reads import box_map, static_box
+from ..index_arith import index_plus_constant, simplify_indices
 from ..index_digits import expand_digit_dims
 from ..ir_utils import (
     clone_remapped,
@@ -46,11 +47,11 @@ from ..ir_utils import (
     defined_outside,
     erase_unused,
     indexing_maps,
-    int_array,
     iterator_types,
     loop_ranges,
     region_ops,
     static_shape,
+    static_slice,
     walk_ops,
 )
 from ..pass_managers import parse_script, run_pipeline
@@ -180,32 +181,16 @@ def _unroll(func: ir.Operation) -> bool:
         changed = True
 
 
+def _index_arith(o: ir.Operation) -> bool:
+    """Whether `o` computes a loop index plus a constant (`index_arith.index_plus_constant`)."""
+    return o.name in ("arith.addi", "affine.apply") and index_plus_constant(o.results[0])[0] is not None
+
+
 def _only_coordinate(v: ir.Value) -> bool:
-    """Whether index value `v` is read only as an extract coordinate, itself or plus a constant."""
-    for u in v.uses:
-        o = u.owner
-        if o.name == "tensor.extract" and u.operand_number > 0:
-            continue
-        if o.name != "arith.addi" or _index_plus_constant(o.results[0])[0] is None or \
-                not all(w.owner.name == "tensor.extract" and w.operand_number > 0 for w in o.results[0].uses):
-            return False
-    return True
-
-
-def _index_plus_constant(v: ir.Value) -> tuple[ir.Operation | None, int]:
-    """(the `linalg.index` op, k) for a coordinate `d` or `d + k` (a piece's digit offset:
-    Falcon's key column 8 h + c in the piece of h = 1), else (None, 0)."""
-    owner = v.owner
-    if isinstance(owner, ir.Block):
-        return None, 0
-    if owner.name == "linalg.index":
-        return owner, 0
-    if owner.name == "arith.addi":
-        for a, b in (owner.operands, reversed(list(owner.operands))):
-            k = constant_of(b)
-            if not isinstance(a.owner, ir.Block) and a.owner.name == "linalg.index" and k is not None and k.size == 1:
-                return a.owner, int(k)
-    return None, 0
+    """Whether index value `v` is read only as an extract coordinate, itself or plus a constant
+    (a piece's digit offset: Falcon's key column 8 h + c in the piece of h = 1)."""
+    return all((u.owner.name == "tensor.extract" and u.operand_number > 0) or
+               (_index_arith(u.owner) and _only_coordinate(u.owner.results[0])) for u in v.uses)
 
 
 def _box_of(extract: ir.Operation, ranges: list[int]) -> tuple[list[int], list[int], list[int]] | None:
@@ -213,7 +198,7 @@ def _box_of(extract: ir.Operation, ranges: list[int]) -> tuple[list[int], list[i
     None when a coordinate is neither a loop index (each at most once) nor a constant."""
     offsets, sizes, dims = [], [], []
     for c in extract.operands[1:]:
-        index, offset = _index_plus_constant(c)
+        index, offset = index_plus_constant(c)
         owner = c.owner
         if isinstance(owner, ir.Block):
             return None
@@ -245,66 +230,37 @@ def _box_of(extract: ir.Operation, ranges: list[int]) -> tuple[list[int], list[i
     return offsets, sizes, dims
 
 
-def _through_slice(source: ir.Value, offsets: list[int], sizes: list[int]) -> tuple[ir.Value, list[int], list[int]]:
-    """The box (offsets, sizes) of `source` as a box of what `source` slices, when it is a
-    static unit-stride `tensor.extract_slice` (a box load: a slice of a slice is not a DMA
-    box); else unchanged. A dim that slice dropped is read at its offset, size 1."""
-    outer = source.owner
-    if isinstance(outer, ir.Block) or outer.name != "tensor.extract_slice" or len(outer.operands) != 1 or \
-            any(st != 1 for st in int_array(outer.attributes["static_strides"])):
-        return source, offsets, sizes
-    outer_offsets, outer_sizes = int_array(outer.attributes["static_offsets"]), int_array(outer.attributes["static_sizes"])
-    shape, kept = static_shape(source.type), []
-    for i, n in enumerate(outer_sizes):  # the kept dims, matched from the left as the slice infers them
-        if len(kept) < len(shape) and n == shape[len(kept)]:
-            kept.append(i)
-        elif n != 1:
-            return source, offsets, sizes
-    if len(kept) != len(shape):
-        return source, offsets, sizes
-    new_offsets, new_sizes = list(outer_offsets), [1] * len(outer_sizes)
-    for k, i in enumerate(kept):
-        new_offsets[i] += offsets[k]
-        new_sizes[i] = sizes[k]
-    return outer.operands[0], new_offsets, new_sizes
-
-
 def _merge_slices(func: ir.Operation) -> None:
-    """Each static unit-stride `tensor.extract_slice` of such a slice becomes one slice of
-    what that slices (`_through_slice`): the split's pieces slice their inputs, which may
-    be box loads themselves (Falcon's rotary reads q out of its fused QKV)."""
-    i64 = ir.DenseI64ArrayAttr.get
-    for op in [o for o in region_ops(func) if o.name == "tensor.extract_slice" and len(o.operands) == 1]:
-        if any(st != 1 for st in int_array(op.attributes["static_strides"])):
+    """Each static unit-stride slice of such a slice becomes one slice of what that slices:
+    the split's pieces and the extracts' boxes slice values that may be box loads
+    themselves (Falcon's rotary reads q out of its fused QKV), and a slice of a slice is no
+    DMA box. The outer slice's dims are matched as `box_reads.box_map` matches them; a dim
+    it dropped is read at its offset, size 1."""
+    for op in [o for o in region_ops(func) if o.name == "tensor.extract_slice"]:
+        inner, outer = static_box(op), op.operands[0].owner
+        if inner is None or inner.strided or isinstance(outer, ir.Block) or outer.name != "tensor.extract_slice":
             continue
-        source, offsets, sizes = _through_slice(op.operands[0], int_array(op.attributes["static_offsets"]),
-                                                int_array(op.attributes["static_sizes"]))
-        if source == op.operands[0]:
+        box = static_box(outer)
+        m = box_map(outer.operands[0].type, box, op.operands[0].type) if box and not box.strided else None
+        if m is None:
             continue
+        kept = [i for i, e in enumerate(m.results) if not isinstance(e, ir.AffineConstantExpr)]
+        offsets, sizes = list(box.offsets), [1] * len(box.sizes)
+        for i, o, n in zip(kept, inner.offsets, inner.sizes):
+            offsets[i] += o
+            sizes[i] = n
         with ir.InsertionPoint(op), op.location:
-            merged = ir.Operation.create(
-                "tensor.extract_slice", results=[op.results[0].type], operands=[source],
-                attributes={"static_offsets": i64(offsets), "static_sizes": i64(sizes),
-                            "static_strides": i64([1] * len(sizes)),
-                            "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])})
-        op.results[0].replace_all_uses_with(merged.results[0])
+            op.results[0].replace_all_uses_with(static_slice(outer.operands[0], offsets, sizes, op.results[0].type))
         op.erase()
 
 
 def _box_slice(op: ir.Operation, extract: ir.Operation, box: tuple) -> ir.Value:
-    """The box of the extracted value as a tensor.extract_slice before `op` (of what the value
-    slices, when it is a box itself: `_through_slice`)."""
+    """The box of the extracted value as a tensor.extract_slice before `op`."""
     offsets, sizes, dims = box
     elt = ir.RankedTensorType(extract.operands[0].type).element_type
-    i64 = ir.DenseI64ArrayAttr.get
     kept = [n for n, d in zip(sizes, dims) if d is not None]
-    source, offsets, sizes = _through_slice(extract.operands[0], offsets, sizes)
     with ir.InsertionPoint(op), op.location:
-        return ir.Operation.create(
-            "tensor.extract_slice", results=[ir.RankedTensorType.get(kept, elt)], operands=[source],
-            attributes={"static_offsets": i64(offsets), "static_sizes": i64(sizes),
-                        "static_strides": i64([1] * len(sizes)),
-                        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])}).results[0]
+        return static_slice(extract.operands[0], offsets, sizes, ir.RankedTensorType.get(kept, elt))
 
 
 def _reads_as_inputs(op: ir.Operation) -> None:
@@ -342,8 +298,8 @@ def _reads_as_inputs(op: ir.Operation) -> None:
     mapping = dict(zip(list(block.arguments)[:n_in], new_args[:n_in]))
     mapping.update({e.results[0]: a for e, a in zip(extracts, new_args[n_in:])})
     with ir.InsertionPoint(nb), op.location:
-        clone_remapped([o for o in body if o.name not in ("tensor.extract", "linalg.index") and
-                        not (o.name == "arith.addi" and _index_plus_constant(o.results[0])[0] is not None)], mapping)
+        clone_remapped([o for o in body if o.name not in ("tensor.extract", "linalg.index") and not _index_arith(o)],
+                       mapping)
     op.results[0].replace_all_uses_with(new.results[0])
     op.erase()
 
