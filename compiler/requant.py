@@ -25,7 +25,7 @@ body (ONNX Runtime's QDQ form of ResNet's `relu(conv(x) + r)`: the rescaled
 int8 value and an int8 tensor r, both dequantized, added and quantized
 again) becomes an integer rescale of the sum of the two int8 values,
 clamp((u * Mu + r * Mr + R) >> S), fitted on all 65,536 pairs and at most
-one step off any of them (`rescale_fit.fit_sum`; the pairs it misses are
+one step off any of them (`rescale_pairs.fit_sum`; the pairs it misses are
 counted and reported). In a downsampling block the residual is the i32
 accumulator of the main path's last conv (IREE fuses its requantization
 into this dispatch): it gets its own per-channel rescale to int8 first,
@@ -115,7 +115,8 @@ from .requant_stages import Channels, StageSplitter
 from .requant_summary import RequantSummary
 from .requant_tail import HostTail, accumulator_tail, split_tail, tail_text
 from .requant_zero_point import ZeroPointCorrection, zero_point_correction
-from .rescale_fit import NotExact, Rescale, SumRescale
+from .rescale_fit import NotExact, Rescale
+from .rescale_pairs import SumRescale
 
 # --- the IR rewrite ---------------------------------------------------------------------
 

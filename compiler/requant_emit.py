@@ -23,7 +23,8 @@ from .f32_chain import type_name
 from .ir_utils import indexing_maps, iterator_types, map_dims, static_shape
 from .requant_split import ActivationTable
 from .requant_zero_point import prologue_lines
-from .rescale_fit import ProductRescale, Rescale, SumRescale
+from .rescale_fit import Rescale
+from .rescale_pairs import ProductRescale, SumRescale
 
 PARAMS = ("offset", "multiplier", "rounding", "shift", "qmin", "qmax")
 

@@ -9,7 +9,7 @@ value afterwards is split off here:
   tensor r, both dequantized, added and quantized again (ONNX Runtime's
   form of ResNet's relu(conv(x) + r)); it becomes an integer rescale of the
   sum of the two int8 values, fitted on all 65,536 pairs
-  (`rescale_fit.fit_sum`). When r is an i32 tensor (a downsample block:
+  (`rescale_pairs.fit_sum`). When r is an i32 tensor (a downsample block:
   IREE fuses the requantization of the main path's conv into the
   projection conv's dispatch and leaves that accumulator unrequantized),
   r's own rescale to int8 is split off too and fitted like stage 1;
@@ -36,7 +36,8 @@ from iree.compiler import ir
 from torq.contract.program import MAX_LUT_ENTRIES
 
 from .f32_chain import INT_RANGE, Chain, type_name
-from .rescale_fit import NotExact, PairFit, fit_sum
+from .rescale_fit import NotExact
+from .rescale_pairs import PairFit, fit_sum
 
 
 def slice_until(ops: list[ir.Operation], v: ir.Value, stops: set) -> list[ir.Operation]:

@@ -9,8 +9,8 @@ inputs or earlier stages), compiled as after a contraction
   rescale fitted on |a| <= 2^30 (`requant_channels.fit_channels`);
 - one int8 leaf: a 256-entry table (`requant_split.build_table`); with
   per-channel parameters, a per-channel rescale fitted on [-128, 127];
-- two int8 leaves: a rescale of their sum (`rescale_fit.fit_sum`) or of their
-  product (`rescale_fit.fit_product`), fitted on all 65,536 pairs.
+- two int8 leaves: a rescale of their sum (`rescale_pairs.fit_sum`) or of their
+  product (`rescale_pairs.fit_product`), fitted on all 65,536 pairs.
 
 `StageSplitter` finds them; compiler/requant_emit.py writes their integer
 arithmetic.
@@ -27,7 +27,8 @@ from .f32_chain import INT_RANGE, Chain, type_name
 from .ir_utils import n_inputs, static_shape
 from .requant_channels import RESIDUAL_I32_BOUND, fit_channels, per_channel_constants
 from .requant_split import ActivationTable, build_table, reads, slice_until
-from .rescale_fit import NotExact, PairFit, Rescale, fit_product, fit_sum
+from .rescale_fit import NotExact, Rescale
+from .rescale_pairs import PairFit, fit_product, fit_sum
 
 
 @dataclass
