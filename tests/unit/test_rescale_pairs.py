@@ -97,3 +97,60 @@ def test_fit_product_refuses_what_is_no_product():
     q = np.clip(np.rint((u.astype(np.float64) ** 2 - v * 37) / 300.0), -128, 127).astype(np.int64)
     with pytest.raises(NotExact):
         fit_product(u, v, [q], -128, 127)
+
+
+def qdq_add(u, v, su, sv, sy, zu, zv, zy):
+    su, sv, sy = np.float32(su), np.float32(sv), np.float32(sy)
+    t = ((u - zu).astype(np.float32) * su + (v - zv).astype(np.float32) * sv).astype(np.float32)
+    return np.clip(np.rint((t / sy).astype(np.float32)) + zy, -128, 127).astype(np.int64)
+
+
+def qdq_mul(u, v, su, sv, sy, zu, zv, zy):
+    su, sv, sy = np.float32(su), np.float32(sv), np.float32(sy)
+    t = ((u - zu).astype(np.float32) * su) * ((v - zv).astype(np.float32) * sv)
+    return np.clip(np.rint((t.astype(np.float32) / sy).astype(np.float32)) + zy, -128, 127).astype(np.int64)
+
+
+# Seeded random QDQ scales on which the search around the least-squares multipliers alone
+# missed 28, 30, 121, 33 and 50 pairs: f32 rounding moved them off the scales, and a line
+# through all the level boundaries still exists.
+@pytest.mark.parametrize("su,sv,sy,zu,zv,zy", [(0.046074, 0.0322986, 0.0378273, 24, -10, -26),
+                                               (0.0378345, 0.0129045, 0.0438431, -122, -124, -27),
+                                               (0.027384, 0.028819, 0.0403604, -114, -51, -76),
+                                               (0.0480745, 0.0116944, 0.0487683, 56, -59, 39),
+                                               (0.0194841, 0.0317435, 0.020206, -21, 15, -55)])
+def test_fit_sum_exact_where_one_exists(su, sv, sy, zu, zv, zy):
+    u, v = int8_pairs()
+    q = qdq_add(u, v, su, sv, sy, zu, zv, zy)
+    fit = fit_sum(u, v, [q], -128, 127)
+    assert fit.differing == 0 and np.array_equal(fit.rescale(u, v), q)
+    assert abs(fit.rescale.mu) < 2 ** 31 and abs(fit.rescale.mv) < 2 ** 31
+
+
+@pytest.mark.parametrize("su,sv,sy,zu,zv,zy", [(0.0260793, 0.0475727, 0.0061943, 26, 50, -82),
+                                               (0.0344811, 0.0395677, 0.0080688, 26, -24, 22),
+                                               (0.0031, 0.0197, 0.0105, -128, 3, -128)])
+def test_fit_product_exact_where_one_exists(su, sv, sy, zu, zv, zy):
+    """Squeeze-excite gates whose grid search missed 10, 8 and 153 pairs."""
+    u, v = int8_pairs()
+    q = qdq_mul(u, v, su, sv, sy, zu, zv, zy)
+    fit = fit_product(u, v, [q], -128, 127)
+    assert fit.differing == 0 and np.array_equal(fit.rescale(u, v), q)
+    assert abs(fit.rescale.multiplier) < 2 ** 31
+
+
+def test_variants_that_disagree_on_a_pair():
+    """Two ways the host may evaluate the chain (FMA contractions) that differ on a pair: the
+    rescale equals the first (llvm-cpu's default) everywhere and so differs from the other on
+    that pair; where the first has none, one equal to either on each pair."""
+    u, v = int8_pairs()
+    q = qdq_add(u, v, 0.046074, 0.0322986, 0.0378273, 24, -10, -26)
+    other = q.copy()
+    other[(u == 3) & (v == 7)] += 1
+    fit = fit_sum(u, v, [q, other], -128, 127)
+    assert np.array_equal(fit.rescale(u, v), q) and fit.differing == 1
+    odd = q.copy()
+    odd[(u == 3) & (v == 7)] += 1  # no line separates this one
+    fit = fit_sum(u, v, [odd, q], -128, 127)
+    g = fit.rescale(u, v)
+    assert np.all((g == q) | (g == odd)) and fit.differing == 1
