@@ -211,6 +211,8 @@ def test_ort_quantized_downsample_block_within_one_step(tmp_path):
     assert len(convs) == 3 and all(d.executor == "torq" for d in convs), (cm.report.dispatches, remarks.getvalue())
     (block_end,) = [s for d in convs for s in d.requant if s["residual_differing"] is not None]
     assert len(block_end["residual_differing"]) == 16 and block_end["sum_pairs"] == 256 * 256, block_end
+    # The sum's f32 chain has an exact integer rescale (rescale_pairs.exact_pair_rescale).
+    assert block_end["sum_differing"] == 0, block_end
     step = np.diff(np.unique(ref)).min()
     assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
     assert len(np.unique(ref)) > 50  # not trivial: many output levels
@@ -234,6 +236,7 @@ def test_ort_quantized_squeeze_excite_and_pooling_within_one_step(tmp_path):
     assert kinds.count("int8 sum pooling") == 2 and kinds.count("int8 elementwise") == 1, kinds
     (gate,) = [s for s in summaries if s["kind"] == "int8 elementwise"]
     assert gate["pair_kind"] == "product" and gate["sum_pairs"] == 256 * 256 and gate["table_entries"] == 256, gate
+    assert gate["sum_differing"] == 0, gate  # the product's exact integer rescale
     pools = [s for s in summaries if s["kind"] == "int8 sum pooling"]
     assert all(0 <= s["pooled_ambiguous"] < s["pooled_sums"] / 10 for s in pools), pools
     # The logits, and the gated feature map (the squeeze-excite multiply's own output).
