@@ -102,58 +102,14 @@ def _classify_conv(its, in_terms, w_dims, out_dims, ranges) -> Contraction | Non
     required); with G only it is depthwise_conv2d (G named C in its dims); G
     with C and/or O is a grouped conv2d (dims with a G letter).
     """
-    letters_in, spatial_pairs, roles = [], [], {}
-    for t in in_terms:
-        if len(t) == 1:
-            d, c = t[0]
-            if c != 1:
-                return None
-            in_w, in_o = d in w_dims, d in out_dims
-            if its[d] == "reduction" and in_w and not in_o:
-                letter = "C"
-            elif its[d] == "parallel" and in_o and not in_w:
-                letter = "N"
-            elif its[d] == "parallel" and in_o and in_w:
-                letter = "G"
-            else:
-                return None
-            if letter in roles.values():
-                return None
-            roles[d] = letter
-            letters_in.append(letter)
-        elif len(t) == 2:
-            pair = window_pair(t, its, roles)
-            if pair is None:
-                return None
-            a, _, b, _ = pair
-            spatial_pairs.append(pair)
-            if len(spatial_pairs) > 2:
-                return None
-            letter = "HW"[len(spatial_pairs) - 1]
-            roles[a], roles[b] = letter, "k" + letter
-            letters_in.append(letter)
-        else:
-            return None
-    if len(spatial_pairs) == 1:  # a 1-D conv (IREE folds a unit H away): its one window is W
-        ((a, _, b, _),) = spatial_pairs
-        roles[a], roles[b] = "W", "kW"
-        letters_in = [("W" if letter == "H" else letter) for letter in letters_in]
-        spatial_pairs = [(None, 1, None, 1)] + spatial_pairs
-    if len(spatial_pairs) != 2:
+    read = _input_roles(its, in_terms, w_dims, out_dims)
+    if read is None:
         return None
+    letters_in, spatial_pairs, roles = read
     (oh, sh, kh, dh), (ow, sw, kw, dw) = spatial_pairs
-    w_letters = []
-    for d in w_dims:
-        r = roles.get(d)
-        if r in ("C", "G"):
-            w_letters.append(r)
-        elif r in ("kH", "kW"):
-            w_letters.append(r[1])
-        elif r is None and its[d] == "parallel" and d in out_dims and "O" not in w_letters:
-            roles[d] = "O"
-            w_letters.append("O")
-        else:
-            return None
+    w_letters = _weight_letters(its, w_dims, out_dims, roles)
+    if w_letters is None:
+        return None
     out_letters = [roles.get(d) for d in out_dims]
     if any(l not in ("N", "G", "O", "H", "W") for l in out_letters) or len(set(out_letters)) != len(out_letters):
         return None
@@ -177,6 +133,65 @@ def _classify_conv(its, in_terms, w_dims, out_dims, ranges) -> Contraction | Non
     attrs = {"input_dims": "".join(letters_in), "weight_dims": "".join(w_letters),
              "output_dims": "".join(out_letters), "stride": [sh, sw], "dilation": [dh, dw]}
     return Contraction(kind, attrs, macs)
+
+
+def _input_roles(its, in_terms, w_dims, out_dims) -> tuple[list[str], list, dict] | None:
+    """(the input's dim letters, its two spatial pairs (out dim, stride, kernel dim, dilation),
+    the role of each loop dim seen) of `_classify_conv`'s input map, or None. A single
+    window is a 1-D conv's W, with a None H pair before it."""
+    letters_in, spatial_pairs, roles = [], [], {}
+    for t in in_terms:
+        if len(t) == 1:
+            d, c = t[0]
+            letter = _plain_input_letter(its[d], d in w_dims, d in out_dims) if c == 1 else None
+            if letter is None or letter in roles.values():
+                return None
+            roles[d] = letter
+            letters_in.append(letter)
+        elif len(t) == 2:
+            pair = window_pair(t, its, roles)
+            if pair is None or len(spatial_pairs) == 2:
+                return None
+            a, _, b, _ = pair
+            spatial_pairs.append(pair)
+            letter = "HW"[len(spatial_pairs) - 1]
+            roles[a], roles[b] = letter, "k" + letter
+            letters_in.append(letter)
+        else:
+            return None
+    if len(spatial_pairs) == 1:  # a 1-D conv (IREE folds a unit H away): its one window is W
+        ((a, _, b, _),) = spatial_pairs
+        roles[a], roles[b] = "W", "kW"
+        letters_in = [("W" if letter == "H" else letter) for letter in letters_in]
+        spatial_pairs = [(None, 1, None, 1)] + spatial_pairs
+    return (letters_in, spatial_pairs, roles) if len(spatial_pairs) == 2 else None
+
+
+def _plain_input_letter(iterator: str, in_weight: bool, in_output: bool) -> str | None:
+    """C (reduced, read by the weight), N (parallel, output only) or G (parallel, in both)."""
+    if iterator == "reduction" and in_weight and not in_output:
+        return "C"
+    if iterator == "parallel" and in_output:
+        return "G" if in_weight else "N"
+    return None
+
+
+def _weight_letters(its, w_dims, out_dims, roles: dict) -> list[str] | None:
+    """The weight's dim letters (C, G, the kernel's H and W, or O: parallel, in the output
+    only, named in `roles` here), or None."""
+    w_letters = []
+    for d in w_dims:
+        r = roles.get(d)
+        if r in ("C", "G"):
+            w_letters.append(r)
+        elif r in ("kH", "kW"):
+            w_letters.append(r[1])
+        elif r is None and its[d] == "parallel" and d in out_dims and "O" not in w_letters:
+            roles[d] = "O"
+            w_letters.append("O")
+        else:
+            return None
+    return w_letters
 
 
 def _classify_pointwise_conv(its, in_dims, w_dims, out_dims, ranges, steps: dict[int, int]) -> Contraction | None:

@@ -310,53 +310,65 @@ def match_group(op: ir.Operation) -> Match | None:
     if op.name != "linalg.generic":
         return None
     con = classify_principal(op)
-    if con is not None:
-        elt = str(ir.RankedTensorType(op.results[0].type).element_type)
-        # An integer sum accumulates in the i32 accumulator: a narrower result would wrap.
-        if con.kind in ("avg_pool2d", "reduce") and con.attrs.get("mode", "sum") == "sum" \
-                and elt in EPILOGUE_INT_TYPES and (elt != "i32" or con.kind == "avg_pool2d"):
-            raise Unsupported(f"integer sum {'pooling' if con.kind == 'avg_pool2d' else 'reduction'} "
-                              f"({elt}) has no Torq lowering")
-        prologue = _prologue_of(op) if con.prologue else None
-        if prologue is not None or con.gather is not None:
-            inputs = [None]  # the prologue's result / the gathered box, made by the rewrite
-        else:
-            inputs = list(op.operands[: con.n_inputs])
-        init_op, pre = init_steps(op, con, inputs)
-        ops = [op, init_op]
-        bottom = op
-        epi = Epilogue(pre, len(pre) if pre else 0)
-        user = single_user(op.results[0])
-        perm = None  # a matmul writes its result in the order its epilogue reads it
-        # (An elementwise user with several results stays a group of its own, and is refused there.)
-        if user is not None and is_elementwise(user) and len(user.results) == 1 \
-                and is_identity_like(indexing_maps(user)[-1]):
-            perm = _transposed_read(user, op.results[0]) if con.kind == "matmul" and not pre else None
-            try:
-                tail = epilogue_of(user, op.results[0], inputs_probe := list(inputs), principal_value=len(pre),
-                                    principal_axes=perm)
-                epi = Epilogue(pre + tail.steps, tail.result)
-                inputs = inputs_probe
-                ops.append(user)
-                bottom = user
-            except Unsupported:
-                perm = None
-        attrs = dict(con.attrs)
-        if perm is not None:
-            out = [""] * len(perm)
-            for letter, axis in zip(attrs["output_dims"], perm):
-                out[axis] = letter
-            attrs["output_dims"] = "".join(out)
-        if con.mean_count:
-            folded = _fold_division(epi, con.mean_count)
-            if folded is not None:
-                epi = folded
-                if con.kind == "reduce":
-                    attrs["mode"] = "mean"
-            elif con.kind == "avg_pool2d":
-                epi = _window_sum(epi, con.mean_count)
-        ops += _box_reads_of(inputs + (prologue[0] if prologue is not None else []), ops)
-        return Match(con.kind, op, ops, bottom, inputs, attrs, epi, con.macs, prologue, con.gather)
+    return _principal_match(op, con) if con is not None else _group_without_principal(op)
+
+
+def _principal_match(op: ir.Operation, con: Contraction) -> Match:
+    """The group of principal `op` (`con`): its init, its single elementwise user as the
+    epilogue where one folds, a mean's division folded, and the box reads of its inputs."""
+    elt = str(ir.RankedTensorType(op.results[0].type).element_type)
+    # An integer sum accumulates in the i32 accumulator: a narrower result would wrap.
+    if con.kind in ("avg_pool2d", "reduce") and con.attrs.get("mode", "sum") == "sum" \
+            and elt in EPILOGUE_INT_TYPES and (elt != "i32" or con.kind == "avg_pool2d"):
+        raise Unsupported(f"integer sum {'pooling' if con.kind == 'avg_pool2d' else 'reduction'} "
+                          f"({elt}) has no Torq lowering")
+    prologue = _prologue_of(op) if con.prologue else None
+    if prologue is not None or con.gather is not None:
+        inputs = [None]  # the prologue's result / the gathered box, made by the rewrite
+    else:
+        inputs = list(op.operands[: con.n_inputs])
+    init_op, pre = init_steps(op, con, inputs)
+    ops = [op, init_op]
+    epi, bottom, perm = Epilogue(pre, len(pre) if pre else 0), op, None
+    user = single_user(op.results[0])
+    # (An elementwise user with several results stays a group of its own, and is refused there.)
+    if user is not None and is_elementwise(user) and len(user.results) == 1 \
+            and is_identity_like(indexing_maps(user)[-1]):
+        # A matmul writes its result in the order its epilogue reads it.
+        perm = _transposed_read(user, op.results[0]) if con.kind == "matmul" and not pre else None
+        try:
+            tail = epilogue_of(user, op.results[0], inputs_probe := list(inputs), principal_value=len(pre),
+                                principal_axes=perm)
+            epi, inputs, bottom = Epilogue(pre + tail.steps, tail.result), inputs_probe, user
+            ops.append(user)
+        except Unsupported:
+            perm = None
+    attrs = dict(con.attrs)
+    if perm is not None:
+        out = [""] * len(perm)
+        for letter, axis in zip(attrs["output_dims"], perm):
+            out[axis] = letter
+        attrs["output_dims"] = "".join(out)
+    if con.mean_count:
+        epi = _mean_epilogue(con, epi, attrs)
+    ops += _box_reads_of(inputs + (prologue[0] if prologue is not None else []), ops)
+    return Match(con.kind, op, ops, bottom, inputs, attrs, epi, con.macs, prologue, con.gather)
+
+
+def _mean_epilogue(con: Contraction, epi: Epilogue, attrs: dict) -> Epilogue:
+    """A sum's epilogue with its division by the count folded (a reduce becomes mode mean),
+    or an average pool's multiply-back of the window sum."""
+    folded = _fold_division(epi, con.mean_count)
+    if folded is not None:
+        if con.kind == "reduce":
+            attrs["mode"] = "mean"
+        return folded
+    return _window_sum(epi, con.mean_count) if con.kind == "avg_pool2d" else epi
+
+
+def _group_without_principal(op: ir.Operation) -> Match | None:
+    """A generic that is no principal: a gather or box read (DMA), an init, an epilogue of
+    its producer (part of that group), or an elementwise group of its own; else Unsupported."""
     if row_gather(op) is not None:
         if any(isinstance(u.owner, ir.Block) or u.owner.name != "func.return" for u in op.results[0].uses):
             raise Unsupported("a row gather (embedding lookup) that a compute of the same dispatch reads has "

@@ -36,6 +36,35 @@ def classify_reduction(op: ir.Operation) -> Contraction | None:
     the reduced count is folded); the output keeps the other dims, in order or
     (attr result_axes) in the output's order.
     """
+    combined = _combiner(op)
+    if combined is None:
+        return None
+    mode, prologue = combined
+    n, its, maps = n_inputs(op), _iterators(op), indexing_maps(op)
+    if any(static_shape(v.type) is None for v in op.operands):
+        return None
+    out_dims = [dim_of(e) for e in maps[-1].results]
+    red = [d for d, it in enumerate(its) if it == "reduction"]
+    if None in out_dims or len(set(out_dims)) != len(out_dims) or any(its[d] != "parallel" for d in out_dims):
+        return None
+    in_terms = [linear_terms(e) for e in maps[0].results]
+    if any(t is None for t in in_terms):
+        return None
+    ranges = _loop_ranges(op)
+    if prologue:
+        return _prologue_reduction(its, maps[:n], out_dims, red, ranges, mode)
+    if n == 2:
+        w_dims = [dim_of(e) for e in maps[1].results]
+        if sorted(d for d in w_dims if d is not None) != red or None in w_dims:
+            return None
+        return _classify_pool(its, in_terms, out_dims, ranges, mode)
+    return _plain_reduction(its, in_terms, out_dims, red, ranges, mode)
+
+
+def _combiner(op: ir.Operation) -> tuple[str, bool] | None:
+    """(mode, whether an elementwise prologue computes the accumulated value) of a generic
+    whose body ends in `out = max(out, x)` or `out = out + x`, reading the accumulator once;
+    without a prologue x is the first input, of one or two (the pooling window)."""
     if op.name != "linalg.generic" or len(op.results) != 1 or "reduction" not in _iterators(op):
         return None
     n = n_inputs(op)
@@ -49,54 +78,44 @@ def classify_reduction(op: ir.Operation) -> Contraction | None:
     others = [v for v in r.operands if v != args[n]]
     if len(others) != 1:
         return None  # the combiner must read the accumulator once
-    x = others[0]
     prologue = len(body) > 2
-    if prologue:
-        if isinstance(x.owner, ir.Block):
-            return None
-    elif n not in (1, 2) or x != args[0]:
+    if prologue and isinstance(others[0].owner, ir.Block):
         return None
-    mode = _REDUCE_BODIES[r.name]
-    its, maps = _iterators(op), indexing_maps(op)
-    if any(static_shape(v.type) is None for v in op.operands):
+    if not prologue and (n not in (1, 2) or others[0] != args[0]):
         return None
-    out_dims = [dim_of(e) for e in maps[-1].results]
-    red = [d for d, it in enumerate(its) if it == "reduction"]
-    if None in out_dims or len(set(out_dims)) != len(out_dims) or any(its[d] != "parallel" for d in out_dims):
+    return _REDUCE_BODIES[r.name], prologue
+
+
+def _identity(mode: str) -> str:
+    return "zero" if mode == "sum" else "lowest"
+
+
+def _prologue_reduction(its, in_maps, out_dims, red, ranges, mode) -> Contraction | None:
+    """A reduction of a value computed over all loops (laid out in loop order); every input
+    is read by plain dims."""
+    if any(dim_of(e) is None for m in in_maps for e in m.results) or 0 in ranges:
         return None
-    in_terms = [linear_terms(e) for e in maps[0].results]
-    if any(t is None for t in in_terms):
+    # The prologue is materialised over every loop: no larger than an input only when some
+    # input is read along every loop. Else an input read along a reduced dim makes the body a
+    # contraction (a product broadcast over a parallel dim), whose prologue would materialise
+    # every product. With such an input, one read along a reduced dim alone is a weight per
+    # position (EfficientFormer's head: the mean over tokens of x times a per-token scale).
+    every = set(range(len(its)))
+    full = any({dim_of(e) for e in m.results} == every for m in in_maps)
+    for m in in_maps:
+        dims = {dim_of(e) for e in m.results}
+        if dims & set(red) and dims != every and not full:
+            return None
+    if [d for d in range(len(its)) if its[d] == "parallel"] != out_dims:
         return None
-    ranges = _loop_ranges(op)
-    identity = "zero" if mode == "sum" else "lowest"
-    if prologue:
-        # The accumulated value is computed over all loops (laid out in loop
-        # order); every in is read by plain dims.
-        if any(dim_of(e) is None for m in maps[:n] for e in m.results) or 0 in ranges:
-            return None
-        # The prologue is materialised over every loop: no larger than an input
-        # only when some input is read along every loop. Else an input read
-        # along a reduced dim makes the body a contraction (a product broadcast
-        # over a parallel dim), whose prologue would materialise every product.
-        # With such an input, one read along a reduced dim alone is a weight
-        # per position (EfficientFormer's head: the mean over tokens of x times
-        # a per-token scale).
-        every = set(range(len(its)))
-        full = any({dim_of(e) for e in m.results} == every for m in maps[:n])
-        for m in maps[:n]:
-            dims = {dim_of(e) for e in m.results}
-            if dims & set(red) and dims != every and not full:
-                return None
-        if [d for d in range(len(its)) if its[d] == "parallel"] != out_dims:
-            return None
-        count = math.prod(ranges[d] for d in red)
-        return Contraction("reduce", {"mode": mode, "axes": red}, math.prod(ranges), n_inputs=1,
-                           identity=identity, mean_count=count if mode == "sum" else 0, prologue=True)
-    if n == 2:
-        w_dims = [dim_of(e) for e in maps[1].results]
-        if sorted(d for d in w_dims if d is not None) != red or None in w_dims:
-            return None
-        return _classify_pool(its, in_terms, out_dims, ranges, mode)
+    count = math.prod(ranges[d] for d in red)
+    return Contraction("reduce", {"mode": mode, "axes": red}, math.prod(ranges), n_inputs=1,
+                       identity=_identity(mode), mean_count=count if mode == "sum" else 0, prologue=True)
+
+
+def _plain_reduction(its, in_terms, out_dims, red, ranges, mode) -> Contraction | None:
+    """A reduction of the input read by plain dims: the result keeps the dims not reduced, in
+    order or (result_axes) in the output's order."""
     if any(len(t) != 1 or t[0][1] != 1 for t in in_terms):
         return None
     in_dims = [t[0][0] for t in in_terms]
@@ -111,7 +130,7 @@ def classify_reduction(op: ir.Operation) -> Contraction | None:
         attrs["result_axes"] = [in_dims.index(d) for d in out_dims]
     count = math.prod(ranges[d] for d in red)
     return Contraction("reduce", attrs, math.prod(ranges), n_inputs=1,
-                       identity=identity, mean_count=count if mode == "sum" else 0)
+                       identity=_identity(mode), mean_count=count if mode == "sum" else 0)
 
 
 def _classify_pool(its, in_terms, out_dims, ranges, mode) -> Contraction | None:
