@@ -150,24 +150,7 @@ def rescale_generic(plan) -> str:
         res_scalars, res_tensors = _split_params(plan.residual_rescales, "r_")
         tensors += res_tensors
     corr = plan.correction.operands if plan.correction else []
-    lines: list[str] = []
-    acc = prologue_lines(plan.correction, op, "%a", {i: f"%z{j}" for j, i in enumerate(corr)}, lines) \
-        if corr else "%a"
-    lines.append(f"%a64 = arith.extsi {acc} : i32 to i64")
-    level = _rescale_lines("%a64", scalars, "", lines)
-    if plan.rest_stages:  # they precede the residual add (requant._plan)
-        level = stage_lines(plan.rest_stages, {plan.rest_leaf: level}, lines, tensors, "then")
-    if res:
-        lines.append(f"%r64 = arith.extsi %r : {res_elt} to i64")
-        r_level = _rescale_lines("%r64", res_scalars, "r_", lines) if plan.residual_rescales is not None else "%r64"
-        lines += _sum_lines(plan.sum_rescale, level, r_level)
-        level = "%sum_q"
-    if plan.table is not None:
-        lines += _table_lines(plan.table, level, plan.q_type)
-    else:
-        lines.append(f"%q = arith.trunci {level} : i64 to {plan.q_type}")
-    lines.append(f"linalg.yield %q : {plan.q_type}")
-    body = "\n    ".join(lines)
+    body = "\n    ".join(_rescale_body(plan, scalars, res_scalars, tensors, res_elt))
     n = len(plan.rescales)
     chan_map = f"affine_map<({dims}) -> (d{out_dims[plan.chan]})>" if plan.chan is not None else ""
     consts = "\n".join(f"  %{p} = arith.constant dense<{vals}> : tensor<{n}xi32>" for p, vals in tensors)
@@ -192,6 +175,31 @@ func.func @rescale(%acc: {acc_t}{res_arg}) -> {out_t} {{
   }} -> {out_t}
   return %g : {out_t}
 }}"""
+
+
+def _rescale_body(plan, scalars: dict, res_scalars: dict, tensors: list, res_elt: str) -> list[str]:
+    """The body of `rescale_generic`'s generic: the accumulator (its zero-point correction
+    first) rescaled, the later stages, the residual add, the table or the narrowing."""
+    op = plan.op
+    corr = plan.correction.operands if plan.correction else []
+    lines: list[str] = []
+    acc = prologue_lines(plan.correction, op, "%a", {i: f"%z{j}" for j, i in enumerate(corr)}, lines) \
+        if corr else "%a"
+    lines.append(f"%a64 = arith.extsi {acc} : i32 to i64")
+    level = _rescale_lines("%a64", scalars, "", lines)
+    if plan.rest_stages:  # they precede the residual add (requant._plan)
+        level = stage_lines(plan.rest_stages, {plan.rest_leaf: level}, lines, tensors, "then")
+    if plan.residual_index >= 0:
+        lines.append(f"%r64 = arith.extsi %r : {res_elt} to i64")
+        r_level = _rescale_lines("%r64", res_scalars, "r_", lines) if plan.residual_rescales is not None else "%r64"
+        lines += _sum_lines(plan.sum_rescale, level, r_level)
+        level = "%sum_q"
+    if plan.table is not None:
+        lines += _table_lines(plan.table, level, plan.q_type)
+    else:
+        lines.append(f"%q = arith.trunci {level} : i64 to {plan.q_type}")
+    lines.append(f"linalg.yield %q : {plan.q_type}")
+    return lines
 
 
 def _generic_text(result: str, ins: list[tuple[str, str, str]], init: str, out_t: str, out_map: str,

@@ -143,19 +143,31 @@ class NssBuilder(DdrViews):
         self.defined: dict[ir.Block, tuple[list[ir.Value], list[ir.Value]]] = {}
         self.slice_attrs: dict[ir.Operation, tuple[list[int], list[int], list[ir.Value]]] = {}
         self.padded_works: dict[tuple, int] = {}  # `_padded_work` per op and operand shapes
+        # (value, output tensor, offsets in it or None for all of it) written by DMAs alone
+        self.copies: list[tuple[ir.Value, int, tuple | None]] = []
+        # In-place results: output k aliases an extra input (the read-write operand); its
+        # DMA boxes are placed into that operand's box (`place_in_place_boxes`).
+        self.placement: dict[int, tuple[list[int], list[int], tuple[int, ...]]] = {}
+        # In-place outputs whose box is at a runtime offset: (dim, the input holding it).
+        self.scattered: dict[int, tuple[int, int]] = {}
         ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
         host_args = self._host_types("torq.host_arg_types", list(ftype.inputs))
-        host_res = self._host_types("torq.host_result_types", list(ftype.results))
         block = func.regions[0].blocks[0]
         for i, arg in enumerate(block.arguments):
             self.tensor_of[arg] = self._new_tensor("input", arg.type, host_args[i], i)
         ret = [o.operation for o in block.operations][-1]
-        # (value, output tensor, offsets in it or None for all of it) written by DMAs alone
-        self.copies: list[tuple[ir.Value, int, tuple | None]] = []
+        outputs = self._output_tensors(ret, self._host_types("torq.host_result_types", list(ftype.results)))
+        if IN_PLACE_RESULTS in func.attributes:
+            self._in_place_inputs(block, ret, outputs)
+        self.copy_base = 0  # LRAM bytes before the copies' buffers (`copy_room`)
+
+    def _output_tensors(self, ret: ir.Operation, host_res: list) -> list[int]:
+        """The output tensor of each returned value: written by DMAs alone (a copy), or
+        computed (its assembled parts and in-place destinations bound to it)."""
         outputs = []
         for i, v in enumerate(ret.operands):
             if v in self.tensor_of and not is_copy(v):
-                raise CompileError(f"{func.attributes['sym_name']}: result {i} is not computed on the NPU")
+                raise CompileError(f"{self.func.attributes['sym_name']}: result {i} is not computed on the NPU")
             outputs.append(self._new_tensor("output", v.type, host_res[i], i))
             if is_copy(v):
                 self.copies.append((v, outputs[-1], None))
@@ -164,30 +176,29 @@ class NssBuilder(DdrViews):
                 self.tensor_of[v] = outputs[-1]
                 for dest in _destinations(v):
                     self.tensor_of[dest] = outputs[-1]
-        # In-place results: output k aliases an extra input (the read-write operand); its
-        # DMA boxes are placed into that operand's box (`place_in_place_boxes`).
-        self.placement: dict[int, tuple[list[int], list[int], tuple[int, ...]]] = {}
-        # In-place outputs whose box is at a runtime offset: (dim, the input holding it).
-        self.scattered: dict[int, tuple[int, int]] = {}
-        if IN_PLACE_RESULTS in func.attributes:
-            for j, entry in enumerate(ir.ArrayAttr(func.attributes[IN_PLACE_RESULTS])):
-                entry = ir.DictAttr(entry)
-                k = ir.IntegerAttr(entry["result"]).value
-                out = self.tensors[outputs[k]]
-                shape = tuple(int_array(entry["shape"]))
-                dest = TensorDesc(len(self.tensors), "input", shape, out.dtype, out.host_dtype,
-                                  len(block.arguments) + j)
-                self.tensors.append(dest)
-                out.shape, out.aliases = shape, dest.arg_index
-                self.placement[out.index] = (int_array(entry["offsets"]), int_array(entry["sizes"]),
-                                             static_shape(ret.operands[k].type))
-                if INDEX_DIM in entry:
-                    if not is_copy(ret.operands[k]):
-                        raise CompileError(f"{func.attributes['sym_name']}: result {k} is written at a runtime "
-                                           "offset but is no copy of an input")
-                    arg = block.arguments[ir.IntegerAttr(entry[INDEX_INPUT]).value]
-                    self.scattered[out.index] = (ir.IntegerAttr(entry[INDEX_DIM]).value, self.tensor_of[arg])
-        self.copy_base = 0  # LRAM bytes before the copies' buffers (`copy_room`)
+        return outputs
+
+    def _in_place_inputs(self, block: ir.Block, ret: ir.Operation, outputs: list[int]) -> None:
+        """An extra input per in-place result (IN_PLACE_RESULTS), which the output aliases, with
+        the result's box in it (`placement`) and, at a runtime offset, its index (`scattered`)."""
+        name = self.func.attributes["sym_name"]
+        for j, entry in enumerate(ir.ArrayAttr(self.func.attributes[IN_PLACE_RESULTS])):
+            entry = ir.DictAttr(entry)
+            k = ir.IntegerAttr(entry["result"]).value
+            out = self.tensors[outputs[k]]
+            shape = tuple(int_array(entry["shape"]))
+            dest = TensorDesc(len(self.tensors), "input", shape, out.dtype, out.host_dtype,
+                              len(block.arguments) + j)
+            self.tensors.append(dest)
+            out.shape, out.aliases = shape, dest.arg_index
+            self.placement[out.index] = (int_array(entry["offsets"]), int_array(entry["sizes"]),
+                                         static_shape(ret.operands[k].type))
+            if INDEX_DIM in entry:
+                if not is_copy(ret.operands[k]):
+                    raise CompileError(f"{name}: result {k} is written at a runtime offset but is no copy "
+                                       "of an input")
+                arg = block.arguments[ir.IntegerAttr(entry[INDEX_INPUT]).value]
+                self.scattered[out.index] = (ir.IntegerAttr(entry[INDEX_DIM]).value, self.tensor_of[arg])
 
     def _assembled_parts(self, v: ir.Value, out: int) -> None:
         """The parts of an assembled result (`patterns.assembled_parts`) that are copies are

@@ -186,17 +186,7 @@ def lower_reduction_nest(loops: list[ir.Operation], principal: ir.Operation) -> 
     inputs: list[ir.Value] = []
     init_op, pre = init_steps(principal, con, inputs, init=outer.operands[3])
     result = outer.results[0]
-    user = [u.owner for u in result.uses]
-    user = user[0] if len(user) == 1 else None
-    epi, bottom = Epilogue(pre, len(pre) if pre else 0), None
-    if user is not None and not isinstance(user, ir.Block) and user.name == "linalg.generic" \
-            and is_elementwise(user) and is_identity_like(indexing_maps(user)[-1]):
-        try:
-            probe = list(inputs)
-            tail = epilogue_of(user, result, probe, principal_value=len(pre))
-            epi, inputs, bottom = Epilogue(pre + tail.steps, tail.result), probe, user
-        except Unsupported:
-            pass
+    epi, inputs, bottom = _nest_epilogue(result, pre, inputs)
     out_type = bottom.results[0].type if bottom is not None else result.type
     with ir.InsertionPoint(outer), outer.location:
         zero = _elementwise([], Epilogue([EpilogueStep("add", [Ref("const", const=0.0), Ref("const", const=0.0)])]),
@@ -205,23 +195,10 @@ def lower_reduction_nest(loops: list[ir.Operation], principal: ir.Operation) -> 
     for loop in loops:
         loop.regions[0].blocks[0].arguments[1].set_type(acc_type)
         loop.results[0].set_type(acc_type)
-    attrs = {k: _attr(v) for k, v in con.attrs.items()}
-    attrs.update({ACCUMULATE: _attr(1), "macs": _attr(int(con.macs)),
-                  "epilogue": ir.StringAttr.get(epilogue_to_json(Epilogue()))})
-    acc = inner.regions[0].blocks[0].arguments[1]
-    with ir.InsertionPoint(principal), principal.location:
-        step = ir.Operation.create(OPS[con.kind].mlir_name, results=[acc_type],
-                                   operands=list(principal.operands[:2]) + [acc], attributes=attrs)
-    principal.results[0].replace_all_uses_with(step.results[0])
-    principal.erase()
-    # The epilogue after the nest: value 0 is the accumulator (operand 0); the group's
-    # operands follow it.
-    shift = [EpilogueStep(st.op, [Ref(r.kind, r.index + 1, r.axes, r.const) if r.kind == "operand" else r
-                                  for r in st.args], st.to) for st in epi.steps]
-    first = EpilogueStep("add", [Ref("operand", 0), Ref("const", const=0.0)])
+    _accumulate_step(principal, con, inner.regions[0].blocks[0].arguments[1], acc_type)
     after = bottom if bottom is not None else outer
     with ir.InsertionPoint.after(after), after.location:
-        tail_op = _elementwise([result] + inputs, Epilogue([first] + shift, epi.result), out_type)
+        tail_op = _elementwise([result] + inputs, _after_nest(epi), out_type)
     if bottom is not None:
         bottom.results[0].replace_all_uses_with(tail_op.results[0])
         bottom.erase()
@@ -229,6 +206,43 @@ def lower_reduction_nest(loops: list[ir.Operation], principal: ir.Operation) -> 
         result.replace_all_uses_except(tail_op.results[0], tail_op)
     if init_op is not None and not list(init_op.results[0].uses):
         init_op.erase()
+
+
+def _nest_epilogue(result: ir.Value, pre: list, inputs: list[ir.Value]) -> tuple[Epilogue, list, ir.Operation | None]:
+    """(epilogue, its inputs, the op it replaces or None) after a reduction nest: the init's
+    steps `pre`, then the nest result's single elementwise user where it folds."""
+    users = [u.owner for u in result.uses]
+    user = users[0] if len(users) == 1 else None
+    if user is not None and not isinstance(user, ir.Block) and user.name == "linalg.generic" \
+            and is_elementwise(user) and is_identity_like(indexing_maps(user)[-1]):
+        try:
+            probe = list(inputs)
+            tail = epilogue_of(user, result, probe, principal_value=len(pre))
+            return Epilogue(pre + tail.steps, tail.result), probe, user
+        except Unsupported:
+            pass
+    return Epilogue(pre, len(pre) if pre else 0), inputs, None
+
+
+def _accumulate_step(principal: ir.Operation, con, acc: ir.Value, acc_type: ir.Type) -> None:
+    """Replace `principal` by its torq_hl op in accumulate form (operand 2 the accumulator)."""
+    attrs = {k: _attr(v) for k, v in con.attrs.items()}
+    attrs.update({ACCUMULATE: _attr(1), "macs": _attr(int(con.macs)),
+                  "epilogue": ir.StringAttr.get(epilogue_to_json(Epilogue()))})
+    with ir.InsertionPoint(principal), principal.location:
+        step = ir.Operation.create(OPS[con.kind].mlir_name, results=[acc_type],
+                                   operands=list(principal.operands[:2]) + [acc], attributes=attrs)
+    principal.results[0].replace_all_uses_with(step.results[0])
+    principal.erase()
+
+
+def _after_nest(epi: Epilogue) -> Epilogue:
+    """The epilogue after the nest: value 0 is the accumulator (operand 0, copied by a first
+    `add 0` step); the group's operands follow it."""
+    shift = [EpilogueStep(st.op, [Ref(r.kind, r.index + 1, r.axes, r.const) if r.kind == "operand" else r
+                                  for r in st.args], st.to) for st in epi.steps]
+    first = EpilogueStep("add", [Ref("operand", 0), Ref("const", const=0.0)])
+    return Epilogue([first] + shift, epi.result)
 
 
 def lower_reduction_loops(func: ir.Operation) -> None:
