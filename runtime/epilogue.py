@@ -249,6 +249,30 @@ def _fits(value: Any, shape: tuple[int, ...]) -> bool:
     return isinstance(value, np.ndarray) and value.shape == tuple(shape)
 
 
+def _last_uses(steps: list, base: int, result: int) -> dict[int, int]:
+    """Value index -> the last step reading it; the stored result (`result`) as read after
+    every step, so never overwritten."""
+    last_use = {base + k: k for k in range(len(steps))}
+    for k, st in enumerate(steps):
+        for r in st.args:
+            if r.kind == "value":
+                last_use[r.index] = k
+    last_use[result if result >= 0 else base + len(steps) + result] = len(steps)
+    return last_use
+
+
+def _reusable(args: list, k: int, values: list, owned: set[int], last_use: dict[int, int],
+              out_shape: tuple[int, ...]) -> np.ndarray | None:
+    """An f32 intermediate of `out_shape` made here that step k reads last: its buffer may
+    take step k's result."""
+    for r in args:
+        if r.kind == "value" and r.index in owned and last_use.get(r.index) == k:
+            v = values[r.index]
+            if isinstance(v, np.ndarray) and v.shape == out_shape and v.dtype == np.float32:
+                return v
+    return None
+
+
 def eval_epilogue(
     epilogue: Epilogue, principal: np.ndarray | None, operands: list[np.ndarray], shape: tuple[int, ...]
 ) -> np.ndarray:
@@ -263,14 +287,7 @@ def eval_epilogue(
     domain: dict[int, np.ndarray] = {}
     # Intermediates made here (not the principal, not operands) that no later step
     # reads may take the result of a float step in place: same ufunc, same values.
-    base = len(values)
-    last_use = {base + k: k for k in range(len(steps))}  # value -> last step reading it
-    for k, st in enumerate(steps):
-        for r in st.args:
-            if r.kind == "value":
-                last_use[r.index] = k
-    result = epilogue.result
-    last_use[result if result >= 0 else base + len(steps) + result] = len(steps)  # stored: never overwritten
+    last_use = _last_uses(steps, len(values), epilogue.result)
     owned: set[int] = set()
 
     def load(r: Ref) -> np.ndarray:
@@ -291,14 +308,7 @@ def eval_epilogue(
                 ufunc = _FLOAT_UFUNCS.get(s.op) if not s.to else None
                 if ufunc is not None and len(args) == 2 and not (_is_int(args[0]) and _is_int(args[1])):
                     a, b = np.asarray(args[0], dtype=np.float32), np.asarray(args[1], dtype=np.float32)
-                    out_shape = _broadcast_shape(a.shape, b.shape)
-                    out = None
-                    for r in s.args:
-                        if r.kind == "value" and r.index in owned and last_use.get(r.index) == k:
-                            v = values[r.index]
-                            if isinstance(v, np.ndarray) and v.shape == out_shape and v.dtype == np.float32:
-                                out = v
-                                break
+                    out = _reusable(s.args, k, values, owned, last_use, _broadcast_shape(a.shape, b.shape))
                     values.append(ufunc(a, b, out=out) if out is not None else ufunc(a, b))
                     owned.add(len(values) - 1)
                 else:

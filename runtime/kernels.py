@@ -227,14 +227,8 @@ def conv2d(x: np.ndarray, w: np.ndarray, attrs: dict, cache: OperandCache | None
         size["H"] += top + bottom
         size["W"] += left + right
     n, c, h, wd = size.get("N", 1), size["C"], size["H"], size["W"]
-    o, wc, kh, kw = ws.shape
-    if wc != c:
-        raise KernelError(f"conv2d input has {c} channels, weight has {wc}")
-    if kh < 1 or kw < 1:
-        raise KernelError(f"conv2d kernel {kh}x{kw} is empty")
-    ekh, ekw = (kh - 1) * dh + 1, (kw - 1) * dw + 1
-    if ekh > h or ekw > wd:
-        raise KernelError(f"conv2d window {ekh}x{ekw} larger than input {h}x{wd}")
+    _, wc, kh, kw = ws.shape
+    ekh, ekw = _conv_window(c, wc, kh, kw, dh, dw, h, wd)
 
     def padded_input() -> np.ndarray:
         xs = to_domain(_apply_pad(x, pad)).transpose([in_dims.index(c) for c in canon_in])
@@ -258,17 +252,33 @@ def conv2d(x: np.ndarray, w: np.ndarray, attrs: dict, cache: OperandCache | None
     else:
         win = sliding_window_view(padded_input(), (ekh, ekw), axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
         acc = np.einsum("ncyxij,ocij->noyx", win, ws, optimize=True)
+    acc = _conv_output_layout(acc, attrs, in_dims, n)
+    macs = int(np.prod(acc.shape, dtype=np.int64)) * c * kh * kw
+    return _finish_acc(acc, integer), macs
+
+
+def _conv_window(c: int, wc: int, kh: int, kw: int, dh: int, dw: int, h: int, wd: int) -> tuple[int, int]:
+    """The dilated kernel's extent (ekh, ekw), checked against the channels and the input."""
+    if wc != c:
+        raise KernelError(f"conv2d input has {c} channels, weight has {wc}")
+    if kh < 1 or kw < 1:
+        raise KernelError(f"conv2d kernel {kh}x{kw} is empty")
+    ekh, ekw = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    if ekh > h or ekw > wd:
+        raise KernelError(f"conv2d window {ekh}x{ekw} larger than input {h}x{wd}")
+    return ekh, ekw
+
+
+def _conv_output_layout(acc: np.ndarray, attrs: dict, in_dims: str, n: int) -> np.ndarray:
+    """The N x O x H x W accumulator laid out per attr output_dims (without N: batch 1 only)."""
     out_dims = _dims(attrs, "output_dims", "NOHW", acc.ndim - ("N" not in in_dims), optional="N")
     if "N" not in out_dims:
         if "N" in in_dims and n != 1:
             raise KernelError(f"conv2d output_dims {out_dims} drops a batch of {n}")
-        acc = acc[0]
-        canon_out = "OHW"
+        acc, canon_out = acc[0], "OHW"
     else:
         canon_out = "NOHW"
-    acc = acc.transpose([canon_out.index(d) for d in out_dims])
-    macs = int(np.prod(acc.shape, dtype=np.int64)) * c * kh * kw
-    return _finish_acc(acc, integer), macs
+    return acc.transpose([canon_out.index(d) for d in out_dims])
 
 
 def matmul(lhs: np.ndarray, rhs: np.ndarray, attrs: dict) -> tuple[np.ndarray, int]:

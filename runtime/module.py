@@ -225,33 +225,12 @@ class _State:
             plan = self.plan(sim, program)
             outputs, stats = sim.run(program, inputs, record_timeline=self.record_timeline, plan=plan)
             del inputs, mappings
-            results = []
-            for desc, out in zip(outs_desc, outputs):
-                et = ELEMENT_TYPES.get(desc.host_dtype) or element_type_of_dtype(out.dtype)
-                out = np.asarray(out)
-                if out.dtype != et.dtype:
-                    out = out.astype(et.dtype)
-                results.append(numpy_to_buffer_view(self.device, out, et).ref)
+            results = [self._result_view(desc, out) for desc, out in zip(outs_desc, outputs)]
         except DispatchError as e:
             self.pending_error = e
             raise
         except Exception as e:  # loader, simulator, or a bug: report it typed, in one line
-            kind = type(e).__name__
-            from torq.contract.executable import ExecutableError
-
-            from .simulator import SimulatorError
-
-            known = isinstance(e, (ExecutableError, SimulatorError))
-            if name:
-                where = f"dispatch '{name}'"
-            if not known:
-                msg = f"{where}: internal error: {kind}: {e}"
-            elif name and f"'{name}'" in str(e):
-                msg = str(e)  # already names the program
-            else:
-                msg = f"{where}: {e}"
-            err = DispatchError(msg, name)
-            self.pending_error = err
+            err = self.pending_error = _typed_error(e, f"dispatch '{name}'" if name else where, name)
             # Keep the cause without its traceback: frames would pin IREE objects.
             raise err from e.with_traceback(None)
         t_end = time.perf_counter()
@@ -265,6 +244,13 @@ class _State:
         self.last_stats.append(d)
         return results[0] if n_results == 1 else tuple(results)
 
+    def _result_view(self, desc, out: np.ndarray) -> rt.VmRef:
+        """A simulator output as a HAL buffer view of the result's host element type."""
+        et = ELEMENT_TYPES.get(desc.host_dtype) or element_type_of_dtype(out.dtype)
+        out = np.asarray(out)
+        if out.dtype != et.dtype:
+            out = out.astype(et.dtype)
+        return numpy_to_buffer_view(self.device, out, et).ref
 
     def check(self, blob_ref: rt.VmRef, which_ref: rt.VmRef, npu_ref: rt.VmRef, host_ref: rt.VmRef) -> Any:
         """`torq.check`: record how far the NPU result is from its host copy's; return it unchanged."""
@@ -364,3 +350,16 @@ class TorqModule:
 
     def close(self) -> None:
         self._finalizer()
+
+
+def _typed_error(e: Exception, where: str, name: str) -> DispatchError:
+    """A loader's, the simulator's or an internal error as one DispatchError line naming `where`."""
+    from torq.contract.executable import ExecutableError
+
+    from .simulator import SimulatorError
+
+    if not isinstance(e, (ExecutableError, SimulatorError)):
+        return DispatchError(f"{where}: internal error: {type(e).__name__}: {e}", name)
+    if name and f"'{name}'" in str(e):
+        return DispatchError(str(e), name)  # already names the program
+    return DispatchError(f"{where}: {e}", name)
