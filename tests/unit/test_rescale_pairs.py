@@ -25,15 +25,29 @@ def int8_pairs():
     return u.ravel().astype(np.int64), v.ravel().astype(np.int64)
 
 
+def qdq(combine, u, v, su, sv, sy, zu, zv, zy):
+    """ONNX QDQ Add (combine np.add) or Mul (np.multiply) of two int8 tensors in f32:
+    rint(combine((u - zu) su, (v - zv) sv) / sy) + zy, clamped to int8."""
+    su, sv, sy = np.float32(su), np.float32(sv), np.float32(sy)
+    t = combine((u - zu).astype(np.float32) * su, (v - zv).astype(np.float32) * sv).astype(np.float32)
+    return np.clip(np.rint((t / sy).astype(np.float32)) + zy, -128, 127).astype(np.int64)
+
+
+def qdq_add(u, v, *scales):
+    return qdq(np.add, u, v, *scales)
+
+
+def qdq_mul(u, v, *scales):
+    return qdq(np.multiply, u, v, *scales)
+
+
 @pytest.mark.parametrize("su,sv,sy,zu,zv,zy", [(0.0459, 0.0198, 0.0194, 43, -128, -128),
                                                (0.0113, 0.0131, 0.0203, 0, 5, 3),
                                                (0.3, 0.031, 0.0194, 43, -128, -128)])
 def test_fit_sum_of_two_dequantized_int8(su, sv, sy, zu, zv, zy):
     """ONNX QDQ Add in f32: rint(((u - zu) su + (v - zv) sv) / sy) + zy, clamped to int8."""
     u, v = int8_pairs()
-    su, sv, sy = np.float32(su), np.float32(sv), np.float32(sy)
-    t = ((u - zu).astype(np.float32) * su + (v - zv).astype(np.float32) * sv).astype(np.float32)
-    q = np.clip(np.rint((t / sy).astype(np.float32)) + zy, -128, 127).astype(np.int64)
+    q = qdq_add(u, v, su, sv, sy, zu, zv, zy)
     fit = fit_sum(u, v, [q], -128, 127)
     g = fit.rescale(u, v)
     assert np.abs(g - q).max() <= 1
@@ -72,9 +86,7 @@ def test_fit_product_of_two_dequantized_int8(su, sv, sy, zu, zv, zy):
     """ONNX QDQ Mul in f32 (squeeze-excite's gate times the feature map):
     rint(((u - zu) su) ((v - zv) sv) / sy) + zy, clamped to int8; the zero points come back."""
     u, v = int8_pairs()
-    su, sv, sy = np.float32(su), np.float32(sv), np.float32(sy)
-    t = ((u - zu).astype(np.float32) * su) * ((v - zv).astype(np.float32) * sv)
-    q = np.clip(np.rint((t.astype(np.float32) / sy).astype(np.float32)) + zy, -128, 127).astype(np.int64)
+    q = qdq_mul(u, v, su, sv, sy, zu, zv, zy)
     fit = fit_product(u, v, [q], -128, 127)
     g = fit.rescale(u, v)
     assert (fit.rescale.zu, fit.rescale.zv) == (zu, zv)
@@ -99,44 +111,25 @@ def test_fit_product_refuses_what_is_no_product():
         fit_product(u, v, [q], -128, 127)
 
 
-def qdq_add(u, v, su, sv, sy, zu, zv, zy):
-    su, sv, sy = np.float32(su), np.float32(sv), np.float32(sy)
-    t = ((u - zu).astype(np.float32) * su + (v - zv).astype(np.float32) * sv).astype(np.float32)
-    return np.clip(np.rint((t / sy).astype(np.float32)) + zy, -128, 127).astype(np.int64)
-
-
-def qdq_mul(u, v, su, sv, sy, zu, zv, zy):
-    su, sv, sy = np.float32(su), np.float32(sv), np.float32(sy)
-    t = ((u - zu).astype(np.float32) * su) * ((v - zv).astype(np.float32) * sv)
-    return np.clip(np.rint((t.astype(np.float32) / sy).astype(np.float32)) + zy, -128, 127).astype(np.int64)
-
-
 # Seeded random QDQ scales on which the search around the least-squares multipliers alone
-# missed 28, 30, 121, 33 and 50 pairs: f32 rounding moved them off the scales, and a line
-# through all the level boundaries still exists.
-@pytest.mark.parametrize("su,sv,sy,zu,zv,zy", [(0.046074, 0.0322986, 0.0378273, 24, -10, -26),
-                                               (0.0378345, 0.0129045, 0.0438431, -122, -124, -27),
-                                               (0.027384, 0.028819, 0.0403604, -114, -51, -76),
-                                               (0.0480745, 0.0116944, 0.0487683, 56, -59, 39),
-                                               (0.0194841, 0.0317435, 0.020206, -21, 15, -55)])
-def test_fit_sum_exact_where_one_exists(su, sv, sy, zu, zv, zy):
+# missed 28, 30, 121, 33 and 50 pairs of a residual add, and 10, 8 and 153 of a squeeze-excite
+# gate: f32 rounding moved them off the scales, and a line through all the level boundaries
+# still exists.
+@pytest.mark.parametrize("kind,scales", [("sum", (0.046074, 0.0322986, 0.0378273, 24, -10, -26)),
+                                         ("sum", (0.0378345, 0.0129045, 0.0438431, -122, -124, -27)),
+                                         ("sum", (0.027384, 0.028819, 0.0403604, -114, -51, -76)),
+                                         ("sum", (0.0480745, 0.0116944, 0.0487683, 56, -59, 39)),
+                                         ("sum", (0.0194841, 0.0317435, 0.020206, -21, 15, -55)),
+                                         ("product", (0.0260793, 0.0475727, 0.0061943, 26, 50, -82)),
+                                         ("product", (0.0344811, 0.0395677, 0.0080688, 26, -24, 22)),
+                                         ("product", (0.0031, 0.0197, 0.0105, -128, 3, -128))])
+def test_exact_where_one_exists(kind, scales):
     u, v = int8_pairs()
-    q = qdq_add(u, v, su, sv, sy, zu, zv, zy)
-    fit = fit_sum(u, v, [q], -128, 127)
+    q = qdq(np.add if kind == "sum" else np.multiply, u, v, *scales)
+    fit = (fit_sum if kind == "sum" else fit_product)(u, v, [q], -128, 127)
     assert fit.differing == 0 and np.array_equal(fit.rescale(u, v), q)
-    assert abs(fit.rescale.mu) < 2 ** 31 and abs(fit.rescale.mv) < 2 ** 31
-
-
-@pytest.mark.parametrize("su,sv,sy,zu,zv,zy", [(0.0260793, 0.0475727, 0.0061943, 26, 50, -82),
-                                               (0.0344811, 0.0395677, 0.0080688, 26, -24, 22),
-                                               (0.0031, 0.0197, 0.0105, -128, 3, -128)])
-def test_fit_product_exact_where_one_exists(su, sv, sy, zu, zv, zy):
-    """Squeeze-excite gates whose grid search missed 10, 8 and 153 pairs."""
-    u, v = int8_pairs()
-    q = qdq_mul(u, v, su, sv, sy, zu, zv, zy)
-    fit = fit_product(u, v, [q], -128, 127)
-    assert fit.differing == 0 and np.array_equal(fit.rescale(u, v), q)
-    assert abs(fit.rescale.multiplier) < 2 ** 31
+    r = fit.rescale
+    assert all(abs(m) < 2 ** 31 for m in ((r.mu, r.mv) if kind == "sum" else (r.multiplier,)))
 
 
 def test_variants_that_disagree_on_a_pair():
