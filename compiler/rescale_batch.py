@@ -155,13 +155,55 @@ def fit_many(steps: list[tuple[int, int, np.ndarray]], glos: list[int], ghis: li
             out[c] = r
         else:
             rescales[c], exact[c] = r, False
+    measured = disagreements([c for c in range(len(steps)) if out[c] is None], steps, glos, ghis, rescales)
     for c in range(len(steps)):
         if out[c] is None:
             try:
-                out[c] = checked_fit(steps[c], glos[c], ghis[c], mirrored[c], rescales[c], exact[c])
+                out[c] = checked_fit(steps[c], glos[c], ghis[c], mirrored[c], rescales[c], exact[c], measured.get(c))
             except NotExact as e:
                 out[c] = _refusal(e)
     return out
+
+
+def disagreements(channels: list[int], steps: list, glos: list[int], ghis: list[int],
+                  rescales: list[Rescale]) -> dict[int, tuple[int, int]]:
+    """`rescale_fit.disagreement` of each channel's rescale with its step points, for the
+    channels where it is found for many at once (the others are left to `checked_fit`).
+
+    With the rescale's step points U_k in closed form (`_rescale_step_points`, where i64
+    holds it) beside the chain's T_k, both non-decreasing: the functions differ exactly on
+    [min(T_k, U_k), max(T_k, U_k)) for each k, so where those intervals do not overlap they
+    differ on sum |U_k - T_k| accumulator values, by at most one step."""
+    out: dict[int, tuple[int, int]] = {}
+    usable = [c for c in channels if _closed_form(steps[c], rescales[c])]
+    for n, idx in _by_length([steps[c][2] for c in usable]).items():
+        cs = [usable[i] for i in idx]
+        ts = np.stack([np.asarray(steps[c][2], np.int64) for c in cs])
+        ks = np.array([steps[c][0] + 1 for c in cs], np.int64)[:, None] + np.arange(n)
+        m, r, s, off = (np.array([getattr(rescales[c], f) for c in cs], np.int64)[:, None]
+                        for f in ("multiplier", "rounding", "shift", "offset"))
+        lo, hi = (np.array([g[c] for c in cs], np.int64)[:, None] for g in (glos, ghis))
+        us = _clamp_rows(-((r - ks * (np.int64(1) << s)) // m) - off, lo, hi + 1)
+        first, last = np.minimum(ts, us), np.maximum(ts, us)
+        sorted_rows = np.all(np.diff(ts, axis=1) >= 0, axis=1)
+        apart = np.all(last[:, :-1] <= first[:, 1:], axis=1)
+        differing = (last - first).sum(1)
+        for i, c in enumerate(cs):
+            if sorted_rows[i] and apart[i]:
+                out[c] = (int(differing[i]), int(differing[i] > 0))
+    return out
+
+
+def _closed_form(steps: tuple, r: Rescale) -> bool:
+    """Whether `_rescale_step_points` of `r` on these levels is its closed form, in i64 (and
+    the levels all inside the rescale's clamp, so none is pinned to an end)."""
+    qlo, qhi, ts = steps
+    return len(ts) > 0 and r.multiplier > 0 and r.qmin <= qlo and qhi <= r.qmax and \
+        max(abs(qlo + 1), abs(qhi)) * (1 << r.shift) + abs(r.rounding) < 1 << 62
+
+
+def _clamp_rows(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    return np.minimum(np.maximum(x, lo), hi)
 
 
 def _one(result):

@@ -291,12 +291,14 @@ class ChannelFit:
 
 
 def checked_fit(steps: tuple[int, int, np.ndarray], glo: int, ghi: int, mirrored: bool, r: Rescale,
-                exact: bool) -> ChannelFit:
+                exact: bool, measured: tuple[int, int] | None = None) -> ChannelFit:
     """The `ChannelFit` of rescale `r` (exact, or the nearest) of g with `steps` on [glo, ghi],
-    measured: raises NotExact if it is more than one output step off anywhere."""
+    measured (or given its `disagreement`, `measured`): raises NotExact if it is more than one
+    output step off anywhere."""
     qlo, qhi, ts = steps
     span = int(ts[-1] - ts[0] + 1) if len(ts) else 0
-    differing, worst = disagreement(ts, _rescale_step_points(r, np.arange(qlo + 1, qhi + 1), glo, ghi), glo, ghi)
+    differing, worst = measured if measured is not None else \
+        disagreement(ts, _rescale_step_points(r, np.arange(qlo + 1, qhi + 1), glo, ghi), glo, ghi)
     if exact and differing:  # cannot happen if fit_rescale is right: never emit it unchecked
         raise NotExact(f"internal check failed: the exact rescale differs on {differing} accumulator values")
     if worst > 1:

@@ -74,3 +74,29 @@ def test_slope_intervals_equal_per_channel():
     ts_list += [np.array([4, 9, 9, 15], np.int64)] * 3  # same length: one block
     want = [_slope_interval(np.arange(1, len(t) + 1, dtype=np.int64), t) for t in ts_list]
     assert slope_intervals(ts_list) == want
+
+
+def test_disagreements_equal_the_per_channel_measure():
+    """The batched measure of many channels' rescales equals `disagreement` of each, on chains
+    with their own rescale and with rescales of other scales (step points far apart, where
+    the intervals overlap and the channel is left to the per-channel measure)."""
+    from torq.compiler.rescale_batch import disagreements
+    from torq.compiler.rescale_fit import Rescale, _rescale_step_points, disagreement
+
+    rng = np.random.default_rng(11)
+    chans = channels(5, 30)
+    steps, lo, hi = [c[0] for c in chans], [c[1] for c in chans], [c[2] for c in chans]
+    fits = fit_many(steps, lo, hi, [False] * len(chans), True)
+    rescales = []
+    for (qlo, qhi, _), fit in zip(steps, fits):
+        r = fit.rescale
+        if rng.random() < 0.4:  # another multiplier: far from the chain
+            r = Rescale(r.offset, int(r.multiplier * rng.uniform(0.9, 1.1)) or 1, r.rounding, r.shift, qlo, qhi)
+        rescales.append(r)
+    got = disagreements(list(range(len(chans))), steps, lo, hi, rescales)
+    assert len(got) > len(chans) // 2 and any(d for d, _ in got.values())
+    for c, (differing, worst) in got.items():
+        qlo, qhi, ts = steps[c]
+        us = _rescale_step_points(rescales[c], np.arange(qlo + 1, qhi + 1), lo[c], hi[c])
+        assert (differing, worst) == disagreement(ts, us, lo[c], hi[c]), c
+    assert len(got) < len(chans)  # some channels left to the per-channel measure
