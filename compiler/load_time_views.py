@@ -9,7 +9,9 @@ weight, on every inference, in copies no simulated figure counts (an MLP's
 7.4 MB per call, a 2-layer LLM decode step's 37.8 MB). Each distinct constant
 is instead exported once: a `util.initializer` appended to the module (after
 every initializer that may set the global it reads) stores its buffer view in
-a private global, which the calls load. The NPU reads it as before; the
+a private global, which the calls load. A constant the call reads reshaped
+(IREE's `flow.tensor.reshape`s, or the dims the dispatch function expanded or
+dropped) is reshaped there too: the reshape moves no data. The NPU reads it as before; the
 runtime never writes an input buffer it did not receive as a read-write
 operand, and a constant is never one.
 """
@@ -17,6 +19,7 @@ operand, and a constant is never one.
 from __future__ import annotations
 
 from iree.compiler import ir
+from iree.compiler.dialects import flow
 
 BUFFER_VIEW = "!hal.buffer_view"
 GLOBAL_PREFIX = "__torq_load_time_view_"
@@ -34,6 +37,14 @@ def _constant_key(value: ir.Value):
     return None
 
 
+def _through_reshapes(value: ir.Value) -> ir.Value:
+    """The value a chain of static `flow.tensor.reshape`s (IREE's, or the target's) reshapes."""
+    while not isinstance(value.owner, ir.Block) and value.owner.name == "flow.tensor.reshape" \
+            and len(value.owner.operands) == 1:
+        value = value.owner.operands[0]
+    return value
+
+
 class LoadTimeViews:
     """The load-time buffer views of one module's constant call operands (module docstring)."""
 
@@ -41,18 +52,24 @@ class LoadTimeViews:
         self.body = module_op.regions[0].blocks[0]
         self.globals: dict = {}  # constant key -> name of its buffer view global
 
-    def view(self, value: ir.Value) -> ir.Value | None:
-        """`value`'s buffer view loaded at the insertion point when `value` is a constant
-        (exported at load the first time it is asked for), else None."""
-        key = _constant_key(value)
+    def view(self, value: ir.Value, shape: tuple[int, ...] | None = None) -> ir.Value | None:
+        """`value`'s buffer view (of `shape` when given: a `flow.tensor.reshape` at load, no
+        data moved) loaded at the insertion point when `value` is a constant (exported at load
+        the first time it is asked for), else None."""
+        if not isinstance(value.type, ir.RankedTensorType):
+            return None
+        shape = tuple(shape) if shape is not None else tuple(ir.RankedTensorType(value.type).shape)
+        source = _through_reshapes(value)
+        key = _constant_key(source)
         if key is None:
             return None
+        key = (*key, shape)
         if key not in self.globals:
-            self.globals[key] = self._export_at_load(value)
+            self.globals[key] = self._export_at_load(source, shape)
         return ir.Operation.create("util.global.load", results=[ir.Type.parse(BUFFER_VIEW)],
                                    attributes={"global": ir.FlatSymbolRefAttr.get(self.globals[key])}).result
 
-    def _export_at_load(self, value: ir.Value) -> str:
+    def _export_at_load(self, value: ir.Value, shape: tuple[int, ...]) -> str:
         name = f"{GLOBAL_PREFIX}{len(self.globals)}"
         bv = ir.Type.parse(BUFFER_VIEW)
         with ir.InsertionPoint(self.body), value.owner.location:  # after every initializer
@@ -63,9 +80,13 @@ class LoadTimeViews:
                 "function_type": ir.TypeAttr.get(ir.FunctionType.get([], []))})
         block = init.regions[0].blocks.append()
         with ir.InsertionPoint(block), value.owner.location:
-            constant = value.owner.clone()  # the same attribute or global load, no data copied
-            view = ir.Operation.create("hal.tensor.export", results=[bv], operands=[constant.results[0]],
-                                       attributes={"source_encoding": ir.TypeAttr.get(value.type)}).result
+            constant = value.owner.clone().results[0]  # the same attribute or global load, no data copied
+            vtype = ir.RankedTensorType(value.type)
+            if tuple(vtype.shape) != shape:
+                constant = flow.TensorReshapeOp(ir.RankedTensorType.get(list(shape), vtype.element_type),
+                                                constant, [], []).result
+            view = ir.Operation.create("hal.tensor.export", results=[bv], operands=[constant],
+                                       attributes={"source_encoding": ir.TypeAttr.get(constant.type)}).result
             ir.Operation.create("util.global.store", operands=[view],
                                 attributes={"global": ir.FlatSymbolRefAttr.get(name)})
             ir.Operation.create("util.return")

@@ -156,8 +156,8 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
         operands = [arguments[i] for i in ex.input_operands]
         for j, head in ex.host_heads.items():  # the model input's quantize runs on the host
             operands[j] = host_tail_dispatch(operands[j], head, ir.Type.parse(head.result_type))
-        operands = [_reshaped(v, shape) for v, shape in zip(operands, compiled.arg_shapes)]
-        views = [_input_view(v, i in ex.index_operands, load_time) for v, i in zip(operands, ex.input_operands)]
+        views = [_input_view(v, shape, i in ex.index_operands, load_time)
+                 for v, shape, i in zip(operands, compiled.arg_shapes, ex.input_operands)]
         views += [export_view(arguments[i]) for i in passed[len(ex.input_operands):]]
         call = ir.Operation.create("util.call", results=[bv] * len(dispatch.results),
                                    operands=[exe.result] + views,
@@ -190,12 +190,13 @@ def _reshaped(operand: ir.Value, shape: tuple[int, ...]) -> ir.Value:
     return flow.TensorReshapeOp(ir.RankedTensorType.get(shape, element_type(operand.type)), operand, [], []).result
 
 
-def _input_view(operand: ir.Value, is_index: bool, load_time: LoadTimeViews) -> ir.Value:
-    """The buffer view a call passes for an input operand: a constant's exported once at load
-    (compiler/load_time_views.py), an index operand's as a tensor<1xi32>, else exported here."""
+def _input_view(operand: ir.Value, shape: tuple[int, ...], is_index: bool, load_time: LoadTimeViews) -> ir.Value:
+    """The buffer view a call passes for an input operand, of the function's argument `shape`:
+    a constant's exported once at load (compiler/load_time_views.py; reshaped there when the
+    function expanded or dropped dims), an index operand's as a tensor<1xi32>, else exported here."""
     if is_index:
         return export_view(_index_tensor(operand))
-    return load_time.view(operand) or export_view(operand)
+    return load_time.view(operand, shape) or export_view(_reshaped(operand, shape))
 
 
 def _index_tensor(index: ir.Value) -> ir.Value:

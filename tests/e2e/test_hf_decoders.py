@@ -107,6 +107,31 @@ def test_qwen3_rotary_over_collapsed_heads_runs_on_the_npu():
     assert _compile(transformers.Qwen3ForCausalLM(config)) == []
 
 
+def test_qwen3_rotary_tables_exported_once_at_load(tmp_path):
+    """IREE hoists Qwen3's cos / sin tables into globals and reshapes them for the rotary's
+    dispatch, which the target reshapes again (its head dim expanded into digits): the NPU
+    calls read them through load-time views (compiler/load_time_views.py), so the model's
+    function copies no constant at run time (in IREE's stream IR)."""
+    import os
+    import subprocess
+
+    import iree.turbine.aot as aot
+
+    torch.manual_seed(0)
+    config = transformers.Qwen3Config(num_key_value_heads=2, head_dim=16, **WIDTHS)
+    model = CausalLM(transformers.Qwen3ForCausalLM(config).eval()).eval()
+    src = tmp_path / "qwen3.mlir"
+    src.write_text(str(aot.export(model, torch.zeros((1, T), dtype=torch.int64)).mlir_module))
+    out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "torq-compile"), str(src),
+                          "--compile-to=executable-sources", "--torq-cache-dir=none", "-o", "-"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    start = out.stdout.index("util.func public @main")
+    end = out.stdout.find("util.func", start + 1)
+    main = out.stdout[start:end if end > 0 else len(out.stdout)]
+    assert main.count("torq.run_") > 20 and "resource<constant>" not in main
+
+
 def test_gptj_interleaved_rotary_runs_on_the_npu():
     torch.manual_seed(0)
     config = transformers.GPTJConfig(vocab_size=256, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, n_positions=64)
