@@ -2,18 +2,18 @@
 
 A call of the `torq` module takes its operands as `!hal.buffer_view`s
 (`hal.tensor.export`). Exported at the call, a constant (a weight: an
-`arith.constant`, or a load of an immutable global such as an external
-parameter or a transpose IREE hoisted into an initializer) is copied by IREE
-out of the module's constant pool into a fresh buffer at every call: every
-weight, on every inference, in copies no simulated figure counts (an MLP's
-7.4 MB per call, a 2-layer LLM decode step's 37.8 MB). Each distinct constant
-is instead exported once: a `util.initializer` appended to the module (after
-every initializer that may set the global it reads) stores its buffer view in
-a private global, which the calls load. A constant the call reads reshaped
-(IREE's `flow.tensor.reshape`s, or the dims the dispatch function expanded or
-dropped) is reshaped there too: the reshape moves no data. The NPU reads it as before; the
-runtime never writes an input buffer it did not receive as a read-write
-operand, and a constant is never one.
+`arith.constant`, an external parameter's `flow.tensor.constant`, or a load
+of an immutable global such as a transpose IREE hoisted into an initializer)
+is copied by IREE out of the module's constant pool into a fresh buffer at
+every call: every weight, on every inference, in copies no simulated figure
+counts (an MLP's 7.4 MB per call, a 2-layer LLM decode step's 37.8 MB). Each
+distinct constant is instead exported once: a `util.initializer` appended to
+the module (after every initializer that may set the global it reads) stores
+its buffer view in a private global, which the calls load. A constant the
+call reads reshaped (IREE's `flow.tensor.reshape`s, or the dims the dispatch
+function expanded or dropped) is reshaped there too: the reshape moves no
+data. The NPU reads it as before; the runtime never writes an input buffer it
+did not receive as a read-write operand, and a constant is never one.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ def _constant_key(value: ir.Value):
     op = value.owner
     if isinstance(op, ir.Block):
         return None
-    if op.name == "arith.constant" and isinstance(value.type, ir.RankedTensorType):
-        return ("value", op.attributes["value"])
+    if op.name in ("arith.constant", "flow.tensor.constant") and isinstance(value.type, ir.RankedTensorType):
+        return ("value", op.attributes["value"])  # flow's: an external parameter (#flow.parameter.named)
     if op.name == "util.global.load" and "is_immutable" in op.attributes:
         return ("global", ir.FlatSymbolRefAttr(op.attributes["global"]).value)
     return None

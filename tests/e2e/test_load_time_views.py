@@ -69,3 +69,22 @@ def test_module_computes_with_load_time_views():
     x = np.random.default_rng(1).normal(0, 1, (8, 64)).astype(np.float32)
     for _ in range(2):  # the views serve every call
         assert within_bf16_limits(cm(x), np.tanh(x @ WEIGHTS) @ WEIGHTS)
+
+
+def test_external_parameters_exported_once_at_load(tmp_path):
+    """Weights in a parameter archive (an LLM as IREE deploys it: `flow.tensor.constant`s of
+    named parameters, the embedding table and the norms read by the calls as they are, the
+    projections through initializers IREE hoists): prefill and decode copy no constant at run
+    time (before, each decode call copied the embedding table out of the constant pool)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
+    from llm import LlamaConfig, export_llm, make_llama
+
+    model = make_llama(LlamaConfig(layers=1, vocab=256, hidden=64, heads=4, kv_heads=2, ffn=128, max_len=16))
+    src = tmp_path / "llm.mlir"
+    src.write_text(str(export_llm(model, 8, str(tmp_path / "weights.irpa")).mlir_module))
+    out = subprocess.run([os.path.join(BIN, "torq-compile"), str(src), "--compile-to=executable-sources",
+                          "--torq-cache-dir=none", "-o", "-"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for name in ("prefill$async(", "decode$async("):
+        function = _function(out.stdout, name)
+        assert function.count("torq.run_") > 5 and "resource<constant>" not in function, name
