@@ -106,6 +106,17 @@ def static_slice(source: ir.Value, offsets: list[int], sizes: list[int], result:
                     "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])}).results[0]
 
 
+def reshaped(value: ir.Value, shape: tuple[int, ...]) -> ir.Value:
+    """`value` with static `shape` (a `flow.tensor.reshape`, which moves no data) at the
+    insertion point; `value` itself when it has that shape or is no ranked tensor."""
+    from iree.compiler.dialects import flow
+
+    if not isinstance(value.type, ir.RankedTensorType) or \
+            static_shape(value.type) == (None if shape is None else tuple(shape)):
+        return value
+    return flow.TensorReshapeOp(ir.RankedTensorType.get(list(shape), element_type(value.type)), value, [], []).result
+
+
 def erase_unused(ops: Callable[[], Iterable], names: Container[str] | None = None) -> None:
     """Erases the ops `ops()` lists whose results nothing reads, those named in `names` (or,
     with None, any op with results), again until none is left: erasing one may leave its

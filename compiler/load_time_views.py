@@ -19,7 +19,8 @@ did not receive as a read-write operand, and a constant is never one.
 from __future__ import annotations
 
 from iree.compiler import ir
-from iree.compiler.dialects import flow
+
+from .ir_utils import reshaped
 
 BUFFER_VIEW = "!hal.buffer_view"
 GLOBAL_PREFIX = "__torq_load_time_view_"
@@ -80,11 +81,8 @@ class LoadTimeViews:
                 "function_type": ir.TypeAttr.get(ir.FunctionType.get([], []))})
         block = init.regions[0].blocks.append()
         with ir.InsertionPoint(block), value.owner.location:
-            constant = value.owner.clone().results[0]  # the same attribute or global load, no data copied
-            vtype = ir.RankedTensorType(value.type)
-            if tuple(vtype.shape) != shape:
-                constant = flow.TensorReshapeOp(ir.RankedTensorType.get(list(shape), vtype.element_type),
-                                                constant, [], []).result
+            # The same attribute or global load (no data copied), with the call's shape.
+            constant = reshaped(value.owner.clone().results[0], shape)
             view = ir.Operation.create("hal.tensor.export", results=[bv], operands=[constant],
                                        attributes={"source_encoding": ir.TypeAttr.get(constant.type)}).result
             ir.Operation.create("util.global.store", operands=[view],

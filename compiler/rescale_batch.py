@@ -30,8 +30,11 @@ from .rescale_fit import (
     MultiplierSearch,
     NotExact,
     Rescale,
+    _clamp,
     _multiplier_costs,
     checked_fit,
+    closed_form_holds,
+    closed_form_step_points,
     nearest_candidates,
     nearest_result,
     rescale_in_interval,
@@ -183,7 +186,7 @@ def disagreements(channels: list[int], steps: list, glos: list[int], ghis: list[
         m, r, s, off = (np.array([getattr(rescales[c], f) for c in cs], np.int64)[:, None]
                         for f in ("multiplier", "rounding", "shift", "offset"))
         lo, hi = (np.array([g[c] for c in cs], np.int64)[:, None] for g in (glos, ghis))
-        us = _clamp_rows(-((r - ks * (np.int64(1) << s)) // m) - off, lo, hi + 1)
+        us = _clamp(closed_form_step_points(ks, m, r, s, off), lo, hi + 1)
         first, last = np.minimum(ts, us), np.maximum(ts, us)
         sorted_rows = np.all(np.diff(ts, axis=1) >= 0, axis=1)
         apart = np.all(last[:, :-1] <= first[:, 1:], axis=1)
@@ -195,15 +198,10 @@ def disagreements(channels: list[int], steps: list, glos: list[int], ghis: list[
 
 
 def _closed_form(steps: tuple, r: Rescale) -> bool:
-    """Whether `_rescale_step_points` of `r` on these levels is its closed form, in i64 (and
-    the levels all inside the rescale's clamp, so none is pinned to an end)."""
+    """Whether `_rescale_step_points` of `r` on these levels is its closed form, with the
+    levels all inside the rescale's clamp (none pinned to an end)."""
     qlo, qhi, ts = steps
-    return len(ts) > 0 and r.multiplier > 0 and r.qmin <= qlo and qhi <= r.qmax and \
-        max(abs(qlo + 1), abs(qhi)) * (1 << r.shift) + abs(r.rounding) < 1 << 62
-
-
-def _clamp_rows(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    return np.minimum(np.maximum(x, lo), hi)
+    return len(ts) > 0 and r.qmin <= qlo and qhi <= r.qmax and closed_form_holds(r, qlo + 1, qhi)
 
 
 def _one(result):

@@ -314,15 +314,23 @@ def first_reaching(f, ks: np.ndarray, lo: int, hi: int) -> np.ndarray:
 
 
 def _rescale_step_points(r: Rescale, ks: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """`first_reaching` of a non-decreasing rescale, in closed form where i64 holds it:
-    ((a + offset) m + R) >> s >= k  iff  a >= ceil((k 2^s - R) / m) - offset."""
-    one = 1 << r.shift
-    if r.multiplier <= 0 or len(ks) == 0 or \
-            max(abs(int(ks[0])), abs(int(ks[-1]))) * one + abs(r.rounding) >= 1 << 62:
+    """`first_reaching` of a non-decreasing rescale, in closed form where i64 holds it."""
+    if len(ks) == 0 or not closed_form_holds(r, int(ks[0]), int(ks[-1])):
         return first_reaching(r, ks, lo, hi)
-    u = -((r.rounding - ks.astype(np.int64) * one) // r.multiplier) - r.offset  # ceil division
+    u = closed_form_step_points(ks.astype(np.int64), r.multiplier, r.rounding, r.shift, r.offset)
     u = np.where(ks <= r.qmin, lo, np.where(ks > r.qmax, hi + 1, u))
     return _clamp(u, lo, hi + 1)
+
+
+def closed_form_holds(r: Rescale, k_first: int, k_last: int) -> bool:
+    """Whether `closed_form_step_points` of `r` on levels k_first..k_last stays in i64."""
+    return r.multiplier > 0 and max(abs(k_first), abs(k_last)) * (1 << r.shift) + abs(r.rounding) < 1 << 62
+
+
+def closed_form_step_points(ks, multiplier, rounding, shift, offset):
+    """((a + offset) m + R) >> s >= k  iff  a >= ceil((k 2^s - R) / m) - offset (m > 0), per
+    level k; the parameters are numbers or arrays broadcasting with `ks` (i64)."""
+    return -((rounding - ks * (np.int64(1) << shift)) // multiplier) - offset  # ceil division
 
 
 def disagreement(ts: np.ndarray, us: np.ndarray, lo: int, hi: int) -> tuple[int, int]:

@@ -99,14 +99,20 @@ def fit_sum(u: np.ndarray, v: np.ndarray, qs: list[np.ndarray], qmin: int, qmax:
     return _measured(best[1], u, v, qs, "sum")
 
 
-def _sum_shift(alpha: float, beta: float, gamma: float) -> int:
-    """The largest shift keeping both multipliers below 2^31 and the sum exact in f64 and i64."""
-    big = max(abs(alpha), abs(beta), 1e-12)
+def _largest_shift(big: float, reach: float, what: str) -> int:
+    """The largest shift keeping a multiplier of scale `big` below 2^31 and a scaled value of
+    magnitude `reach` exact in f64 (and so in i64); raises NotExact (`what` ... above 2^31)."""
     shift = min(_MAX_SHIFT - 8, int(math.floor(math.log2(_MAX_MULTIPLIER / big))),
-                int(math.floor(math.log2((1 << 53) / (big * 256 + abs(gamma) + 1)))))
+                int(math.floor(math.log2((1 << 53) / reach))))
     if shift < 8:
-        raise NotExact(f"the scales of the sum ({alpha:.6g}, {beta:.6g}) need multipliers above 2^31")
+        raise NotExact(f"{what} above 2^31")
     return shift
+
+
+def _sum_shift(alpha: float, beta: float, gamma: float) -> int:
+    big = max(abs(alpha), abs(beta), 1e-12)
+    return _largest_shift(big, big * 256 + abs(gamma) + 1,
+                          f"the scales of the sum ({alpha:.6g}, {beta:.6g}) need multipliers")
 
 
 def _sum_rescale(w: np.ndarray, qmin: int, qmax: int) -> SumRescale | None:
@@ -187,13 +193,8 @@ def fit_product(u: np.ndarray, v: np.ndarray, qs: list[np.ndarray], qmin: int, q
 
 
 def _product_shift(a: float, pmax: float) -> int:
-    """The largest shift keeping the multiplier below 2^31 and the product exact in f64 and i64."""
     big = max(abs(a), 1e-12)
-    shift = min(_MAX_SHIFT - 8, int(math.floor(math.log2(_MAX_MULTIPLIER / big))),
-                int(math.floor(math.log2((1 << 53) / (big * (pmax + 1))))))
-    if shift < 8:
-        raise NotExact(f"the scale of the product ({a:.6g}) needs a multiplier above 2^31")
-    return shift
+    return _largest_shift(big, big * (pmax + 1), f"the scale of the product ({a:.6g}) needs a multiplier")
 
 
 def _product_rescale(zu: int, zv: int, w: np.ndarray, pmax: float, qmin: int, qmax: int) -> ProductRescale | None:

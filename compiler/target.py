@@ -57,7 +57,7 @@ from .dispatch_compile import (
 )
 from .dispatch_extraction import ExtractedDispatch, FlowModuleFacts, extract_dispatch_function
 from .host_dispatches import box_copy_dispatch, hoist_input_pads, host_tail_dispatch
-from .ir_utils import CompileError, element_type, location_str, static_shape, walk_ops
+from .ir_utils import CompileError, location_str, reshaped, static_shape, walk_ops
 from .load_time_views import LoadTimeViews
 from .macs import count_macs
 from .passes import PassOptions, super_tiling
@@ -168,7 +168,7 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
             # An in-place result is the whole updated operand, of the dispatch result's type.
             t = r.type if k in ex.in_place else t
             # The function may have dropped unit dims (torq-fold-unit-dims) or expanded a dim.
-            value = _reshaped(import_view(v, t), static_shape(r.type))
+            value = reshaped(import_view(v, t), static_shape(r.type))
             if k in ex.host_tails:  # the dequantize after an int8 NPU result runs on the host
                 value = host_tail_dispatch(value, ex.host_tails[k], ir.RankedTensorType(r.type).element_type)
             if copy is not None and tied < 0:
@@ -182,21 +182,13 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
         _hoist_pads_for_host(copy)
 
 
-def _reshaped(operand: ir.Value, shape: tuple[int, ...]) -> ir.Value:
-    """`operand` (or a call's result) with the shape the other side has (the pipeline
-    expanded or dropped dims: `flow.tensor.reshape`, which moves no data)."""
-    if not isinstance(operand.type, ir.RankedTensorType) or static_shape(operand.type) == shape:
-        return operand  # an index operand is passed as a tensor<1xi32> (`_input_view`)
-    return flow.TensorReshapeOp(ir.RankedTensorType.get(shape, element_type(operand.type)), operand, [], []).result
-
-
 def _input_view(operand: ir.Value, shape: tuple[int, ...], is_index: bool, load_time: LoadTimeViews) -> ir.Value:
     """The buffer view a call passes for an input operand, of the function's argument `shape`:
     a constant's exported once at load (compiler/load_time_views.py; reshaped there when the
     function expanded or dropped dims), an index operand's as a tensor<1xi32>, else exported here."""
     if is_index:
         return export_view(_index_tensor(operand))
-    return load_time.view(operand, shape) or export_view(_reshaped(operand, shape))
+    return load_time.view(operand, shape) or export_view(reshaped(operand, shape))
 
 
 def _index_tensor(index: ir.Value) -> ir.Value:
