@@ -108,8 +108,9 @@ from .ir_utils import (
     static_shape,
     sync_function_type,
 )
-from .requant_channels import RESIDUAL_I32_BOUND, Known, fit_channels, per_channel_constants
+from .requant_channels import RESIDUAL_I32_BOUND, Known, fit_channels, on_channel_grid, per_channel_constants
 from .requant_emit import rescale_generic
+from .requant_float_contraction import F32_SUM_ERROR
 from .requant_split import ActivationTable, build_table, split_first_int, split_residual_add
 from .requant_stages import Channels, StageSplitter
 from .requant_summary import RequantSummary
@@ -169,27 +170,26 @@ def _accumulator_range(con: ir.Operation, known: Known) -> tuple[np.ndarray, np.
 
 def _channel_values(op: ir.Operation, skip: set[int], known: Known, range_dims: list[int],
                     acc_lo: np.ndarray, acc_hi: np.ndarray, acc_map_dims: list[int], residual: int = -1):
-    """Per channel: ({block arg: scalar}, lo, hi). The channel dim is the one result dim
-    every per-channel value (operands, accumulator bounds) varies along, if any."""
-    maps = indexing_maps(op)
-    out = map_dims(maps[-1])
+    """(chan, per channel: ({block arg: scalar}, lo, hi)). The channels are the points of the
+    result dims `chan` (sorted) that some per-channel value (operands, accumulator bounds)
+    varies along: none, one (a conv's output channels), or several (a grouped conv's groups x
+    channels), numbered in row-major order."""
+    out = map_dims(indexing_maps(op)[-1])
     shape = static_shape(op.results[0].type)
     chan_dims, per = per_channel_constants(op, known, (*skip, residual))
     # Accumulator bounds vary along contraction result dims; map them to this op's result dims.
-    for rd in range_dims:
-        chan_dims.add(out.index(acc_map_dims[rd]))
-    if len(chan_dims) > 1:
-        raise NotExact("the requantization parameters vary along more than one dim")
-    chan = chan_dims.pop() if chan_dims else None
-    n = shape[chan] if chan is not None else 1
-    lo = np.broadcast_to(np.asarray(acc_lo).reshape(-1), (n,)) if acc_lo.size in (1, n) else None
-    hi = np.broadcast_to(np.asarray(acc_hi).reshape(-1), (n,)) if acc_hi.size in (1, n) else None
-    if lo is None or hi is None:
-        raise NotExact("accumulator bounds and parameters disagree on the channel count")
-    channels = []
-    for ch in range(n):
-        vals = {a: (v if dim is None else v[ch]) for a, (dim, v) in per.items()}
-        channels.append((vals, int(lo[ch]), int(hi[ch])))
+    range_pos = [out.index(acc_map_dims[rd]) for rd in range_dims]
+    chan = tuple(sorted(chan_dims | set(range_pos)))
+    n = math.prod(shape[d] for d in chan)
+    bounds = []
+    for b in (acc_lo, acc_hi):
+        b = np.asarray(b)
+        if b.size > 1:
+            b = on_channel_grid(b.transpose(np.argsort(range_pos)), tuple(sorted(range_pos)), chan, shape)
+        bounds.append(np.broadcast_to(b.reshape(-1), (n,)))
+    values = {a: v if dims is None else on_channel_grid(v, dims, chan, shape) for a, (dims, v) in per.items()}
+    channels = [({a: v if per[a][0] is None else v[ch] for a, v in values.items()}, int(bounds[0][ch]),
+                 int(bounds[1][ch])) for ch in range(n)]
     return chan, channels
 
 
@@ -197,7 +197,7 @@ def _channel_values(op: ir.Operation, skip: set[int], known: Known, range_dims: 
 class _Plan:
     op: ir.Operation  # the float requantization generic
     acc_index: int
-    chan: int | None  # result dim the parameters vary along
+    chan: tuple[int, ...]  # result dims the parameters vary along (none: one channel)
     rescales: list[Rescale]
     q_type: str  # element type of the integer result
     tail: HostTail | None
@@ -262,18 +262,38 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
                             q_type, nearest, residual >= 0)
     ops, result = later.ops, later.result
     chan, channels = _channel_values(op, skip, known, range_dims, acc_lo, acc_hi, acc_dims, residual)
-    fits = fit_channels(Chain(ops, result, acc_v, host), channels, chan, kind, nearest)
+    sum_error = _f32_sum_error(con)
+    fits = fit_channels(Chain(ops, result, acc_v, host), channels, chan, kind, nearest, sum_error)
     res_fits = _residual_fits(res_split, block.arguments[residual] if residual >= 0 else None, channels, chan,
                               kind, host, nearest)
     summary = _summary(kind, fits, sum_fit, later.table, res_fits)
+    if sum_error:
+        _count_f32_rounding(summary, fits, channels, nearest)
     if later.stages:
-        if later.channels.dim not in (None, chan):
+        if later.channels.dims not in ((), chan):
             raise NotExact("the steps after stage 1 vary along another dim than stage 1")
         summary.rest = RequantSummary.of_stages("rest", later.stages)
     return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary,
                  residual, sum_fit.rescale if sum_fit else None, later.table,
                  [x.rescale for x in res_fits] if res_fits else None,
                  rest_stages=later.stages, rest_leaf=result if later.stages else None, correction=corr)
+
+
+def _f32_sum_error(con: ir.Operation) -> float:
+    """The f32 rounding of the float contraction `con` replaces, in accumulator units (0: none,
+    an integer contraction from the start); see compiler/requant_float_contraction.py."""
+    return ir.FloatAttr(con.attributes[F32_SUM_ERROR]).value if F32_SUM_ERROR in con.attributes else 0.0
+
+
+def _count_f32_rounding(summary: RequantSummary, fits: list, channels: list, nearest: bool) -> None:
+    """Records in `summary` the accumulators llvm-cpu's f32 contraction may put a step off;
+    with --torq-requant=exact, any refuses."""
+    ambiguous = sum(f.ambiguous for f in fits)
+    if ambiguous and not nearest:
+        raise NotExact(f"{ambiguous} accumulator values lie within llvm-cpu's f32 rounding of the {summary.kind} "
+                       f"of a step (its result there depends on the order it adds in)")
+    summary.contraction_ambiguous = ambiguous
+    summary.contraction_accumulators = sum(hi - lo + 1 for _, lo, hi in channels)
 
 
 def _accumulator_of(op: ir.Operation) -> tuple[int, ir.Operation, str] | None:
@@ -343,7 +363,7 @@ class _LaterStages:
         return _LaterStages(split[0], split[1], channels=channels, table=None if table.is_identity() else table)
 
 
-def _residual_fits(res_split, residual_arg: ir.Value | None, channels: list, chan: int | None, kind: str, host,
+def _residual_fits(res_split, residual_arg: ir.Value | None, channels: list, chan: tuple[int, ...], kind: str, host,
                    nearest: bool) -> list | None:
     """The fits of the i32 residual's own rescale stage, when the residual add has one."""
     if res_split is None or res_split.res_stage is None:
@@ -371,7 +391,7 @@ def _accumulator_tail_plan(op: ir.Operation, acc_index: int, known: Known, kind:
         raise NotExact(f"the f32 dequantize of the {kind} accumulator is not only the dispatch's result")
     _, per = per_channel_constants(op, known, (acc_index,))
     tail = accumulator_tail(op, acc_index, per)
-    return _Plan(op, acc_index, None, [], "i32", tail, next(u.operand_number for u in op.results[0].uses),
+    return _Plan(op, acc_index, (), [], "i32", tail, next(u.operand_number for u in op.results[0].uses),
                  RequantSummary(kind, [], []), accumulator_only=True)
 
 
@@ -423,6 +443,9 @@ def lower_float_requantization(func: ir.Operation, arg_constants, host, nearest:
         if plan.accumulator_only:
             _leave_tail_to_host(func, plan, plan.op.operands[plan.acc_index], done)
             continue
+        contraction = plan.op.operands[plan.acc_index].owner
+        if F32_SUM_ERROR in contraction.attributes:  # consumed: the summary reports it
+            del contraction.attributes[F32_SUM_ERROR]
         args = [plan.op.operands[plan.acc_index]] + \
             ([plan.op.operands[plan.residual_index]] if plan.residual_index >= 0 else []) + \
             [plan.op.operands[i] for i in (plan.correction.operands if plan.correction else ())]

@@ -4,6 +4,9 @@ without a contraction (requant_elementwise.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import numpy as np
 from iree.compiler import ir
 
@@ -32,9 +35,11 @@ class Known:
 
 
 def per_channel_constants(op: ir.Operation, known, skip=()) -> tuple[set[int], dict]:
-    """(result dims the constants vary along, {block arg: (result dim or None, value(s))}) for
-    every input of `op` but those in `skip`, each a scalar or one value per channel; raises
-    NotExact when an input is not a constant or varies along several dims."""
+    """(result dims the constants vary along, {block arg: (dims, value(s))}) for every input of
+    `op` but those in `skip`: a scalar (dims None) or one value per channel, an array over the
+    result dims `dims` it varies along (sorted; a grouped convolution's parameters vary along
+    groups x channels); raises NotExact when an input is not a constant or varies along a
+    loop that is not a result dim."""
     maps = indexing_maps(op)
     out = map_dims(maps[-1])
     args = op.regions[0].blocks[0].arguments
@@ -51,24 +56,56 @@ def per_channel_constants(op: ir.Operation, known, skip=()) -> tuple[set[int], d
             per[args[i]] = (None, c.reshape(-1)[0])
             continue
         loops = [dd for dd, n in zip(d, c.shape) if n != 1]
-        if len(loops) != 1 or loops[0] not in out:
-            raise NotExact(f"operand {i} of the requantization varies along several dims")
-        chan_dims.add(out.index(loops[0]))
-        per[args[i]] = (out.index(loops[0]), c.reshape(-1))
+        if any(loop not in out for loop in loops) or len(set(loops)) != len(loops):
+            raise NotExact(f"operand {i} of the requantization varies along a loop that is not a result dim")
+        pos = [out.index(loop) for loop in loops]
+        values = c.reshape([n for n in c.shape if n != 1]).transpose(np.argsort(pos))
+        chan_dims.update(pos)
+        per[args[i]] = (tuple(sorted(pos)), values)
     return chan_dims, per
 
 
-def fit_channels(chain: Chain, channels: list, chan: int | None, kind: str, nearest: bool) -> list[ChannelFit]:
-    """The rescale of each channel of `chain` (exact, or with `nearest` the nearest)."""
+def on_channel_grid(values: np.ndarray, dims: tuple[int, ...], chan: tuple[int, ...], shape) -> np.ndarray:
+    """`values` over result dims `dims` (a subset of `chan`, both sorted) broadcast to the
+    channels over `chan` of a result of `shape`, flattened in row-major order."""
+    grid = [shape[d] for d in chan]
+    return np.broadcast_to(np.reshape(values, [shape[d] if d in dims else 1 for d in chan]), grid).reshape(-1)
+
+
+def fit_channels(chain: Chain, channels: list, chan, kind: str, nearest: bool,
+                 sum_error: float = 0.0) -> list[ChannelFit]:
+    """The rescale of each channel of `chain` (exact, or with `nearest` the nearest). With a
+    `sum_error` (the chain stands for an f32 contraction llvm-cpu rounds, up to that many
+    accumulator units off: requant_float_contraction), each fit counts the accumulators that
+    close to a step point (`ambiguous_accumulators`)."""
     steps = _batched_step_points(chain, channels, kind)
     ends = [(lo, hi) if direction >= 0 else (-hi, -lo) for (_, lo, hi), (direction, _) in zip(channels, steps)]
     fits = fit_many([st for _, st in steps], [g[0] for g in ends], [g[1] for g in ends],
                     [direction < 0 for direction, _ in steps], nearest)
     for ch, ((_, lo, hi), fit) in enumerate(zip(channels, fits)):
+        where = f"channel {ch}" if chan not in (None, ()) else "the tensor"
         if isinstance(fit, NotExact):
-            where = f"channel {ch}" if chan is not None else "the tensor"
             raise NotExact(f"{kind} float requantization, {where} (accumulator range [{lo}, {hi}]): {fit}")
+        if sum_error:
+            try:
+                fits[ch] = dataclasses.replace(fit, ambiguous=ambiguous_accumulators(steps[ch][1][2], *ends[ch],
+                                                                                     sum_error))
+            except NotExact as e:
+                raise NotExact(f"{kind} float requantization, {where}: {e}") from None
     return fits
+
+
+def ambiguous_accumulators(step_points: np.ndarray, lo: int, hi: int, error: float) -> int:
+    """The accumulators a in [lo, hi] whose level may differ at a +- `error` (a step point T
+    in (a - E, a + E], E = ceil(error) + 1: the margin covers the rounding of the chain
+    itself at a +- E), counted from the step points; raises NotExact when two step points lie
+    within 2 E + 2 (a value that far off could be two steps off)."""
+    e = math.ceil(error) + 1
+    ts = np.asarray(step_points, np.int64)
+    if len(ts) > 1 and int(np.diff(ts).min()) <= 2 * e + 2:
+        raise NotExact(f"llvm-cpu's f32 rounding of the contraction (up to {error:.3g} accumulator units) "
+                       f"spans an output step")
+    return int(np.maximum(0, np.minimum(ts + e - 1, hi) - np.maximum(ts - e, lo) + 1).sum())
 
 
 def _batched_step_points(chain: Chain, channels: list, kind: str) -> list:

@@ -115,7 +115,7 @@ def lower_int8_arithmetic(func: ir.Operation, known, host, nearest: bool) -> lis
         channels = Channels.of(op, known, set(variables))
         body = region_ops(op)
         stages = StageSplitter(body[:-1], channels, host, nearest, ranges).split(body[-1].operands[0])
-        new = inline_function_text(elementwise_function(op, variables, stages, channels.dim), op,
+        new = inline_function_text(elementwise_function(op, variables, stages, channels.dims), op,
                       [op.operands[i] for i in variables])
         summary = RequantSummary.of_stages("int8 elementwise", stages)
     elif len(generics) == 2 and "reduction" in its[0] and "reduction" not in its[1]:

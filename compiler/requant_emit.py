@@ -17,6 +17,7 @@ dim. The Torq lowering decodes the body into epilogue steps
 
 from __future__ import annotations
 
+import numpy as np
 from iree.compiler import ir
 
 from .f32_chain import type_name
@@ -135,10 +136,8 @@ def rescale_generic(plan) -> str:
     shape = static_shape(op.results[0].type)
     out_t = f"tensor<{'x'.join(map(str, shape))}x{plan.q_type}>"
     rank = len(shape)
-    dims = ", ".join(f"d{k}" for k in range(rank))
     # The output (and a residual, read like it) as the float op wrote it: a permutation of
-    # its loops, which the channel dim (a result dim) is mapped through.
-    out_dims = map_dims(indexing_maps(op)[-1])
+    # its loops, which the channel dims (result dims) are mapped through (_channel_loops).
     ident = str(ir.AffineMapAttr.get(indexing_maps(op)[-1]))
     acc_map = str(ir.AffineMapAttr.get(indexing_maps(op)[plan.acc_index]))  # read as the float op read it
     scalars, tensors = _split_params(plan.rescales, "")
@@ -151,13 +150,15 @@ def rescale_generic(plan) -> str:
         tensors += res_tensors
     corr = plan.correction.operands if plan.correction else []
     body = "\n    ".join(_rescale_body(plan, scalars, res_scalars, tensors, res_elt))
-    n = len(plan.rescales)
-    chan_map = f"affine_map<({dims}) -> (d{out_dims[plan.chan]})>" if plan.chan is not None else ""
-    consts = "\n".join(f"  %{p} = arith.constant dense<{vals}> : tensor<{n}xi32>" for p, vals in tensors)
+    # Per-channel parameters: i32 tensors over the channel dims, read along them.
+    p_ins, p_consts, _ = _param_ins(tensors, *_channel_loops(op, plan.chan), rank)
+    param_t = p_ins[0][1] if p_ins else ""
+    chan_map = p_ins[0][2] if p_ins else ""
+    consts = "\n".join(p_consts)
     corr_t = [str(op.operands[i].type) for i in corr]
     corr_maps = [str(ir.AffineMapAttr.get(indexing_maps(op)[i])) for i in corr]
     ins = ", ".join(["%acc"] + ["%res"] * res + [f"%zt{j}" for j in range(len(corr))] + [f"%{p}" for p, _ in tensors])
-    in_types = ", ".join([str(acc_t)] + [res_t] * res + corr_t + [f"tensor<{n}xi32>"] * len(tensors))
+    in_types = ", ".join([str(acc_t)] + [res_t] * res + corr_t + [param_t] * len(tensors))
     maps = ", ".join([acc_map] + [ident] * res + corr_maps + [chan_map] * len(tensors) + [ident])
     args = ", ".join(["%a: i32"] + [f"%r: {res_elt}"] * res + [f"%z{j}: i32" for j in range(len(corr))] +
                      [f"%in_{p}: i32" for p, _ in tensors] + [f"%out: {plan.q_type}"])
@@ -215,16 +216,24 @@ def _generic_text(result: str, ins: list[tuple[str, str, str]], init: str, out_t
   }} -> {out_t}"""
 
 
-def _param_ins(tensors: list, chan_loop: int | None, rank: int) -> tuple[list, list[str], list[str]]:
-    """(ins, module-level constant lines, block args) of per-channel parameter tensors."""
+def _param_ins(tensors: list, chan_loops: list[int], grid: list[int], rank: int) -> tuple[list, list[str], list[str]]:
+    """(ins, module-level constant lines, block args) of per-channel parameter tensors: i32
+    tensors of shape `grid` read along the loops `chan_loops`."""
     dims = ", ".join(f"d{k}" for k in range(rank))
     ins, consts, args = [], [], []
     for name, vals in tensors:
-        t = f"tensor<{len(vals)}xi32>"
-        consts.append(f"  %{name} = arith.constant dense<{vals}> : {t}")
-        ins.append((f"%{name}", t, f"affine_map<({dims}) -> (d{chan_loop})>"))
+        t = f"tensor<{''.join(f'{n}x' for n in grid)}i32>"
+        consts.append(f"  %{name} = arith.constant dense<{np.reshape(vals, grid).tolist()}> : {t}")
+        ins.append((f"%{name}", t, f"affine_map<({dims}) -> ({', '.join(f'd{k}' for k in chan_loops)})>"))
         args.append(f"%in_{name}: i32")
     return ins, consts, args
+
+
+def _channel_loops(op: ir.Operation, chan: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    """(the loops the result dims `chan` of `op` are written along, their extents)."""
+    out_loops = map_dims(indexing_maps(op)[-1])
+    shape = static_shape(op.results[0].type)
+    return [out_loops[d] for d in chan], [shape[d] for d in chan]
 
 
 def _leaf_lines(variables: list[ir.Value], block_values: list[ir.Value], names: dict) -> tuple[list[str], list[str]]:
@@ -238,7 +247,7 @@ def _leaf_lines(variables: list[ir.Value], block_values: list[ir.Value], names: 
     return args, lines
 
 
-def elementwise_function(op: ir.Operation, variables: list[int], stages, chan: int | None) -> str:
+def elementwise_function(op: ir.Operation, variables: list[int], stages, chan: tuple[int, ...]) -> str:
     """A module whose function @int8 computes generic `op` (E in compiler/requant_elementwise.py)
     as `stages`, from the inputs `variables` (operand indices, the function's arguments)."""
     maps = indexing_maps(op)
@@ -251,8 +260,7 @@ def elementwise_function(op: ir.Operation, variables: list[int], stages, chan: i
     tensors: list = []
     level = stage_lines(stages, names, lines, tensors)
     lines += [f"%q = arith.trunci {level} : i64 to {q_type}", f"linalg.yield %q : {q_type}"]
-    out_loops = map_dims(maps[-1])
-    p_ins, consts, p_args = _param_ins(tensors, out_loops[chan] if chan is not None else None, rank)
+    p_ins, consts, p_args = _param_ins(tensors, *_channel_loops(op, chan), rank)
     ins = [(f"%v{k}", str(op.operands[i].type), str(ir.AffineMapAttr.get(maps[i]))) for k, i in enumerate(variables)]
     its = iterator_types(op)
     generic = _generic_text("%g", ins + p_ins, "%e", out_t, str(ir.AffineMapAttr.get(maps[-1])), its,
@@ -262,8 +270,8 @@ def elementwise_function(op: ir.Operation, variables: list[int], stages, chan: i
                       generic, f"  return %g : {out_t}", "}"])
 
 
-def pooling_function(red: ir.Operation, variables: list[int], pooled, red_chan: int | None,
-                     quant: ir.Operation, sum_index: int, stages, quant_chan: int | None) -> str:
+def pooling_function(red: ir.Operation, variables: list[int], pooled, red_chan: tuple[int, ...],
+                     quant: ir.Operation, sum_index: int, stages, quant_chan: tuple[int, ...]) -> str:
     """A module whose function @int8 computes the f32 sum reduction `red` and the quantize
     `quant` of its result (R in compiler/requant_elementwise.py): an i32 sum of the int8
     level `pooled` (a requant_elementwise.PooledSum) from the inputs `variables` of `red`,
@@ -278,8 +286,7 @@ def pooling_function(red: ir.Operation, variables: list[int], pooled, red_chan: 
     tensors: list = []
     level = stage_lines(pooled.stages, names, lines, tensors, "p") if pooled.stages else names[pooled.level]
     lines += [f"%w = arith.trunci {level} : i64 to i32", "%sum = arith.addi %acc, %w : i32", "linalg.yield %sum : i32"]
-    r_ins, consts, p_args = _param_ins(tensors, map_dims(r_maps[-1])[red_chan] if red_chan is not None else None,
-                                       r_maps[-1].n_dims)
+    r_ins, consts, p_args = _param_ins(tensors, *_channel_loops(red, red_chan), r_maps[-1].n_dims)
     ins = [(f"%v{k}", str(red.operands[i].type), str(ir.AffineMapAttr.get(r_maps[i]))) for k, i in enumerate(variables)]
     its = iterator_types(red)
     reduction = _generic_text("%s", ins + r_ins, "%init", sum_t, str(ir.AffineMapAttr.get(r_maps[-1])), its,
@@ -288,8 +295,7 @@ def pooling_function(red: ir.Operation, variables: list[int], pooled, red_chan: 
         ["%S64 = arith.extsi %S : i32 to i64"], []
     level = stage_lines(stages, names, lines, tensors)
     lines += [f"%q = arith.trunci {level} : i64 to {q_type}", f"linalg.yield %q : {q_type}"]
-    q_ins, q_consts, q_args = _param_ins(tensors, map_dims(q_maps[-1])[quant_chan] if quant_chan is not None
-                                         else None, q_maps[-1].n_dims)
+    q_ins, q_consts, q_args = _param_ins(tensors, *_channel_loops(quant, quant_chan), q_maps[-1].n_dims)
     its = iterator_types(quant)
     quantize = _generic_text("%g", [("%s", sum_t, str(ir.AffineMapAttr.get(q_maps[sum_index])))] + q_ins, "%e",
                              out_t, str(ir.AffineMapAttr.get(q_maps[-1])), its,

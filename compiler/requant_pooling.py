@@ -190,7 +190,7 @@ def lower_pooling(red, quant, known, host, nearest):
                        f"{' and the table rounding' if pooled.fixed_point else ''} of a step (its result there "
                        f"depends on the order it adds in)")
     first.rescales = [dataclasses.replace(r, offset=r.offset + n * b) for r in first.rescales]
-    text = pooling_function(red, variables, pooled, red_channels.dim, quant, sum_index, stages, ch_q.dim)
+    text = pooling_function(red, variables, pooled, red_channels.dims, quant, sum_index, stages, ch_q.dims)
     new = inline_function_text(text, quant, [red.operands[i] for i in variables])
     summary = RequantSummary.of_stages("int8 sum pooling", ([] if pooled.fixed_point else pooled.stages) + stages)
     summary.pooled_ambiguous, summary.pooled_sums = ambiguous, sums

@@ -18,6 +18,7 @@ arithmetic.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,7 +26,7 @@ from iree.compiler import ir
 
 from .f32_chain import INT_RANGE, Chain, type_name
 from .ir_utils import n_inputs, static_shape
-from .requant_channels import RESIDUAL_I32_BOUND, fit_channels, per_channel_constants
+from .requant_channels import RESIDUAL_I32_BOUND, fit_channels, on_channel_grid, per_channel_constants
 from .requant_split import ActivationTable, build_table, reads, slice_until
 from .rescale_fit import NotExact, Rescale
 from .rescale_pairs import PairFit, fit_product, fit_sum
@@ -48,21 +49,23 @@ class Stage:
 
 @dataclass
 class Channels:
-    """The constant inputs of a generic, per channel: `dim` is the result dim they vary along
-    (None: all scalars), `values[ch]` the {block arg: scalar} of channel ch."""
-    dim: int | None
+    """The constant inputs of a generic, per channel: the channels are the points of the
+    result dims `dims` (sorted) they vary along (none: all scalars; several: a bias over
+    heads x features), numbered in row-major order; `values[ch]` the {block arg: scalar} of
+    channel ch."""
+    dims: tuple[int, ...]
     values: list[dict]
     per_channel: set = field(default_factory=set)  # block args that vary
 
     @classmethod
     def of(cls, op: ir.Operation, known, variable: set[int]) -> "Channels":
-        dims, per = per_channel_constants(op, known, variable)
-        if len(dims) > 1:
-            raise NotExact("the requantization parameters vary along more than one dim")
-        dim = dims.pop() if dims else None
-        n = static_shape(op.results[0].type)[dim] if dim is not None else 1
-        values = [{a: (v if d is None else v[ch]) for a, (d, v) in per.items()} for ch in range(n)]
-        return cls(dim, values, {a for a, (d, _) in per.items() if d is not None})
+        chan_dims, per = per_channel_constants(op, known, variable)
+        dims = tuple(sorted(chan_dims))
+        shape = static_shape(op.results[0].type)
+        n = math.prod(shape[d] for d in dims)
+        grid = {a: v if d is None else on_channel_grid(v, d, dims, shape) for a, (d, v) in per.items()}
+        values = [{a: (v if per[a][0] is None else v[ch]) for a, v in grid.items()} for ch in range(n)]
+        return cls(dims, values, {a for a, (d, _) in per.items() if d is not None})
 
 
 class StageSplitter:
@@ -112,7 +115,7 @@ class StageSplitter:
         if self.scaled is not None and leaf == self.scaled[0]:
             chain = chain.of_scaled_sum(self.scaled[1])
         channels = [(vals, lo, hi) for vals in self.channels.values]
-        fits = fit_channels(chain, channels, self.channels.dim, f"rescale of a {type_name(leaf.type)} value",
+        fits = fit_channels(chain, channels, self.channels.dims, f"rescale of a {type_name(leaf.type)} value",
                             self.nearest)
         return Stage(q, "rescale", [leaf], [f.rescale for f in fits], [f.differing for f in fits],
                      [f.step_span for f in fits], chain=chain)

@@ -40,6 +40,11 @@ class RequantSummary:
     # The pooled terms were an f32 function of an int8 value: summed as a table of i16 values
     # in units of this power of two (requant_pooling._term_table).
     pooled_table_scale: float | None = None
+    # An f32 contraction of dequantized int8 values made integer
+    # (compiler/requant_float_contraction.py): the accumulator values within llvm-cpu's f32
+    # rounding of a step (of all reachable ones, over channels).
+    contraction_ambiguous: int | None = None
+    contraction_accumulators: int | None = None
     # What follows stage 1 when it reads per-channel values (a bias added after the quantized
     # matmul, then maybe an activation): its steps, summarized as `of_stages` does.
     rest: "RequantSummary | None" = None
@@ -113,6 +118,10 @@ class RequantSummary:
         elif self.pooled_sums:
             text += (f"; the f32 sum is an exact i32 sum: {self.pooled_ambiguous} of {self.pooled_sums} sums lie "
                      f"within llvm-cpu's f32 summation error of a step (one output step)")
+        if self.contraction_accumulators:
+            text += (f"; the f32 {self.kind} is an exact i32 one: {self.contraction_ambiguous} of "
+                     f"{self.contraction_accumulators} accumulator values lie within llvm-cpu's f32 rounding of "
+                     f"a step (one output step)")
         if self.table_entries:
             tables = f"a {self.table_entries}-entry table" if self.table_entries <= 256 else \
                 f"tables of {self.table_entries} entries in all"
@@ -125,7 +134,7 @@ class RequantSummary:
     @property
     def approximate(self) -> bool:
         return self.bf16_island or self.exact_channels < self.channels or bool(self.sum_differing) or bool(self.table_ambiguous) \
-            or any(self.residual_differing or ()) or bool(self.pooled_ambiguous) \
+            or any(self.residual_differing or ()) or bool(self.pooled_ambiguous) or bool(self.contraction_ambiguous) \
             or (self.rest is not None and self.rest.approximate)
 
     def as_dict(self) -> dict:
@@ -136,6 +145,8 @@ class RequantSummary:
                 "residual_differing": self.residual_differing, "residual_step_span": self.residual_step_span,
                 "pair_kind": self.pair_kind, "pooled_ambiguous": self.pooled_ambiguous,
                 "pooled_sums": self.pooled_sums, "pooled_table_scale": self.pooled_table_scale,
+                "contraction_ambiguous": self.contraction_ambiguous,
+                "contraction_accumulators": self.contraction_accumulators,
                 "bf16_island": self.bf16_island, "rest": self.rest.as_dict() if self.rest else None}
 
 

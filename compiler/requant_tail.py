@@ -77,7 +77,10 @@ def tail_text(q: ir.Value, tail: list[ir.Operation], per_channel: dict | None = 
     def name(v):
         if v not in names:
             if v in per_channel and per_channel[v][0] is not None:
-                dim, values = per_channel[v]
+                dims, values = per_channel[v]
+                if len(dims) != 1:
+                    raise NotExact("the dequantize on the host reads values that vary along several dims")
+                dim = dims[0]
                 names[v] = f"%p{len(channel_values)}"
                 channel_values.append((dim, str(v.type), np.asarray(values).reshape(-1).tolist()))
                 return names[v]

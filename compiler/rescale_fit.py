@@ -284,6 +284,9 @@ class ChannelFit:
     rescale: Rescale
     differing: int  # accumulator values in [lo, hi] where the rescale's level differs from the chain's
     step_span: int  # accumulator values from the first step point to the last (where levels change)
+    # Accumulator values whose level llvm-cpu's f32 rounding may move by a step: those near a
+    # step point, when the chain stands for an f32 contraction (requant_float_contraction).
+    ambiguous: int = 0
 
     @property
     def exact(self) -> bool:

@@ -1,7 +1,12 @@
 """torq-lower-requantization: float requantizations become the NPU's integer rescale.
 
 Contract: takes Torq dispatch functions after the pre-passes (generic
-linalg ops). Every float requantization after an integer contraction (ONNX /
+linalg ops). An f32 contraction of a dequantized int8 tensor and constant
+dequantized int8 weights (a grouped convolution the importer left in float)
+first becomes an integer contraction whose f32 model the quantize reads
+(`requant_float_contraction.integer_contractions`; llvm-cpu's own rounding of
+it is measured as the accumulators near a step). Every float requantization
+after an integer contraction (ONNX /
 torch QDQ: the i32 accumulator scaled, rounded, offset and clamped in f32)
 is replaced by an integer rescale (`requant.lower_float_requantization`):
 the exact one, or with --torq-requant=nearest the nearest within one output
@@ -42,6 +47,7 @@ from ..patterns import Unsupported
 from ..requant import lower_float_requantization, unused_arguments
 from ..requant_channels import Known
 from ..requant_elementwise import FloatIsland, is_int8_arithmetic, lower_int8_arithmetic
+from ..requant_float_contraction import integer_contractions
 from ..requant_summary import RequantSummary
 from ..requant_tail import HostTail, split_input_quantizes
 from ..rescale_fit import NotExact
@@ -109,6 +115,7 @@ def lower_function(func: ir.Operation, nearest: bool = True, bf16_islands: bool 
         if name in func.attributes:
             del func.attributes[name]
     heads = split_input_quantizes(func, Known(constants))
+    integer_contractions(func, Known(constants), host)
     try:
         done = lower_float_requantization(func, constants, host, nearest)
         if not done.rescaled and is_int8_arithmetic(func, Known(constants)):

@@ -96,6 +96,25 @@ class ConvHardswishMean(torch.nn.Module):
         return self.head(torch.nn.functional.hardswish(self.conv(x)).mean((2, 3)))
 
 
+class GroupedConv(torch.nn.Module):
+    """RegNet's block middle: a grouped 3x3 conv (stride 2, groups of 4 channels) between 1x1
+    convs. The importer makes no integer conv of a grouped QDQ one: IREE's dispatch
+    dequantizes the input and computes the conv in f32."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(8, 16, 1)
+        self.grouped = torch.nn.Conv2d(16, 16, 3, stride=2, padding=1, groups=4)
+        self.bn = torch.nn.BatchNorm2d(16)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-0.2, 0.2)
+            self.bn.running_var.uniform_(0.5, 1.5)
+        self.conv3 = torch.nn.Conv2d(16, 8, 1)
+
+    def forward(self, x):
+        return self.conv3(torch.relu(self.bn(self.grouped(torch.relu(self.conv1(x))))))
+
+
 class ConvMaxPool(torch.nn.Module):
     """ResNet's stem: conv, relu, 3x3 stride-2 max pool, conv."""
 
@@ -218,6 +237,30 @@ def test_ort_quantized_downsample_block_within_one_step(tmp_path):
     assert len(np.unique(ref)) > 50  # not trivial: many output levels
 
 
+def test_ort_quantized_grouped_conv_on_npu_within_one_step(tmp_path):
+    """The grouped conv's f32 dispatch becomes an integer conv of the int8 input and the
+    weights' int8 levels, its quantize an integer rescale per (group, channel)
+    (compiler/requant_float_contraction.py): every conv on the NPU, every output within one
+    step of llvm-cpu, and the accumulators llvm-cpu's f32 rounding may put a step off counted."""
+    path, x = ort_quantized_model(tmp_path, GroupedConv)
+    ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
+    remarks = io.StringIO()
+    cm = torq.compile(str(path), remarks=remarks)
+    y = cm(x)
+    convs = [d for d in cm.report.dispatches if d.macs]
+    assert len(convs) == 3 and all(d.executor == "torq" for d in convs), (cm.report.dispatches, remarks.getvalue())
+    ((macs, grouped),) = [(d.macs, s) for d in convs for s in d.requant if s["contraction_accumulators"]]
+    assert grouped["channels"] == 16, grouped
+    assert 0 < grouped["contraction_ambiguous"] < grouped["contraction_accumulators"] / 100, grouped
+    assert "the f32 conv2d is an exact i32 one" in remarks.getvalue()
+    step = np.diff(np.unique(ref)).min()
+    assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
+    assert len(np.unique(ref)) > 50  # not trivial: many output levels
+    # --torq-requant=exact: accumulators near a step depend on llvm-cpu's f32 rounding.
+    exact = torq.compile(str(path), remarks=io.StringIO(), flags=("--torq-requant=exact",))
+    assert [d.executor for d in exact.report.dispatches if d.macs == macs] == ["host"]
+
+
 def test_ort_quantized_squeeze_excite_and_pooling_within_one_step(tmp_path):
     """Global average pooling (an f32 sum of dequantized int8 values) becomes an exact i32 sum
     and a rescale; the gate (the fc2 accumulator rescaled, hardsigmoid, times the feature map)
@@ -306,6 +349,21 @@ def test_ort_quantized_batched_linear_layers_within_one_step(tmp_path):
     assert len(np.unique(ref)) > 50
 
 
+class QkvHeads(torch.nn.Module):
+    """Attention's input projection split into heads: torch.onnx exports the Linear as MatMul +
+    Add, onnxruntime quantizes the MatMul's output before the bias, and IREE fuses the bias add
+    with the heads' transpose: a bias over (3 x heads, head features), two result dims."""
+
+    def __init__(self, d=64, heads=4):
+        super().__init__()
+        self.heads, self.qkv = heads, torch.nn.Linear(d, 3 * d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).reshape(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        return q @ k.transpose(-1, -2)
+
+
 class EncoderLayer(torch.nn.Module):
     """A post-norm transformer encoder layer (d 64, 4 heads, FFN 128, erf GELU)."""
 
@@ -322,6 +380,24 @@ class EncoderLayer(torch.nn.Module):
         attn = torch.softmax(q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5, -1) @ v
         x = self.ln1(x + self.out(attn.transpose(1, 2).reshape(b, t, d)))
         return self.ln2(x + self.fc2(torch.nn.functional.gelu(self.fc1(x))))
+
+
+def test_ort_quantized_bias_over_two_dims_on_npu_within_one_step(tmp_path):
+    """The bias add after the quantized matmul, fused with the heads' transpose, is int8
+    arithmetic whose per-channel values vary along two result dims: a rescale per (head row,
+    feature) read along both, on the NPU; every output within one step of llvm-cpu."""
+    path, x = ort_quantized_model(tmp_path, QkvHeads, shape=(1, 16, 64))
+    ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
+    remarks = io.StringIO()
+    cm = torq.compile(str(path), remarks=remarks)
+    y = cm(x)
+    assert all(d.executor == "torq" for d in cm.report.dispatches if d.macs), remarks.getvalue()
+    biases = [(d.executor, s["channels"]) for d in cm.report.dispatches for s in d.requant
+              if s["kind"] == "int8 elementwise"]
+    assert biases == [("torq", 3 * 64)], (biases, remarks.getvalue())  # a rescale per (q/k/v x head, feature)
+    step = np.diff(np.unique(ref)).min()
+    assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
+    assert len(np.unique(ref)) > 50
 
 
 def test_ort_quantized_encoder_layer_matmuls_on_npu(tmp_path):
