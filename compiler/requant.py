@@ -108,7 +108,14 @@ from .ir_utils import (
     static_shape,
     sync_function_type,
 )
-from .requant_channels import RESIDUAL_I32_BOUND, Known, fit_channels, on_channel_grid, per_channel_constants
+from .requant_channels import (
+    RESIDUAL_I32_BOUND,
+    Known,
+    check_scales,
+    fit_channels,
+    on_channel_grid,
+    per_channel_constants,
+)
 from .requant_emit import rescale_generic
 from .requant_float_contraction import F32_SUM_ERROR
 from .requant_split import ActivationTable, build_table, split_first_int, split_residual_add
@@ -262,6 +269,7 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
                             q_type, nearest, residual >= 0)
     ops, result = later.ops, later.result
     chan, channels = _channel_values(op, skip, known, range_dims, acc_lo, acc_hi, acc_dims, residual)
+    check_scales(ops, [vals for vals, _, _ in channels])
     sum_error = _f32_sum_error(con)
     fits = fit_channels(Chain(ops, result, acc_v, host), channels, chan, kind, nearest, sum_error)
     res_fits = _residual_fits(res_split, block.arguments[residual] if residual >= 0 else None, channels, chan,

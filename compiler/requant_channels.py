@@ -65,6 +65,34 @@ def per_channel_constants(op: ir.Operation, known, skip=()) -> tuple[set[int], d
     return chan_dims, per
 
 
+def check_scales(ops: list[ir.Operation], channels: list[dict]) -> None:
+    """NotExact naming the op's source and the value when a requantization constant is not a
+    scale a QDQ model can mean: a factor or divisor (mulf / divf) that is not a positive,
+    finite, normal f32, or an added constant (a bias, a zero point) that is not finite. The
+    chain would still be reproduced (that is what llvm-cpu computes), but such a model is
+    malformed (a zero, negative, infinite, NaN or vanishing scale): it stays on host, named."""
+    from .source_locations import join_frames, location_frames
+
+    for o in ops:
+        scaling = o.name in ("arith.mulf", "arith.divf")
+        if not scaling and o.name not in ("arith.addf", "arith.subf"):
+            continue
+        for k, v in enumerate(o.operands):
+            c = constant_of(v)
+            values = np.asarray(c if c is not None else [ch[v] for ch in channels if v in ch], np.float64).ravel()
+            if (o.name == "arith.divf" and k == 0) or not values.size:
+                continue  # the value scaled, or a variable
+            bad = ~np.isfinite(values)
+            if scaling:
+                bad |= ~(np.abs(values) >= np.finfo(np.float32).tiny) | (values <= 0)
+            if bad.any():
+                where = join_frames(location_frames(str(o.location))) or o.name
+                what = "scale" if scaling else "offset"
+                raise NotExact(f"the requantization {what} {float(values[bad][0]):.9g} ({o.name} of {where}) is not a "
+                               f"{'positive, finite, normal' if scaling else 'finite'} f32: a malformed quantized "
+                               f"model, left on host as written")
+
+
 def on_channel_grid(values: np.ndarray, dims: tuple[int, ...], chan: tuple[int, ...], shape) -> np.ndarray:
     """`values` over result dims `dims` (a subset of `chan`, both sorted) broadcast to the
     channels over `chan` of a result of `shape`, flattened in row-major order."""

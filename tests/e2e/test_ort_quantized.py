@@ -199,6 +199,25 @@ def test_ort_quantized_conv_on_npu_within_one_step(tmp_path):
     assert [d.executor for d in exact.report.dispatches if d.macs == convs[0].macs] == ["host"]
 
 
+@pytest.mark.parametrize("bad", [0.0, -0.02, float("inf"), float("nan")])
+def test_malformed_output_scale_stays_on_host_named(tmp_path, bad):
+    """A zero, negative, infinite or NaN quantization scale: the conv stays on host with a
+    remark naming the QuantizeLinear and the value (llvm-cpu computes something from it; the
+    NPU does not pretend to know what the model meant)."""
+    from onnx import numpy_helper
+
+    path, x = ort_quantized_model(tmp_path)
+    model = onnx.load(str(path))
+    (scale,) = [i for i in model.graph.initializer if i.name == "y_scale"]
+    scale.CopyFrom(numpy_helper.from_array(np.array(bad, np.float32), "y_scale"))
+    onnx.save(model, str(path))
+    cm = torq.compile(str(path), remarks=io.StringIO())
+    (conv,) = [d for d in cm.report.dispatches if d.macs]
+    assert conv.executor == "host", conv
+    assert f"the requantization scale {float(np.float32(bad)):.9g} (arith.divf of y_QuantizeLinear) is not a " \
+        "positive, finite, normal f32" in conv.reason, conv.reason
+
+
 def test_ort_quantized_activations_run_as_tables_within_one_step(tmp_path):
     """conv -> hardswish and conv -> sigmoid, quantized by onnxruntime: the activation
     between the two quantizations becomes a 256-entry table after the conv's rescale, so
