@@ -11,9 +11,10 @@ dispatch reads; the NPU result goes on through the model, and both meet in
 a call of `torq.check` (contract/module_abi.py), which records how far apart
 they are (runtime/dispatch_check.py) and passes the NPU result on.
 
-A result the NPU writes in place, or into a box of an operand, is not
-checked (its host copy would be the whole updated operand); the report says
-which results were.
+A result the NPU writes in place, or into a box of an operand (a conv's
+output into the zero-point border of the next one's padded input), is
+checked as the whole updated operand: the host copy updates the same operand
+value, and the elements outside the box are equal on both sides.
 """
 
 from __future__ import annotations

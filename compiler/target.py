@@ -171,11 +171,11 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
             value = reshaped(import_view(v, t), static_shape(r.type))
             if k in ex.host_tails:  # the dequantize after an int8 NPU result runs on the host
                 value = host_tail_dispatch(value, ex.host_tails[k], ir.RankedTensorType(r.type).element_type)
-            if copy is not None and tied < 0:
-                value = dispatch_check.checked(exe.result, k, value, copy.results[k])
             if tied >= 0 and k not in ex.in_place:  # the host writes the finished box into the operand
                 value = box_copy_dispatch(value, arguments[tied], offsets,
                                           dest_sizes=ex.result_update_sizes[k])
+            if copy is not None:  # a box or in-place result: the whole updated operand on both sides
+                value = dispatch_check.checked(exe.result, k, value, copy.results[k])
             r.replace_all_uses_with(value)
     dispatch.erase()
     if copy is not None:

@@ -64,6 +64,24 @@ def test_int8_layers_within_one_step_of_llvm_cpu(tmp_path):
     np.testing.assert_array_equal(y, plain(x))
 
 
+def test_results_written_into_a_box_are_checked(tmp_path):
+    """RegNet's 1x1 conv writes its int8 result into the zero-point border IREE made for the
+    grouped conv's padded input (a box of an operand): checked as the whole updated operand,
+    so every NPU dispatch has a check."""
+    pytest.importorskip("onnxruntime")
+    from test_ort_quantized import GroupedConv, ort_quantized_model
+
+    path, x = ort_quantized_model(tmp_path, GroupedConv)
+    cm = torq.compile(str(path), remarks=io.StringIO(), flags=("--torq-check-dispatches",))
+    y = cm(x)
+    npu = {d.name for d in cm.report.dispatches if d.executor == "torq"}
+    assert {c["name"] for c in cm.last_checks} == npu and len(npu) == 3, (cm.last_checks, npu)
+    ints = [c for c in cm.last_checks if c["max_steps"] is not None]
+    assert len(ints) == 2 and all(c["max_steps"] <= 1 for c in ints), cm.last_checks  # the last: dequantized
+    assert ints[0]["elements"] == 16 * 26 * 26, ints[0]  # the whole padded operand the 1x1 conv writes into
+    np.testing.assert_array_equal(y, torq.compile(str(path), remarks=io.StringIO())(x))
+
+
 def test_run_module_prints_the_checks(tmp_path):
     src, vmfb = tmp_path / "conv.mlir", tmp_path / "conv.vmfb"
     src.write_text(CONV_F32)
