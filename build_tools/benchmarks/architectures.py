@@ -26,7 +26,7 @@ import time
 import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import machine_info, machine_markdown, one_line, run_worker, worker_main  # noqa: E402
+from common import machine_info, machine_markdown, rows_markdown, run_rows, worker_main  # noqa: E402
 
 # timm imports torchvision, whose PyPI wheel's C++ ops are built for the CUDA torch: its
 # meta registrations fail on ours, and the model code needs none of them (README).
@@ -73,19 +73,10 @@ def measure(spec: dict) -> dict:
 
 
 def markdown(rows: list[dict]) -> list[str]:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for r in rows:
-        if "error" in r:
-            lines.append(f"| {r['model']} | failed: {one_line(r['error'], 300)} |" + " |" * (len(COLUMNS) - 2))
-            continue
-        lines.append(f"| {r['model']} | {r['compile_s']:.1f} | {100 * r['share']:.2f}% | {r['torq']}/{r['host']} | "
-                     f"{r['rel_l2']:.2e} | {r['bf16_rel_l2']:.2e} | {r['cycles']:,} | "
-                     f"{100 * r['roofline'] / r['cycles']:.1f}% | {r['dma'] / r['compulsory']:.3f} |")
-    lines.append("")
-    for r in rows:
-        for reason in r.get("reasons", []):
-            lines.append(f"- {r['model']}, on host: {reason}")
-    return lines
+    return rows_markdown(rows, COLUMNS, lambda r: [
+        f"{r['compile_s']:.1f}", f"{100 * r['share']:.2f}%", f"{r['torq']}/{r['host']}", f"{r['rel_l2']:.2e}",
+        f"{r['bf16_rel_l2']:.2e}", f"{r['cycles']:,}", f"{100 * r['roofline'] / r['cycles']:.1f}%",
+        f"{r['dma'] / r['compulsory']:.3f}"])
 
 
 def main(argv=None) -> int:
@@ -101,12 +92,11 @@ def main(argv=None) -> int:
         import timm  # noqa: F401
     except ImportError:
         p.error("needs timm: .venv/bin/pip install timm")
-    info, rows = machine_info(), []
-    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
-        size = MODELS.get(name, 224)
-        row = run_worker(os.path.abspath(__file__), {"model": name, "size": size}, args.timeout)
-        rows.append({**row, "model": f"{name} {size}x{size}"})
-        print(markdown(rows[-1:])[2], flush=True)
+    info = machine_info()
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    specs = [(f"{name} {MODELS.get(name, 224)}x{MODELS.get(name, 224)}", {"model": name, "size": MODELS.get(name, 224)})
+             for name in names]
+    rows = run_rows(os.path.abspath(__file__), specs, args.timeout, markdown)
     head = ["# Real architectures (timm, random weights) on Torq", "",
             "`build_tools/benchmarks/architectures.py`, SL2610. " + machine_markdown(info), ""]
     with open(args.output, "w") as f:

@@ -160,6 +160,32 @@ def one_line(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def rows_markdown(rows: list[dict], columns: list[str], cells) -> list[str]:
+    """A markdown table of per-model `rows` (`cells(row)`: the cells after the model's; a failed
+    row's error fills its first cell), then each row's host dispatch reasons ("reasons")."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | failed: {one_line(r['error'], 300)} |" + " |" * (len(columns) - 2))
+        else:
+            lines.append("| " + " | ".join([r["model"], *cells(r)]) + " |")
+    lines.append("")
+    for r in rows:
+        for reason in r.get("reasons", []):
+            lines.append(f"- {r['model']}, on host: {reason}")
+    return lines
+
+
+def run_rows(script: str, specs: list[tuple[str, dict]], timeout: float, markdown) -> list[dict]:
+    """Each (row label, spec) measured by `script --worker` in its own process, its table line
+    printed as it finishes (`markdown(rows)`: the table); the rows."""
+    rows = []
+    for label, spec in specs:
+        rows.append({**run_worker(script, spec, timeout), "model": label})
+        print(markdown(rows[-1:])[2], flush=True)
+    return rows
+
+
 def progress():
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Real architectures nobody here wrote, quantized as users quantize them (issue 11): torchvision
+classifiers through onnxruntime QDQ, compiled for Torq and run on the simulator, one table.
+
+    .venv/bin/pip install onnxruntime torchvision==0.28.0 --no-deps   # not test dependencies
+    nice -n 10 .venv/bin/python build_tools/benchmarks/int8_architectures.py   # -> RESULTS-int8-architectures.md
+
+Per model (random seeded weights, batch-norm statistics randomised, nothing downloaded),
+in its own child process: `torch.onnx.export`, onnxruntime `quantize_static`
+(samples/ort_int8.py: QDQ, per-channel int8 weights, int8 activations, 4 random
+calibration inputs), `torq.compile` (seconds, in-process, caches off, with
+--torq-check-dispatches: each NPU dispatch's result is compared at run time with its own
+llvm-cpu copy fed the same inputs), one simulator run. Columns: the NPU's share of the
+MACs; dispatches on the NPU / host (each host dispatch's reason below the table); the
+dequantized output's relative L2 error vs IREE llvm-cpu on the same imported MLIR and vs
+onnxruntime, beside llvm-cpu vs onnxruntime; llvm-cpu's own output with one input element
+moved by one quantization step (the model's sensitivity: the floor of any difference
+between two int8 implementations that round one value differently); per layer, the int8
+elements off and the most output steps (DESIGN §7: within one step); the simulated cycles.
+Output levels: the distinct values of llvm-cpu's output (a handful would make the error
+columns meaningless: random weights can collapse a deep net's logits onto one level).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import tempfile
+import time
+import types
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "samples"))
+from common import machine_info, machine_markdown, rows_markdown, run_rows, worker_main  # noqa: E402
+
+# torchvision's PyPI wheel's C++ ops are built for the CUDA torch: its meta registrations
+# fail on ours, and the model code needs none of them (README).
+sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = ["efficientnet_b0", "regnet_y_400mf", "shufflenet_v2_x1_0", "mnasnet1_0"]
+COLUMNS = ["model", "torq-compile s", "NPU share of MACs", "dispatches torq/host", "output levels", "rel L2 vs llvm-cpu",
+           "rel L2 vs onnxruntime", "llvm-cpu vs onnxruntime", "llvm-cpu, one input step moved",
+           "per layer vs llvm-cpu, same inputs", "simulated cycles"]
+
+
+def _model(name: str):
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, name)(weights=None).eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for m in model.modules():  # non-trivial batch norms, as samples/models.py's: signals stay alive
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.1, 0.1, generator=g)
+                m.running_var.uniform_(0.5, 1.5, generator=g)
+                m.weight.uniform_(0.5, 1.5, generator=g)
+                m.bias.uniform_(-0.1, 0.1, generator=g)
+    return model, torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+
+
+def measure(spec: dict) -> dict:
+    """One row (in the worker process): spec {"model": torchvision name}."""
+    from pathlib import Path
+
+    import numpy as np
+    from ort_int8 import int8_error_figures, one_input_step_moved, onnxruntime_output, quantize_with_ort
+    from run import llvm_cpu_function
+
+    import torq
+    from torq.compiler.onnx_import import import_onnx
+
+    model, x = _model(spec["model"])
+    xs = x.numpy()
+    with tempfile.TemporaryDirectory(prefix="torq-int8-arch-") as tmp:
+        path = quantize_with_ort(model, x, tmp)
+        _, cpu_fn = llvm_cpu_function(import_onnx(Path(path).read_bytes(), Path(path).name), function="main_graph")
+        cpu, onnxrt = np.asarray(cpu_fn(xs)), onnxruntime_output(path, xs)
+        moved = np.asarray(cpu_fn(one_input_step_moved(Path(path), xs)))
+        t0 = time.perf_counter()
+        cm = torq.compile(str(path), remarks=io.StringIO(), flags=("--torq-no-cache", "--torq-check-dispatches"))
+        row: dict = {"compile_s": time.perf_counter() - t0}
+    y = np.asarray(cm(xs))
+    checks = [c for c in cm.last_checks if c["max_steps"] is not None]
+    stats = [s for s in cm.last_stats if s["executor"] == "torq"]
+    host = [d for d in cm.report.dispatches if d.executor != "torq"]
+    row.update(share=cm.report.npu_mac_share, torq=len(cm.report.dispatches) - len(host), host=len(host),
+               reasons=sorted({" ".join(d.reason.split()) for d in host}),
+               layers=len(checks), layer_off=sum(c["differing"] for c in checks),
+               layer_elements=sum(c["elements"] for c in checks),
+               layer_steps=max((c["max_steps"] for c in checks), default=0),
+               one_step=int8_error_figures(moved, cpu, onnxrt)["rel_l2_cpu"],
+               levels=len(np.unique(cpu)), cycles=sum(s["cycles"] for s in stats),
+               **int8_error_figures(y, cpu, onnxrt))
+    return row
+
+
+def markdown(rows: list[dict]) -> list[str]:
+    return rows_markdown(rows, COLUMNS, lambda r: [
+        f"{r['compile_s']:.1f}", f"{100 * r['share']:.2f}%", f"{r['torq']}/{r['host']}", str(r["levels"]),
+        f"{r['rel_l2_cpu']:.2e}", f"{r['rel_l2_ort']:.2e}", f"{r['cpu_vs_ort']:.2e}", f"{r['one_step']:.2e}",
+        f"{r['layers']} int8: {r['layer_off']:,} of {r['layer_elements']:,} off, ≤ {r['layer_steps']} step",
+        f"{r['cycles']:,}"])
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--worker"]:
+        return worker_main(argv[1:], measure)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(MODELS), help="comma-separated torchvision names")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds per model")
+    p.add_argument("--output", default=os.path.join(HERE, "RESULTS-int8-architectures.md"))
+    args = p.parse_args(argv)
+    info = machine_info()
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    specs = [(f"{name} 1x3x224x224", {"model": name}) for name in names]
+    rows = run_rows(os.path.abspath(__file__), specs, args.timeout, markdown)
+    head = ["# Real architectures quantized by onnxruntime (torchvision, random weights) on Torq", "",
+            "`build_tools/benchmarks/int8_architectures.py`, SL2610. " + machine_markdown(info), ""]
+    with open(args.output, "w") as f:
+        f.write("\n".join(head + markdown(rows)) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
