@@ -16,10 +16,11 @@ of term:
 
 The quantize after the sum becomes an integer rescale of S, fitted to the
 chain evaluated on fl32(S * c). llvm-cpu adds the f32 terms in an order of
-its choosing, off the exact sum by at most gamma_{n+1} * n * max|w| units of
-c (every order, every FMA): the sums that close to a step (with a table, that
-plus n * rounding) are counted as ambiguous (one output step from llvm-cpu at
-most) and reported; a step narrower than that bound is refused.
+its choosing, off the exact sum by at most gamma_{n+1} * sum |w| units of c
+(every order, every FMA), sum |w| bounded through S itself (`summation_error`):
+the sums that close to a step (with a table, that plus n * rounding) are
+counted as ambiguous (one output step from llvm-cpu at most) and reported; a
+step narrower than that bound is refused.
 """
 
 from __future__ import annotations
@@ -138,27 +139,36 @@ def _term_table(prologue, term, channels: Channels, known_ranges: dict, host, co
     return PooledSum(term, 0, scale, count, [stage], (int(entries.min()), int(entries.max())), rounding, True)
 
 
-def summation_error(count: int, max_term: int) -> float:
-    """Bound on |llvm-cpu's f32 sum of `count` terms c*w - c*S| in units of c (any order, each
-    product rounded or fused): gamma_{n+1} * n * max|w| (Higham, Accuracy and Stability, 4.3)."""
-    nu = (count + 1) * _F32_UNIT
-    return nu / (1 - nu) * count * max_term
+def summation_error(pooled: PooledSum, sums: np.ndarray) -> np.ndarray:
+    """Bound on |llvm-cpu's f32 sum of the terms - c*S| in units of c at each integer sum S in
+    `sums` (any order, each product rounded or fused; a table's terms off by `rounding`
+    each): gamma_{n+1} times the terms' absolute sum (Higham, Accuracy and Stability, 4.3),
+    which S itself bounds: since |w| = w + 2 max(0, -w) = -w + 2 max(0, w),
+    sum |w| <= min(n max|w|, S + 2 n max(0, -min w), -S + 2 n max(0, max w)). Terms of one
+    sign (a pool of ReLU or SiLU outputs) so get an error that grows with S, not the worst
+    term's n-fold."""
+    n, (w_lo, w_hi) = pooled.count, pooled.term_range
+    s = np.asarray(sums, np.float64)
+    absolute = np.minimum(n * max(abs(w_lo), abs(w_hi)),
+                          np.minimum(s + 2 * n * max(0, -w_lo), -s + 2 * n * max(0, w_hi)))
+    nu = (n + 1) * _F32_UNIT
+    return nu / (1 - nu) * (absolute + n * pooled.rounding) + n * pooled.rounding
 
 
-def ambiguous_sums(chain: Chain, channels: Channels, lo: int, hi: int, err: float) -> tuple[int, int]:
-    """(sums S in [lo, hi] whose level may move within +-err, sums): over every channel; raises
-    NotExact when two steps lie within 2 err + 2 of each other (one step would not hold)."""
+def ambiguous_sums(chain: Chain, channels: Channels, lo: int, hi: int, error) -> tuple[int, int]:
+    """(sums S in [lo, hi] whose level may move within +-error(S), sums): over every channel;
+    raises NotExact when two steps lie within their errors + 2 of each other (one step would
+    not hold)."""
     s = np.arange(lo, hi + 1, dtype=np.int64)
-    e = int(math.ceil(err))
+    e = np.ceil(error(s)).astype(np.int64)
     ambiguous = 0
     for vals in channels.values:
         c = chain.for_channel(vals)
-        f = c(s)
-        steps = np.flatnonzero(np.diff(f)) + 1
-        if len(steps) > 1 and np.diff(s[steps]).min() <= 2 * e + 2:
-            raise NotExact(f"the f32 sum's rounding (up to {err:.3g} units) spans an output step")
-        if e:
-            ambiguous += int((c(s - e) != c(s + e)).sum())
+        steps = np.flatnonzero(np.diff(c(s))) + 1
+        if len(steps) > 1 and np.any(np.diff(s[steps]) <= e[steps[1:]] + e[steps[:-1]] + 2):
+            raise NotExact(f"the f32 sum's rounding (up to {float(e[steps].max()):.3g} units near a step) spans "
+                           f"an output step")
+        ambiguous += int((c(s - e) != c(s + e)).sum())
     return ambiguous, len(s) * len(channels.values)
 
 
@@ -182,9 +192,7 @@ def lower_pooling(red, quant, known, host, nearest):
     first = stages[0]
     if first.kind != "rescale" or first.leaves != [sum_arg]:
         raise NotExact("the pooled sum is not requantized first")
-    top = max(abs(v) for v in pooled.term_range)
-    err = summation_error(n, top) + n * pooled.rounding
-    ambiguous, sums = ambiguous_sums(first.chain, ch_q, lo, hi, err)
+    ambiguous, sums = ambiguous_sums(first.chain, ch_q, lo, hi, lambda s: summation_error(pooled, s))
     if ambiguous and not nearest:
         raise NotExact(f"{ambiguous} of {sums} pooled sums lie within llvm-cpu's f32 summation error"
                        f"{' and the table rounding' if pooled.fixed_point else ''} of a step (its result there "
