@@ -176,12 +176,25 @@ def ort_quantized_model(tmp_path, model_class=ConvBnRelu, activation_type="QInt8
     return q, x.numpy()
 
 
-def test_ort_quantized_conv_on_npu_within_one_step(tmp_path):
-    path, x = ort_quantized_model(tmp_path)
+def compiled_against_llvm_cpu(tmp_path, model_class=ConvBnRelu, shape=(1, 8, 24, 24)):
+    """(the quantized model's path, it compiled for Torq, its output, llvm-cpu's on the same
+    imported MLIR, the compile remarks) for `model_class` quantized by onnxruntime."""
+    path, x = ort_quantized_model(tmp_path, model_class, shape=shape)
     ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
     remarks = io.StringIO()
     cm = torq.compile(str(path), remarks=remarks)
-    y = cm(x)
+    return path, cm, cm(x), ref, remarks
+
+
+def assert_within_one_step(y, ref):
+    """Every output within one output step of llvm-cpu's (the distance between its levels:
+    the output is dequantized on the host)."""
+    step = np.diff(np.unique(ref)).min()
+    assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
+
+
+def test_ort_quantized_conv_on_npu_within_one_step(tmp_path):
+    path, cm, y, ref, remarks = compiled_against_llvm_cpu(tmp_path)
     convs = [d for d in cm.report.dispatches if d.macs == 24 * 24 * 16 * 8 * 9]
     assert len(convs) == 1 and convs[0].executor == "torq", (cm.report.dispatches, remarks.getvalue())
     # The only host dispatch is the input's QuantizeLinear (f32 arithmetic), named as such.
@@ -191,8 +204,7 @@ def test_ort_quantized_conv_on_npu_within_one_step(tmp_path):
     assert summary["kind"] == "conv2d" and summary["channels"] == 16
     assert 0 <= summary["differing_share"] < 1e-3, summary
     # The output is dequantized on the host: one output step is the distance between its levels.
-    step = np.diff(np.unique(ref)).min()
-    assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
+    assert_within_one_step(y, ref)
     # Two of the 16 channels have no exact rescale (this seed): --torq-requant=exact leaves the conv on host.
     assert summary["exact_channels"] < summary["channels"], summary
     exact = torq.compile(str(path), remarks=io.StringIO(), flags=("--torq-requant=exact",))
@@ -222,37 +234,27 @@ def test_ort_quantized_activations_run_as_tables_within_one_step(tmp_path):
     """conv -> hardswish and conv -> sigmoid, quantized by onnxruntime: the activation
     between the two quantizations becomes a 256-entry table after the conv's rescale, so
     the conv runs on the NPU; every output within one step of llvm-cpu."""
-    path, x = ort_quantized_model(tmp_path, ConvActivations)
-    ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
-    remarks = io.StringIO()
-    cm = torq.compile(str(path), remarks=remarks)
-    y = cm(x)
+    path, cm, y, ref, remarks = compiled_against_llvm_cpu(tmp_path, ConvActivations)
     convs = [d for d in cm.report.dispatches if d.macs]
     assert len(convs) == 3 and all(d.executor == "torq" for d in convs), (cm.report.dispatches, remarks.getvalue())
     tables = [s["table_entries"] for d in convs for s in d.requant]
     assert tables == [256, 256, None], tables  # hardswish, sigmoid; the last conv has no activation
     assert "activation through a 256-entry table" in remarks.getvalue()
-    step = np.diff(np.unique(ref)).min()
-    assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
+    assert_within_one_step(y, ref)
 
 
 def test_ort_quantized_downsample_block_within_one_step(tmp_path):
     """IREE fuses the main path's requantization into the projection conv's dispatch and
     leaves that conv's accumulator as an i32 tensor: the residual add then requantizes two
     accumulators (each its own integer rescale) before the sum's rescale, all on the NPU."""
-    path, x = ort_quantized_model(tmp_path, DownsampleBlock)
-    ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
-    remarks = io.StringIO()
-    cm = torq.compile(str(path), remarks=remarks)
-    y = cm(x)
+    path, cm, y, ref, remarks = compiled_against_llvm_cpu(tmp_path, DownsampleBlock)
     convs = [d for d in cm.report.dispatches if d.macs]
     assert len(convs) == 3 and all(d.executor == "torq" for d in convs), (cm.report.dispatches, remarks.getvalue())
     (block_end,) = [s for d in convs for s in d.requant if s["residual_differing"] is not None]
     assert len(block_end["residual_differing"]) == 16 and block_end["sum_pairs"] == 256 * 256, block_end
     # The sum's f32 chain has an exact integer rescale (rescale_pairs.exact_pair_rescale).
     assert block_end["sum_differing"] == 0, block_end
-    step = np.diff(np.unique(ref)).min()
-    assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
+    assert_within_one_step(y, ref)
     assert len(np.unique(ref)) > 50  # not trivial: many output levels
 
 
@@ -261,19 +263,14 @@ def test_ort_quantized_grouped_conv_on_npu_within_one_step(tmp_path):
     weights' int8 levels, its quantize an integer rescale per (group, channel)
     (compiler/requant_float_contraction.py): every conv on the NPU, every output within one
     step of llvm-cpu, and the accumulators llvm-cpu's f32 rounding may put a step off counted."""
-    path, x = ort_quantized_model(tmp_path, GroupedConv)
-    ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
-    remarks = io.StringIO()
-    cm = torq.compile(str(path), remarks=remarks)
-    y = cm(x)
+    path, cm, y, ref, remarks = compiled_against_llvm_cpu(tmp_path, GroupedConv)
     convs = [d for d in cm.report.dispatches if d.macs]
     assert len(convs) == 3 and all(d.executor == "torq" for d in convs), (cm.report.dispatches, remarks.getvalue())
     ((macs, grouped),) = [(d.macs, s) for d in convs for s in d.requant if s["contraction_accumulators"]]
     assert grouped["channels"] == 16, grouped
     assert 0 < grouped["contraction_ambiguous"] < grouped["contraction_accumulators"] / 100, grouped
     assert "the f32 conv2d is an exact i32 one" in remarks.getvalue()
-    step = np.diff(np.unique(ref)).min()
-    assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
+    assert_within_one_step(y, ref)
     assert len(np.unique(ref)) > 50  # not trivial: many output levels
     # --torq-requant=exact: accumulators near a step depend on llvm-cpu's f32 rounding.
     exact = torq.compile(str(path), remarks=io.StringIO(), flags=("--torq-requant=exact",))
@@ -354,17 +351,12 @@ def test_ort_quantized_batched_linear_layers_within_one_step(tmp_path):
     """MatMul -> quantize -> dequantize -> + bias -> quantize: after the matmul's own rescale,
     the bias add is a per-channel rescale of its int8 value (a per-channel bias cannot be one
     table). Both layers run on the NPU."""
-    path, x = ort_quantized_model(tmp_path, TokenMlp, shape=(1, 16, 64))
-    ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
-    remarks = io.StringIO()
-    cm = torq.compile(str(path), remarks=remarks)
-    y = cm(x)
+    path, cm, y, ref, remarks = compiled_against_llvm_cpu(tmp_path, TokenMlp, shape=(1, 16, 64))
     layers = [d for d in cm.report.dispatches if d.macs]
     assert [d.executor for d in layers] == ["torq", "torq"], (cm.report.dispatches, remarks.getvalue())
     assert all(len(s["rest"]["differing"]) == d.requant[0]["channels"] for d in layers for s in d.requant)
     assert "then a per-channel rescale of the int8 value" in remarks.getvalue()
-    step = np.diff(np.unique(ref)).min()
-    assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
+    assert_within_one_step(y, ref)
     assert len(np.unique(ref)) > 50
 
 
@@ -405,17 +397,12 @@ def test_ort_quantized_bias_over_two_dims_on_npu_within_one_step(tmp_path):
     """The bias add after the quantized matmul, fused with the heads' transpose, is int8
     arithmetic whose per-channel values vary along two result dims: a rescale per (head row,
     feature) read along both, on the NPU; every output within one step of llvm-cpu."""
-    path, x = ort_quantized_model(tmp_path, QkvHeads, shape=(1, 16, 64))
-    ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
-    remarks = io.StringIO()
-    cm = torq.compile(str(path), remarks=remarks)
-    y = cm(x)
+    path, cm, y, ref, remarks = compiled_against_llvm_cpu(tmp_path, QkvHeads, shape=(1, 16, 64))
     assert all(d.executor == "torq" for d in cm.report.dispatches if d.macs), remarks.getvalue()
     biases = [(d.executor, s["channels"]) for d in cm.report.dispatches for s in d.requant
               if s["kind"] == "int8 elementwise"]
     assert biases == [("torq", 3 * 64)], (biases, remarks.getvalue())  # a rescale per (q/k/v x head, feature)
-    step = np.diff(np.unique(ref)).min()
-    assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
+    assert_within_one_step(y, ref)
     assert len(np.unique(ref)) > 50
 
 
@@ -424,11 +411,7 @@ def test_ort_quantized_encoder_layer_matmuls_on_npu(tmp_path):
     adds, biases after the quantized matmul, GELU as a table) and attention's q.k^T and p.v,
     whose activations' zero points IREE corrects with their row / column sums (i32 tensors the
     epilogue adds before the rescale). Softmax and LayerNorm stay on the host (f32)."""
-    path, x = ort_quantized_model(tmp_path, EncoderLayer, shape=(1, 16, 64))
-    ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
-    remarks = io.StringIO()
-    cm = torq.compile(str(path), remarks=remarks)
-    y = cm(x)
+    path, cm, y, ref, remarks = compiled_against_llvm_cpu(tmp_path, EncoderLayer, shape=(1, 16, 64))
     attention = [d for d in cm.report.dispatches if d.macs == 4 * 16 * 16 * 16]
     assert [d.executor for d in attention] == ["torq", "torq"], remarks.getvalue()
     host_macs = sum(d.macs for d in cm.report.dispatches if d.executor == "host")
