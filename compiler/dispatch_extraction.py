@@ -62,7 +62,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-import numpy as np
 from iree.compiler import ir
 
 from .box_reads import (
@@ -79,15 +78,14 @@ from .box_reads import (
     static_box,
     stride_split,
 )
-from .f32_chain import host_float_semantics, type_name
+from .f32_chain import host_float_semantics
 from .ir_utils import (
     CompileError,
-    bf16_dense_attr,
     block_ops,
-    constant_value,
     int_array,
     static_shape,
     static_slice,
+    through_reshapes,
     walk_ops,
 )
 from .passes import decompose_attention, lower_requantization, mark_in_place_updates
@@ -400,31 +398,19 @@ class FlowModuleFacts:
         return host_float_semantics(self.module_op)
 
     def constant_attr(self, v: ir.Value) -> ir.Attribute | None:
-        """The value of flow-level `v` as an attribute if it is an `arith.constant`, a
-        `util.global.load` of one of `constant_globals`, or a `flow.tensor.reshape` of either
-        (a grouped convolution's per-channel bias, read as groups x channels); else None."""
-        op = v.owner
+        """The value of flow-level `v` as an attribute if it is an `arith.constant` or a
+        `util.global.load` of one of `constant_globals`, seen through `flow.tensor.reshape`s
+        (a grouped convolution's per-channel bias, read as groups x channels: the attribute
+        keeps the source's shape, torq-lower-requantization reads it in the argument's);
+        else None."""
+        op = through_reshapes(v).owner
         if isinstance(op, ir.Block):
             return None
         if op.name == "arith.constant":
             return op.attributes["value"]
-        if op.name == "flow.tensor.reshape":
-            return _reshaped_attr(self.constant_attr(op.operands[0]), op.results[0].type)
         if op.name != "util.global.load" or "is_immutable" not in op.attributes:
             return None
         return self.constant_globals.get(ir.FlatSymbolRefAttr(op.attributes["global"]).value)
-
-
-def _reshaped_attr(attr: ir.Attribute | None, result_type: ir.Type) -> ir.Attribute | None:
-    """Constant `attr` reshaped to static `result_type` (None if it is None or dynamic)."""
-    shape = static_shape(result_type)
-    if attr is None or shape is None:
-        return None
-    values = constant_value(attr).reshape(shape)
-    elt = ir.RankedTensorType(result_type).element_type
-    if type_name(elt) == "bf16":
-        return bf16_dense_attr(values, shape)
-    return ir.DenseElementsAttr.get(np.ascontiguousarray(values), type=elt)
 
 
 def _stride_splits(block: ir.Block, kinds) -> dict[int, StrideSplit]:

@@ -106,6 +106,14 @@ def static_slice(source: ir.Value, offsets: list[int], sizes: list[int], result:
                     "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])}).results[0]
 
 
+def through_reshapes(value: ir.Value) -> ir.Value:
+    """The value a chain of static `flow.tensor.reshape`s (IREE's, or the target's) reshapes."""
+    while not isinstance(value.owner, ir.Block) and value.owner.name == "flow.tensor.reshape" \
+            and len(value.owner.operands) == 1:
+        value = value.owner.operands[0]
+    return value
+
+
 def reshaped(value: ir.Value, shape: tuple[int, ...]) -> ir.Value:
     """`value` with static `shape` (a `flow.tensor.reshape`, which moves no data) at the
     insertion point; `value` itself when it has that shape or is no ranked tensor."""

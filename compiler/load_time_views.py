@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from .ir_utils import reshaped
+from .ir_utils import reshaped, through_reshapes
 
 BUFFER_VIEW = "!hal.buffer_view"
 GLOBAL_PREFIX = "__torq_load_time_view_"
@@ -38,14 +38,6 @@ def _constant_key(value: ir.Value):
     return None
 
 
-def _through_reshapes(value: ir.Value) -> ir.Value:
-    """The value a chain of static `flow.tensor.reshape`s (IREE's, or the target's) reshapes."""
-    while not isinstance(value.owner, ir.Block) and value.owner.name == "flow.tensor.reshape" \
-            and len(value.owner.operands) == 1:
-        value = value.owner.operands[0]
-    return value
-
-
 class LoadTimeViews:
     """The load-time buffer views of one module's constant call operands (module docstring)."""
 
@@ -60,7 +52,7 @@ class LoadTimeViews:
         if not isinstance(value.type, ir.RankedTensorType):
             return None
         shape = tuple(shape) if shape is not None else tuple(ir.RankedTensorType(value.type).shape)
-        source = _through_reshapes(value)
+        source = through_reshapes(value)
         key = _constant_key(source)
         if key is None:
             return None

@@ -111,10 +111,12 @@ from .ir_utils import (
 from .requant_channels import (
     RESIDUAL_I32_BOUND,
     Known,
+    channel_dicts,
     check_scales,
     fit_channels,
     on_channel_grid,
     per_channel_constants,
+    weight_rows,
 )
 from .requant_emit import rescale_generic
 from .requant_float_contraction import F32_SUM_ERROR
@@ -149,7 +151,6 @@ def _accumulator_range(con: ir.Operation, known: Known) -> tuple[np.ndarray, np.
     maps = indexing_maps(con)
     its, ranges = iterator_types(con), loop_ranges(con)
     red = [d for d, it in enumerate(its) if it == "reduction"]
-    out_dims = map_dims(maps[2])
     bounds = []
     for i in range(2):
         t = str(ir.RankedTensorType(con.operands[i].type).element_type)
@@ -161,18 +162,11 @@ def _accumulator_range(con: ir.Operation, known: Known) -> tuple[np.ndarray, np.
     if const_i is None:
         m = max(abs(b) for b in bounds[0]) * max(abs(b) for b in bounds[1]) * total
         return np.array(-m), np.array(m), []
-    w = known(con.operands[const_i]).astype(np.int64)
+    w = weight_rows(con, const_i, known(con.operands[const_i]).astype(np.int64))
     xlo, xhi = bounds[1 - const_i]
-    w_dims = map_dims(maps[const_i])
-    par = [k for k, d in enumerate(w_dims) if its[d] == "parallel" and w.shape[k] != 1]  # (a batch of 1 varies not)
-    if any(w_dims[k] not in out_dims for k in par) or len(set(w_dims)) != len(w_dims):
-        raise NotExact("the weight's parallel dims are not result dims")
-    mult = math.prod(ranges[d] for d in red if d not in w_dims)
-    order = par + [k for k in range(w.ndim) if k not in par]
-    w = w.transpose(order).reshape([w.shape[k] for k in par] + [-1])
-    hi = np.maximum(w * xlo, w * xhi).sum(-1) * mult
-    lo = np.minimum(w * xlo, w * xhi).sum(-1) * mult
-    return lo, hi, [out_dims.index(w_dims[k]) for k in par]
+    hi = np.maximum(w.rows * xlo, w.rows * xhi).sum(-1) * w.multiplicity
+    lo = np.minimum(w.rows * xlo, w.rows * xhi).sum(-1) * w.multiplicity
+    return lo, hi, w.chan
 
 
 def _channel_values(op: ir.Operation, skip: set[int], known: Known, range_dims: list[int],
@@ -194,10 +188,7 @@ def _channel_values(op: ir.Operation, skip: set[int], known: Known, range_dims: 
         if b.size > 1:
             b = on_channel_grid(b.transpose(np.argsort(range_pos)), tuple(sorted(range_pos)), chan, shape)
         bounds.append(np.broadcast_to(b.reshape(-1), (n,)))
-    values = {a: v if dims is None else on_channel_grid(v, dims, chan, shape) for a, (dims, v) in per.items()}
-    channels = [({a: v if per[a][0] is None else v[ch] for a, v in values.items()}, int(bounds[0][ch]),
-                 int(bounds[1][ch])) for ch in range(n)]
-    return chan, channels
+    return chan, [(vals, int(lo), int(hi)) for vals, lo, hi in zip(channel_dicts(per, chan, shape), *bounds)]
 
 
 @dataclass

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from iree.compiler import ir
 
 from .f32_chain import Chain
-from .ir_utils import constant_of, indexing_maps, map_dims, n_inputs
+from .ir_utils import constant_of, indexing_maps, iterator_types, loop_ranges, map_dims, n_inputs
 from .rescale_batch import fit_many
 from .rescale_fit import ChannelFit, NotExact, channel_step_points
 
@@ -100,6 +101,37 @@ def on_channel_grid(values: np.ndarray, dims: tuple[int, ...], chan: tuple[int, 
     return np.broadcast_to(np.reshape(values, [shape[d] if d in dims else 1 for d in chan]), grid).reshape(-1)
 
 
+def channel_dicts(per: dict, chan: tuple[int, ...], shape) -> list[dict]:
+    """Per channel (the points of result dims `chan` of a result of `shape`, row-major): the
+    {block arg: scalar} of `per_channel_constants`' values."""
+    grid = {a: v if dims is None else on_channel_grid(v, dims, chan, shape) for a, (dims, v) in per.items()}
+    return [{a: v if per[a][0] is None else v[ch] for a, v in grid.items()}
+            for ch in range(math.prod(shape[d] for d in chan))]
+
+
+@dataclass
+class WeightRows:
+    """A contraction's constant operand as rows over its output channels."""
+    rows: np.ndarray  # (channel grid..., elements): the weight's parallel axes first, in result-dim order
+    axes: list[int]  # those axes of the weight
+    chan: list[int]  # the result dims they are
+    multiplicity: int  # how often each element enters one output (the reduction loops it does not use)
+
+
+def weight_rows(con: ir.Operation, k: int, w: np.ndarray) -> WeightRows:
+    """`w`, the value of contraction `con`'s operand k, as `WeightRows`; NotExact when one of
+    its parallel dims is not a result dim."""
+    maps, its, ranges = indexing_maps(con), iterator_types(con), loop_ranges(con)
+    w_dims, out = map_dims(maps[k]), map_dims(maps[-1])
+    axes = [j for j, d in enumerate(w_dims) if its[d] == "parallel" and w.shape[j] != 1]  # (a batch of 1 varies not)
+    if any(w_dims[j] not in out for j in axes) or len(set(w_dims)) != len(w_dims):
+        raise NotExact("the weight's parallel dims are not result dims")
+    axes.sort(key=lambda j: out.index(w_dims[j]))
+    rows = w.transpose(axes + [j for j in range(w.ndim) if j not in axes]).reshape([w.shape[j] for j in axes] + [-1])
+    mult = math.prod(ranges[d] for d, it in enumerate(its) if it == "reduction" and d not in w_dims)
+    return WeightRows(rows, axes, [out.index(w_dims[j]) for j in axes], mult)
+
+
 def fit_channels(chain: Chain, channels: list, chan, kind: str, nearest: bool,
                  sum_error: float = 0.0) -> list[ChannelFit]:
     """The rescale of each channel of `chain` (exact, or with `nearest` the nearest). With a
@@ -111,7 +143,7 @@ def fit_channels(chain: Chain, channels: list, chan, kind: str, nearest: bool,
     fits = fit_many([st for _, st in steps], [g[0] for g in ends], [g[1] for g in ends],
                     [direction < 0 for direction, _ in steps], nearest)
     for ch, ((_, lo, hi), fit) in enumerate(zip(channels, fits)):
-        where = f"channel {ch}" if chan not in (None, ()) else "the tensor"
+        where = f"channel {ch}" if chan else "the tensor"
         if isinstance(fit, NotExact):
             raise NotExact(f"{kind} float requantization, {where} (accumulator range [{lo}, {hi}]): {fit}")
         if sum_error:

@@ -53,13 +53,12 @@ from .ir_utils import (
     inline_function_text,
     iterator_types,
     loop_ranges,
-    map_dims,
     n_inputs,
     region_ops,
     static_shape,
     walk_ops,
 )
-from .requant_channels import Known, on_channel_grid
+from .requant_channels import Known, on_channel_grid, weight_rows
 from .rescale_fit import NotExact
 
 # Attribute of the integer contraction: llvm-cpu's f32 rounding of the contraction it
@@ -86,6 +85,7 @@ class _Weights:
     scale: np.ndarray  # f32, over the channel grid
     chan: tuple[int, ...]
     rows: np.ndarray  # levels as (channels, elements) in grid order
+    multiplicity: int  # how often each element enters one output (requant_channels.WeightRows)
 
 
 def integer_contractions(func: ir.Operation, known: Known, host: HostFloat | None) -> int:
@@ -94,8 +94,11 @@ def integer_contractions(func: ir.Operation, known: Known, host: HostFloat | Non
     from .pass_managers import run_pipeline
     from .patterns import classify_contraction
 
+    ops = list(walk_ops(func))
+    if not any(o.name == "arith.sitofp" for o in ops):  # no dequantize: a float model's dispatch
+        return 0
     done = 0
-    for con in [o for o in walk_ops(func) if o.name == "linalg.generic"]:
+    for con in [o for o in ops if o.name == "linalg.generic"]:
         if classify_contraction(con) is None or type_name(ir.RankedTensorType(con.results[0].type).element_type) \
                 != "f32":
             continue
@@ -115,8 +118,9 @@ def integer_contractions(func: ir.Operation, known: Known, host: HostFloat | Non
 def _plan(con: ir.Operation, known: Known, host: HostFloat):
     """(dequantized input, weights, bias over the channel grid, e) for contraction `con`, or
     None when it is not a dequantized int8 contraction this module reproduces."""
-    x, w = _dequantized(con.operands[0], host), known(con.operands[1])
-    if x is None or w is None:
+    x = _dequantized(con.operands[0], host)
+    w = known(con.operands[1]) if x is not None else None
+    if w is None:
         return None
     weights = _weight_levels(con, w)
     bias = _bias(con, known, weights.chan) if weights is not None else None
@@ -155,23 +159,18 @@ def _dequantized(v: ir.Value, host: HostFloat) -> _Dequantized | None:
 def _weight_levels(con: ir.Operation, w: np.ndarray) -> _Weights | None:
     """The constant weight operand (operand 1) of `con` as int8 levels times an f32 scale per
     output channel, each element exactly fl32(level * scale); None if it is not."""
-    maps, its = indexing_maps(con), iterator_types(con)
-    w_dims, out = map_dims(maps[1]), map_dims(maps[2])
-    if w_dims is None or out is None or w.dtype != np.float32:
+    if w.dtype != np.float32:
         return None
-    par = [k for k, d in enumerate(w_dims) if its[d] == "parallel" and w.shape[k] != 1]
-    if any(w_dims[k] not in out for k in par):
+    try:
+        rows = weight_rows(con, 1, w)
+    except NotExact:
         return None
-    par.sort(key=lambda k: out.index(w_dims[k]))
-    rows = w.transpose(par + [k for k in range(w.ndim) if k not in par]).reshape(
-        [w.shape[k] for k in par] + [-1])
-    grid = rows.shape[:-1]
-    rows = rows.reshape(math.prod(grid), -1)
-    levels, scale = _rows_as_levels(rows)
+    grid = rows.rows.shape[:-1]
+    levels, scale = _rows_as_levels(rows.rows.reshape(math.prod(grid), -1))
     if levels is None:
         return None
-    return _Weights(_unflatten(levels, w.shape, par), scale.reshape(grid),
-                    tuple(out.index(w_dims[k]) for k in par), levels)
+    return _Weights(_unflatten(levels, w.shape, rows.axes), scale.reshape(grid), tuple(rows.chan), levels,
+                    rows.multiplicity)
 
 
 def _rows_as_levels(rows: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
@@ -243,7 +242,7 @@ def _f32_sum_error(con: ir.Operation, x: _Dequantized, weights: _Weights, bias: 
     ranges, its = loop_ranges(con), iterator_types(con)
     red = [d for d, it in enumerate(its) if it == "reduction"]
     n = math.prod(ranges[d] for d in red)
-    mult = _multiplicity(con)
+    mult = weights.multiplicity
     x_top = max(abs(-128 - x.zero), abs(127 - x.zero))
     a_top = x_top * np.abs(weights.rows).sum(1) * mult
     if a_top.max(initial=0) >= _EXACT_F32_INT:
@@ -281,7 +280,7 @@ def _function_text(con: ir.Operation, x: _Dequantized, weights: _Weights, bias: 
         return f"tensor<{''.join(f'{n}x' for n in grid)}{elt}>"
 
     w_t = f"tensor<{'x'.join(map(str, weights.levels.shape))}xi8>"
-    corr = (x.zero * weights.rows.sum(1) * _multiplicity(con)).reshape(grid)
+    corr = (x.zero * weights.rows.sum(1) * weights.multiplicity).reshape(grid)
     dims = ", ".join(f"d{k}" for k in range(rank))
     ident = f"affine_map<({dims}) -> ({dims})>"
     chan_map = f"affine_map<({dims}) -> ({', '.join(f'd{d}' for d in weights.chan)})>"
@@ -319,10 +318,3 @@ func.func @integer(%x: {x.x.type}) -> {out_t} {{
   }} -> {out_t}
   return %y : {out_t}
 }}"""
-
-
-def _multiplicity(con: ir.Operation) -> int:
-    """How often each weight element enters one output: the reduction loops it does not use."""
-    ranges, its = loop_ranges(con), iterator_types(con)
-    w_dims = map_dims(indexing_maps(con)[1])
-    return math.prod(ranges[d] for d, it in enumerate(its) if it == "reduction" and d not in w_dims)

@@ -18,7 +18,6 @@ arithmetic.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,7 +25,7 @@ from iree.compiler import ir
 
 from .f32_chain import INT_RANGE, Chain, type_name
 from .ir_utils import n_inputs, static_shape
-from .requant_channels import RESIDUAL_I32_BOUND, fit_channels, on_channel_grid, per_channel_constants
+from .requant_channels import RESIDUAL_I32_BOUND, channel_dicts, fit_channels, per_channel_constants
 from .requant_split import ActivationTable, build_table, reads, slice_until
 from .rescale_fit import NotExact, Rescale
 from .rescale_pairs import PairFit, fit_product, fit_sum
@@ -61,10 +60,7 @@ class Channels:
     def of(cls, op: ir.Operation, known, variable: set[int]) -> "Channels":
         chan_dims, per = per_channel_constants(op, known, variable)
         dims = tuple(sorted(chan_dims))
-        shape = static_shape(op.results[0].type)
-        n = math.prod(shape[d] for d in dims)
-        grid = {a: v if d is None else on_channel_grid(v, d, dims, shape) for a, (d, v) in per.items()}
-        values = [{a: (v if per[a][0] is None else v[ch]) for a, v in grid.items()} for ch in range(n)]
+        values = channel_dicts(per, dims, static_shape(op.results[0].type))
         return cls(dims, values, {a for a, (d, _) in per.items() if d is not None})
 
 

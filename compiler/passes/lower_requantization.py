@@ -42,7 +42,7 @@ import numpy as np
 from iree.compiler import ir
 
 from ..f32_chain import HostFloat
-from ..ir_utils import constant_value, sync_function_type, walk_ops
+from ..ir_utils import constant_value, static_shape, sync_function_type, walk_ops
 from ..patterns import Unsupported
 from ..requant import lower_float_requantization, unused_arguments
 from ..requant_channels import Known
@@ -72,9 +72,11 @@ class RequantReport:
 
 
 class _ConstantArgs:
-    """Function argument index -> its `CONSTANT_ARG` value (or None), converted on first use."""
+    """Function argument index -> its `CONSTANT_ARG` value (or None), converted on first use,
+    in the argument's shape (the flow-level constant may be read through a reshape)."""
 
     def __init__(self, func: ir.Operation):
+        self.shapes = [static_shape(a.type) for a in func.regions[0].blocks[0].arguments]
         self.attrs: list[ir.Attribute | None] = []
         if "arg_attrs" in func.attributes:
             for d in ir.ArrayAttr(func.attributes["arg_attrs"]):
@@ -85,7 +87,9 @@ class _ConstantArgs:
     def get(self, k: int) -> np.ndarray | None:
         if k not in self.cache:
             attr = self.attrs[k] if k < len(self.attrs) else None
-            self.cache[k] = constant_value(attr) if attr is not None else None
+            value = constant_value(attr) if attr is not None else None
+            shape = self.shapes[k] if k < len(self.shapes) else None
+            self.cache[k] = value.reshape(shape) if value is not None and shape is not None else value
         return self.cache[k]
 
 
