@@ -69,7 +69,9 @@ def fma_f32(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
 
     x * y is exact in f64 (48 significant bits); TwoSum gives the f64 sum s
     and its exact error e. Rounding s to f32 is the correctly rounded result
-    unless s is exactly halfway between two f32 numbers (then e decides).
+    unless s is exactly halfway between two f32 numbers (then e decides): for
+    an s in f32's normal range, when the 29 bits f32 drops are 1 followed by
+    zeros; elsewhere (f32 subnormals, overflow) compared with both neighbours.
     """
     x, y, z = (np.asarray(v, np.float64) for v in (x, y, z))
     p = x * y
@@ -77,11 +79,23 @@ def fma_f32(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
     bb = s - p
     e = (p - (s - bb)) + (z - bb)
     r = s.astype(np.float32)
-    other = np.where(r.astype(np.float64) < s, np.nextafter(r, np.float32(np.inf)),
-                     np.nextafter(r, np.float32(-np.inf)))
-    tie = (np.abs(r.astype(np.float64) - s) == np.abs(other.astype(np.float64) - s)) & (e != 0)
-    toward = np.where(e > 0, np.maximum(r, other), np.minimum(r, other))
-    return np.where(tie, toward, r).astype(np.float32)
+    normal = (np.abs(s) >= _F32_NORMAL) & (np.abs(s) < _F32_MAX)
+    dropped = np.ascontiguousarray(s).view(np.uint64) & np.uint64((1 << 29) - 1)
+    check = (e != 0) & (~normal | (dropped == np.uint64(1 << 28)))
+    if not np.any(check):
+        return r
+    r, s_c, e_c = np.array(r, np.float32, ndmin=1), np.broadcast_to(s, r.shape), np.broadcast_to(e, r.shape)
+    idx = np.nonzero(np.broadcast_to(check, r.shape))
+    rc, sc, ec = r[idx], s_c[idx], e_c[idx]
+    other = np.where(rc.astype(np.float64) < sc, np.nextafter(rc, np.float32(np.inf)),
+                     np.nextafter(rc, np.float32(-np.inf)))
+    tie = np.abs(rc.astype(np.float64) - sc) == np.abs(other.astype(np.float64) - sc)
+    r[idx] = np.where(tie, np.where(ec > 0, np.maximum(rc, other), np.minimum(rc, other)), rc)
+    return r.reshape(np.shape(s))
+
+
+_F32_NORMAL = float(np.finfo(np.float32).tiny)
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass

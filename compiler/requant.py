@@ -118,11 +118,12 @@ from .requant_channels import (
     per_channel_constants,
     weight_rows,
 )
+from .requant_compose import PairTail, following
 from .requant_emit import rescale_generic
 from .requant_float_contraction import F32_SUM_ERROR
 from .requant_split import ActivationTable, build_table, split_first_int, split_residual_add
 from .requant_stages import Channels, StageSplitter
-from .requant_summary import RequantSummary
+from .requant_summary import Composition, RequantSummary
 from .requant_tail import HostTail, accumulator_tail, split_tail, tail_text
 from .requant_zero_point import ZeroPointCorrection, zero_point_correction
 from .rescale_fit import NotExact, Rescale
@@ -252,6 +253,7 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
     if max(abs(int(np.min(acc_lo))), abs(int(np.max(acc_hi)))) >= 1 << 31:
         raise NotExact(f"the {kind} accumulator can wrap (i32 overflow)")
     residual = _residual_operand(op, skip, known)
+    final_ops, final_result = ops, result
     res_split = sum_fit = None
     if residual >= 0:
         res_split = split_residual_add(ops, result, acc_v, block.arguments[residual], host, q_type, nearest)
@@ -261,16 +263,25 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
     ops, result = later.ops, later.result
     chan, channels = _channel_values(op, skip, known, range_dims, acc_lo, acc_hi, acc_dims, residual)
     check_scales(ops, [vals for vals, _, _ in channels])
+    if later.stages and later.channels.dims not in ((), chan):
+        raise NotExact("the steps after stage 1 vary along another dim than stage 1")
     sum_error = _f32_sum_error(con)
-    fits = fit_channels(Chain(ops, result, acc_v, host), channels, chan, kind, nearest, sum_error)
+    values = [vals for vals, _, _ in channels]
+    if res_split is None:
+        downstream = following("what follows the rescale", result, host, values,
+                               [o for o in final_ops if o not in ops], final_result, later.stages, later.table)
+    else:  # through the steps after stage 1 to the int8 value added, then the add
+        downstream = following("what follows the rescale", result, host, values,
+                               [o for o in res_split.stage1 if o not in ops], res_split.q1, later.stages,
+                               tail=PairTail.of(sum_fit.rescale, res_split.variants, first=True))
+    fits = fit_channels(Chain(ops, result, acc_v, host), channels, chan, kind, nearest, sum_error, downstream)
     res_fits = _residual_fits(res_split, block.arguments[residual] if residual >= 0 else None, channels, chan,
                               kind, host, nearest)
     summary = _summary(kind, fits, sum_fit, later.table, res_fits)
+    summary.composition = Composition.of_fits(fits + (res_fits or []))
     if sum_error:
         _count_f32_rounding(summary, fits, channels, nearest)
     if later.stages:
-        if later.channels.dims not in ((), chan):
-            raise NotExact("the steps after stage 1 vary along another dim than stage 1")
         summary.rest = RequantSummary.of_stages("rest", later.stages)
     return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary,
                  residual, sum_fit.rescale if sum_fit else None, later.table,
@@ -364,14 +375,17 @@ class _LaterStages:
 
 def _residual_fits(res_split, residual_arg: ir.Value | None, channels: list, chan: tuple[int, ...], kind: str, host,
                    nearest: bool) -> list | None:
-    """The fits of the i32 residual's own rescale stage, when the residual add has one."""
+    """The fits of the i32 residual's own rescale stage, when the residual add has one; its
+    level goes on through the add."""
     if res_split is None or res_split.res_stage is None:
         return None
     # The i32 residual's reachable range is another dispatch's business: fitted on all
     # |r| <= 2^30 (a contraction reaching it sums 65,536 full-scale int8 products).
     res_channels = [(vals, -RESIDUAL_I32_BOUND, RESIDUAL_I32_BOUND) for vals, _, _ in channels]
     res_chain = Chain(res_split.res_stage, res_split.q_res, residual_arg, host)
-    return fit_channels(res_chain, res_channels, chan, f"{kind} residual (i32)", nearest)
+    downstream = following("the residual add", res_split.q_res, host, [vals for vals, _, _ in channels], [],
+                           res_split.q_res, tail=PairTail.of(res_split.fit.rescale, res_split.variants, first=False))
+    return fit_channels(res_chain, res_channels, chan, f"{kind} residual (i32)", nearest, downstream=downstream)
 
 
 def _summary(kind: str, fits: list, sum_fit, table: ActivationTable | None, res_fits: list | None) -> RequantSummary:

@@ -133,15 +133,17 @@ def weight_rows(con: ir.Operation, k: int, w: np.ndarray) -> WeightRows:
 
 
 def fit_channels(chain: Chain, channels: list, chan, kind: str, nearest: bool,
-                 sum_error: float = 0.0) -> list[ChannelFit]:
+                 sum_error: float = 0.0, downstream=None) -> list[ChannelFit]:
     """The rescale of each channel of `chain` (exact, or with `nearest` the nearest). With a
     `sum_error` (the chain stands for an f32 contraction llvm-cpu rounds, up to that many
     accumulator units off: requant_float_contraction), each fit counts the accumulators that
-    close to a step point (`ambiguous_accumulators`)."""
+    close to a step point (`ambiguous_accumulators`). With a `downstream`
+    (requant_compose.Downstream: what the rescaled level becomes at the result), a nearest
+    rescale keeps the result, not only its level, within one step."""
     steps = _batched_step_points(chain, channels, kind)
     ends = [(lo, hi) if direction >= 0 else (-hi, -lo) for (_, lo, hi), (direction, _) in zip(channels, steps)]
     fits = fit_many([st for _, st in steps], [g[0] for g in ends], [g[1] for g in ends],
-                    [direction < 0 for direction, _ in steps], nearest)
+                    [direction < 0 for direction, _ in steps], nearest, downstream)
     for ch, ((_, lo, hi), fit) in enumerate(zip(channels, fits)):
         where = f"channel {ch}" if chan else "the tensor"
         if isinstance(fit, NotExact):

@@ -79,6 +79,9 @@ class ResidualSplit:
     # on its own first: the ops and int8 value of that rescale; None for an int8 residual.
     res_stage: list | None = None
     q_res: ir.Value | None = None
+    # llvm-cpu's add on every (stage-1 level, residual level) pair, u-major, every way it may
+    # evaluate it.
+    variants: list | None = None
 
 
 def _first_ints(ops, final, result) -> list[tuple[ir.Value, list]]:
@@ -116,7 +119,7 @@ def split_residual_add(ops, result, acc, res, host, q_type, nearest) -> Residual
     fit = fit_sum(u, v, [np.asarray(q, np.int64) for q in qs], lo, hi)
     if fit.differing and not nearest:
         raise NotExact(f"the residual add's integer rescale differs on {fit.differing} of {fit.pairs} input pairs")
-    return ResidualSplit(stage1, q1, fit, res_stage, q_res)
+    return ResidualSplit(stage1, q1, fit, res_stage, q_res, qs)
 
 
 # How far (f32 ulps) llvm-cpu's polynomial exp / tanh / erf / log may be from the correctly
@@ -155,12 +158,12 @@ def split_first_int(ops, result, acc) -> tuple[list, ir.Value, list] | None:
     return stage1, q1, _rest(final, stage1, acc, "activation after the int8 value")
 
 
-def llvm_variants(chain: Chain, levels: np.ndarray) -> list[np.ndarray]:
-    """`chain` on every level as llvm-cpu may evaluate it: every FMA contraction it may
-    choose, and transcendental results moved by `TRANSCENDENTAL_ULPS` either way; LLVM's
-    default contraction with correctly rounded functions first."""
+def llvm_variants(chain: Chain, levels: np.ndarray, extra: tuple = ()) -> list[np.ndarray]:
+    """`chain` on every level (and `extra` input) as llvm-cpu may evaluate it: every FMA
+    contraction it may choose, and transcendental results moved by `TRANSCENDENTAL_ULPS`
+    either way; LLVM's default contraction with correctly rounded functions first."""
     ulps = (0, -TRANSCENDENTAL_ULPS, TRANSCENDENTAL_ULPS) if chain.transcendental else (0,)
-    return [q for u in ulps for q in chain.with_ulps(u).contraction_variants(levels, check=True)]
+    return [q for u in ulps for q in chain.with_ulps(u).contraction_variants(levels, extra, check=True)]
 
 
 def build_table(ops, result, level, host, q_type, nearest, what="the activation",

@@ -26,7 +26,9 @@ from iree.compiler import ir
 from .f32_chain import INT_RANGE, Chain, type_name
 from .ir_utils import n_inputs, static_shape
 from .requant_channels import RESIDUAL_I32_BOUND, channel_dicts, fit_channels, per_channel_constants
+from .requant_compose import Downstream, PairTail, following, pair_composed
 from .requant_split import ActivationTable, build_table, reads, slice_until
+from .requant_summary import Composition
 from .rescale_fit import NotExact, Rescale
 from .rescale_pairs import PairFit, fit_product, fit_sum
 
@@ -44,6 +46,8 @@ class Stage:
     pair: PairFit | None = None
     chain: Chain | None = None  # "rescale": the chain it replaces
     table_type: str | None = None  # "table": its entries' type when not `value`'s (a fixed-point f32 term)
+    # A nearest rescale's level one off, carried to the result (compiler/requant_compose.py).
+    composition: Composition = field(default_factory=Composition)
 
 
 @dataclass
@@ -64,6 +68,16 @@ class Channels:
         return cls(dims, values, {a for a, (d, _) in per.items() if d is not None})
 
 
+@dataclass
+class _StageSpec:
+    """A float-to-int conversion before it is fitted: its ops from the values before it."""
+    q: ir.Value
+    ops: list
+    leaves: list
+    per_channel: bool
+    stops: frozenset  # the leaves and earlier stages' values
+
+
 class StageSplitter:
     """Splits a body into `Stage`s (see the module docstring)."""
 
@@ -73,34 +87,65 @@ class StageSplitter:
         self.ranges = dict(ranges)  # leaf value -> (lo, hi)
         self.scaled = scaled  # (the f32 leaf holding S * c, c) in R's quantize
         self.stages: list[Stage] = []
+        self._pair_variants: dict = {}  # a pair stage's value -> llvm-cpu's values on all pairs
 
     def split(self, result: ir.Value) -> list[Stage]:
-        """The stages up to `result`, which must be the last one's value."""
-        for op in slice_until(self.ops, result, set()):
-            if op.name == "arith.fptosi":
-                self.stages.append(self._stage(op.results[0]))
-        if not self.stages or self.stages[-1].value != result:
+        """The stages up to `result`, which must be the last one's value. They are fitted last
+        first: a nearest rescale is priced at `result` through the stages after it
+        (compiler/requant_compose.py)."""
+        specs = [self._spec(op.results[0]) for op in slice_until(self.ops, result, set()) if op.name == "arith.fptosi"]
+        if not specs or specs[-1].q != result:
             raise NotExact("the result is not the int value of a requantization")
+        built: dict[ir.Value, Stage] = {}
+        for spec in reversed(specs):
+            built[spec.q] = self._stage(spec, self._downstream(spec, built, result))
+        self.stages = [built[spec.q] for spec in specs]
         return self.stages
 
-    def _stage(self, q: ir.Value) -> Stage:
-        stops = set(self.ranges)
+    def _spec(self, q: ir.Value) -> _StageSpec:
+        stops = frozenset(self.ranges)
         ops = slice_until(self.ops, q, stops)
         leaves = [v for v in self.ranges if reads(ops, v)]
         per_channel = any(reads(ops, a) for a in self.channels.per_channel)
-        q_type = type_name(q.type)
-        if len(leaves) == 1:
-            stage = self._one_leaf(ops, q, leaves[0], per_channel, q_type)
-        elif len(leaves) == 2 and not per_channel and all(self.ranges[v] == INT_RANGE["i8"] for v in leaves):
-            stage = self._two_leaves(ops, q, leaves, q_type)
-        else:
+        if not (len(leaves) == 1 or (len(leaves) == 2 and not per_channel and
+                                     all(self.ranges[v] == INT_RANGE["i8"] for v in leaves))):
             raise NotExact(f"a requantization step reads {len(leaves)} integer values"
                            f"{' and per-channel parameters' if per_channel else ''} "
                            f"(one, or two int8 values with scalar parameters, are supported)")
-        self.ranges[q] = INT_RANGE[q_type]
-        return stage
+        self.ranges[q] = INT_RANGE[type_name(q.type)]
+        return _StageSpec(q, ops, leaves, per_channel, stops)
 
-    def _one_leaf(self, ops, q, leaf, per_channel: bool, q_type: str) -> Stage:
+    def _downstream(self, spec: _StageSpec, built: dict, result: ir.Value) -> Downstream | None:
+        """What `spec`'s value becomes at `result` through the stages after it (`built`): a last
+        step of an int8 value and one other int8 input priced once (`PairTail`)."""
+        if spec.q == result:
+            return None
+        stops = spec.stops | {spec.q}
+        after = slice_until(self.ops, result, stops)
+        free = [v for v in spec.stops if reads(after, v)]
+        pos = {r: i for i, op in enumerate(after) for r in op.results}
+        later = sorted((st for st in built.values() if st.value in pos), key=lambda st: pos[st.value])
+        values = self.channels.values or [{}]
+        if len(free) > 1 or (free and self.ranges[free[0]] != INT_RANGE["i8"]):
+            return Downstream.unpriced_because(f"what follows reads {len(free)} other integer values")
+        last = later[-1]
+        if free and last.kind in ("sum", "product") and free[0] in last.leaves:
+            mid = next(v for v in last.leaves if v != free[0])
+            if mid == spec.q or mid in pos:
+                tail = PairTail.of(last.pair.rescale, self._pair_variants[last.value], first=last.leaves[0] == mid)
+                return following("what follows", spec.q, self.host, values, slice_until(self.ops, mid, stops), mid,
+                                 later[:-1] or None, tail=tail)
+        return following("what follows", spec.q, self.host, values, after, result, later or None,
+                         other=free[0] if free else None)
+
+    def _stage(self, spec: _StageSpec, downstream: Downstream | None) -> Stage:
+        q, ops, leaves = spec.q, spec.ops, spec.leaves
+        q_type = type_name(q.type)
+        if len(leaves) == 1:
+            return self._one_leaf(ops, q, leaves[0], spec.per_channel, q_type, downstream)
+        return self._two_leaves(ops, q, leaves, q_type, downstream)
+
+    def _one_leaf(self, ops, q, leaf, per_channel: bool, q_type: str, downstream) -> Stage:
         lo, hi = self.ranges[leaf]
         if self.scaled is None and hi - lo < 256 and not per_channel:
             scalars = {a: v for a, v in self.channels.values[0].items() if a not in self.channels.per_channel} \
@@ -112,11 +157,11 @@ class StageSplitter:
             chain = chain.of_scaled_sum(self.scaled[1])
         channels = [(vals, lo, hi) for vals in self.channels.values]
         fits = fit_channels(chain, channels, self.channels.dims, f"rescale of a {type_name(leaf.type)} value",
-                            self.nearest)
+                            self.nearest, downstream=downstream)
         return Stage(q, "rescale", [leaf], [f.rescale for f in fits], [f.differing for f in fits],
-                     [f.step_span for f in fits], chain=chain)
+                     [f.step_span for f in fits], chain=chain, composition=Composition.of_fits(fits))
 
-    def _two_leaves(self, ops, q, leaves, q_type: str) -> Stage:
+    def _two_leaves(self, ops, q, leaves, q_type: str, downstream) -> Stage:
         u, v = (g.ravel() for g in np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij"))
         qs = [np.asarray(x, np.int64) for x in
               Chain(ops, q, leaves[0], self.host, extra=(leaves[1],)).contraction_variants(u, extra=(v,))]
@@ -128,7 +173,11 @@ class StageSplitter:
         if fit.differing and not self.nearest:
             raise NotExact(f"the {kind} of two int8 values as an integer rescale differs on {fit.differing} "
                            f"of {fit.pairs} input pairs")
-        return Stage(q, kind, list(leaves), pair=fit)
+        self._pair_variants[q] = qs
+        composed = Composition()
+        if fit.differing and downstream is not None:
+            composed = Composition(0, *pair_composed(fit.rescale(u, v), qs, downstream))
+        return Stage(q, kind, list(leaves), pair=fit, composition=composed)
 
 
 def leaf_range(v: ir.Value) -> tuple[int, int]:

@@ -8,8 +8,40 @@ rescales, a pooled sum); `line()` is the remark, `as_dict()` the dump entry.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Composition:
+    """How a nearest rescale's level, one off its chain's, carries to the result through what
+    follows it (compiler/requant_compose.py)."""
+    held: int = 0  # channels refitted to hold the transitions where one level is several steps
+    off: int = 0  # accumulator values (input pairs) on which the result is still more than one step off
+    steps: int = 0  # the most output steps there
+
+    @classmethod
+    def of_fits(cls, fits: list) -> "Composition":
+        """Of rescale_fit.ChannelFit`s."""
+        return cls(sum(f.steep_held > 0 for f in fits), sum(f.composed_off for f in fits),
+                   max((f.composed_steps for f in fits), default=0))
+
+    def __add__(self, other: "Composition") -> "Composition":
+        return Composition(self.held + other.held, self.off + other.off, max(self.steps, other.steps))
+
+    def text(self) -> str:
+        """The remark's clause, "" when nothing was composed."""
+        out = []
+        if self.held:
+            out.append(f"{self.held} channel{'s' if self.held > 1 else ''} refitted so that no level one off "
+                       f"becomes more than one output step at the result")
+        if self.off:
+            out.append(f"more than one output step off at the result (up to {self.steps}) on {self.off} accumulator "
+                       f"values or input pairs: a level one off where what follows spans several output steps per "
+                       f"level and no rescale holds those transitions (llvm-cpu's f32 rounding picks that level "
+                       f"there)")
+        return "; ".join(out)
 
 
 @dataclass
@@ -51,6 +83,9 @@ class RequantSummary:
     # Int8 in and out, f32 between in a form no integer rescale reproduces (a softmax, a
     # normalization): computed in bf16 on the NPU, not within one output step by construction.
     bf16_island: bool = False
+    # Nearest rescales whose level goes on through further steps (this summary's, `rest`'s
+    # included only in its own).
+    composition: Composition = field(default_factory=Composition)
 
     @classmethod
     def float_island(cls, kind: str) -> "RequantSummary":
@@ -68,7 +103,8 @@ class RequantSummary:
                    sum(s.pair.pairs for s in pairs) if pairs else None,
                    sum(len(s.table.entries) for s in tables) if tables else None,
                    sum(s.table.ambiguous for s in tables) if tables else None,
-                   pair_kind="+".join(s.kind for s in pairs) or "sum")
+                   pair_kind="+".join(s.kind for s in pairs) or "sum",
+                   composition=sum((s.composition for s in stages), Composition()))
 
     @property
     def channels(self) -> int:
@@ -100,7 +136,12 @@ class RequantSummary:
                 head += "; then a per-channel rescale of the int8 value, " + \
                     _channels_text(self.rest.differing, self.rest.step_span)
             head += self.rest._following()
-        return head + self._following()
+        composed = self.all_composition.text()
+        return head + self._following() + (f"; {composed}" if composed else "")
+
+    @property
+    def all_composition(self) -> Composition:
+        return self.composition + (self.rest.composition if self.rest is not None else Composition())
 
     def _following(self) -> str:
         """The remark's text for what follows the rescales: a sum or product of two int8
@@ -135,7 +176,7 @@ class RequantSummary:
     def approximate(self) -> bool:
         return self.bf16_island or self.exact_channels < self.channels or bool(self.sum_differing) or bool(self.table_ambiguous) \
             or any(self.residual_differing or ()) or bool(self.pooled_ambiguous) or bool(self.contraction_ambiguous) \
-            or (self.rest is not None and self.rest.approximate)
+            or bool(self.composition.off) or (self.rest is not None and self.rest.approximate)
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "channels": self.channels, "exact_channels": self.exact_channels,
@@ -147,7 +188,8 @@ class RequantSummary:
                 "pooled_sums": self.pooled_sums, "pooled_table_scale": self.pooled_table_scale,
                 "contraction_ambiguous": self.contraction_ambiguous,
                 "contraction_accumulators": self.contraction_accumulators,
-                "bf16_island": self.bf16_island, "rest": self.rest.as_dict() if self.rest else None}
+                "bf16_island": self.bf16_island, "rest": self.rest.as_dict() if self.rest else None,
+                "composition": dataclasses.asdict(self.composition)}
 
 
 def _channels_text(differing: list[int], step_span: list[int]) -> str:

@@ -25,13 +25,17 @@ from fractions import Fraction
 import numpy as np
 
 from .rescale_fit import (
+    _MAX_MULTIPLIER,
+    _NEAREST_MULTIPLIERS,
     _NEAREST_ROUNDINGS,
+    INFEASIBLE,
     ChannelFit,
     MultiplierSearch,
     NotExact,
     Rescale,
     _clamp,
     _multiplier_costs,
+    _rescale_step_points,
     checked_fit,
     closed_form_holds,
     closed_form_step_points,
@@ -137,8 +141,11 @@ def _search(items: list, searched: list) -> list[tuple[int, int]]:
 
 
 def fit_many(steps: list[tuple[int, int, np.ndarray]], glos: list[int], ghis: list[int], mirrored: list[bool],
-             nearest: bool) -> list[ChannelFit | NotExact]:
-    """`rescale_fit.fit_steps` of each channel, or the NotExact it raises."""
+             nearest: bool, downstream=None) -> list[ChannelFit | NotExact]:
+    """`rescale_fit.fit_steps` of each channel, or the NotExact it raises; with a `downstream`
+    (requant_compose.Downstream: what the level becomes at the result), a nearest rescale
+    that would put the result more than one step off is refitted with the steep transitions
+    held (`_hold_steep`)."""
     intervals = slope_intervals([ts for qlo, qhi, ts in steps])
     out: list = [None] * len(steps)
     rescales: list = [None] * len(steps)
@@ -158,14 +165,138 @@ def fit_many(steps: list[tuple[int, int, np.ndarray]], glos: list[int], ghis: li
             out[c] = r
         else:
             rescales[c], exact[c] = r, False
+    held = _hold_steep(steps, glos, ghis, rescales, exact, out, downstream) if downstream is not None else {}
     measured = disagreements([c for c in range(len(steps)) if out[c] is None], steps, glos, ghis, rescales)
     for c in range(len(steps)):
         if out[c] is None:
             try:
                 out[c] = checked_fit(steps[c], glos[c], ghis[c], mirrored[c], rescales[c], exact[c], measured.get(c))
+                out[c].steep_held, out[c].composed_off, out[c].composed_steps = held.get(c, (0, 0, 0))
             except NotExact as e:
                 out[c] = _refusal(e)
     return out
+
+
+def _hold_steep(steps: list, glos: list[int], ghis: list[int], rescales: list, exact: list[bool], out: list,
+                downstream) -> dict[int, tuple[int, int, int]]:
+    """Refits (in `rescales`) each nearest rescale whose level is one off the chain's at a
+    transition where `downstream` makes that more than one output step
+    (compiler/requant_compose.py); returns {channel: (steep transitions held, accumulator
+    values still more than one step off at the result, the most steps there)}: the second
+    nonzero when no rescale near the step points holds them (then the intercept that leaves
+    the fewest is taken)."""
+    todo = [c for c in range(len(steps)) if out[c] is None and not exact[c]]
+    levels = [np.arange(steps[c][0] + 1, steps[c][1] + 1) for c in todo]
+    us = [_rescale_step_points(rescales[c], ks, glos[c], ghis[c]) for c, ks in zip(todo, levels)]
+    missed = [ks[u != steps[c][2]] for c, ks, u in zip(todo, levels, us)]
+    try:  # first only where the rescale is off, then every transition where that is steep
+        devs = downstream.deviations(todo, missed)
+        steep = [i for i, (b, a) in enumerate(devs) if np.any((b > 1) | (a > 1))]
+        full = downstream.deviations([todo[i] for i in steep], [levels[i] for i in steep])
+    except NotExact as e:
+        for c in todo:
+            out[c] = _refusal(e)
+        return {}
+    held = {}
+    for i, devs_i in zip(steep, full):
+        c, ks, ts = todo[i], levels[i], steps[todo[i]][2]
+        sides = devs_i[0] > 1, devs_i[1] > 1
+        if not steep_mismatches(ts, us[i], sides):
+            continue
+        try:
+            refit = constrained_nearest(steps[c], glos[c], ghis[c], sides)
+        except NotExact:  # the fewest steep mismatches its multiplier allows, measured
+            rescales[c] = _fewest_steep_off(steps[c], glos[c], ghis[c], sides, rescales[c])
+            u = _rescale_step_points(rescales[c], ks, glos[c], ghis[c])
+            worst = max(int(d[m].max(initial=0)) for d, m in zip(devs_i, _mismatched(ts, u)))
+            held[c] = (0, steep_mismatches(ts, u, sides), worst)
+            continue
+        if steep_mismatches(ts, _rescale_step_points(refit, ks, glos[c], ghis[c]), sides):
+            out[c] = NotExact("internal check failed: the refitted rescale misses a steep transition")
+            continue
+        rescales[c] = refit
+        held[c] = (int(np.count_nonzero(sides[0] | sides[1])), 0, 0)
+    return held
+
+
+def _fewest_steep_off(steps: tuple, lo: int, hi: int, sides: tuple[np.ndarray, np.ndarray], r: Rescale) -> Rescale:
+    """Rescale `r` with the intercept (same multiplier and shift) that leaves the fewest
+    accumulator values at steep mismatches, the least total step displacement breaking ties:
+    tried at every intercept where a steep transition starts or stops being held."""
+    qlo, qhi, ts = steps
+    ts = np.asarray(ts, np.int64)
+    ks = np.arange(qlo + 1, qhi + 1, dtype=np.int64) << r.shift
+    m = r.multiplier
+    c = ks - m * ts
+    totals = np.unique(np.concatenate([[r.offset * m + r.rounding], c[sides[0]], c[sides[1]] + m - 1]))
+    us = _clamp(-((totals[:, None] - ks[None, :]) // m), lo, hi + 1)
+    off = (np.maximum(us - ts, 0) * sides[0] + np.maximum(ts - us, 0) * sides[1]).sum(1)
+    cost = np.abs(us - ts).sum(1)
+    best = int(np.lexsort((cost, off))[0])
+    try:
+        return nearest_result(qlo, qhi, lo, hi, r.shift, m, int(totals[best]))
+    except NotExact:
+        return r
+
+
+def _mismatched(ts: np.ndarray, us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per transition: whether the rescale's level is below the chain's there (U_k > T_k), and
+    whether above (U_k < T_k)."""
+    ts = np.asarray(ts, np.int64)
+    return us > ts, us < ts
+
+
+def steep_mismatches(ts: np.ndarray, us: np.ndarray, sides: tuple[np.ndarray, np.ndarray]) -> int:
+    """The accumulator values on which a rescale with step points `us` (the chain's: `ts`) puts
+    the result more than one step off: its level below the chain's at a transition steep
+    below (U_k > T_k), or above at one steep above (`sides`, per transition)."""
+    ts = np.asarray(ts, np.int64)
+    return int((np.maximum(us - ts, 0) * sides[0]).sum() + (np.maximum(ts - us, 0) * sides[1]).sum())
+
+
+def constrained_nearest(steps: tuple[int, int, np.ndarray], lo: int, hi: int,
+                        sides: tuple[np.ndarray, np.ndarray]) -> Rescale:
+    """The nearest rescale (as `nearest_rescale`) among those not below the chain at the
+    transitions `sides[0]` and not above it at `sides[1]`: multipliers from the interval in
+    which some rounding term meets them all (`_held_multipliers`), around the least-squares
+    one, priced with those constraints (`rescale_fit._multiplier_costs`); raises NotExact
+    when none does."""
+    qlo, qhi, ts = steps
+    ts = np.asarray(ts, np.int64)
+    slope = float(_least_squares_slopes(ts[None].astype(np.float64))[0])
+    shift, m0, mults = nearest_candidates(qlo, qhi, ts, lo, hi, slope)
+    ks = np.arange(qlo + 1, qhi + 1, dtype=np.int64)
+    m_lo, m_hi = _held_multipliers(ks, ts, sides, shift)
+    if m_lo > m_hi:
+        raise NotExact(f"no integer rescale holds its {int(np.count_nonzero(sides[0] | sides[1]))} steep transitions")
+    spread = np.linspace(m_lo, m_hi, _NEAREST_MULTIPLIERS + 1).round().astype(np.int64)
+    cands = np.unique(np.concatenate([np.clip(mults, m_lo, m_hi), spread]))
+    cost, rounding = _multiplier_costs(ks[None] * (1 << shift), ts[None], cands[None], np.array([lo]), np.array([hi]),
+                                       sides=(sides[0][None], sides[1][None]))
+    if not np.any(cost[0] < INFEASIBLE):
+        raise NotExact("internal check failed: no rounding term in the multiplier interval that holds the steep "
+                       "transitions")
+    j = min(range(len(cands)), key=lambda i: (int(cost[0, i]), abs(int(cands[i]) - m0)))
+    return nearest_result(qlo, qhi, lo, hi, shift, int(cands[j]), int(rounding[0, j]))
+
+
+def _held_multipliers(ks: np.ndarray, ts: np.ndarray, sides: tuple[np.ndarray, np.ndarray],
+                      shift: int) -> tuple[int, int]:
+    """The interval of multipliers m (shift `shift`) for which some rounding term R holds the
+    transitions: R >= c_i = i 2^s - m T_i where below is steep (i) and R <= c_j + m - 1 where
+    above is (j), so c_i <= c_j + m - 1 for every such pair: m (T_i - T_j + 1) >= (i - j) 2^s + 1,
+    a bound on m per pair (empty when lower > upper)."""
+    i, j = np.nonzero(sides[0])[0], np.nonzero(sides[1])[0]
+    d = (ts[i][:, None] - ts[j][None, :] + 1).ravel()
+    e = ((ks[i][:, None] - ks[j][None, :]) * (1 << shift) + 1).ravel()
+    m_lo, m_hi = 1, _MAX_MULTIPLIER
+    if np.any((d == 0) & (e > 0)):
+        return 1, 0
+    if np.any(d > 0):
+        m_lo = max(m_lo, int((-((-e[d > 0]) // d[d > 0])).max()))  # ceil(e / d)
+    if np.any(d < 0):
+        m_hi = min(m_hi, int((e[d < 0] // d[d < 0]).min()))  # floor(e / d), d < 0
+    return m_lo, m_hi
 
 
 def disagreements(channels: list[int], steps: list, glos: list[int], ghis: list[int],

@@ -287,6 +287,13 @@ class ChannelFit:
     # Accumulator values whose level llvm-cpu's f32 rounding may move by a step: those near a
     # step point, when the chain stands for an f32 contraction (requant_float_contraction).
     ambiguous: int = 0
+    # Transitions held where a level off would be more than one step at the result
+    # (compiler/requant_compose.py); 0 when the nearest rescale needed none.
+    steep_held: int = 0
+    # When none holds them all: the accumulator values on which the result is more than one
+    # step off (the level one off at a steep transition), and the most steps there.
+    composed_off: int = 0
+    composed_steps: int = 0
 
     @property
     def exact(self) -> bool:
@@ -358,8 +365,13 @@ _NEAREST_ROUNDINGS = 4
 _COARSE = 8
 
 
+# The cost of a multiplier no rounding term satisfies the constraints with.
+INFEASIBLE = np.iinfo(np.int64).max
+
+
 def _multiplier_costs(ks_shifted: np.ndarray, ts: np.ndarray, mults: np.ndarray, lo: np.ndarray,
-                      hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                      hi: np.ndarray, sides: tuple[np.ndarray, np.ndarray] | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
     """Per channel c and multiplier mults[c, j]: (least sum |U_k - T_k| over the rounding
     terms R tried, that R); ks_shifted (k 2^s) and ts are (channels, levels), lo and hi
     (channels,).
@@ -367,17 +379,29 @@ def _multiplier_costs(ks_shifted: np.ndarray, ts: np.ndarray, mults: np.ndarray,
     Level k is reached at T_k exactly when R is in [c_k, c_k + m), c_k = k 2^s - m T_k: the R in
     the most of these intervals is one of the c_k (a sweep over the sorted c and c + m, the
     ends before the starts at equal values), and among the `_NEAREST_ROUNDINGS` best of those
-    the least sum |U_k - T_k|, U_k = ceil((k 2^s - R) / m), wins."""
+    the least sum |U_k - T_k|, U_k = ceil((k 2^s - R) / m), wins.
+
+    `sides` (two (channels, levels) masks) constrains the levels where the rescale may not be
+    below the chain (U_k <= T_k, so R >= c_k) or above it (U_k >= T_k, so R < c_k + m)
+    (compiler/requant_compose.py): the R tried are clipped into the interval these leave, its
+    ends tried too, and a multiplier that leaves none costs `INFEASIBLE`."""
     n, m = ts.shape[-1], mults[:, :, None]
-    cs = np.sort(ks_shifted[:, None, :] - m * ts[:, None, :], axis=-1)
+    cs_unsorted = ks_shifted[:, None, :] - m * ts[:, None, :]
+    cs = np.sort(cs_unsorted, axis=-1)
     order = np.argsort(np.concatenate([cs + m, cs], -1), axis=-1, kind="stable")
     ended_before = np.cumsum(order < n, axis=-1)
     # The starts keep their (sorted) order in the sweep: the k-th start met is c_k.
     inside = np.arange(1, n + 1) - ended_before[order >= n].reshape(cs.shape)
     top = np.argsort(-inside, axis=-1, kind="stable")[..., :_NEAREST_ROUNDINGS]
     rs = np.take_along_axis(cs, top, -1)
+    if sides is not None:
+        r_lo = np.where(sides[0][:, None, :], cs_unsorted, cs[..., :1]).max(-1)
+        r_hi = np.where(sides[1][:, None, :], cs_unsorted + m - 1, cs[..., -1:] + m - 1).min(-1)
+        rs = _clamp(np.concatenate([rs, r_lo[..., None], r_hi[..., None]], -1), r_lo[..., None], r_hi[..., None])
     us = -((rs[..., None] - ks_shifted[:, None, None, :]) // mults[:, :, None, None])
     cost = np.abs(_clamp(us, lo[:, None, None, None], hi[:, None, None, None] + 1) - ts[:, None, None, :]).sum(-1)
+    if sides is not None:
+        cost = np.where((r_lo > r_hi)[..., None], INFEASIBLE, cost)
     best = np.argmin(cost, -1)[..., None]
     return np.take_along_axis(cost, best, -1)[..., 0], np.take_along_axis(rs, best, -1)[..., 0]
 

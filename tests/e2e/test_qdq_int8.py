@@ -298,6 +298,13 @@ def test_fma_emulation_is_correctly_rounded():
     z = (rng.standard_normal(2000) * 1e-3).astype(np.float32)
     # Ties: x*y exactly halfway between f32 neighbours of z-sized sums.
     x[:100], y[:100], z[:100] = np.float32(1 + 2 ** -12), np.float32(1 + 2 ** -12), np.float32(2 ** -30)
+    # Ties decided by a residual below f64's precision: 2^60 + 2^36 - 2^-10, both signs.
+    x[100:110], y[100:110], z[100:110] = np.float32(2 ** 18 * (1 + 2 ** -23)), np.float32(2 ** 18 * (1 - 2 ** -23)), \
+        np.float32(2 ** 60)
+    x[105:110], z[105:110] = -x[105:110], -z[105:110]
+    # Results in f32's subnormal range (the tie test there is by the neighbours).
+    x[110:160], y[110:160] = x[110:160] * np.float32(1e-20), y[110:160] * np.float32(1e-20)
+    z[110:160] = z[110:160] * np.float32(1e-36)
     got = f32_chain.fma_f32(x, y, z)
 
     def exact(a, b, c):
