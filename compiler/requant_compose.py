@@ -47,7 +47,7 @@ from .rescale_fit import NotExact, Rescale, _clamp
 # Elements of the largest evaluation array (channels x levels x other levels).
 _BLOCK_ELEMENTS = 1 << 22
 
-# The NPU's integer steps after a value: (channels (C, 1, 1), its levels (1, L, 1), the other
+# The NPU's integer steps after a value: (channels (C, 1, 1), its levels (C, L, 1), the other
 # input's levels (1, 1, O)) -> the result levels (C, L, O).
 IntegerSteps = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
@@ -57,7 +57,7 @@ class Downstream:
     """What the levels of an int value become in the requantization's result: the NPU's
     integer steps after it (`npu`) against llvm-cpu's float chain from it (`chain`, its
     `acc` the value and its one `extra` the other input when `other`), per channel."""
-    what: str  # what follows, for messages: "the activation table", "the residual add"
+    what: str  # for messages: "what follows the rescale", "the residual add"
     levels: tuple[int, int]  # the value's range (its integer type)
     npu: IntegerSteps
     chain: Chain | None  # None: `npu` is the identity (the value is the tail's input)

@@ -160,6 +160,32 @@ def one_line(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def composition(dispatches) -> dict:
+    """Over the NPU dispatches' requantization summaries (report `requant` dicts, their "rest"
+    included): channels whose nearest rescale was refitted so that no level one off is more
+    than one output step at the result, and the accumulator values (input pairs) still more
+    than one step off there, with the most steps (compiler/requant_compose.py)."""
+    out = {"held": 0, "off": 0, "steps": 0}
+
+    def add(summary):
+        c = summary.get("composition") or {}
+        out["held"] += c.get("held", 0)
+        out["off"] += c.get("off", 0)
+        out["steps"] = max(out["steps"], c.get("steps", 0))
+        if summary.get("rest"):
+            add(summary["rest"])
+    for d in dispatches:
+        if d.executor == "torq":
+            for s in d.requant:
+                add(s)
+    return out
+
+
+def composition_text(c: dict) -> str:
+    """`composition` in a table cell."""
+    return f"{c['held']:,} refitted; {c['off']:,} values off by 2+" + (f" (≤ {c['steps']})" if c["off"] else "")
+
+
 def rows_markdown(rows: list[dict], columns: list[str], cells) -> list[str]:
     """A markdown table of per-model `rows` (`cells(row)`: the cells after the model's; a failed
     row's error fills its first cell), then each row's host dispatch reasons ("reasons")."""

@@ -41,7 +41,7 @@ def measure_int8(spec: dict, build_model, simulated_figures, llvm_cpu_function) 
     from pathlib import Path
 
     import numpy as np
-    from common import compile_cold_and_warm
+    from common import compile_cold_and_warm, composition
     from ort_int8 import int8_error_figures, one_input_step_moved, onnxruntime_output, quantize_with_ort
 
     import torq
@@ -87,6 +87,7 @@ def measure_int8(spec: dict, build_model, simulated_figures, llvm_cpu_function) 
     row["requant_exact_channels"] = sum(s["exact_channels"] for s in summaries)
     row["tables"] = sum(bool(s.get("table_entries")) for s in summaries)
     row["residual_adds"] = sum(bool(s.get("sum_pairs")) for s in summaries)
+    row["composition"] = composition(cm.report.dispatches)
     return row
 
 
@@ -149,6 +150,8 @@ def _one_step(r: dict) -> str:
 
 def markdown(rows: list[dict]) -> list[str]:
     """The int8 table (empty when the run had no int8 rows)."""
+    from common import composition_text
+
     int8 = [r for r in rows if r.get("int8")]
     if not int8:
         return []
@@ -177,7 +180,8 @@ def markdown(rows: list[dict]) -> list[str]:
     for r in int8:
         if "cycles" in r:
             lines.append(f"- {r['label']}: {r['tables']} activation tables, {r['residual_adds']} residual adds; "
-                         f"quantization {r['quantize_s']:.1f} s.")
+                         f"a rescale's level one off carried through a steeper step (compiler/requant_compose.py): "
+                         f"{composition_text(r['composition'])}; quantization {r['quantize_s']:.1f} s.")
             for reason, n in sorted(r["host_reasons"].items(), key=lambda kv: -kv[1]):
                 lines.append(f"  - {n} host dispatch{'es' if n > 1 else ''}: {' '.join(reason.split())[:200]}")
     return lines + [""]

@@ -17,7 +17,11 @@ onnxruntime, beside llvm-cpu vs onnxruntime; llvm-cpu's own output with one inpu
 moved by one quantization step (the largest of five seeded elements: the model's
 sensitivity, the floor of any difference between two int8 implementations that round one
 value differently); per layer, the int8
-elements off and the most output steps (DESIGN §7: within one step); the simulated cycles.
+elements off and the most output steps (DESIGN §7: within one step); a rescale's level one off
+carried through a steeper step: the channels refitted so that it is not more than one output
+step at the result, and the accumulator values where no rescale avoids it (counted exactly by
+the compiler over every reachable value, and the most steps there; compiler/requant_compose.py);
+the simulated cycles.
 Output levels: the distinct values of llvm-cpu's output (a handful would make the error
 columns meaningless: random weights can collapse a deep net's logits onto one level).
 """
@@ -34,7 +38,15 @@ import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "samples"))
-from common import machine_info, machine_markdown, rows_markdown, run_rows, worker_main  # noqa: E402
+from common import (  # noqa: E402
+    composition,
+    composition_text,
+    machine_info,
+    machine_markdown,
+    rows_markdown,
+    run_rows,
+    worker_main,
+)
 
 # torchvision's PyPI wheel's C++ ops are built for the CUDA torch: its meta registrations
 # fail on ours, and the model code needs none of them (README).
@@ -43,7 +55,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = ["efficientnet_b0", "regnet_y_400mf", "shufflenet_v2_x1_0", "mnasnet1_0"]
 COLUMNS = ["model", "torq-compile s", "NPU share of MACs", "dispatches torq/host", "output levels", "rel L2 vs llvm-cpu",
            "rel L2 vs onnxruntime", "llvm-cpu vs onnxruntime", "llvm-cpu, one input step moved",
-           "per layer vs llvm-cpu, same inputs", "simulated cycles"]
+           "per layer vs llvm-cpu, same inputs", "level one off, carried", "simulated cycles"]
 
 
 def _model(name: str):
@@ -97,6 +109,7 @@ def measure(spec: dict) -> dict:
                layer_steps=max((c["max_steps"] for c in checks), default=0),
                one_step=max(int8_error_figures(m, cpu, onnxrt)["rel_l2_cpu"] for m in moved),
                levels=len(np.unique(cpu)), cycles=sum(s["cycles"] for s in stats),
+               composition=composition(cm.report.dispatches),
                **int8_error_figures(y, cpu, onnxrt))
     return row
 
@@ -106,7 +119,7 @@ def markdown(rows: list[dict]) -> list[str]:
         f"{r['compile_s']:.1f}", f"{100 * r['share']:.2f}%", f"{r['torq']}/{r['host']}", str(r["levels"]),
         f"{r['rel_l2_cpu']:.2e}", f"{r['rel_l2_ort']:.2e}", f"{r['cpu_vs_ort']:.2e}", f"{r['one_step']:.2e}",
         f"{r['layers']} int8: {r['layer_off']:,} of {r['layer_elements']:,} off, ≤ {r['layer_steps']} step",
-        f"{r['cycles']:,}"])
+        composition_text(r["composition"]), f"{r['cycles']:,}"])
 
 
 def main(argv=None) -> int:
