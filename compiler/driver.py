@@ -85,14 +85,16 @@ class CompileOptions:
                            int8_float_ops=self.int8_float_ops)
 
 
-REQUANT_MODES = ("nearest", "exact")
+REQUANT_MODES = ("nearest", "exact", "one-step")
 INT8_FLOAT_OPS = ("host", "bf16")
 # Every Torq flag with its value form and what it does: the one list `parse_torq_flags`
 # accepts and `--help` prints.
 TORQ_FLAG_HELP = {
     "--torq-hw": ("NAME[:key=value,...]", "hardware model to compile for (default SL2610); 'list' lists them"),
-    "--torq-requant": ("nearest|exact", "int8 float requantizations: the nearest integer rescale (default, at "
-                       "most one output step off, measured and reported) or only exact ones (the rest on host)"),
+    "--torq-requant": ("nearest|exact|one-step", "int8 float requantizations: the nearest integer rescale (default, "
+                       "one output step off its own chain, measured and reported, as are the values a later step "
+                       "makes more than one step off at the result), only exact ones (the rest on host), or the "
+                       "nearest where no value can be more than one output step off at the result (the rest on host)"),
     "--torq-int8-float-ops": ("host|bf16", "float compute between int8 tensors that no integer rescale "
                               "reproduces (a quantized softmax or layer norm): on host in f32 (default) or on "
                               "the NPU in bf16 (its int8 results may then differ by more than one output step)"),

@@ -25,7 +25,8 @@ class PassOptions:
     host_fallback_on_error: bool = False
     # --torq-requant: "nearest" compiles a float (QDQ) requantization to the integer rescale
     # nearest the f32 chain (at most one output step off, measured); "exact" keeps only rescales
-    # equal to it on every accumulator (the rest stay on host).
+    # equal to it on every accumulator (the rest stay on host); "one-step" the nearest where
+    # no result value can be more than one output step off (compiler/requant_compose.py).
     requant: str = "nearest"
     # --torq-int8-float-ops: where float compute between int8 tensors that no integer rescale
     # reproduces (a quantized model's softmax, layer norm) runs: "host" (f32, as the model

@@ -10,7 +10,8 @@ after an integer contraction (ONNX /
 torch QDQ: the i32 accumulator scaled, rounded, offset and clamped in f32)
 is replaced by an integer rescale (`requant.lower_float_requantization`):
 the exact one, or with --torq-requant=nearest the nearest within one output
-step, measured. A dispatch of int8 arithmetic alone (a residual add, a
+step, measured (with --torq-requant=one-step a dispatch where a later step
+makes a value more than one output step off at the result is refused). A dispatch of int8 arithmetic alone (a residual add, a
 pooling) is lowered the same way (`requant_elementwise`); one in a form no
 integer rescale reproduces (a softmax, a layer norm: a float island) is left
 float with --torq-int8-float-ops=bf16 (summarized as such), else refused. A dequantize the
@@ -108,9 +109,12 @@ def _float_conversions(func: ir.Operation) -> str:
             (False, True): "float to int8"}.get((into, out), "")
 
 
-def lower_function(func: ir.Operation, nearest: bool = True, bf16_islands: bool = False) -> RequantReport:
+def lower_function(func: ir.Operation, nearest: bool = True, bf16_islands: bool = False,
+                   one_step: bool = False) -> RequantReport:
     """Lowers the requantizations of `func` (see the module docstring); with `bf16_islands`
-    (and `nearest`) a float island between int8 tensors is left float, for bf16."""
+    (and `nearest`) a float island between int8 tensors is left float, for bf16; with
+    `one_step`, a dispatch whose result may be more than one output step off anywhere
+    (requant_summary.Composition) is refused."""
     block = func.regions[0].blocks[0]
     n_args = len(block.arguments)
     had_users = set(range(n_args)) - set(unused_arguments(func))
@@ -134,6 +138,8 @@ def lower_function(func: ir.Operation, nearest: bool = True, bf16_islands: bool 
                 done.rescaled = [RequantSummary.float_island(f"int8 {island.forms}")]
     except NotExact as e:
         raise Unsupported(str(e)) from None
+    if one_step:
+        _refuse_composed(done.rescaled)
     if bf16_islands and nearest and not done.rescaled:
         kind = _float_conversions(func)
         if kind:
@@ -151,8 +157,20 @@ def lower_function(func: ir.Operation, nearest: bool = True, bf16_islands: bool 
     return report
 
 
+def _refuse_composed(summaries: list[RequantSummary]) -> None:
+    """Unsupported when one of `summaries` leaves values more than one output step off at the
+    result (--torq-requant=one-step)."""
+    for s in summaries:
+        c = s.all_composition
+        if c.off:
+            raise Unsupported(f"{s.kind}: {c.off} accumulator values or input pairs would be up to {c.steps} output "
+                              f"steps off at the result (a rescale's level one off where a later step spans several "
+                              f"output steps per level, and no rescale holds those transitions): on host with "
+                              f"--torq-requant=one-step")
+
+
 def run(module: ir.Module, options: PassOptions) -> dict[str, RequantReport]:
     return {ir.StringAttr(op.operation.attributes["sym_name"]).value:
-            lower_function(op.operation, nearest=options.requant == "nearest",
-                           bf16_islands=options.int8_float_ops == "bf16")
+            lower_function(op.operation, nearest=options.requant != "exact",
+                           bf16_islands=options.int8_float_ops == "bf16", one_step=options.requant == "one-step")
             for op in module.body.operations if op.operation.name == "func.func"}

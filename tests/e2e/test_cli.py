@@ -67,7 +67,7 @@ BAD = {
     "unknown_hw": (["{good}", "--torq-hw=XYZ"], "unknown Torq hardware 'XYZ'"),
     "bad_override": (["{good}", "--torq-hw=SL2610:lram=3"], "bad --torq-hw override"),
     "missing_file": (["{missing}"], "no such file"),
-    "bad_requant": (["{good}", "--torq-requant=closest"], "unknown --torq-requant 'closest' (nearest, exact)"),
+    "bad_requant": (["{good}", "--torq-requant=closest"], "unknown --torq-requant 'closest' (nearest, exact, one-step)"),
     "quant_dump_without_path": (["{good}", "--torq-dump-quant"], "--torq-dump-quant needs a path"),
 }
 

@@ -360,6 +360,25 @@ def test_ort_quantized_batched_linear_layers_within_one_step(tmp_path):
     assert len(np.unique(ref)) > 50
 
 
+def test_ort_quantized_level_one_off_through_a_steeper_step(tmp_path):
+    """The first layer's matmul output scale is coarser than its ReLU output's: its rescale's
+    level one off is 2 or more output steps at the result, on some accumulator values no rescale
+    avoids. The default reports them (`composition`); --torq-requant=one-step keeps such a layer
+    on host, named."""
+    path, cm, y, ref, remarks = compiled_against_llvm_cpu(tmp_path, TokenMlp, shape=(1, 16, 64))
+    layers = [d for d in cm.report.dispatches if d.macs]
+    compositions = [s["composition"] for d in layers for s in d.requant]
+    assert any(c["off"] for c in compositions), compositions
+    assert "more than one output step off at the result" in remarks.getvalue()
+    steep = [d.name for d, c in zip(layers, compositions) if c["off"]]
+    strict = torq.compile(str(path), remarks=io.StringIO(), flags=("--torq-requant=one-step",))
+    kept = {d.name: d for d in strict.report.dispatches}
+    for name in steep:
+        assert kept[name].executor == "host" and "--torq-requant=one-step" in kept[name].reason, kept[name]
+    others = [d for d in strict.report.dispatches if d.macs and d.name not in steep]
+    assert all(d.executor == "torq" for d in others), others
+
+
 class QkvHeads(torch.nn.Module):
     """Attention's input projection split into heads: torch.onnx exports the Linear as MatMul +
     Add, onnxruntime quantizes the MatMul's output before the bias, and IREE fuses the bias add
