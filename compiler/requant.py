@@ -40,7 +40,10 @@ before the rescale, which is fitted to the corrected accumulator
 compiler/f32_chain.py. With --torq-requant=exact, or
 when even the nearest rescale is more than one step off, the dispatch stays
 on host with a remark naming the channel (`Unsupported`). A dequantize tail after the int8 value (f32 compute) is cut off and left to a
-host dispatch (`HostTail`), so the NPU result is the int8 tensor.
+host dispatch (`HostTail`), so the NPU result is the int8 tensor. A nearest rescale whose
+level goes on through a table, a bias rescale or a residual add is priced at the result
+(compiler/requant_compose.py): refitted where a level one off there would be more than one
+output step, or those values counted (`RequantSummary.composition`).
 
 Exactness argument:
 1. The chain is evaluated here exactly as IREE's llvm-cpu evaluates it:

@@ -10,7 +10,12 @@ all channels with the same number of levels is done in one go:
 - `nearest_many`: `rescale_fit.nearest_rescale` of many channels, every stage of the
   coarse-to-fine multiplier search (`rescale_fit.MultiplierSearch`) priced for all of them in one `_multiplier_costs`;
 - `fit_many`: the rescale of each channel (exact, else with `nearest` the nearest), with
-  these two, measured by `rescale_fit.checked_fit`.
+  these two, measured by `rescale_fit.checked_fit`; given what the level becomes at the
+  result (a requant_compose.Downstream), `_hold_steep` refits a nearest rescale whose level
+  one off would be several output steps there (`constrained_nearest`: the multiplier
+  interval that holds those transitions, `_held_multipliers`, priced by
+  `_multiplier_costs` with `sides`), or, where none holds them, takes the intercept that
+  leaves the fewest (`_fewest_steep_off`) and counts them.
 
 `fit_steps`, `fit_channel`, `nearest_rescale` and `derive_rescale` are the same for one
 channel (one-element calls): there is one implementation of the search, and a channel's
@@ -205,6 +210,8 @@ def _hold_steep(steps: list, glos: list[int], ghis: list[int], rescales: list, e
             continue
         try:
             refit = constrained_nearest(steps[c], glos[c], ghis[c], sides)
+            if not _within_one(ts, _rescale_step_points(refit, ks, glos[c], ghis[c])[None])[0]:
+                raise NotExact("the refit is more than one level off its own chain")
         except NotExact:  # the fewest steep mismatches its multiplier allows, measured
             rescales[c] = _fewest_steep_off(steps[c], glos[c], ghis[c], sides, rescales[c])
             u = _rescale_step_points(rescales[c], ks, glos[c], ghis[c])
@@ -232,11 +239,22 @@ def _fewest_steep_off(steps: tuple, lo: int, hi: int, sides: tuple[np.ndarray, n
     us = _clamp(-((totals[:, None] - ks[None, :]) // m), lo, hi + 1)
     off = (np.maximum(us - ts, 0) * sides[0] + np.maximum(ts - us, 0) * sides[1]).sum(1)
     cost = np.abs(us - ts).sum(1)
-    best = int(np.lexsort((cost, off))[0])
+    within = _within_one(ts, us)
+    best = int(np.lexsort((cost, off, ~within))[0])
+    if not within[best]:
+        return r
     try:
         return nearest_result(qlo, qhi, lo, hi, r.shift, m, int(totals[best]))
     except NotExact:
         return r
+
+
+def _within_one(ts: np.ndarray, us: np.ndarray) -> np.ndarray:
+    """Per row of step points `us`: whether the rescale is at most one level off the chain
+    (step points `ts`) everywhere: the intervals between T_k and U_k do not overlap."""
+    ts = np.asarray(ts, np.int64)
+    first, last = np.minimum(us, ts), np.maximum(us, ts)
+    return np.all(last[:, :-1] <= first[:, 1:], axis=1)
 
 
 def _mismatched(ts: np.ndarray, us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
