@@ -276,7 +276,7 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
     else:  # through the steps after stage 1 to the int8 value added, then the add
         downstream = following("what follows the rescale", result, host, values,
                                [o for o in res_split.stage1 if o not in ops], res_split.q1, later.stages,
-                               tail=PairTail.of(sum_fit.rescale, res_split.variants, first=True))
+                               tail=PairTail(sum_fit.rescale, res_split.variants, first=True))
     fits = fit_channels(Chain(ops, result, acc_v, host), channels, chan, kind, nearest, sum_error, downstream)
     res_fits = _residual_fits(res_split, block.arguments[residual] if residual >= 0 else None, channels, chan,
                               kind, host, nearest)
@@ -387,7 +387,7 @@ def _residual_fits(res_split, residual_arg: ir.Value | None, channels: list, cha
     res_channels = [(vals, -RESIDUAL_I32_BOUND, RESIDUAL_I32_BOUND) for vals, _, _ in channels]
     res_chain = Chain(res_split.res_stage, res_split.q_res, residual_arg, host)
     downstream = following("the residual add", res_split.q_res, host, [vals for vals, _, _ in channels], [],
-                           res_split.q_res, tail=PairTail.of(res_split.fit.rescale, res_split.variants, first=False))
+                           res_split.q_res, tail=PairTail(res_split.fit.rescale, res_split.variants, first=False))
     return fit_channels(res_chain, res_channels, chan, f"{kind} residual (i32)", nearest, downstream=downstream)
 
 

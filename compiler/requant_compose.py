@@ -36,6 +36,7 @@ would send every such layer to the host.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -132,26 +133,29 @@ class Downstream:
 @dataclass
 class PairTail:
     """A last step that rescales an int8 value and one other int8 input with scalar
-    parameters (a residual add, a gate's product): `steps[x + 128, y + 128]` the most output
-    steps between the NPU's result from level x and llvm-cpu's (every way it may evaluate
-    it) from level y, over every level of the other input."""
-    steps: np.ndarray
+    parameters (a residual add, a gate's product), from the `rescale` of (u, v) and
+    llvm-cpu's `variants` on the u-major grid of all pairs; the value priced is u when
+    `first`, else v."""
+    rescale: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    variants: list[np.ndarray]
+    first: bool
 
-    @classmethod
-    def of(cls, rescale, variants: list[np.ndarray], first: bool) -> "PairTail":
-        """From the rescale of (u, v) and llvm-cpu's `variants` on the u-major grid of all pairs;
-        the value priced is u when `first`, else v."""
+    @cached_property
+    def steps(self) -> np.ndarray:
+        """`steps[x + 128, y + 128]`: the most output steps between the NPU's result from level
+        x and llvm-cpu's from level y, over every level of the other input (built only when a
+        nearest rescale before the step is priced)."""
         u, v = np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij")
-        npu = np.asarray(rescale(u, v), np.int16)
-        refs = [np.asarray(r, np.int16).reshape(256, 256) for r in variants]
-        if not first:
+        npu = np.asarray(self.rescale(u, v), np.int16)
+        refs = [np.asarray(r, np.int16).reshape(256, 256) for r in self.variants]
+        if not self.first:
             npu, refs = npu.T, [r.T for r in refs]
         steps = np.zeros((256, 256), np.int16)
         for r in refs:
             for x in range(0, 256, 32):  # [x, y, other] in blocks of 2M elements
                 block = np.abs(npu[x:x + 32, None, :] - r[None, :, :]).max(-1)
                 steps[x:x + 32] = np.maximum(steps[x:x + 32], block)
-        return cls(steps)
+        return steps
 
     def apart(self, npu: np.ndarray, ref: np.ndarray) -> np.ndarray:
         return self.steps[np.asarray(npu, np.int64) + 128, np.asarray(ref, np.int64) + 128]

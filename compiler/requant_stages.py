@@ -132,7 +132,7 @@ class StageSplitter:
         if free and last.kind in ("sum", "product") and free[0] in last.leaves:
             mid = next(v for v in last.leaves if v != free[0])
             if mid == spec.q or mid in pos:
-                tail = PairTail.of(last.pair.rescale, self._pair_variants[last.value], first=last.leaves[0] == mid)
+                tail = PairTail(last.pair.rescale, self._pair_variants[last.value], first=last.leaves[0] == mid)
                 return following("what follows", spec.q, self.host, values, slice_until(self.ops, mid, stops), mid,
                                  later[:-1] or None, tail=tail)
         return following("what follows", spec.q, self.host, values, after, result, later or None,

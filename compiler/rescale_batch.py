@@ -215,7 +215,7 @@ def _hold_steep(steps: list, glos: list[int], ghis: list[int], rescales: list, e
         except NotExact:  # the fewest steep mismatches its multiplier allows, measured
             rescales[c] = _fewest_steep_off(steps[c], glos[c], ghis[c], sides, rescales[c])
             u = _rescale_step_points(rescales[c], ks, glos[c], ghis[c])
-            worst = max(int(d[m].max(initial=0)) for d, m in zip(devs_i, _mismatched(ts, u)))
+            worst = max(int(d[m].max(initial=0)) for d, m in zip(devs_i, (u > ts, u < ts)))
             held[c] = (0, steep_mismatches(ts, u, sides), worst)
             continue
         if steep_mismatches(ts, _rescale_step_points(refit, ks, glos[c], ghis[c]), sides):
@@ -250,18 +250,12 @@ def _fewest_steep_off(steps: tuple, lo: int, hi: int, sides: tuple[np.ndarray, n
 
 
 def _within_one(ts: np.ndarray, us: np.ndarray) -> np.ndarray:
-    """Per row of step points `us`: whether the rescale is at most one level off the chain
-    (step points `ts`) everywhere: the intervals between T_k and U_k do not overlap."""
+    """Per row of step points `us` (and of `ts`, or one `ts` for all): whether the rescale is
+    at most one level off the chain everywhere: the intervals [min(T_k, U_k), max(T_k, U_k))
+    where they differ do not overlap."""
     ts = np.asarray(ts, np.int64)
     first, last = np.minimum(us, ts), np.maximum(us, ts)
     return np.all(last[:, :-1] <= first[:, 1:], axis=1)
-
-
-def _mismatched(ts: np.ndarray, us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per transition: whether the rescale's level is below the chain's there (U_k > T_k), and
-    whether above (U_k < T_k)."""
-    ts = np.asarray(ts, np.int64)
-    return us > ts, us < ts
 
 
 def steep_mismatches(ts: np.ndarray, us: np.ndarray, sides: tuple[np.ndarray, np.ndarray]) -> int:
@@ -336,10 +330,9 @@ def disagreements(channels: list[int], steps: list, glos: list[int], ghis: list[
                         for f in ("multiplier", "rounding", "shift", "offset"))
         lo, hi = (np.array([g[c] for c in cs], np.int64)[:, None] for g in (glos, ghis))
         us = _clamp(closed_form_step_points(ks, m, r, s, off), lo, hi + 1)
-        first, last = np.minimum(ts, us), np.maximum(ts, us)
         sorted_rows = np.all(np.diff(ts, axis=1) >= 0, axis=1)
-        apart = np.all(last[:, :-1] <= first[:, 1:], axis=1)
-        differing = (last - first).sum(1)
+        apart = _within_one(ts, us)
+        differing = np.abs(us - ts).sum(1)
         for i, c in enumerate(cs):
             if sorted_rows[i] and apart[i]:
                 out[c] = (int(differing[i]), int(differing[i] > 0))

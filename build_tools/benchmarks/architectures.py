@@ -18,7 +18,6 @@ its error. The worker processes are common.py's, as run.py's.
 
 from __future__ import annotations
 
-import argparse
 import io
 import os
 import sys
@@ -26,7 +25,7 @@ import time
 import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import machine_info, machine_markdown, rows_markdown, run_rows, worker_main  # noqa: E402
+from common import rows_markdown, table_main  # noqa: E402
 
 # timm imports torchvision, whose PyPI wheel's C++ ops are built for the CUDA torch: its
 # meta registrations fail on ours, and the model code needs none of them (README).
@@ -80,28 +79,11 @@ def markdown(rows: list[dict]) -> list[str]:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--worker"]:
-        return worker_main(argv[1:], measure)
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default=",".join(MODELS), help="comma-separated timm names")
-    p.add_argument("--timeout", type=float, default=900, help="seconds per model")
-    p.add_argument("--output", default=os.path.join(HERE, "RESULTS-architectures.md"))
-    args = p.parse_args(argv)
-    try:
-        import timm  # noqa: F401
-    except ImportError:
-        p.error("needs timm: .venv/bin/pip install timm")
-    info = machine_info()
-    names = [m.strip() for m in args.models.split(",") if m.strip()]
-    specs = [(f"{name} {MODELS.get(name, 224)}x{MODELS.get(name, 224)}", {"model": name, "size": MODELS.get(name, 224)})
-             for name in names]
-    rows = run_rows(os.path.abspath(__file__), specs, args.timeout, markdown)
-    head = ["# Real architectures (timm, random weights) on Torq", "",
-            "`build_tools/benchmarks/architectures.py`, SL2610. " + machine_markdown(info), ""]
-    with open(args.output, "w") as f:
-        f.write("\n".join(head + markdown(rows)) + "\n")
-    return 0
+    return table_main(argv, __file__, measure, markdown, doc=__doc__, models=MODELS, kind="timm", timeout=900,
+                      output=os.path.join(HERE, "RESULTS-architectures.md"),
+                      title="Real architectures (timm, random weights) on Torq", needs="timm",
+                      spec=lambda name: (f"{name} {MODELS.get(name, 224)}x{MODELS.get(name, 224)}",
+                                         {"model": name, "size": MODELS.get(name, 224)}))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -200,6 +201,39 @@ def rows_markdown(rows: list[dict], columns: list[str], cells) -> list[str]:
         for reason in r.get("reasons", []):
             lines.append(f"- {r['model']}, on host: {reason}")
     return lines
+
+
+def table_main(argv, script: str, measure, markdown, *, doc: str, models, kind: str, timeout: float, output: str,
+               title: str, spec, needs: str | None = None) -> int:
+    """The command line of a one-table benchmark script (`script`, its module docstring `doc`):
+    `--worker` measures one row (`measure`); otherwise each of `--models` (`spec(name)`: its
+    row label and spec) is measured in its own process and the table (`markdown(rows)`)
+    written to `--output` under `title`; `needs` names a package the models come from."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--worker"]:
+        return worker_main(argv[1:], measure)
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--models", default=",".join(models), help=f"comma-separated {kind} names")
+    p.add_argument("--timeout", type=float, default=timeout, help="seconds per model")
+    p.add_argument("--output", default=output)
+    args = p.parse_args(argv)
+    if needs:
+        try:
+            __import__(needs)
+        except ImportError:
+            p.error(f"needs {needs}: .venv/bin/pip install {needs}")
+    info = machine_info()
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    rows = run_rows(os.path.abspath(script), [spec(name) for name in names], args.timeout, markdown)
+    write_results(args.output, title, os.path.basename(script), info, markdown(rows))
+    return 0
+
+
+def write_results(path: str, title: str, script: str, info: dict, table: list[str]) -> None:
+    """A results file: `title`, the script and machine it ran on, then `table`'s lines."""
+    head = [f"# {title}", "", f"`build_tools/benchmarks/{script}`, SL2610. " + machine_markdown(info), ""]
+    with open(path, "w") as f:
+        f.write("\n".join(head + table) + "\n")
 
 
 def run_rows(script: str, specs: list[tuple[str, dict]], timeout: float, markdown) -> list[dict]:

@@ -28,7 +28,6 @@ columns meaningless: random weights can collapse a deep net's logits onto one le
 
 from __future__ import annotations
 
-import argparse
 import io
 import os
 import sys
@@ -41,11 +40,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from common import (  # noqa: E402
     composition,
     composition_text,
-    machine_info,
-    machine_markdown,
     rows_markdown,
-    run_rows,
-    worker_main,
+    table_main,
 )
 
 # torchvision's PyPI wheel's C++ ops are built for the CUDA torch: its meta registrations
@@ -123,23 +119,10 @@ def markdown(rows: list[dict]) -> list[str]:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--worker"]:
-        return worker_main(argv[1:], measure)
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default=",".join(MODELS), help="comma-separated torchvision names")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds per model")
-    p.add_argument("--output", default=os.path.join(HERE, "RESULTS-int8-architectures.md"))
-    args = p.parse_args(argv)
-    info = machine_info()
-    names = [m.strip() for m in args.models.split(",") if m.strip()]
-    specs = [(f"{name} 1x3x224x224", {"model": name}) for name in names]
-    rows = run_rows(os.path.abspath(__file__), specs, args.timeout, markdown)
-    head = ["# Real architectures quantized by onnxruntime (torchvision, random weights) on Torq", "",
-            "`build_tools/benchmarks/int8_architectures.py`, SL2610. " + machine_markdown(info), ""]
-    with open(args.output, "w") as f:
-        f.write("\n".join(head + markdown(rows)) + "\n")
-    return 0
+    return table_main(argv, __file__, measure, markdown, doc=__doc__, models=MODELS, kind="torchvision",
+                      timeout=1800, output=os.path.join(HERE, "RESULTS-int8-architectures.md"),
+                      title="Real architectures quantized by onnxruntime (torchvision, random weights) on Torq",
+                      spec=lambda name: (f"{name} 1x3x224x224", {"model": name}))
 
 
 if __name__ == "__main__":
