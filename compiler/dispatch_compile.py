@@ -35,7 +35,6 @@ import hashlib
 import io
 import os
 import pickle
-import re
 import subprocess
 import sys
 import threading
@@ -48,6 +47,7 @@ import numpy as np
 from iree.compiler import ir
 
 from .files import write_atomically
+from .ir_text import canonical_text, structure_text
 from .ir_utils import CompileError, static_shape
 from .nss_ir import program_meta
 from .passes import PassOptions
@@ -154,29 +154,6 @@ def cache_versions() -> str:
             f"iree-base-compiler {installed_version('iree-base-compiler')}")
 
 
-# A constant's blob name in printed IR, and one resource (bare or quoted name) in the
-# resource section at the end.
-_RESOURCE_USE = re.compile(r"dense_resource<([^>]+)>")
-_RESOURCE_ENTRY = re.compile(r'^\s*("(?:[^"\\]|\\.)*"|[^\s:]+): "(0x[0-9A-Fa-f]*)",?\s*$', re.M)
-
-
-def canonical_text(module: ir.Module) -> str:
-    """`module` printed without locations, its blobs named by their order of first use
-    (unused ones keep their names) and listed in that order: a parse names a blob after
-    its first holder, uniqued in the context (`_5` or `_21` after the same name,
-    depending on what the context parsed before), so the names differ between two
-    compiles of one model (one from IREE's front end, one from the front-end cache)
-    while the blobs' bytes do not. A resource entry of another form stays in the text
-    as printed: it may cost a miss, never a false hit."""
-    text = module.operation.get_asm(print_generic_op_form=True)
-    body, mark, resources = text.partition("{-#")
-    order: dict[str, int] = {}
-    body = _RESOURCE_USE.sub(lambda m: f"dense_resource<r{order.setdefault(m.group(1), len(order))}>", body)
-    entries = sorted((f"r{order[n]:09d}" if n in order else n, blob)
-                     for n, blob in _RESOURCE_ENTRY.findall(resources))
-    return body + mark + _RESOURCE_ENTRY.sub("", resources) + "".join(f"\n{n}: {b}" for n, b in entries)
-
-
 def cache_key(data: bytes, pipeline: list[str], options: PassOptions) -> str:
     """The content address of compiling the one-function module of bytecode `data` with
     `pipeline` and `options`."""
@@ -188,6 +165,16 @@ def cache_key(data: bytes, pipeline: list[str], options: PassOptions) -> str:
         h.update(part.encode() + b"\0")
     h.update(canonical_text(canonical).encode())
     return h.hexdigest()
+
+
+def same_structure(modules: list[ir.Module]) -> list[list[int]]:
+    """The modules' numbers, grouped by `ir_text.structure_text` (the same ops and shapes,
+    any weights: a model's layers), in order: one process compiles a group one after the
+    other, so super tiling searches its tilings once (tiling/search.py keeps its choices)."""
+    groups: dict[str, list[int]] = {}
+    for k, m in enumerate(modules):
+        groups.setdefault(hashlib.sha256(structure_text(m.operation).encode()).hexdigest(), []).append(k)
+    return list(groups.values())
 
 
 class DispatchCache:
@@ -298,29 +285,32 @@ class _WorkerPool:
     def __init__(self, procs: list[subprocess.Popen]):
         self.procs = procs
 
-    def run(self, tasks: list[tuple], in_process) -> list[Compiled | Refused]:
+    def run(self, tasks: list[tuple], in_process, groups: list[list[int]]) -> list[Compiled | Refused]:
         """The outcome of each task (bytecode, pipeline, options); this process takes tasks too
         (`in_process(k)` compiles task k here: the workers' own start, an interpreter importing
-        IREE's bindings, is about 0.8 s that this one has already paid)."""
+        IREE's bindings, is about 0.8 s that this one has already paid). The tasks of one of
+        `groups` (lists of task numbers) go to one process, one after the other."""
         results: list = [None] * len(tasks)
-        # Largest dispatch (bytecode, weights included) first: the big ones take longest (their
+        # Largest group (bytecode, weights included) first: the big ones take longest (their
         # channels' rescales), and one started last would leave the other workers idle.
-        pending = iter(sorted(enumerate(tasks), key=lambda t: -len(t[1][0])))
+        pending = iter(sorted(groups, key=lambda g: -sum(len(tasks[k][0]) for k in g)))
         lock = threading.Lock()
         failures: list[str] = []
 
         def drive(proc: subprocess.Popen) -> None:
             while not failures:
                 with lock:
-                    task = next(pending, None)
-                if task is None:
+                    group = next(pending, None)
+                if group is None:
                     return
-                try:
-                    pickle.dump(task[1], proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
-                    proc.stdin.flush()
-                    results[task[0]] = pickle.load(proc.stdout)
-                except (OSError, EOFError, pickle.UnpicklingError) as e:
-                    failures.append(f"a dispatch compile worker died (exit code {proc.poll()}): {e}")
+                for k in group:
+                    try:
+                        pickle.dump(tasks[k], proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+                        proc.stdin.flush()
+                        results[k] = pickle.load(proc.stdout)
+                    except (OSError, EOFError, pickle.UnpicklingError) as e:
+                        failures.append(f"a dispatch compile worker died (exit code {proc.poll()}): {e}")
+                        return
 
         threads = [threading.Thread(target=drive, args=(p,), daemon=True) for p in self.procs]
         for t in threads:
@@ -328,10 +318,11 @@ class _WorkerPool:
         try:
             while not failures:
                 with lock:
-                    task = next(pending, None)
-                if task is None:
+                    group = next(pending, None)
+                if group is None:
                     break
-                results[task[0]] = in_process(task[0])
+                for k in group:
+                    results[k] = in_process(k)
         except BaseException:
             failures.append("stopped")  # a compiler bug here: the workers take no further task
             raise
@@ -395,6 +386,7 @@ class DispatchCompiler:
         try:
             return pool.run([(d if d is not None else bytecode(m), self.pipeline, self.options)
                              for m, d in zip(modules, data)],
-                            lambda k: compile_in_process(modules[k], self.pipeline, self.options))
+                            lambda k: compile_in_process(modules[k], self.pipeline, self.options),
+                            same_structure(modules))
         finally:
             pool.close()

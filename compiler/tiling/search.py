@@ -5,7 +5,10 @@ torq-super-tiling's docstring for the rules."""
 from __future__ import annotations
 
 import bisect
+import copy
+import dataclasses
 import functools
+import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +19,7 @@ from torq.contract.measures import Traffic, program_traffic
 from torq.contract.ops import RESULT
 from torq.contract.program import Program
 
+from ..ir_text import structure_text
 from ..ir_utils import CompileError, element_type, mlir_dtype, static_shape, walk_ops
 from ..passes import PassOptions
 from ..patterns import Unsupported
@@ -49,9 +53,9 @@ def _tile_count(shape: tuple[int, ...], sizes: list[int] | None) -> int:
 class TileSearch:
     """Fit queries for one root on its slice, remembering the smallest footprint seen."""
 
-    def __init__(self, func: ir.Operation, root: Root, options: PassOptions):
+    def __init__(self, slice_module: ir.Module, root: Root, options: PassOptions):
         self.root, self.options = root, options
-        self.slice = root_slice(func)
+        self.slice = slice_module  # transform.root_slice of the function
         self.budget = options.hw.available_lram_bytes
         self.smallest: int | None = None
         self.footprints: dict[tuple, int] = {}
@@ -486,8 +490,44 @@ class TileChoice:
 def choose_tile_sizes(func: ir.Operation, root: Root, options: PassOptions,
                       record: dict | None = None, force: bool = False) -> TileChoice:
     """The tiling of the TILE_ROOT op: untiled when its slice fits (`force`: tiled anyway).
-    `record` receives the decision."""
-    search = TileSearch(func, root, options)
+    `record` receives the decision. A root whose slice this process has tiled before
+    (`_choice_key`: the same ops and shapes, any weights) takes the choice made then."""
+    slice_module = root_slice(func)
+    key = _choice_key(slice_module, root, options, force)
+    made = _CHOICES.get(key)
+    if made is None:
+        made = _CHOICES[key] = _search(TileSearch(slice_module, root, options), record is not None, force)
+        while len(_CHOICES) > CHOICES_KEPT:
+            del _CHOICES[next(iter(_CHOICES))]
+    choice, made_record = made
+    if record is not None:
+        record.update(copy.deepcopy(made_record))
+        record["location"] = root.location
+    return choice
+
+
+# Choices made in this process, by `_choice_key` (oldest dropped past CHOICES_KEPT): the
+# search reads shapes, types, op kinds and inline constants, never a weight's bytes
+# (footprints, DMA bytes and cycles are functions of shapes), so the layers of a model,
+# which differ in their weights alone, are searched once. Executables are byte-identical
+# with and without it (tests/e2e/test_tiling_memo.py).
+_CHOICES: dict[str, tuple[TileChoice, dict | None]] = {}
+CHOICES_KEPT = 4096
+
+
+def _choice_key(slice_module: ir.Module, root: Root, options: PassOptions, force: bool) -> str:
+    """What the search reads: the root's slice without its blobs' bytes (ir_text.structure_text),
+    the root's facts but its location, the pass options and `force`."""
+    h = hashlib.sha256()
+    for part in (structure_text(slice_module.operation), repr(dataclasses.replace(root, location="")),
+                 repr(options), repr(force)):
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()
+
+
+def _search(search: TileSearch, recording: bool, force: bool) -> tuple[TileChoice, dict | None]:
+    """The tiling `choose_tile_sizes` makes, and its record (without the root's location)."""
+    root, options = search.root, search.options
     untiled = search.footprint([0] * len(root.shape))
     sizes = None
     if force or untiled > search.budget:
@@ -505,11 +545,13 @@ def choose_tile_sizes(func: ir.Operation, root: Root, options: PassOptions,
             sizes = _parallel_sizes(search, sizes)
         else:
             search.reduction = _step_sizes(search, sizes or [0] * len(root.shape))
-    if record is not None:
+    record = None
+    if recording:
         lram = search.footprint(sizes or [0] * len(root.shape), search.outer, search.reduction)
-        record.update(tiling_record(root, sizes, lram, untiled, len(search.footprints), search.reduction))
+        record = tiling_record(root, sizes, lram, untiled, len(search.footprints), search.reduction)
         record["outer_dim"] = search.outer
-    return TileChoice(sizes, search.outer, search.reduction)
+        record["location"] = None  # the caller's root's
+    return TileChoice(sizes, search.outer, search.reduction), record
 
 
 def tiling_record(root: Root, sizes: list[int] | None, lram: int, untiled: int, evaluated: int,

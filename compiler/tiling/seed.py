@@ -9,7 +9,7 @@ from ..ir_utils import region_ops, static_shape, tensor_nbytes
 from ..passes import PassOptions
 from .roots import SEED_OUTSIDE_GROUP_BYTES, Root, fuse_groups, is_group_bottom
 from .search import TileSearch, divisors, tiling_record
-from .transform import clone_function, tile_and_fuse
+from .transform import clone_function, root_slice, tile_and_fuse
 
 # --- seed strategy: the RFC's estimate ----------------------------------------------
 
@@ -68,7 +68,7 @@ def seed_tile_sizes(func: ir.Operation, root: Root, table: list[tuple[int, int]]
                 break
             factor = -(-biggest // available)
     if record is not None:
-        search = TileSearch(func, root, options)
+        search = TileSearch(root_slice(func), root, options)
         record.update(tiling_record(root, sizes, search.footprint(sizes or [0] * len(root.shape)),
                               search.footprint([0] * len(root.shape)), len(search.footprints)))
         record.update({"seed_footprint_bytes": fp, "seed_available_bytes": available,

@@ -112,7 +112,7 @@ def test_no_cache_writes_nothing(tmp_path, front_end_runs):
 def test_dispatches_of_a_cached_front_end_hit_the_dispatch_cache(tmp_path, front_end_runs):
     """A torch export's weights are blobs (dense_resource); a parse names each after its
     first holder, uniqued in the context, so the cached module's blobs may carry other
-    names than IREE's: the dispatch cache key must not see them (canonical_text)."""
+    names than IREE's: the dispatch cache key must not see them (ir_text.canonical_text)."""
     import torch
 
     torch.manual_seed(0)
