@@ -32,6 +32,7 @@ compiling process (the target calls `compile_in_process` itself).
 from __future__ import annotations
 
 import hashlib
+import importlib
 import io
 import os
 import pickle
@@ -232,29 +233,52 @@ def _compile_bytecode(data: bytes, pipeline: list[str], options: PassOptions) ->
         return compile_in_process(ir.Module.parse(data), pipeline, options, catch_bugs=True)
 
 
-def _start_worker() -> subprocess.Popen:
+def _start_worker(preload: tuple[str, ...] = ()) -> subprocess.Popen:
     # One thread each: n workers already use the n cores (numpy's BLAS would start a
     # thread per core in every worker and they would contend).
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    return subprocess.Popen([sys.executable, "-m", "torq.compiler.dispatch_worker"],
+    return subprocess.Popen([sys.executable, "-m", "torq.compiler.dispatch_worker", *preload],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+
+
+# What a quantized model's dispatches import on first use (rescale_pairs' linear programs:
+# 0.5 s, paid by every process that compiles a residual add), imported ahead while IREE's
+# front end runs (`preload`).
+QDQ_PRELOAD = ("scipy.optimize",)
+
+
+def preload(modules: tuple[str, ...]) -> None:
+    """Imports `modules` in this process on a background thread: IREE's front end, which runs
+    meanwhile, holds no Python lock (a ctypes call), and an import of the same module on
+    the compile's thread waits for this one (Python's import lock)."""
+    def imports() -> None:
+        for m in modules:
+            try:
+                importlib.import_module(m)
+            except ImportError:
+                pass  # the compile that needs it reports it
+
+    if modules:
+        threading.Thread(target=imports, daemon=True).start()
 
 
 class StartedWorkers:
     """Worker processes started early, while IREE's front end runs (a worker spends about
-    0.8 s importing IREE's bindings before it can take a task), for the compile's
-    `DispatchCompiler` to take; `close` ends those it did not take."""
+    0.8 s importing IREE's bindings before it can take a task, and imports `preload` then),
+    for the compile's `DispatchCompiler` to take; `close` ends those it did not take."""
 
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen] = []
+        self.preload: tuple[str, ...] = ()
 
-    def start(self, n: int) -> None:
-        self.procs += [_start_worker() for _ in range(n)]
+    def start(self, n: int, preload: tuple[str, ...] = ()) -> None:
+        self.preload = preload
+        self.procs += [_start_worker(preload) for _ in range(n)]
 
     def take(self, n: int) -> list[subprocess.Popen]:
         """`n` workers: the started ones first, then new ones."""
         taken, self.procs = self.procs[:n], self.procs[n:]
-        return taken + [_start_worker() for _ in range(n - len(taken))]
+        return taken + [_start_worker(self.preload) for _ in range(n - len(taken))]
 
     def close(self) -> None:
         """Ends the workers nobody took at once: they hold no task, and waiting for one still

@@ -2,7 +2,8 @@
 
 It reads tasks from stdin and writes outcomes to stdout, each one pickle frame:
 a task is (function bytecode, pipeline, PassOptions), its outcome the
-`Compiled` or `Refused` record `dispatch_compile._compile_bytecode` gives. A
+`Compiled` or `Refused` record `dispatch_compile._compile_bytecode` gives. Its
+arguments name modules to import before the first task (`dispatch_compile.QDQ_PRELOAD`). A
 plain subprocess, not multiprocessing: a spawned multiprocessing child
 re-imports the user's main script, which breaks any script that calls
 `torq.compile` without an `if __name__ == "__main__"` guard. Anything the
@@ -11,6 +12,7 @@ compiler prints goes to stderr; stdout carries only the frames.
 
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
 import sys
@@ -20,6 +22,12 @@ def main() -> int:
     frames = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints must not corrupt the frames
     from torq.compiler.dispatch_compile import _compile_bytecode
+
+    for module in sys.argv[1:]:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass  # the task that needs it reports it
 
     tasks = sys.stdin.buffer
     while True:

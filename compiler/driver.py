@@ -21,7 +21,8 @@ from iree.compiler.api import Output, Session, Source, ctypes_dl
 
 from torq.contract.hw import HwSpecError, TorqHw, describe_presets, parse_hw_spec
 
-from .dispatch_compile import DispatchCache, StartedWorkers, WorkerError, bytecode, default_jobs
+from .dispatch_compile import QDQ_PRELOAD, DispatchCache, StartedWorkers, WorkerError, bytecode, default_jobs
+from .dispatch_compile import preload as preload_modules
 from .files import write_atomically  # noqa: F401 (the CLI tools and the API import it from here)
 from .frontend_cache import FrontendCache, frontend_key
 from .ir_utils import CompileError
@@ -470,10 +471,12 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
                         source_name: str, remarks) -> CompileResult:
     flags = list(options.iree_flags)
     data = source.encode() if isinstance(source, str) else source
+    quantized = False
     if options.torq:
         # With --torq-keep-f32 f32 models stay on the host, where llvm-cpu cannot
         # compile some dispatches with a fused pad (large padded depthwise convs).
-        npu = [] if options.keep_f32 else DISPATCH_FLAGS + (QDQ_DISPATCH_FLAGS if _is_qdq(data) else [])
+        quantized = _is_qdq(data)
+        npu = [] if options.keep_f32 else DISPATCH_FLAGS + (QDQ_DISPATCH_FLAGS if quantized else [])
         flags = HOST_FLAGS + npu + flags
     try:
         session.set_flags(*flags)
@@ -489,20 +492,29 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
         return _finish(_parsed_input(session, data, source_name, options), options, source_name, TargetReport())
     started = StartedWorkers()
     try:
-        return _compile_through_target(session, data, options, source_name, remarks, flags, torq_stop, started)
+        preload = QDQ_PRELOAD if quantized else ()
+        return _compile_through_target(session, data, options, source_name, remarks, flags, torq_stop, started,
+                                       preload)
     finally:
         started.close()  # a failed compile's workers too
 
 
 def _compile_through_target(session: Session, data: bytes, options: CompileOptions, source_name: str, remarks,
-                            flags: list[str], torq_stop: str, started: StartedWorkers) -> CompileResult:
+                            flags: list[str], torq_stop: str, started: StartedWorkers,
+                            preload: tuple[str, ...] = ()) -> CompileResult:
     """IREE to dispatch creation, the Torq target, then IREE to the end. When IREE's front end
-    has to run (no front-end cache entry), the dispatch compile workers start beside it."""
+    has to run (no front-end cache entry), the dispatch compile workers start beside it, and
+    they and this process import `preload` meanwhile."""
     _, from_phase = _phase_fns()
     jobs = options.jobs or default_jobs()
     parallel = jobs > 1 and not options.print_ir_after_all and not torq_stop
-    module_op, keep_alive = _module_at_dispatch_creation(
-        session, data, source_name, flags, options, (lambda: started.start(jobs - 1)) if parallel else None)
+
+    def beside_front_end() -> None:
+        preload_modules(preload)
+        if parallel:
+            started.start(jobs - 1, preload)
+
+    module_op, keep_alive = _module_at_dispatch_creation(session, data, source_name, flags, options, beside_front_end)
     ctx = module_op.context
     # IREE's pipeline loads the dialects its passes use, a parse of the cached module only
     # those it names. With all loaded, the target sees the same context either way: it

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -105,6 +106,9 @@ class TargetReport:
     # With a Torq stop phase: the NPU dispatches at that phase, one func each
     # (text: the IR objects die with the compiler session).
     stopped_ir: str = ""
+    # Wall seconds of the Torq target (extraction, dispatch compiles, calls): the part of a
+    # compile that is Torq's own, beside IREE's front and back end.
+    seconds: float = 0.0
 
     def quant_dump(self) -> dict:
         """--torq-dump-quant: per NPU dispatch, how each float requantization was compiled."""
@@ -301,6 +305,12 @@ class TorqTarget:
         print(f"{where}: remark: {text}{tail}", file=self.remarks)
 
     def run(self, module_op: ir.Operation) -> TargetReport:
+        start = time.perf_counter()
+        report = self._run(module_op)
+        report.seconds = time.perf_counter() - start
+        return report
+
+    def _run(self, module_op: ir.Operation) -> TargetReport:
         report = TargetReport()
         pipeline = dispatch_pipeline(self.stop_after_phase)
         declared: set = set()
