@@ -10,10 +10,15 @@ external one with `aot.externalize_module_parameters`, as samples/llm.py), a col
 the seconds of it spent in the Torq target (`TargetReport.seconds`: extraction,
 dispatch compiles, calls; the rest is IREE's front and back end, which scale with
 the weights IREE handles), then `iree-compile` llvm-cpu on the same MLIR. The
-layers of a model are the same dispatches with other weights: with external
-weights identical functions, compiled once (the dispatch cache); inline, each
-layer's is compiled, and super tiling searches one layer's tilings
-(tiling/search.py keeps its choices by structure).
+layers of a model are the same dispatch functions (their weights reach them as
+arguments, inline or external alike), so each distinct dispatch compiles once
+(the dispatch cache; "NPU dispatches compiled"); with --torq-no-cache, or where
+layers differ in what is compiled into their dispatches (an int8 model's
+rescales), super tiling still searches one layer's tilings for all
+(tiling/search.py keeps its choices by structure). What grows with depth is
+IREE's own work on the weights (parsing, constant handling, the .vmfb), which
+iree-compile does too; with external weights IREE hoists each layer's weight
+transposes into initializers, host dispatches that run once at load.
 """
 
 from __future__ import annotations
