@@ -111,6 +111,7 @@ from .ir_utils import (
     static_shape,
     sync_function_type,
 )
+from .passes import RequantMode
 from .requant_channels import (
     RESIDUAL_I32_BOUND,
     Known,
@@ -223,10 +224,10 @@ class _Plan:
     correction: ZeroPointCorrection | None = None
 
 
-def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
+def _plan(op: ir.Operation, known: Known, host, mode: RequantMode) -> _Plan | None:
     """The rewrite of float requantization `op`, or None when `op` does not follow an integer
     contraction (then it is not ours). Raises NotExact when it does but cannot be reproduced
-    (exactly, or with `nearest` within one output step per channel)."""
+    (exactly in EXACT `mode`, else within one output step per channel)."""
     found = _accumulator_of(op)
     if found is None:
         return None
@@ -259,10 +260,10 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
     final_ops, final_result = ops, result
     res_split = sum_fit = None
     if residual >= 0:
-        res_split = split_residual_add(ops, result, acc_v, block.arguments[residual], host, q_type, nearest)
+        res_split = split_residual_add(ops, result, acc_v, block.arguments[residual], host, q_type, mode)
         ops, result, sum_fit = res_split.stage1, res_split.q1, res_split.fit
     later = _LaterStages.of(op, known, skip | ({residual} if residual >= 0 else set()), ops, result, acc_v, host,
-                            q_type, nearest, residual >= 0)
+                            q_type, mode, residual >= 0)
     ops, result = later.ops, later.result
     chan, channels = _channel_values(op, skip, known, range_dims, acc_lo, acc_hi, acc_dims, residual)
     check_scales(ops, [vals for vals, _, _ in channels])
@@ -277,13 +278,13 @@ def _plan(op: ir.Operation, known: Known, host, nearest: bool) -> _Plan | None:
         downstream = following("what follows the rescale", result, host, values,
                                [o for o in res_split.stage1 if o not in ops], res_split.q1, later.stages,
                                tail=PairTail(sum_fit.rescale, res_split.variants, first=True))
-    fits = fit_channels(Chain(ops, result, acc_v, host), channels, chan, kind, nearest, sum_error, downstream)
+    fits = fit_channels(Chain(ops, result, acc_v, host), channels, chan, kind, mode, sum_error, downstream)
     res_fits = _residual_fits(res_split, block.arguments[residual] if residual >= 0 else None, channels, chan,
-                              kind, host, nearest)
+                              kind, host, mode)
     summary = _summary(kind, fits, sum_fit, later.table, res_fits)
     summary.composition = Composition.of_fits(fits + (res_fits or []))
     if sum_error:
-        _count_f32_rounding(summary, fits, channels, nearest)
+        _count_f32_rounding(summary, fits, channels, mode)
     if later.stages:
         summary.rest = RequantSummary.of_stages("rest", later.stages)
     return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary,
@@ -298,11 +299,11 @@ def _f32_sum_error(con: ir.Operation) -> float:
     return ir.FloatAttr(con.attributes[F32_SUM_ERROR]).value if F32_SUM_ERROR in con.attributes else 0.0
 
 
-def _count_f32_rounding(summary: RequantSummary, fits: list, channels: list, nearest: bool) -> None:
+def _count_f32_rounding(summary: RequantSummary, fits: list, channels: list, mode: RequantMode) -> None:
     """Records in `summary` the accumulators llvm-cpu's f32 contraction may put a step off;
     with --torq-requant=exact, any refuses."""
     ambiguous = sum(f.ambiguous for f in fits)
-    if ambiguous and not nearest:
+    if ambiguous and mode is RequantMode.EXACT:
         raise NotExact(f"{ambiguous} accumulator values lie within llvm-cpu's f32 rounding of the {summary.kind} "
                        f"of a step (its result there depends on the order it adds in)")
     summary.contraction_ambiguous = ambiguous
@@ -358,7 +359,7 @@ class _LaterStages:
 
     @staticmethod
     def of(op: ir.Operation, known: Known, skip: set[int], ops: list, result: ir.Value, acc_v: ir.Value, host,
-           q_type: str, nearest: bool, residual: bool) -> "_LaterStages":
+           q_type: str, mode: RequantMode, residual: bool) -> "_LaterStages":
         split = split_first_int(ops, result, acc_v)
         if split is None:
             return _LaterStages(ops, result)
@@ -366,18 +367,18 @@ class _LaterStages:
         if any(x in channels.per_channel for o in split[2] for x in o.operands):
             # Its stages, a per-channel rescale of the int8 level and so on, before the
             # residual add when there is one.
-            stages = StageSplitter(split[2], channels, host, nearest,
+            stages = StageSplitter(split[2], channels, host, mode,
                                    {split[1]: INT_RANGE[type_name(split[1].type)]}).split(result)
             return _LaterStages(split[0], split[1], stages, channels)
         if residual:
             raise NotExact("the int8 value added to the residual is requantized twice without per-channel values")
         scalars = channels.values[0] if channels.values else None  # scalars passed as tensors
-        table = build_table(split[2], result, split[1], host, q_type, nearest, scalars=scalars)
+        table = build_table(split[2], result, split[1], host, q_type, mode, scalars=scalars)
         return _LaterStages(split[0], split[1], channels=channels, table=None if table.is_identity() else table)
 
 
 def _residual_fits(res_split, residual_arg: ir.Value | None, channels: list, chan: tuple[int, ...], kind: str, host,
-                   nearest: bool) -> list | None:
+                   mode: RequantMode) -> list | None:
     """The fits of the i32 residual's own rescale stage, when the residual add has one; its
     level goes on through the add."""
     if res_split is None or res_split.res_stage is None:
@@ -388,7 +389,7 @@ def _residual_fits(res_split, residual_arg: ir.Value | None, channels: list, cha
     res_chain = Chain(res_split.res_stage, res_split.q_res, residual_arg, host)
     downstream = following("the residual add", res_split.q_res, host, [vals for vals, _, _ in channels], [],
                            res_split.q_res, tail=PairTail(res_split.fit.rescale, res_split.variants, first=False))
-    return fit_channels(res_chain, res_channels, chan, f"{kind} residual (i32)", nearest, downstream=downstream)
+    return fit_channels(res_chain, res_channels, chan, f"{kind} residual (i32)", mode, downstream=downstream)
 
 
 def _summary(kind: str, fits: list, sum_fit, table: ActivationTable | None, res_fits: list | None) -> RequantSummary:
@@ -433,10 +434,11 @@ def _residual_operand(op: ir.Operation, skip: set[int], known: Known) -> int:
     return i
 
 
-def lower_float_requantization(func: ir.Operation, arg_constants, host, nearest: bool = True) -> RequantLowering:
+def lower_float_requantization(func: ir.Operation, arg_constants, host,
+                               mode: RequantMode = RequantMode.NEAREST) -> RequantLowering:
     """Rewrites every float requantization after an integer contraction in `func` (see the
     module docstring); raises NotExact, leaving `func` untouched, if one cannot be
-    reproduced: exactly, or with `nearest` (--torq-requant=nearest) within one output step.
+    reproduced: exactly in EXACT `mode` (--torq-requant=exact), else within one output step.
 
     `arg_constants.get(k)` is the known value of function argument k, or None;
     `host` the host's `HostFloat` (or a callable giving it, asked only when a
@@ -450,7 +452,7 @@ def lower_float_requantization(func: ir.Operation, arg_constants, host, nearest:
     plans = []
     for op in [o.operation for o in block.operations]:
         if _is_float_requant(op):
-            plan = _plan(op, known, host, nearest)
+            plan = _plan(op, known, host, mode)
             if plan is not None:
                 plans.append(plan)
     # Everything is decided; only now is IR changed (no handles into erased IR survive).

@@ -13,6 +13,7 @@ from iree.compiler import ir
 
 from .f32_chain import Chain
 from .ir_utils import constant_of, indexing_maps, iterator_types, loop_ranges, map_dims, n_inputs
+from .passes import RequantMode
 from .rescale_batch import fit_many
 from .rescale_fit import ChannelFit, NotExact, channel_step_points
 
@@ -132,9 +133,9 @@ def weight_rows(con: ir.Operation, k: int, w: np.ndarray) -> WeightRows:
     return WeightRows(rows, axes, [out.index(w_dims[j]) for j in axes], mult)
 
 
-def fit_channels(chain: Chain, channels: list, chan, kind: str, nearest: bool,
+def fit_channels(chain: Chain, channels: list, chan, kind: str, mode: RequantMode,
                  sum_error: float = 0.0, downstream=None) -> list[ChannelFit]:
-    """The rescale of each channel of `chain` (exact, or with `nearest` the nearest). With a
+    """The rescale of each channel of `chain` (exact; else, unless `mode` is EXACT, the nearest). With a
     `sum_error` (the chain stands for an f32 contraction llvm-cpu rounds, up to that many
     accumulator units off: requant_float_contraction), each fit counts the accumulators that
     close to a step point (`ambiguous_accumulators`). With a `downstream`
@@ -143,7 +144,7 @@ def fit_channels(chain: Chain, channels: list, chan, kind: str, nearest: bool,
     steps = _batched_step_points(chain, channels, kind)
     ends = [(lo, hi) if direction >= 0 else (-hi, -lo) for (_, lo, hi), (direction, _) in zip(channels, steps)]
     fits = fit_many([st for _, st in steps], [g[0] for g in ends], [g[1] for g in ends],
-                    [direction < 0 for direction, _ in steps], nearest, downstream)
+                    [direction < 0 for direction, _ in steps], mode is not RequantMode.EXACT, downstream)
     for ch, ((_, lo, hi), fit) in enumerate(zip(channels, fits)):
         where = f"channel {ch}" if chan else "the tensor"
         if isinstance(fit, NotExact):

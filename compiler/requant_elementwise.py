@@ -23,6 +23,7 @@ from iree.compiler import ir
 from .f32_chain import type_name
 from .ir_utils import erase_unused, inline_function_text, iterator_types, n_inputs, region_ops
 from .pass_managers import run_pipeline
+from .passes import RequantMode
 from .requant_emit import elementwise_function
 from .requant_pooling import lower_pooling
 from .requant_stages import Channels, StageSplitter, variable_inputs
@@ -98,7 +99,7 @@ class FloatIsland(NotExact):
         self.forms = forms
 
 
-def lower_int8_arithmetic(func: ir.Operation, known, host, nearest: bool) -> list:
+def lower_int8_arithmetic(func: ir.Operation, known, host, mode: RequantMode) -> list:
     """Rewrites `func` (`is_int8_arithmetic`) into integer generics (E or R in the module
     docstring); returns its RequantSummary. Raises NotExact when it has neither form or a
     stage cannot be reproduced within one output step; `func` may then have been fused
@@ -114,13 +115,13 @@ def lower_int8_arithmetic(func: ir.Operation, known, host, nearest: bool) -> lis
         variables, ranges = variable_inputs(op, known)
         channels = Channels.of(op, known, set(variables))
         body = region_ops(op)
-        stages = StageSplitter(body[:-1], channels, host, nearest, ranges).split(body[-1].operands[0])
+        stages = StageSplitter(body[:-1], channels, host, mode, ranges).split(body[-1].operands[0])
         new = inline_function_text(elementwise_function(op, variables, stages, channels.dims), op,
                       [op.operands[i] for i in variables])
         summary = RequantSummary.of_stages("int8 elementwise", stages)
     elif len(generics) == 2 and "reduction" in its[0] and "reduction" not in its[1]:
         op = generics[1]
-        new, summary = lower_pooling(generics[0], op, known, host, nearest)
+        new, summary = lower_pooling(generics[0], op, known, host, mode)
     else:  # _raise_if_float_island saw one of the two
         raise AssertionError("linalg-fuse-elementwise-ops fused differently on a copy")
     op.results[0].replace_all_uses_with(new)

@@ -34,6 +34,7 @@ from iree.compiler import ir
 
 from .f32_chain import INT_RANGE, Chain, type_name
 from .ir_utils import constant_of, inline_function_text, iterator_types, loop_ranges, n_inputs, region_ops
+from .passes import RequantMode
 from .requant_emit import pooling_function
 from .requant_split import ActivationTable, llvm_variants, reads, slice_until
 from .requant_stages import Channels, Stage, StageSplitter, variable_inputs
@@ -70,7 +71,7 @@ class PooledSum:
         return self.count * self.term_range[0], self.count * self.term_range[1]
 
 
-def pooled_sum(red: ir.Operation, channels: Channels, known_ranges: dict, host, nearest) -> PooledSum:
+def pooled_sum(red: ir.Operation, channels: Channels, known_ranges: dict, host, mode: RequantMode) -> PooledSum:
     """The integer form of the f32 sum reduction `red` (R in the module docstring)."""
     body = region_ops(red)
     acc = red.regions[0].blocks[0].arguments[n_inputs(red)]
@@ -81,7 +82,7 @@ def pooled_sum(red: ir.Operation, channels: Channels, known_ranges: dict, host, 
         return _term_table(body[:-2], term, channels, known_ranges, host, count)
     w, scale = scaled
     prologue = body[:-2]
-    splitter = StageSplitter(prologue, channels, host, nearest, known_ranges)
+    splitter = StageSplitter(prologue, channels, host, mode, known_ranges)
     last_fptosi = [o for o in slice_until(prologue, w, set()) if o.name == "arith.fptosi"]
     stages = splitter.split(last_fptosi[-1].results[0]) if last_fptosi else []
     glue = slice_until(prologue, w, set(splitter.ranges))
@@ -172,7 +173,7 @@ def ambiguous_sums(chain: Chain, channels: Channels, lo: int, hi: int, error) ->
     return ambiguous, len(s) * len(channels.values)
 
 
-def lower_pooling(red, quant, known, host, nearest):
+def lower_pooling(red, quant, known, host, mode: RequantMode):
     """(the new quantized value, its summary) for R: sum reduction `red` quantized by `quant`."""
     uses = list(red.results[0].uses)
     reads = [i for i in range(n_inputs(quant)) if quant.operands[i] == red.results[0]]
@@ -181,19 +182,19 @@ def lower_pooling(red, quant, known, host, nearest):
     sum_index = reads[0]
     variables, ranges = variable_inputs(red, known)
     red_channels = Channels.of(red, known, set(variables))
-    pooled = pooled_sum(red, red_channels, ranges, host, nearest)
+    pooled = pooled_sum(red, red_channels, ranges, host, mode)
     n, b = pooled.count, pooled.offset
     lo, hi = pooled.sum_range
     ch_q = Channels.of(quant, known, {sum_index})
     sum_arg = quant.regions[0].blocks[0].arguments[sum_index]
     body = region_ops(quant)
-    stages = StageSplitter(body[:-1], ch_q, host, nearest, {sum_arg: (lo, hi)},
+    stages = StageSplitter(body[:-1], ch_q, host, mode, {sum_arg: (lo, hi)},
                            (sum_arg, pooled.scale)).split(body[-1].operands[0])
     first = stages[0]
     if first.kind != "rescale" or first.leaves != [sum_arg]:
         raise NotExact("the pooled sum is not requantized first")
     ambiguous, sums = ambiguous_sums(first.chain, ch_q, lo, hi, lambda s: summation_error(pooled, s))
-    if ambiguous and not nearest:
+    if ambiguous and mode is RequantMode.EXACT:
         raise NotExact(f"{ambiguous} of {sums} pooled sums lie within llvm-cpu's f32 summation error"
                        f"{' and the table rounding' if pooled.fixed_point else ''} of a step (its result there "
                        f"depends on the order it adds in)")

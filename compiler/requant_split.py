@@ -36,6 +36,7 @@ from iree.compiler import ir
 from torq.contract.program import MAX_LUT_ENTRIES
 
 from .f32_chain import INT_RANGE, Chain, type_name
+from .passes import RequantMode
 from .rescale_fit import NotExact
 from .rescale_pairs import PairFit, fit_sum
 
@@ -90,7 +91,7 @@ def _first_ints(ops, final, result) -> list[tuple[ir.Value, list]]:
             if o.name == "arith.fptosi" and o.results[0] != result]
 
 
-def split_residual_add(ops, result, acc, res, host, q_type, nearest) -> ResidualSplit:
+def split_residual_add(ops, result, acc, res, host, q_type, mode: RequantMode) -> ResidualSplit:
     """A body that requantizes the accumulator to int8 (stage 1), dequantizes it and the
     residual `res` (an int8 tensor, or an i32 one it first requantizes to int8 on its own),
     adds them and requantizes the sum. The add is evaluated on every pair of int8 values
@@ -117,7 +118,7 @@ def split_residual_add(ops, result, acc, res, host, q_type, nearest) -> Residual
     qs = Chain(rest, result, q1, host, extra=(q_res or res,)).contraction_variants(u, extra=(v,))
     lo, hi = INT_RANGE[q_type]
     fit = fit_sum(u, v, [np.asarray(q, np.int64) for q in qs], lo, hi)
-    if fit.differing and not nearest:
+    if fit.differing and mode is RequantMode.EXACT:
         raise NotExact(f"the residual add's integer rescale differs on {fit.differing} of {fit.pairs} input pairs")
     return ResidualSplit(stage1, q1, fit, res_stage, q_res, qs)
 
@@ -166,7 +167,7 @@ def llvm_variants(chain: Chain, levels: np.ndarray, extra: tuple = ()) -> list[n
     return [q for u in ulps for q in chain.with_ulps(u).contraction_variants(levels, extra, check=True)]
 
 
-def build_table(ops, result, level, host, q_type, nearest, what="the activation",
+def build_table(ops, result, level, host, q_type, mode: RequantMode, what="the activation",
                 scalars: dict | None = None) -> ActivationTable:
     """The table of `result` as a function of the int8 value `level` that `ops` compute it
     from, evaluated on every level as llvm-cpu evaluates the float chain (every FMA
@@ -186,7 +187,7 @@ def build_table(ops, result, level, host, q_type, nearest, what="the activation"
     table = variants[0]
     spread = max(int(np.max(np.abs(q - table))) for q in variants)
     ambiguous = int(np.sum(np.any([q != table for q in variants], axis=0)))
-    if spread > 1 or (ambiguous and not nearest):
+    if spread > 1 or (ambiguous and mode is RequantMode.EXACT):
         raise NotExact(f"{what}'s float chain gives {ambiguous} of {len(levels)} entries that depend "
                        f"on how llvm-cpu evaluates it, its FMA contraction or the last ulps of its "
                        f"transcendental functions (up to {spread} output steps)")

@@ -25,6 +25,7 @@ from iree.compiler import ir
 
 from .f32_chain import INT_RANGE, Chain, type_name
 from .ir_utils import n_inputs, static_shape
+from .passes import RequantMode
 from .requant_channels import RESIDUAL_I32_BOUND, channel_dicts, fit_channels, per_channel_constants
 from .requant_compose import Downstream, PairTail, following, pair_composed
 from .requant_split import ActivationTable, build_table, reads, slice_until
@@ -81,9 +82,9 @@ class _StageSpec:
 class StageSplitter:
     """Splits a body into `Stage`s (see the module docstring)."""
 
-    def __init__(self, ops: list[ir.Operation], channels: Channels, host, nearest: bool,
+    def __init__(self, ops: list[ir.Operation], channels: Channels, host, mode: RequantMode,
                  ranges: dict, scaled: tuple[ir.Value, float] | None = None):
-        self.ops, self.channels, self.host, self.nearest = ops, channels, host, nearest
+        self.ops, self.channels, self.host, self.mode = ops, channels, host, mode
         self.ranges = dict(ranges)  # leaf value -> (lo, hi)
         self.scaled = scaled  # (the f32 leaf holding S * c, c) in R's quantize
         self.stages: list[Stage] = []
@@ -150,14 +151,14 @@ class StageSplitter:
         if self.scaled is None and hi - lo < 256 and not per_channel:
             scalars = {a: v for a, v in self.channels.values[0].items() if a not in self.channels.per_channel} \
                 if self.channels.values else None
-            table = build_table(ops, q, leaf, self.host, q_type, self.nearest, scalars=scalars)
+            table = build_table(ops, q, leaf, self.host, q_type, self.mode, scalars=scalars)
             return Stage(q, "identity" if table.is_identity() else "table", [leaf], table=table)
         chain = Chain(ops, q, leaf, self.host)
         if self.scaled is not None and leaf == self.scaled[0]:
             chain = chain.of_scaled_sum(self.scaled[1])
         channels = [(vals, lo, hi) for vals in self.channels.values]
         fits = fit_channels(chain, channels, self.channels.dims, f"rescale of a {type_name(leaf.type)} value",
-                            self.nearest, downstream=downstream)
+                            self.mode, downstream=downstream)
         return Stage(q, "rescale", [leaf], [f.rescale for f in fits], [f.differing for f in fits],
                      [f.step_span for f in fits], chain=chain, composition=Composition.of_fits(fits))
 
@@ -170,7 +171,7 @@ class StageSplitter:
             fit, kind = fit_sum(u, v, qs, lo, hi), "sum"
         except NotExact:
             fit, kind = fit_product(u, v, qs, lo, hi), "product"
-        if fit.differing and not self.nearest:
+        if fit.differing and self.mode is RequantMode.EXACT:
             raise NotExact(f"the {kind} of two int8 values as an integer rescale differs on {fit.differing} "
                            f"of {fit.pairs} input pairs")
         self._pair_variants[q] = qs

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 from torq.contract.hw import TorqHw
+
+
+class RequantMode(Enum):
+    """How float (QDQ) requantizations become integer rescales; values are --torq-requant's."""
+    NEAREST = "nearest"  # the nearest rescale, at most one output step off its own chain
+    EXACT = "exact"  # only rescales equal to the f32 chain on every accumulator
+    ONE_STEP = "one-step"  # the nearest, where no result value is more than one output step off
 
 
 @dataclass
@@ -27,7 +35,8 @@ class PassOptions:
     # nearest the f32 chain (at most one output step off, measured); "exact" keeps only rescales
     # equal to it on every accumulator (the rest stay on host); "one-step" the nearest where
     # no result value can be more than one output step off (compiler/requant_compose.py).
-    requant: str = "nearest"
+    # A plain str (a RequantMode's value): PassOptions is repr'd into cache keys.
+    requant: str = RequantMode.NEAREST.value
     # --torq-int8-float-ops: where float compute between int8 tensors that no integer rescale
     # reproduces (a quantized model's softmax, layer norm) runs: "host" (f32, as the model
     # states it) or "bf16" (on the NPU; results may differ from the f32 chain by more than

@@ -52,7 +52,7 @@ from ..requant_float_contraction import integer_contractions
 from ..requant_summary import RequantSummary
 from ..requant_tail import HostTail, split_input_quantizes
 from ..rescale_fit import NotExact
-from . import PassOptions
+from . import PassOptions, RequantMode
 
 NAME = "torq-lower-requantization"
 # Argument attribute (input): the argument's known value, dense or dense_resource elements.
@@ -109,11 +109,11 @@ def _float_conversions(func: ir.Operation) -> str:
             (False, True): "float to int8"}.get((into, out), "")
 
 
-def lower_function(func: ir.Operation, nearest: bool = True, bf16_islands: bool = False,
-                   one_step: bool = False) -> RequantReport:
+def lower_function(func: ir.Operation, mode: RequantMode = RequantMode.NEAREST,
+                   bf16_islands: bool = False) -> RequantReport:
     """Lowers the requantizations of `func` (see the module docstring); with `bf16_islands`
-    (and `nearest`) a float island between int8 tensors is left float, for bf16; with
-    `one_step`, a dispatch whose result may be more than one output step off anywhere
+    (and `mode` not EXACT) a float island between int8 tensors is left float, for bf16; in
+    ONE_STEP `mode`, a dispatch whose result may be more than one output step off anywhere
     (requant_summary.Composition) is refused."""
     block = func.regions[0].blocks[0]
     n_args = len(block.arguments)
@@ -125,12 +125,12 @@ def lower_function(func: ir.Operation, nearest: bool = True, bf16_islands: bool 
     heads = split_input_quantizes(func, Known(constants))
     integer_contractions(func, Known(constants), host)
     try:
-        done = lower_float_requantization(func, constants, host, nearest)
+        done = lower_float_requantization(func, constants, host, mode)
         if not done.rescaled and is_int8_arithmetic(func, Known(constants)):
             try:
-                done.rescaled = lower_int8_arithmetic(func, Known(constants), host, nearest)
+                done.rescaled = lower_int8_arithmetic(func, Known(constants), host, mode)
             except FloatIsland as island:
-                if not (nearest and bf16_islands):
+                if mode is RequantMode.EXACT or not bf16_islands:
                     raise NotExact(f"{island}: on host in f32 (--torq-int8-float-ops=bf16 runs it on "
                                    f"the NPU in bf16)") from None
                 # The dispatch stays float: convert-dtypes makes it bf16, its dequantize and
@@ -138,9 +138,9 @@ def lower_function(func: ir.Operation, nearest: bool = True, bf16_islands: bool 
                 done.rescaled = [RequantSummary.float_island(f"int8 {island.forms}")]
     except NotExact as e:
         raise Unsupported(str(e)) from None
-    if one_step:
+    if mode is RequantMode.ONE_STEP:
         _refuse_composed(done.rescaled)
-    if bf16_islands and nearest and not done.rescaled:
+    if bf16_islands and mode is not RequantMode.EXACT and not done.rescaled:
         kind = _float_conversions(func)
         if kind:
             done.rescaled = [RequantSummary.float_island(kind)]
@@ -171,6 +171,5 @@ def _refuse_composed(summaries: list[RequantSummary]) -> None:
 
 def run(module: ir.Module, options: PassOptions) -> dict[str, RequantReport]:
     return {ir.StringAttr(op.operation.attributes["sym_name"]).value:
-            lower_function(op.operation, nearest=options.requant != "exact",
-                           bf16_islands=options.int8_float_ops == "bf16", one_step=options.requant == "one-step")
+            lower_function(op.operation, RequantMode(options.requant), bf16_islands=options.int8_float_ops == "bf16")
             for op in module.body.operations if op.operation.name == "func.func"}
