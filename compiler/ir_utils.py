@@ -147,6 +147,27 @@ def sync_function_type(func: ir.Operation) -> None:
         ir.FunctionType.get([a.type for a in block.arguments], [v.type for v in ret.operands]))
 
 
+def functions(module: ir.Module) -> list[ir.Operation]:
+    """The module's `func.func` ops, listed first (a pass may replace them as it goes)."""
+    return [op.operation for op in module.body.operations if op.operation.name == "func.func"]
+
+
+def replace_function(func: ir.Operation, new: ir.Operation) -> ir.Operation:
+    """Puts function `new` (rewritten in a scratch module) in `func`'s place, erasing `func`; returns `new`."""
+    new.move_before(func)
+    func.erase()
+    return new
+
+
+def replace_with_op(op: ir.Operation, name: str, attributes: dict, operands: list | None = None) -> ir.Operation:
+    """Replaces one-result `op` with a new `name` op of its result type, at its place and location."""
+    with ir.InsertionPoint(op), op.location:
+        new = ir.Operation.create(name, results=[op.results[0].type], operands=operands, attributes=attributes)
+    op.results[0].replace_all_uses_with(new.results[0])
+    op.erase()
+    return new
+
+
 def indexing_maps(op: ir.Operation) -> list[ir.AffineMap]:
     """The `indexing_maps` of a linalg structured op (ins then outs)."""
     return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]

@@ -34,11 +34,13 @@ from iree.compiler.dialects import arith, linalg
 from ..ir_utils import (
     clone_remapped,
     erase_unused,
+    functions,
     indexing_maps,
     iterator_types,
     loop_ranges,
     map_dims,
     region_ops,
+    replace_with_op,
     static_shape,
     walk_ops,
 )
@@ -233,13 +235,9 @@ def fold_function(func: ir.Operation) -> None:
         dense = ir.DenseElementsAttr.get(np.ascontiguousarray(value.astype(dtype)))
         if dense.type != t:
             continue
-        with ir.InsertionPoint(op), op.location:
-            const = ir.Operation.create("arith.constant", results=[t], attributes={"value": dense})
-        op.results[0].replace_all_uses_with(const.results[0])
-        op.erase()
+        replace_with_op(op, "arith.constant", {"value": dense})
 
 
 def run(module: ir.Module, options: PassOptions) -> None:
-    for op in module.body.operations:
-        if op.operation.name == "func.func":
-            fold_function(op.operation)
+    for func in functions(module):
+        fold_function(func)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from ..ir_utils import CompileError, location_str, walk_ops
+from ..ir_utils import CompileError, functions, location_str, replace_with_op, walk_ops
 from ..patterns import PAD_VIEW, Unsupported, padding_fold
 from . import PassOptions
 
@@ -44,16 +44,10 @@ def fold_function(func: ir.Operation) -> None:
         elt = ir.RankedTensorType(op.results[0].type).element_type
         value = (ir.FloatAttr.get(elt, p.value) if not isinstance(elt, ir.IntegerType)
                  else ir.IntegerAttr.get(elt, int(p.value)))
-        with ir.InsertionPoint(op), op.location:
-            view = ir.Operation.create(PAD_VIEW, results=[op.results[0].type], operands=[op.operands[0]],
-                                       attributes={"low": ir.DenseI64ArrayAttr.get(p.low),
-                                                   "high": ir.DenseI64ArrayAttr.get(p.high),
-                                                   "value": value})
-        op.results[0].replace_all_uses_with(view.results[0])
-        op.erase()
+        replace_with_op(op, PAD_VIEW, {"low": ir.DenseI64ArrayAttr.get(p.low), "high": ir.DenseI64ArrayAttr.get(p.high),
+                                       "value": value}, [op.operands[0]])
 
 
 def run(module: ir.Module, options: PassOptions) -> None:
-    for op in module.body.operations:
-        if op.operation.name == "func.func":
-            fold_function(op.operation)
+    for func in functions(module):
+        fold_function(func)

@@ -22,7 +22,17 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from ..ir_utils import iterator_types, n_inputs, region_ops, static_shape, static_slice, sync_function_type, walk_ops
+from ..ir_utils import (
+    functions,
+    iterator_types,
+    n_inputs,
+    region_ops,
+    replace_function,
+    static_shape,
+    static_slice,
+    sync_function_type,
+    walk_ops,
+)
 from ..pass_managers import run_pipeline
 from ..patterns import classify_contraction
 from ..patterns.contraction import is_mul_add_body
@@ -83,12 +93,9 @@ def fold_function(func: ir.Operation) -> ir.Operation:
     run_pipeline(_UPSTREAM, scratch.operation)
     if not _as_views(clone) or any(_unclassified_contraction(o) for o in walk_ops(clone)):
         return func
-    clone.move_before(func)
-    func.erase()
-    return clone
+    return replace_function(func, clone)
 
 
 def run(module: ir.Module, options: PassOptions) -> None:
-    for op in list(module.body.operations):
-        if op.operation.name == "func.func":
-            fold_function(op.operation)
+    for func in functions(module):
+        fold_function(func)

@@ -46,10 +46,12 @@ from ..ir_utils import (
     constant_of,
     defined_outside,
     erase_unused,
+    functions,
     indexing_maps,
     iterator_types,
     loop_ranges,
     region_ops,
+    replace_function,
     static_shape,
     static_slice,
     walk_ops,
@@ -327,12 +329,9 @@ def unroll_function(func: ir.Operation) -> ir.Operation:
     erase_unused(lambda: region_ops(clone), ("tensor.extract_slice", "tensor.empty", "arith.constant"))
     if any(o.name == "linalg.generic" and _reads_outside_value(o) and row_gather(o) is None for o in walk_ops(clone)):
         return func
-    clone.move_before(func)
-    func.erase()
-    return clone
+    return replace_function(func, clone)
 
 
 def run(module: ir.Module, options: PassOptions) -> None:
-    for op in list(module.body.operations):
-        if op.operation.name == "func.func":
-            unroll_function(op.operation)
+    for func in functions(module):
+        unroll_function(func)
