@@ -28,10 +28,11 @@ is the unpadded box (what its DMA-in moved) and the result shape follows
 from the padded size. The slice applies it while reading its window; no byte
 of padding is stored in DDR or moved by a DMA.
 
-Accumulate form (a step of a tiled reduction dim, ops with `accumulates`):
-attr `accumulate` = 1, operand `accumulator_operand` the running sum (f32
-for float inputs, i32 for integer ones, shaped like the result); the
-principal value is that sum + the contraction of this step (i32 wrapping),
+Accumulate form (a step of a tiled reduction dim, ops with `accumulates` whose
+attrs allow it, `OpDef.accumulates_with`): attr `accumulate` = 1, operand
+`accumulator_operand` the running sum (f32 for float inputs, i32 for integer
+ones, shaped like the result); the principal value is that sum + this step's
+principal value (the contraction or sum of the step's slice; i32 wrapping),
 the result dtype is the accumulator's, and MACs count this step only. The
 accumulator's buffer stays in LRAM across the steps; the group's epilogue
 runs once after the last step, as an "elementwise" op reading it.
@@ -111,6 +112,8 @@ class OpDef:
     work_roles: tuple[int, ...] = ()
     pads_input: bool = False
     accumulates: bool = False
+    # why attrs leave an op with `accumulates` without its accumulate form ("" when they do not)
+    no_accumulate: Callable[[dict], str] = lambda attrs: ""
     cycles: CycleRule = CycleRule.ELEMENTS
     # the float-only form of the op given its attrs ("" when integer operands are fine)
     float_only: Callable[[dict], str] = lambda attrs: ""
@@ -120,6 +123,10 @@ class OpDef:
     @property
     def mlir_name(self) -> str:
         return f"torq_hl.{self.name}"
+
+    def accumulates_with(self, attrs: dict) -> bool:
+        """Whether the op has an accumulate form with these attrs."""
+        return self.accumulates and not self.no_accumulate(attrs)
 
     @property
     def accumulator_operand(self) -> int:
@@ -280,8 +287,12 @@ dims to reduce), optional result_axes (the kept input dims in the result's order
 result; default: in order). The result is the input without those dims. sum/mean
 accumulate in f32 (mean divides once by the number of reduced elements; float only) or in the
 i32 accumulator; max is exact. Global average pooling (`x.mean((2, 3))`, `AdaptiveAvgPool2d(1)`)
-is a reduce. Counted as input elements read.""",
+is a reduce. Counted as input elements read. Mode sum has an accumulate form (a sum of a whole
+tensor too large for LRAM, GroupNorm(1, C)'s statistics, summed in steps).""",
         inputs=1, work_roles=(0,),  # the input elements read
+        accumulates=True,
+        no_accumulate=lambda attrs: "" if attrs.get("mode") == "sum" else
+        f"mode {attrs.get('mode')} (its steps do not add up)",
         cycles=CycleRule.WINDOW_ON_LANES, shape_rule=_reduce_result,
         float_only=lambda attrs: "mode mean" if attrs.get("mode") == "mean" else ""),
     OpDef(

@@ -13,8 +13,9 @@ Contract (semantics from the op table, contract/ops.py, and contract/program.py)
   the count the `macs` field must hold (MACs, or elements read for pooling
   and reductions).
 - With attr `accumulate` = 1 (a step of a tiled reduction), `conv2d` and
-  `matmul` add operand 2, the running f32 / i32 accumulator, to their
-  principal result (`accumulate`); the i32 sum wraps like the register.
+  `matmul` add operand 2, `reduce` (mode sum) operand 1, the running f32 / i32
+  accumulator, to their principal result (`accumulate`); the i32 sum wraps
+  like the register.
 - The epilogue (`eval_epilogue`, integer and table steps) is runtime/epilogue.py.
 - `store` converts a value to the result dtype: floats round to nearest even
   (ml_dtypes), integers round half to even and saturate (defensive clip).
@@ -575,17 +576,19 @@ def run_principal(op: str, ops: list[np.ndarray], attrs: dict,
         return None, 0
     principal, macs = PRINCIPAL_KERNELS[op](ops, attrs, cache)
     if attrs.get(ACCUMULATE):
-        principal = accumulate(op, principal, ops)
+        principal = accumulate(op, principal, ops, attrs)
     return principal, macs
 
 
-def accumulate(op: str, principal: np.ndarray, ops: list[np.ndarray]) -> np.ndarray:
-    """A step of a tiled reduction (attr `accumulate` = 1, contract/ops.py): its contraction
-    plus the running sum in operand `accumulator_operand`, an f32 (float inputs) or i32
-    (integer inputs, wrapping like the 32-bit register) tensor of the result's shape."""
+def accumulate(op: str, principal: np.ndarray, ops: list[np.ndarray], attrs: dict) -> np.ndarray:
+    """A step of a tiled reduction (attr `accumulate` = 1, contract/ops.py): its principal value
+    (contraction, sum) plus the running sum in operand `accumulator_operand`, an f32 (float
+    inputs) or i32 (integer inputs, wrapping like the 32-bit register) tensor of the result's shape."""
     if not OPS[op].accumulates:
         raise KernelError(f"attr accumulate on {op}, only {' and '.join(o.name for o in OPS.values() if o.accumulates)} "
                           f"accumulate")
+    if not OPS[op].accumulates_with(attrs):
+        raise KernelError(f"attr accumulate on {op} with {OPS[op].no_accumulate(attrs)}")
     at = OPS[op].accumulator_operand
     if len(ops) <= at:
         raise KernelError(f"accumulate needs an accumulator operand {at}, has {len(ops)} operands")

@@ -21,6 +21,7 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from torq.contract.module_abi import MAX_INPUTS, MAX_RESULTS
+from torq.contract.ops import OPS
 
 from ..ir_utils import iterator_types, static_shape, walk_ops
 from ..patterns import (
@@ -169,10 +170,11 @@ def _op_reason(op: ir.Operation, options: PassOptions, groups: list, moves: set)
 def _untileable_group(groups: list):
     """A group tiling cannot slice, or None: a reduction that gathers its input
     (torch-mlir's adaptive average pooling) reads the whole box from one op body; a
-    reduction of a whole tensor to one value (GroupNorm(1, C)'s sums) has no result dim
-    to tile, and a reduce does not accumulate across tiles."""
+    reduction of a whole tensor to one value has no result dim to tile, and only a sum
+    (GroupNorm(1, C)'s statistics) accumulates across steps of its reduction loop."""
     for m in groups:
-        if m.gather is not None or (m.kind == "reduce" and static_shape(m.principal.results[0].type) == ()):
+        whole = m.kind == "reduce" and static_shape(m.principal.results[0].type) == ()
+        if m.gather is not None or (whole and not OPS[m.kind].accumulates_with(m.attrs)):
             return m
     return None
 
@@ -194,7 +196,8 @@ def _untiled_fit_reason(func: ir.Operation, group, options: PassOptions) -> str:
         return (f"{group.principal.name}: a gathering reduction (adaptive average pooling) needs "
                 f"{need} bytes of LRAM untiled, the budget is {budget}, and its gather form cannot be tiled")
     return (f"{group.principal.name}: a reduction of a whole tensor to one value needs {need} bytes of LRAM "
-            f"untiled, the budget is {budget}, and it cannot be tiled (a reduce does not accumulate across tiles)")
+            f"untiled, the budget is {budget}, and it cannot be tiled (a {group.attrs.get('mode')} does not "
+            f"accumulate across steps, only a sum does)")
 
 
 def unsupported_reason(func: ir.Operation, options: PassOptions) -> str:

@@ -15,7 +15,7 @@ read (`patterns.box_read`: a copy of part of an input) becomes the
 `tensor.extract_slice` of that box, which the NSS program reads as a DMA box.
 Padded views (`torq.pad`, torq-fold-padding) stay as they are: the NSS
 program reads their boxes and hands the padding to the consuming op.
-A reduction loop nest from torq-super-tiling (a conv2d / matmul whose
+A reduction loop nest from torq-super-tiling (a conv2d / matmul / sum whose
 reduction dims are tiled: scf.for with the accumulator as iter_arg,
 initialised from the group's fill or bias broadcast) is lowered first
 (`lower_reduction_nest`): a zeroing `torq_hl.elementwise` on an f32 / i32
@@ -59,6 +59,7 @@ from ..patterns import (
     is_identity_like,
     is_zero_fill,
     match_group,
+    prologue_of,
     row_gather,
 )
 from . import PassOptions
@@ -83,11 +84,7 @@ def rewrite_group(match: Match) -> ir.Operation:
     operands = list(match.inputs)
     with ir.InsertionPoint(match.bottom), match.bottom.location:
         if match.prologue is not None:  # an elementwise op first; its result is operand 0
-            p_inputs, p_epilogue, p_type = match.prologue
-            pro = ir.Operation.create(OPS["elementwise"].mlir_name, results=[p_type], operands=list(p_inputs),
-                                      attributes={"epilogue": ir.StringAttr.get(epilogue_to_json(p_epilogue)),
-                                                  "macs": _attr(0)})
-            operands[0] = pro.results[0]
+            operands[0] = _elementwise(*match.prologue).results[0]
         if match.gather is not None:  # the box the principal reads, as a slice (a DMA box)
             operands[0] = _box(match.gather)
         new = ir.Operation.create(OPS[match.kind].mlir_name, results=[match.bottom.results[0].type],
@@ -153,7 +150,7 @@ def _reduction_nest(loop: ir.Operation) -> tuple[list[ir.Operation], ir.Operatio
         if owner.name != "linalg.generic" or owner.operands[n_inputs(owner)] != body.arguments[1]:
             return None
         con = classify_principal(owner)
-        return (loops, owner) if con is not None and OPS[con.kind].accumulates else None
+        return (loops, owner) if con is not None and OPS[con.kind].accumulates_with(con.attrs) else None
     return None
 
 
@@ -225,13 +222,19 @@ def _nest_epilogue(result: ir.Value, pre: list, inputs: list[ir.Value]) -> tuple
 
 
 def _accumulate_step(principal: ir.Operation, con, acc: ir.Value, acc_type: ir.Type) -> None:
-    """Replace `principal` by its torq_hl op in accumulate form (operand 2 the accumulator)."""
+    """Replace `principal` by its torq_hl op in accumulate form (its principal inputs, then the
+    accumulator); a sum whose body computes what it adds (a prologue: GroupNorm's squares)
+    reads the step's prologue, a `torq_hl.elementwise` before it, as `rewrite_group` does."""
     attrs = {k: _attr(v) for k, v in con.attrs.items()}
     attrs.update({ACCUMULATE: _attr(1), "macs": _attr(int(con.macs)),
                   "epilogue": ir.StringAttr.get(epilogue_to_json(Epilogue()))})
+    operands = list(principal.operands[:OPS[con.kind].inputs])
     with ir.InsertionPoint(principal), principal.location:
+        if con.prologue:
+            p_inputs, p_epilogue, p_type = prologue_of(principal)
+            operands[0] = _elementwise(p_inputs, p_epilogue, p_type).results[0]
         step = ir.Operation.create(OPS[con.kind].mlir_name, results=[acc_type],
-                                   operands=list(principal.operands[:2]) + [acc], attributes=attrs)
+                                   operands=operands + [acc], attributes=attrs)
     principal.results[0].replace_all_uses_with(step.results[0])
     principal.erase()
 

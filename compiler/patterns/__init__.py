@@ -68,7 +68,7 @@ from __future__ import annotations
 
 from .contraction import classify_contraction, linear_terms
 from .elementwise import decode_elementwise, is_identity_like
-from .groups import box_read, epilogue_of, init_steps, is_elementwise, match_group
+from .groups import box_read, epilogue_of, init_steps, is_elementwise, match_group, prologue_of
 from .inits import fill_value, is_zero_fill
 from .model import (
                     FUSE_GROUP,
@@ -96,4 +96,4 @@ __all__ = ["FUSE_GROUP", "FUSE_GROUP_ID", "GATHER_VIEW", "PAD_VIEW", "gathered_b
            "box_read", "classify_contraction", "classify_gather_reduction", "classify_principal",
            "classify_reduction", "data_movement_ops", "data_movement_reason", "decode_elementwise", "epilogue_from_json",
            "epilogue_of", "epilogue_to_json", "fill_value", "init_steps", "is_elementwise", "is_identity_like",
-           "is_zero_fill", "linear_terms", "match_group", "padding_fold", "row_gather"]
+           "is_zero_fill", "linear_terms", "match_group", "padding_fold", "prologue_of", "row_gather"]

@@ -198,7 +198,7 @@ def init_steps(op: ir.Operation, p: Contraction, inputs: list[ir.Value],
     return init_op, [EpilogueStep("add", [Ref("value", 0), bias], to=int_width(elt))]
 
 
-def _prologue_of(op: ir.Operation) -> tuple[list[ir.Value], Epilogue, ir.Type]:
+def prologue_of(op: ir.Operation) -> tuple[list[ir.Value], Epilogue, ir.Type]:
     """The elementwise prologue of a reduction whose body computes what it accumulates.
 
     Its result is laid out in loop order over all loops; each in is an
@@ -322,7 +322,7 @@ def _principal_match(op: ir.Operation, con: Contraction) -> Match:
             and elt in EPILOGUE_INT_TYPES and (elt != "i32" or con.kind == "avg_pool2d"):
         raise Unsupported(f"integer sum {'pooling' if con.kind == 'avg_pool2d' else 'reduction'} "
                           f"({elt}) has no Torq lowering")
-    prologue = _prologue_of(op) if con.prologue else None
+    prologue = prologue_of(op) if con.prologue else None
     if prologue is not None or con.gather is not None:
         inputs = [None]  # the prologue's result / the gathered box, made by the rewrite
     else:

@@ -139,7 +139,7 @@ def root_facts(op: ir.Operation, order: int) -> Root | None:
 
 
 def group_principal(bottom: ir.Operation) -> ir.Operation | None:
-    """The principal op of the bottom op's group when it is a contraction whose
+    """The principal op of the bottom op's group when it is a contraction or sum whose
     reduction may be tiled (an op with an accumulate form in the op table, contract/ops.py, not grouped):
     the bottom op itself or the producer of one of its operands."""
     groups = fuse_groups(bottom)
@@ -149,7 +149,7 @@ def group_principal(bottom: ir.Operation) -> ir.Operation | None:
         if FUSE_GROUP_ID not in c.attributes or ir.IntegerAttr(c.attributes[FUSE_GROUP_ID]).value not in groups:
             continue
         con = classify_principal(c)
-        if con is not None and OPS[con.kind].accumulates and "G" not in con.attrs.get("input_dims", ""):
+        if con is not None and OPS[con.kind].accumulates_with(con.attrs) and "G" not in con.attrs.get("input_dims", ""):
             return c
     return None
 

@@ -113,14 +113,14 @@ def test_unlowerable_epilogue_falls_back_to_host(tmp_path):
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), ref, rtol=1e-5, atol=1e-6)
 
 
-WIDE_SUM = """
+WIDE_MAX = """
 func.func @main(%a: tensor<4x2048xf32>) -> tensor<4xf32> {
-  %zero = arith.constant 0.0 : f32
+  %lowest = arith.constant 0xFF800000 : f32
   %e = tensor.empty() : tensor<4xf32>
-  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<4xf32>) -> tensor<4xf32>
+  %acc = linalg.fill ins(%lowest : f32) outs(%e : tensor<4xf32>) -> tensor<4xf32>
   %s = linalg.reduce ins(%a : tensor<4x2048xf32>) outs(%acc : tensor<4xf32>) dimensions = [1]
     (%x: f32, %y: f32) {
-      %r = arith.addf %x, %y : f32
+      %r = arith.maximumf %x, %y : f32
       linalg.yield %r : f32
     }
   return %s : tensor<4xf32>
@@ -129,12 +129,12 @@ func.func @main(%a: tensor<4x2048xf32>) -> tensor<4xf32> {
 
 
 def test_compile_error_inside_a_dispatch_exits_cleanly(tmp_path):
-    # 1 KiB usable LRAM cannot hold one row of the sum's input (2048 bf16 = 4 KiB;
-    # only conv / matmul contractions have their reduction split): the error is
+    # 1 KiB usable LRAM cannot hold one row of the max's input (2048 bf16 = 4 KiB;
+    # only conv / matmul contractions and sums have their reduction split): the error is
     # raised deep in super tiling with IR objects alive in its frames. One line,
     # exit 1, no crash when those objects are collected, no output file.
     src = tmp_path / "wide.mlir"
-    src.write_text(WIDE_SUM)
+    src.write_text(WIDE_MAX)
     out = tmp_path / "m.vmfb"
     r = run("torq-compile", str(src), "--torq-hw=SL2610:lram_kb=15", "-o", str(out))
     assert r.returncode == 1, (r.returncode, r.stderr)

@@ -19,11 +19,20 @@ def test_entry_is_consistent(op):
         assert role == RESULT or 0 <= role < op.inputs
     assert all(r == RESULT or 0 <= r < op.inputs for r in op.work_roles)
     assert op.accumulator_operand == op.inputs
-    if op.accumulates:
-        assert op.cycles is CycleRule.MAC_ARRAY, "a tiled reduction accumulates MAC-array work"
+    if op.accumulates:  # a step's cycles count the MACs or the reads of its slice, like the untiled op's
+        assert op.inputs >= 1 and op.cycles in (CycleRule.MAC_ARRAY, CycleRule.WINDOW_ON_LANES)
     if op.inputs == 0:
         assert op.cycles is CycleRule.ELEMENTS and not op.pads_input and not op.accumulates
     assert op.mlir_name == f"torq_hl.{op.name}"
+
+
+def test_reduce_accumulates_only_a_sum():
+    reduce = OPS["reduce"]
+    assert reduce.accumulates_with({"mode": "sum", "axes": [0]})
+    assert not reduce.accumulates_with({"mode": "max", "axes": [0]})
+    assert not reduce.accumulates_with({"mode": "mean", "axes": [0]})  # a step's mean is not a share of the sum
+    assert "mode max" in reduce.no_accumulate({"mode": "max"})
+    assert OPS["matmul"].accumulates_with({}) and not OPS["depthwise_conv2d"].accumulates_with({})
 
 
 @pytest.mark.parametrize("stride,dilation,pad", [((1, 1), (1, 1), None), ((2, 2), (1, 1), [1, 1, 1, 1]),
