@@ -49,7 +49,8 @@ MODEL_SIZES = {
     # ... with softmax and LayerNorm on the NPU in bf16 (--torq-int8-float-ops=bf16).
     "bert_int8_bf16_float_ops": ({"seq": 128}, {"seq": 32}),
     # samples/llm.py: SmolLM2-135M's widths and vocabulary, prefill at T = 128 (llm_rows.py).
-    "llm": ({"layers": 30, "vocab": 49152, "prompt": 128, "tokens": 5, "max_len": 136},
+    # 16 tokens: issue 12's greedy-generation check.
+    "llm": ({"layers": 30, "vocab": 49152, "prompt": 128, "tokens": 16, "max_len": 144},
             {"layers": 1, "vocab": 512, "prompt": 8, "tokens": 3, "max_len": 16}),
 }
 

@@ -70,6 +70,10 @@ def _generate(row: dict, cm, model, kw: dict) -> None:
     row["same_as_fp32"] = sum(s.token == s.torch_token for s in gen.steps)
     row["same_as_bf16"] = sum(s.token == s.bf16_token for s in gen.steps)
     row["steps"] = len(gen.steps)
+    # Steps whose greedy token is not torch's (fp32 or bf16, fed the same tokens): how close
+    # torch's own top two logits were there, against the logits' RMS.
+    row["parted"] = [(i, s.token, s.torch_token, s.bf16_token, s.top2_gap, s.logits_rms)
+                     for i, s in enumerate(gen.steps) if s.token != s.torch_token or s.token != s.bf16_token]
     row["decode_wall_s"] = sum(s.wall_s for s in decode) / max(1, len(decode))
     row["host"] = [(d.name, d.macs or 0, d.reason) for d in cm.report.dispatches
                    if d.executor == "host" and not d.name.startswith("initializer_")]
@@ -140,4 +144,7 @@ def markdown(rows: list[dict]) -> list[str]:
     for r in llm:
         for name, macs, reason in r.get("host", []):
             lines.append(f"- {r['label']}: host {name} ({macs:,} MACs): {' '.join(reason.split())[:160]}")
+        for i, token, fp32, bf16, gap, rms in r.get("parted", []):
+            lines.append(f"- {r['label']}: step {i} chose token {token}, torch fp32 {fp32}, torch bf16 {bf16}; "
+                         f"torch fp32's top two logits {gap:.3f} apart ({gap / max(rms, 1e-12):.3f} of the logits' RMS)")
     return lines + [""]
