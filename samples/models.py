@@ -13,6 +13,8 @@
   positions, BERT-style layers (d 384, 6 heads, FFN 1536; `layers=2`).
 - `vit(size=224)`: ViT-B/16 (16x16 patches, a class token: 197 tokens at 224,
   a prime count; d 768, 12 heads, FFN 3072, pre-layer-norm; `layers=12`).
+- `waveform_frontend(samples=16000)`: a conv1d audio front end on the raw
+  waveform (Moonshine / wav2vec2 style, `WaveformFrontEnd`).
 - `mlp()`: a small multi-layer perceptron (benchmark baseline).
 
 Each `make_*` returns `(model in eval mode, example input)`; sizes are
@@ -196,6 +198,20 @@ class AudioEncoder(nn.Module):
         return self.layers(x.transpose(1, 2) + self.positions)
 
 
+class WaveformFrontEnd(nn.Module):
+    """Moonshine's / wav2vec2's stem on the raw waveform: conv1d of one input channel (k127
+    stride 64), GroupNorm(1, 64), tanh, conv1d k7 stride 3, GELU."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv1d(1, 64, 127, stride=64, bias=False)
+        self.norm = nn.GroupNorm(1, 64)
+        self.conv2 = nn.Conv1d(64, 128, 7, stride=3)
+
+    def forward(self, x):
+        return nn.functional.gelu(self.conv2(torch.tanh(self.norm(self.conv1(x)))))
+
+
 class ViTEncoderLayer(nn.Module):
     """A pre-layer-norm encoder layer, as torchvision's ViT: x + attn(ln(x)), then x + mlp(ln(x))."""
 
@@ -280,6 +296,11 @@ def make_vit(size: int = 224, layers: int = 12, hidden: int = 768, heads: int = 
     torch.manual_seed(seed)
     return _init(ViT(size, hidden=hidden, heads=heads, ffn=ffn, layers=layers), seed), \
         torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(seed))
+
+
+def make_waveform_frontend(samples: int = 16000, seed: int = 0):
+    torch.manual_seed(seed)
+    return _init(WaveformFrontEnd(), seed), torch.randn(1, 1, samples, generator=torch.Generator().manual_seed(seed))
 
 
 def make_mlp(batch: int = 8, features: int = 784, hidden: int = 1024, classes: int = 10, seed: int = 0):

@@ -134,6 +134,18 @@ def worker_main(argv: list[str], measure) -> int:
     return 0
 
 
+HOST_FLAGS = ["--iree-llvmcpu-target-cpu=host"]  # as torq's host side (compiler/driver.py HOST_FLAGS)
+
+
+def llvm_cpu_compile(mlir: str | bytes) -> tuple[float, bytes]:
+    """iree-compile (llvm-cpu) seconds and the .vmfb: the peer every compile time is a ratio to."""
+    from iree.compiler import tools as iree_tools
+
+    t0 = time.perf_counter()
+    vmfb = iree_tools.compile_str(mlir, target_backends=["llvm-cpu"], extra_args=HOST_FLAGS)
+    return time.perf_counter() - t0, vmfb
+
+
 def compile_cold_and_warm(model, hw: str, remarks, flags: list[str] = (),
                           cache: str | None = None) -> tuple[object, float, float]:
     """(compiled module, seconds of a cold `torq.compile`, seconds of the same compile again).

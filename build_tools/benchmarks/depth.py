@@ -31,7 +31,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import machine_info, one_line, run_worker, worker_main, write_results  # noqa: E402
+from common import llvm_cpu_compile, machine_info, one_line, run_worker, worker_main, write_results  # noqa: E402
 
 LAYERS = (1, 2, 12)
 # The issue's target: a 12-layer encoder compiles in at most this many times one layer's time.
@@ -41,7 +41,6 @@ DEPTH_TARGET = 1.5
 def measure(spec: dict) -> dict:
     """One row (in the worker process): spec {"layers", "weights": "inline" | "external"}."""
     import iree.turbine.aot as aot
-    from iree.compiler import tools as iree_tools
     from models import make_bert_encoder_layer
 
     import torq
@@ -55,9 +54,7 @@ def measure(spec: dict) -> dict:
         t0 = time.perf_counter()
         cm = torq.compile(mlir, remarks=io.StringIO(), flags=(f"--torq-cache-dir={os.path.join(tmp, 'cache')}",))
         torq_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    iree_tools.compile_str(mlir, target_backends=["llvm-cpu"], extra_args=["--iree-llvmcpu-target-cpu=host"])
-    iree_s = time.perf_counter() - t0
+    iree_s, _ = llvm_cpu_compile(mlir)
     decisions = cm.report.dispatches
     return {"torq_s": torq_s, "target_s": cm.report.seconds, "iree_s": iree_s,
             "torq": sum(d.executor == "torq" for d in decisions), "host": sum(d.executor != "torq" for d in decisions),

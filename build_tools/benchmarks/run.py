@@ -44,6 +44,7 @@ from common import (  # noqa: E402
     MODEL_SIZES,
     build_model,
     compile_cold_and_warm,
+    llvm_cpu_compile,
     machine_info,
     machine_markdown,
     one_line,
@@ -57,17 +58,6 @@ from llm_rows import is_llm, measure_llm  # noqa: E402
 from llm_rows import markdown as llm_markdown  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-HOST_FLAGS = ["--iree-llvmcpu-target-cpu=host"]  # as torq's host side (compiler/driver.py HOST_FLAGS)
-
-
-def llvm_cpu_compile(mlir: str | bytes) -> tuple[float, bytes]:
-    """iree-compile (llvm-cpu) seconds and the .vmfb."""
-    from iree.compiler import tools as iree_tools
-
-    t0 = time.perf_counter()
-    vmfb = iree_tools.compile_str(mlir, target_backends=["llvm-cpu"], extra_args=HOST_FLAGS)
-    return time.perf_counter() - t0, vmfb
-
 
 def llvm_cpu_function(mlir: str | bytes, function: str = "main") -> tuple[float, object]:
     """iree-compile (llvm-cpu) seconds and the compiled `function` on iree.runtime local-task."""

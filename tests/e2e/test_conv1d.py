@@ -19,6 +19,7 @@ import torq
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
 from cnn import error_figures, within_limits  # noqa: E402
+from models import WaveformFrontEnd  # noqa: E402
 
 
 class WhisperFrontEnd(nn.Module):
@@ -46,20 +47,6 @@ class SeparableConv1d(nn.Module):
 
     def forward(self, x):
         return self.grouped(torch.relu(self.dilated(torch.relu(self.depthwise(self.pointwise(x))))))
-
-
-class WaveformFrontEnd(nn.Module):
-    """Moonshine's / wav2vec2's stem on the raw waveform: conv1d of one input channel (k127
-    stride 64), GroupNorm, tanh, conv1d k7 stride 3, GELU."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv1d(1, 64, 127, stride=64, bias=False)
-        self.norm = nn.GroupNorm(1, 64)
-        self.conv2 = nn.Conv1d(64, 128, 7, stride=3)
-
-    def forward(self, x):
-        return F.gelu(self.conv2(torch.tanh(self.norm(self.conv1(x)))))
 
 
 class OneRowConv2d(nn.Module):
