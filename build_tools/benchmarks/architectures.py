@@ -25,7 +25,7 @@ import time
 import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import rows_markdown, table_main  # noqa: E402
+from common import rows_markdown, run_against_torch, table_main  # noqa: E402
 
 # timm imports torchvision, whose PyPI wheel's C++ ops are built for the CUDA torch: its
 # meta registrations fail on ours, and the model code needs none of them (README).
@@ -41,7 +41,6 @@ COLUMNS = ["model", "torq-compile s", "NPU share of MACs", "dispatches torq/host
 def measure(spec: dict) -> dict:
     """One row (in the worker process): spec {"model": timm name, "size": height/width}."""
     import iree.turbine.aot as aot
-    import numpy as np
     import timm
     import torch
 
@@ -55,19 +54,7 @@ def measure(spec: dict) -> dict:
     t0 = time.perf_counter()
     cm = torq.compile(exported, remarks=io.StringIO(), flags=("--torq-no-cache",))
     row = {"compile_s": time.perf_counter() - t0}
-    y = np.asarray(cm(x.numpy()))
-    with torch.no_grad():
-        ref = model(x).numpy()
-        ref_bf16 = model.to(torch.bfloat16)(x.to(torch.bfloat16)).float().numpy()
-    stats = [s for s in cm.last_stats if s["executor"] == "torq"]
-    host = [d for d in cm.report.dispatches if d.executor != "torq" and not d.name.startswith("initializer_")]
-    row.update(share=cm.report.npu_mac_share, torq=len(stats), host=len(host),
-               reasons=sorted({" ".join(d.reason.split()) for d in host}),
-               rel_l2=float(np.linalg.norm(y - ref) / np.linalg.norm(ref)),
-               bf16_rel_l2=float(np.linalg.norm(ref_bf16 - ref) / np.linalg.norm(ref)),
-               cycles=sum(s["cycles"] for s in stats), roofline=sum(s["roofline_cycles"] for s in stats),
-               dma=sum(s["dma_bytes_in"] + s["dma_bytes_out"] for s in stats),
-               compulsory=sum(s["compulsory_bytes"] for s in stats))
+    row.update(run_against_torch(cm, model, x))
     return row
 
 

@@ -169,6 +169,31 @@ def compile_cold_and_warm(model, hw: str, remarks, flags: list[str] = (),
     return cm, cold, time.perf_counter() - t0
 
 
+def run_against_torch(cm, model, x) -> dict:
+    """One simulator run of `cm` on `x` against the torch `model` in fp32 and in bf16, and the
+    run's figures (a row of the architecture tables): its wall seconds, NPU share of MACs, NPU / host dispatches
+    (host reasons; load-time initializers aside), relative L2 vs torch fp32 beside torch bf16's,
+    simulated cycles, roofline cycles, DMA and compulsory bytes of the NPU dispatches."""
+    import numpy as np
+    import torch
+
+    t0 = time.perf_counter()
+    y = np.asarray(cm(x.numpy()))
+    run_s = time.perf_counter() - t0
+    with torch.no_grad():
+        ref = model(x).numpy()
+        ref_bf16 = model.to(torch.bfloat16)(x.to(torch.bfloat16)).float().numpy()
+    stats = [s for s in cm.last_stats if s["executor"] == "torq"]
+    host = [d for d in cm.report.dispatches if d.executor != "torq" and not d.name.startswith("initializer_")]
+    return dict(run_s=run_s, share=cm.report.npu_mac_share, torq=len(stats), host=len(host),
+                reasons=sorted({" ".join(d.reason.split()) for d in host}),
+                rel_l2=float(np.linalg.norm(y - ref) / np.linalg.norm(ref)),
+                bf16_rel_l2=float(np.linalg.norm(ref_bf16 - ref) / np.linalg.norm(ref)),
+                cycles=sum(s["cycles"] for s in stats), roofline=sum(s["roofline_cycles"] for s in stats),
+                dma=sum(s["dma_bytes_in"] + s["dma_bytes_out"] for s in stats),
+                compulsory=sum(s["compulsory_bytes"] for s in stats))
+
+
 def one_line(text: str, limit: int = 160) -> str:
     text = " ".join(str(text).split()).replace("|", "\\|")
     return text if len(text) <= limit else text[:limit - 1] + "…"

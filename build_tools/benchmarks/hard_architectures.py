@@ -22,11 +22,10 @@ from __future__ import annotations
 import io
 import os
 import sys
-import time
 import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import compile_cold_and_warm, llvm_cpu_compile, rows_markdown, table_main  # noqa: E402
+from common import compile_cold_and_warm, llvm_cpu_compile, rows_markdown, run_against_torch, table_main  # noqa: E402
 
 # torchvision's PyPI wheel's C++ ops are built for the CUDA torch (README).
 sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
@@ -85,29 +84,13 @@ def _whisper_encoder():
 def measure(spec: dict) -> dict:
     """One row (in the worker process): spec {"model": a MODELS name}."""
     import iree.turbine.aot as aot
-    import numpy as np
-    import torch
 
     model, x = build(spec["model"])
     exported = aot.export(model, x)
     cm, cold, _ = compile_cold_and_warm(exported, "SL2610", io.StringIO())
     iree_s, _ = llvm_cpu_compile(str(exported.mlir_module))
-    t0 = time.perf_counter()
-    y = np.asarray(cm(x.numpy()))
-    row = {"compile_s": cold, "iree_s": iree_s, "run_s": time.perf_counter() - t0, "before": MODELS[spec["model"]][1]}
-    with torch.no_grad():
-        ref = model(x).numpy()
-        ref_bf16 = model.to(torch.bfloat16)(x.to(torch.bfloat16)).float().numpy()
-    stats = [s for s in cm.last_stats if s["executor"] == "torq"]
-    host = [d for d in cm.report.dispatches if d.executor != "torq" and not d.name.startswith("initializer_")]
-    row.update(share=cm.report.npu_mac_share, torq=len(stats), host=len(host),
-               reasons=sorted({" ".join(d.reason.split()) for d in host}),
-               rel_l2=float(np.linalg.norm(y - ref) / np.linalg.norm(ref)),
-               bf16_rel_l2=float(np.linalg.norm(ref_bf16 - ref) / np.linalg.norm(ref)),
-               cycles=sum(s["cycles"] for s in stats), roofline=sum(s["roofline_cycles"] for s in stats),
-               dma=sum(s["dma_bytes_in"] + s["dma_bytes_out"] for s in stats),
-               compulsory=sum(s["compulsory_bytes"] for s in stats))
-    return row
+    return {"compile_s": cold, "iree_s": iree_s, "before": MODELS[spec["model"]][1],
+            **run_against_torch(cm, model, x)}
 
 
 COLUMNS = ["before (issue 15)", "torq-compile s", "iree-compile llvm-cpu s", "ratio", "simulator run s",
