@@ -28,7 +28,7 @@ import functools
 
 from iree.compiler import ir
 
-from ..ir_utils import CompileError, location_str, set_int_array
+from ..ir_utils import CompileError, functions, location_str, set_int_array
 from ..tile_schedule import BodyPlan, enclosing_loops, plan_body, tile_bodies
 from ..vector_layout import padded_value_nbytes
 from . import PassOptions
@@ -81,6 +81,5 @@ def assign_function(func: ir.Operation, options: PassOptions) -> None:
 
 
 def run(module: ir.Module, options: PassOptions) -> None:
-    for op in module.body.operations:
-        if op.operation.name == "func.func":
-            assign_function(op.operation, options)
+    for func in functions(module):
+        assign_function(func, options)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from ..ir_utils import bf16_dense_attr, constant_value, walk_ops
+from ..ir_utils import bf16_dense_attr, constant_value, functions, walk_ops
 from . import PassOptions
 
 NAME = "torq-convert-dtypes"
@@ -74,6 +74,5 @@ def convert_function(func: ir.Operation) -> None:
 def run(module: ir.Module, options: PassOptions) -> None:
     if options.keep_f32:
         return
-    for op in module.body.operations:
-        if op.operation.name == "func.func":
-            convert_function(op.operation)
+    for func in functions(module):
+        convert_function(func)

@@ -53,7 +53,7 @@ from __future__ import annotations
 from iree.compiler import ir
 from iree.compiler.dialects import arith, linalg, tensor
 
-from ..ir_utils import CompileError, indexing_maps, location_str, map_dims, region_ops, static_shape
+from ..ir_utils import CompileError, functions, indexing_maps, location_str, map_dims, region_ops, static_shape
 from . import PassOptions
 
 NAME = "torq-decompose-attention"
@@ -236,6 +236,5 @@ def decompose_function(func: ir.Operation) -> None:
 
 
 def run(module: ir.Module, options: PassOptions) -> None:
-    for op in module.body.operations:
-        if op.operation.name == "func.func":
-            decompose_function(op.operation)
+    for func in functions(module):
+        decompose_function(func)

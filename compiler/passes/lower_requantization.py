@@ -43,7 +43,7 @@ import numpy as np
 from iree.compiler import ir
 
 from ..f32_chain import HostFloat
-from ..ir_utils import constant_value, static_shape, sync_function_type, walk_ops
+from ..ir_utils import constant_value, functions, static_shape, sync_function_type, walk_ops
 from ..patterns import Unsupported
 from ..requant import lower_float_requantization, unused_arguments
 from ..requant_channels import Known
@@ -170,6 +170,6 @@ def _refuse_composed(summaries: list[RequantSummary]) -> None:
 
 
 def run(module: ir.Module, options: PassOptions) -> dict[str, RequantReport]:
-    return {ir.StringAttr(op.operation.attributes["sym_name"]).value:
-            lower_function(op.operation, RequantMode(options.requant), bf16_islands=options.int8_float_ops == "bf16")
-            for op in module.body.operations if op.operation.name == "func.func"}
+    return {ir.StringAttr(func.attributes["sym_name"]).value:
+            lower_function(func, RequantMode(options.requant), bf16_islands=options.int8_float_ops == "bf16")
+            for func in functions(module)}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from ..ir_utils import CompileError
+from ..ir_utils import CompileError, functions
 from . import PassOptions
 from .lower_requantization import HOST_TAIL_RESULTS
 
@@ -56,5 +56,5 @@ def mark_function(func: ir.Operation) -> list[int]:
 
 
 def run(module: ir.Module, options: PassOptions) -> dict[str, list[int]]:
-    return {ir.StringAttr(op.operation.attributes["sym_name"]).value: mark_function(op.operation)
-            for op in module.body.operations if op.operation.name == "func.func"}
+    return {ir.StringAttr(func.attributes["sym_name"]).value: mark_function(func)
+            for func in functions(module)}

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from ..ir_utils import clone_remapped, indexing_maps, iterator_types, n_inputs, walk_ops
+from ..ir_utils import clone_remapped, functions, indexing_maps, iterator_types, n_inputs, walk_ops
 from . import PassOptions
 
 NAME = "torq-split-elementwise-results"
@@ -107,6 +107,5 @@ def split_function(func: ir.Operation) -> None:
 
 
 def run(module: ir.Module, options: PassOptions) -> None:
-    for op in module.body.operations:
-        if op.operation.name == "func.func":
-            split_function(op.operation)
+    for func in functions(module):
+        split_function(func)

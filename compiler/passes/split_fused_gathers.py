@@ -25,6 +25,7 @@ from iree.compiler import ir
 from ..ir_utils import (
     clone_remapped,
     defined_outside,
+    functions,
     indexing_maps,
     iterator_types,
     loop_ranges,
@@ -139,6 +140,5 @@ def split_function(func: ir.Operation) -> None:
 
 
 def run(module: ir.Module, options: PassOptions) -> None:
-    for op in module.body.operations:
-        if op.operation.name == "func.func":
-            split_function(op.operation)
+    for func in functions(module):
+        split_function(func)
