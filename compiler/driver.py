@@ -26,7 +26,7 @@ from .dispatch_compile import preload as preload_modules
 from .files import write_atomically  # noqa: F401 (the CLI tools and the API import it from here)
 from .frontend_cache import FrontendCache, frontend_key
 from .ir_utils import CompileError
-from .passes import PassOptions
+from .passes import PassOptions, RequantMode
 from .pipeline import TORQ_PHASES
 from .target import TargetReport, TorqTarget
 from .torch_index_put import rewrite_indexed_rows
@@ -86,7 +86,7 @@ class CompileOptions:
                            int8_float_ops=self.int8_float_ops)
 
 
-REQUANT_MODES = ("nearest", "exact", "one-step")
+REQUANT_MODES = tuple(m.value for m in RequantMode)
 INT8_FLOAT_OPS = ("host", "bf16")
 # Every Torq flag with its value form and what it does: the one list `parse_torq_flags`
 # accepts and `--help` prints.
