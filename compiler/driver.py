@@ -436,12 +436,12 @@ def _parsed_input(session: Session, data: bytes, source_name: str, options: Comp
 
 
 def _module_at_dispatch_creation(session: Session, data: bytes, source_name: str, flags: list[str],
-                                  options: CompileOptions, on_compile=None):
-    """The module IREE makes of the input at dispatch creation: from the front-end cache
+                                  options: CompileOptions, cache: FrontendCache | None, on_compile=None):
+    """The module IREE makes of the input at dispatch creation: from the front-end `cache`
     (compiler/frontend_cache.py) when it holds a readable entry, else compiled and kept
-    (`on_compile()` called first). Also what must outlive the module: MLIR's bytecode
-    reader may keep blobs as references into the buffer it parsed."""
-    cache = options.frontend_cache()
+    (`on_compile()` called first; the entry is written on a thread, `cache.flush` waits for
+    it). Also what must outlive the module: MLIR's bytecode reader may keep blobs as
+    references into the buffer it parsed."""
     key = frontend_key(data, source_name, flags) if cache else ""
     cached = cache.get(key) if cache else None
     if cached is not None:
@@ -459,7 +459,7 @@ def _module_at_dispatch_creation(session: Session, data: bytes, source_name: str
         raise _iree_failure(source_name, "IREE failed before dispatch creation", inv)
     module_op = inv.export_module()
     if cache:
-        cache.put(key, bytecode(module_op))
+        cache.put_beside(key, bytecode(module_op))  # the module's bytes now: the target changes it
     return module_op, None
 
 
@@ -491,17 +491,20 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
     if not through_target:
         return _finish(_parsed_input(session, data, source_name, options), options, source_name, TargetReport())
     started = StartedWorkers()
+    frontend = options.frontend_cache()
     try:
         preload = QDQ_PRELOAD if quantized else ()
         return _compile_through_target(session, data, options, source_name, remarks, flags, torq_stop, started,
-                                       preload)
+                                       frontend, preload)
     finally:
         started.close()  # a failed compile's workers too
+        if frontend is not None:
+            frontend.flush()  # its entry is on disk when the compile returns
 
 
 def _compile_through_target(session: Session, data: bytes, options: CompileOptions, source_name: str, remarks,
                             flags: list[str], torq_stop: str, started: StartedWorkers,
-                            preload: tuple[str, ...] = ()) -> CompileResult:
+                            frontend: FrontendCache | None, preload: tuple[str, ...] = ()) -> CompileResult:
     """IREE to dispatch creation, the Torq target, then IREE to the end. When IREE's front end
     has to run (no front-end cache entry), the dispatch compile workers start beside it, and
     they and this process import `preload` meanwhile."""
@@ -514,7 +517,8 @@ def _compile_through_target(session: Session, data: bytes, options: CompileOptio
         if parallel:
             started.start(jobs - 1, preload)
 
-    module_op, keep_alive = _module_at_dispatch_creation(session, data, source_name, flags, options, beside_front_end)
+    module_op, keep_alive = _module_at_dispatch_creation(session, data, source_name, flags, options, frontend,
+                                                         beside_front_end)
     ctx = module_op.context
     # IREE's pipeline loads the dialects its passes use, a parse of the cached module only
     # those it names. With all loaded, the target sees the same context either way: it
