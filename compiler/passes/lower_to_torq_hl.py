@@ -150,7 +150,8 @@ def _reduction_nest(loop: ir.Operation) -> tuple[list[ir.Operation], ir.Operatio
         if owner.name != "linalg.generic" or owner.operands[n_inputs(owner)] != body.arguments[1]:
             return None
         con = classify_principal(owner)
-        return (loops, owner) if con is not None and OPS[con.kind].accumulates_with(con.attrs) else None
+        stepped = con is not None and OPS[con.kind].accumulates_with(con.attrs) and con.gather is None
+        return (loops, owner) if stepped else None
     return None
 
 

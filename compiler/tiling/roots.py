@@ -149,7 +149,8 @@ def group_principal(bottom: ir.Operation) -> ir.Operation | None:
         if FUSE_GROUP_ID not in c.attributes or ir.IntegerAttr(c.attributes[FUSE_GROUP_ID]).value not in groups:
             continue
         con = classify_principal(c)
-        if con is not None and OPS[con.kind].accumulates_with(con.attrs) and "G" not in con.attrs.get("input_dims", ""):
+        if con is not None and OPS[con.kind].accumulates_with(con.attrs) and con.gather is None \
+                and "G" not in con.attrs.get("input_dims", ""):
             return c
     return None
 
