@@ -247,19 +247,21 @@ def _start_worker(preload: tuple[str, ...] = ()) -> subprocess.Popen:
 QDQ_PRELOAD = ("scipy.optimize",)
 
 
-def preload(modules: tuple[str, ...]) -> None:
-    """Imports `modules` in this process on a background thread: IREE's front end, which runs
-    meanwhile, holds no Python lock (a ctypes call), and an import of the same module on
-    the compile's thread waits for this one (Python's import lock)."""
-    def imports() -> None:
-        for m in modules:
-            try:
-                importlib.import_module(m)
-            except ImportError:
-                pass  # the compile that needs it reports it
+def import_ahead(modules: tuple[str, ...]) -> None:
+    """Imports `modules`; one that fails is left to the compile that needs it to report."""
+    for m in modules:
+        try:
+            importlib.import_module(m)
+        except ImportError:
+            pass
 
+
+def preload(modules: tuple[str, ...]) -> None:
+    """`import_ahead(modules)` in this process on a background thread: IREE's front end, which
+    runs meanwhile, holds no Python lock (a ctypes call), and an import of the same module
+    on the compile's thread waits for this one (Python's import lock)."""
     if modules:
-        threading.Thread(target=imports, daemon=True).start()
+        threading.Thread(target=import_ahead, args=(modules,), daemon=True).start()
 
 
 class StartedWorkers:

@@ -12,7 +12,6 @@ compiler prints goes to stderr; stdout carries only the frames.
 
 from __future__ import annotations
 
-import importlib
 import os
 import pickle
 import sys
@@ -21,13 +20,9 @@ import sys
 def main() -> int:
     frames = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints must not corrupt the frames
-    from torq.compiler.dispatch_compile import _compile_bytecode
+    from torq.compiler.dispatch_compile import _compile_bytecode, import_ahead
 
-    for module in sys.argv[1:]:
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            pass  # the task that needs it reports it
+    import_ahead(tuple(sys.argv[1:]))
 
     tasks = sys.stdin.buffer
     while True:

@@ -21,7 +21,6 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from torq.contract.module_abi import MAX_INPUTS, MAX_RESULTS
-from torq.contract.ops import OPS
 
 from ..ir_utils import iterator_types, static_shape, walk_ops
 from ..patterns import (
@@ -32,6 +31,7 @@ from ..patterns import (
     match_group,
     row_gather,
 )
+from ..patterns.model import steps_reduction
 from ..patterns.row_gather import GATHER_VIEW, INDEX_ELEMENT_TYPES
 from ..requant import io_conversion_reason
 from . import PassOptions, convert_dtypes
@@ -174,7 +174,7 @@ def _untileable_group(groups: list):
     (GroupNorm(1, C)'s statistics) accumulates across steps of its reduction loop."""
     for m in groups:
         whole = m.kind == "reduce" and static_shape(m.principal.results[0].type) == ()
-        if m.gather is not None or (whole and not OPS[m.kind].accumulates_with(m.attrs)):
+        if m.gather is not None or (whole and not steps_reduction(m.kind, m.attrs, m.gather)):
             return m
     return None
 

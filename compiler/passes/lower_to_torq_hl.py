@@ -150,8 +150,7 @@ def _reduction_nest(loop: ir.Operation) -> tuple[list[ir.Operation], ir.Operatio
         if owner.name != "linalg.generic" or owner.operands[n_inputs(owner)] != body.arguments[1]:
             return None
         con = classify_principal(owner)
-        stepped = con is not None and OPS[con.kind].accumulates_with(con.attrs) and con.gather is None
-        return (loops, owner) if stepped else None
+        return (loops, owner) if con is not None and con.steps else None
     return None
 
 
@@ -232,8 +231,7 @@ def _accumulate_step(principal: ir.Operation, con, acc: ir.Value, acc_type: ir.T
     operands = list(principal.operands[:OPS[con.kind].inputs])
     with ir.InsertionPoint(principal), principal.location:
         if con.prologue:
-            p_inputs, p_epilogue, p_type = prologue_of(principal)
-            operands[0] = _elementwise(p_inputs, p_epilogue, p_type).results[0]
+            operands[0] = _elementwise(*prologue_of(principal)).results[0]
         step = ir.Operation.create(OPS[con.kind].mlir_name, results=[acc_type],
                                    operands=operands + [acc], attributes=attrs)
     principal.results[0].replace_all_uses_with(step.results[0])

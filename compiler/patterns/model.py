@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from iree.compiler import ir
 
+from torq.contract.ops import OPS
 from torq.contract.program import Epilogue, EpilogueStep, Ref
 
 FUSE_GROUP = "torq-fuse-group"
@@ -38,6 +39,18 @@ class Contraction:
     mean_count: int = 0
     prologue: bool = False  # reduce: the body computes what it accumulates from its ins
     gather: "Gather | None" = None  # reduce: the body reads its input with tensor.extract
+
+    @property
+    def steps(self) -> bool:
+        """Whether its reduction loops may run in steps (super tiling's reduction tiling):
+        its op has an accumulate form with these attrs (contract/ops.py), and it is neither
+        a grouped conv (its reduction is per group) nor a gathering reduction."""
+        return steps_reduction(self.kind, self.attrs, self.gather)
+
+
+def steps_reduction(kind: str, attrs: dict, gather) -> bool:
+    """`Contraction.steps` of a principal's kind, attrs and gather (a `Match` has them too)."""
+    return OPS[kind].accumulates_with(attrs) and gather is None and "G" not in attrs.get("input_dims", "")
 
 
 @dataclass

@@ -8,8 +8,6 @@ from dataclasses import dataclass
 
 from iree.compiler import ir
 
-from torq.contract.ops import OPS
-
 from ..ir_utils import indexing_maps, location_str, loop_ranges, region_ops, static_shape
 from ..patterns import FUSE_GROUP, FUSE_GROUP_ID, classify_principal, linear_terms
 
@@ -140,7 +138,7 @@ def root_facts(op: ir.Operation, order: int) -> Root | None:
 
 def group_principal(bottom: ir.Operation) -> ir.Operation | None:
     """The principal op of the bottom op's group when it is a contraction or sum whose
-    reduction may be tiled (an op with an accumulate form in the op table, contract/ops.py, not grouped):
+    reduction may be tiled (`Contraction.steps`):
     the bottom op itself or the producer of one of its operands."""
     groups = fuse_groups(bottom)
     candidates = [bottom] + [v.owner for v in bottom.operands if not isinstance(v.owner, ir.Block)]
@@ -149,8 +147,7 @@ def group_principal(bottom: ir.Operation) -> ir.Operation | None:
         if FUSE_GROUP_ID not in c.attributes or ir.IntegerAttr(c.attributes[FUSE_GROUP_ID]).value not in groups:
             continue
         con = classify_principal(c)
-        if con is not None and OPS[con.kind].accumulates_with(con.attrs) and con.gather is None \
-                and "G" not in con.attrs.get("input_dims", ""):
+        if con is not None and con.steps:
             return c
     return None
 
