@@ -15,22 +15,13 @@ import sys
 
 import numpy as np
 import pytest
+from mlir_inputs import TILED_CONV_F32
 
 from torq.contract.hw import parse_hw_spec
 
 BIN = os.path.dirname(sys.executable)
 HW = "SL2610:lram_kb=24"  # small LRAM: the conv needs several tiles
-CONV = """
-func.func @main(%x: tensor<1x8x24x24xf32>) -> tensor<1x16x22x22xf32> {
-  %w = arith.constant dense<0.0625> : tensor<16x8x3x3xf32>
-  %zero = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<1x16x22x22xf32>
-  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<1x16x22x22xf32>) -> tensor<1x16x22x22xf32>
-  %c = linalg.conv_2d_nchw_fchw ins(%x, %w : tensor<1x8x24x24xf32>, tensor<16x8x3x3xf32>)
-       outs(%acc : tensor<1x16x22x22xf32>) -> tensor<1x16x22x22xf32>
-  return %c : tensor<1x16x22x22xf32>
-}
-"""
+CONV = TILED_CONV_F32
 # Independent figures of the conv (bf16 on the NPU: 2 bytes per element).
 X_BYTES = 8 * 24 * 24 * 2
 W_BYTES = 16 * 8 * 3 * 3 * 2

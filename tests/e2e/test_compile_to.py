@@ -8,16 +8,13 @@ import os
 import subprocess
 import sys
 
+from mlir_inputs import conv_f32_ops
+
 BIN = os.path.dirname(sys.executable)
+# CONV_F32's conv, and a sin of a second input that has no Torq lowering.
 MODEL = """
 func.func @main(%x: tensor<1x4x10x10xf32>, %y: tensor<1x8x8x8xf32>) -> (tensor<1x8x8x8xf32>, tensor<1x8x8x8xf32>) {
-  %w = arith.constant dense<0.125> : tensor<8x4x3x3xf32>
-  %zero = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<1x8x8x8xf32>
-  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
-  %c = linalg.conv_2d_nchw_fchw ins(%x, %w : tensor<1x4x10x10xf32>, tensor<8x4x3x3xf32>)
-       outs(%acc : tensor<1x8x8x8xf32>) -> tensor<1x8x8x8xf32>
-  %t = linalg.generic {indexing_maps = [affine_map<(a, b, c, d) -> (a, b, c, d)>, affine_map<(a, b, c, d) -> (a, b, c, d)>],
+""" + conv_f32_ops(4, 8, 10, 0.125) + """  %t = linalg.generic {indexing_maps = [affine_map<(a, b, c, d) -> (a, b, c, d)>, affine_map<(a, b, c, d) -> (a, b, c, d)>],
        iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%y : tensor<1x8x8x8xf32>) outs(%e : tensor<1x8x8x8xf32>) {
   ^bb0(%in: f32, %o: f32):
     %s = math.sin %in : f32

@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 from iree.compiler import ir
+from mlir_inputs import TILED_CONV_F32
 
 from torq.compiler.ir_utils import record_value
 from torq.compiler.slice_distribution import DistributionError, form, parse_distribution, slice_of
@@ -112,21 +113,10 @@ def test_strategies_give_identical_outputs(tmp_path):
     """The same tiled conv compiled with each strategy computes the same bits (simulator, 2 slices)."""
     import torq
 
-    mlir = """
-func.func @main(%x: tensor<1x8x24x24xf32>) -> tensor<1x16x22x22xf32> {
-  %w = arith.constant dense<0.0625> : tensor<16x8x3x3xf32>
-  %zero = arith.constant 0.0 : f32
-  %e = tensor.empty() : tensor<1x16x22x22xf32>
-  %acc = linalg.fill ins(%zero : f32) outs(%e : tensor<1x16x22x22xf32>) -> tensor<1x16x22x22xf32>
-  %c = linalg.conv_2d_nchw_fchw ins(%x, %w : tensor<1x8x24x24xf32>, tensor<16x8x3x3xf32>)
-       outs(%acc : tensor<1x16x22x22xf32>) -> tensor<1x16x22x22xf32>
-  return %c : tensor<1x16x22x22xf32>
-}
-"""
     x = np.random.default_rng(0).standard_normal((1, 8, 24, 24)).astype(np.float32)
     outs, slices_used = {}, {}
     for spec in ("cyclic", "block", "block-cyclic:3"):
-        cm = torq.compile(mlir, hw="SL2610:lram_kb=24", flags=[f"--torq-slice-distribution={spec}"])
+        cm = torq.compile(TILED_CONV_F32, hw="SL2610:lram_kb=24", flags=[f"--torq-slice-distribution={spec}"])
         outs[spec] = cm(x)
         (s,) = cm.last_stats
         assert s["tiles"] > 2
