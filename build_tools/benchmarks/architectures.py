@@ -25,7 +25,7 @@ import time
 import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import rows_markdown, run_against_torch, table_main  # noqa: E402
+from common import RUN_COLUMNS, rows_markdown, run_against_torch, run_cells, table_main  # noqa: E402
 
 # timm imports torchvision, whose PyPI wheel's C++ ops are built for the CUDA torch: its
 # meta registrations fail on ours, and the model code needs none of them (README).
@@ -34,8 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # name -> input height/width (timm's default for the model)
 MODELS = {"mobilevit_xxs": 256, "mobilevitv2_050": 256, "efficientformer_l1": 224, "poolformer_s12": 224,
           "levit_128s": 224, "edgenext_xx_small": 256, "repvit_m1": 224, "fastvit_t8": 256}
-COLUMNS = ["model", "torq-compile s", "NPU share of MACs", "dispatches torq/host", "rel L2 vs torch",
-           "torch bf16 rel L2", "simulated cycles", "efficiency vs roofline", "DDR traffic ratio"]
+COLUMNS = ["model", "torq-compile s", *RUN_COLUMNS]
 
 
 def measure(spec: dict) -> dict:
@@ -59,10 +58,7 @@ def measure(spec: dict) -> dict:
 
 
 def markdown(rows: list[dict]) -> list[str]:
-    return rows_markdown(rows, COLUMNS, lambda r: [
-        f"{r['compile_s']:.1f}", f"{100 * r['share']:.2f}%", f"{r['torq']}/{r['host']}", f"{r['rel_l2']:.2e}",
-        f"{r['bf16_rel_l2']:.2e}", f"{r['cycles']:,}", f"{100 * r['roofline'] / r['cycles']:.1f}%",
-        f"{r['dma'] / r['compulsory']:.3f}"])
+    return rows_markdown(rows, COLUMNS, lambda r: [f"{r['compile_s']:.1f}", *run_cells(r)])
 
 
 def main(argv=None) -> int:

@@ -194,6 +194,17 @@ def run_against_torch(cm, model, x) -> dict:
                 compulsory=sum(s["compulsory_bytes"] for s in stats))
 
 
+# The columns of `run_against_torch`'s figures in the architecture tables, and their cells.
+RUN_COLUMNS = ["NPU share of MACs", "dispatches torq/host", "rel L2 vs torch", "torch bf16 rel L2", "simulated cycles",
+               "efficiency vs roofline", "DDR traffic ratio"]
+
+
+def run_cells(r: dict) -> list[str]:
+    """The `RUN_COLUMNS` cells of a row holding `run_against_torch`'s figures."""
+    return [f"{100 * r['share']:.2f}%", f"{r['torq']}/{r['host']}", f"{r['rel_l2']:.2e}", f"{r['bf16_rel_l2']:.2e}",
+            f"{r['cycles']:,}", f"{100 * r['roofline'] / r['cycles']:.1f}%", f"{r['dma'] / r['compulsory']:.3f}"]
+
+
 def one_line(text: str, limit: int = 160) -> str:
     text = " ".join(str(text).split()).replace("|", "\\|")
     return text if len(text) <= limit else text[:limit - 1] + "…"

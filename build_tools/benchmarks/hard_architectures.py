@@ -25,7 +25,15 @@ import sys
 import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import compile_cold_and_warm, llvm_cpu_compile, rows_markdown, run_against_torch, table_main  # noqa: E402
+from common import (  # noqa: E402
+    RUN_COLUMNS,
+    compile_cold_and_warm,
+    llvm_cpu_compile,
+    rows_markdown,
+    run_against_torch,
+    run_cells,
+    table_main,
+)
 
 # torchvision's PyPI wheel's C++ ops are built for the CUDA torch (README).
 sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
@@ -94,16 +102,13 @@ def measure(spec: dict) -> dict:
 
 
 COLUMNS = ["before (issue 15)", "torq-compile s", "iree-compile llvm-cpu s", "ratio", "simulator run s",
-           "NPU share of MACs", "dispatches torq/host", "rel L2 vs torch", "torch bf16 rel L2", "simulated cycles",
-           "efficiency vs roofline", "DDR traffic ratio"]
+           *RUN_COLUMNS]
 
 
 def markdown(rows: list[dict]) -> list[str]:
     return rows_markdown(rows, ["model"] + COLUMNS, lambda r: [
         r["before"], f"{r['compile_s']:.1f}", f"{r['iree_s']:.1f}", f"{r['compile_s'] / r['iree_s']:.2f}×",
-        f"{r['run_s']:.1f}", f"{100 * r['share']:.2f}%", f"{r['torq']}/{r['host']}", f"{r['rel_l2']:.2e}",
-        f"{r['bf16_rel_l2']:.2e}", f"{r['cycles']:,}", f"{100 * r['roofline'] / r['cycles']:.1f}%",
-        f"{r['dma'] / r['compulsory']:.3f}"])
+        f"{r['run_s']:.1f}", *run_cells(r)])
 
 
 def main(argv=None) -> int:
