@@ -138,35 +138,32 @@ class FloatModel:
         y = ref @ wt.astype(np.float64) + bias
         self.values.append((self._bias_act(r, out, bias, 1, relu), out, np.maximum(y, 0) if relu else y))
 
-    def scale_shift(self, i: int, a: float, b: float) -> None:
-        """x * a + b, elementwise."""
-        x, shape, ref = self.values[i]
+    def _elementwise(self, ins: list[str], shape, body: str) -> str:
+        """A linalg.generic over `ins` (all of `shape`, block arguments %a, %b, ...) whose `body`
+        computes its element %s; its name."""
         rank = len(shape)
         dims = ", ".join(f"d{j}" for j in range(rank))
+        maps = ", ".join([f"affine_map<({dims}) -> ({dims})>"] * (len(ins) + 1))
+        args = "".join(f"%{name}: f32, " for name in "ab"[:len(ins)])
         e, r = self._name(), self._name()
         self.lines += [
             f"{e} = tensor.empty() : {_t(shape)}",
-            f"{r} = linalg.generic {{indexing_maps = [affine_map<({dims}) -> ({dims})>, "
-            f"affine_map<({dims}) -> ({dims})>], iterator_types = [{_par(rank)}]}} "
-            f"ins({x} : {_t(shape)}) outs({e} : {_t(shape)}) {{\n  ^bb0(%a: f32, %o: f32):\n"
-            f"    %ca = arith.constant {a!r} : f32\n    %cb = arith.constant {b!r} : f32\n"
-            f"    %m = arith.mulf %a, %ca : f32\n    %s = arith.addf %m, %cb : f32\n"
-            f"    linalg.yield %s : f32\n  }} -> {_t(shape)}"]
+            f"{r} = linalg.generic {{indexing_maps = [{maps}], iterator_types = [{_par(rank)}]}} "
+            f"ins({', '.join(ins)} : {', '.join([_t(shape)] * len(ins))}) outs({e} : {_t(shape)}) {{\n"
+            f"  ^bb0({args}%o: f32):\n{body}    linalg.yield %s : f32\n  }} -> {_t(shape)}"]
+        return r
+
+    def scale_shift(self, i: int, a: float, b: float) -> None:
+        """x * a + b, elementwise."""
+        x, shape, ref = self.values[i]
+        r = self._elementwise([x], shape, f"    %ca = arith.constant {a!r} : f32\n    %cb = arith.constant {b!r} : f32\n"
+                              "    %m = arith.mulf %a, %ca : f32\n    %s = arith.addf %m, %cb : f32\n")
         self.values.append((r, shape, ref * np.float64(np.float32(a)) + np.float64(np.float32(b))))
 
     def add(self, i: int, j: int) -> None:
         """values[i] + values[j] (same shape): with j an earlier value, a DAG."""
         (x, shape, rx), (y, _, ry) = self.values[i], self.values[j]
-        rank = len(shape)
-        dims = ", ".join(f"d{k}" for k in range(rank))
-        ident = f"affine_map<({dims}) -> ({dims})>"
-        e, r = self._name(), self._name()
-        self.lines += [
-            f"{e} = tensor.empty() : {_t(shape)}",
-            f"{r} = linalg.generic {{indexing_maps = [{ident}, {ident}, {ident}], "
-            f"iterator_types = [{_par(rank)}]}} ins({x}, {y} : {_t(shape)}, {_t(shape)}) "
-            f"outs({e} : {_t(shape)}) {{\n  ^bb0(%a: f32, %b: f32, %o: f32):\n"
-            f"    %s = arith.addf %a, %b : f32\n    linalg.yield %s : f32\n  }} -> {_t(shape)}"]
+        r = self._elementwise([x, y], shape, "    %s = arith.addf %a, %b : f32\n")
         self.values.append((r, shape, rx + ry))
 
     def text(self) -> tuple[str, np.ndarray]:
