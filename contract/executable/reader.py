@@ -252,6 +252,12 @@ class _Reader:
             steps.append(EpilogueStep(s.text("op"), args, s.text("to")))
         return Epilogue(steps, fb.scalar("result"))
 
+    def index_fields(self, dma: DmaIn | DmaOut, table: _Table, i: int) -> None:
+        """The index dtype and bound of command `i`, a gathering DmaIn or a scattering DmaOut (named
+        alike in both tables; the index buffer is a constructor argument)."""
+        dma.index_dtype = self.dtype(table.scalar("index_dtype"), f"command {i} indices")
+        dma.index_bound = table.scalar("index_bound")
+
     def command(self, entry: _Table, i: int) -> Command:
         kind = entry.scalar("command_type")
         name = self._commands.get(kind)
@@ -262,15 +268,13 @@ class _Reader:
             dma = DmaIn(table.scalar("tensor"), table.scalars("offsets"), table.scalars("sizes"),
                         table.scalar("buffer"), table.scalar("index_buffer"))
             if dma.gathers:
-                dma.index_dtype = self.dtype(table.scalar("index_dtype"), f"command {i} indices")
-                dma.index_bound = table.scalar("index_bound")
+                self.index_fields(dma, table, i)
             return dma
         if name == "DmaOut":
             out = DmaOut(table.scalar("buffer"), table.scalar("tensor"), table.scalars("offsets"),
                          table.scalars("sizes"), table.scalar("index_buffer"))
             if out.scatters:
-                out.index_dtype = self.dtype(table.scalar("index_dtype"), f"command {i} indices")
-                out.index_bound = table.scalar("index_bound")
+                self.index_fields(out, table, i)
                 out.index_dim = table.scalar("index_dim")
             return out
         return Compute(

@@ -234,6 +234,12 @@ class _Writer:
         fbEpilogue.AddResult(b, e.result)
         return fbEpilogue.End(b)
 
+    def index_fields(self, table, c: DmaIn | DmaOut) -> None:
+        """The index operand of a gathering DmaIn or a scattering DmaOut: both tables name its fields alike."""
+        table.AddIndexBuffer(self.b, c.index_buffer)
+        table.AddIndexDtype(self.b, DTYPE_CODES[c.index_dtype])
+        table.AddIndexBound(self.b, c.index_bound)
+
     def command(self, c: Command) -> int:
         b = self.b
         if isinstance(c, DmaIn):
@@ -244,9 +250,7 @@ class _Writer:
             fbDmaIn.AddSizes(b, sizes)
             fbDmaIn.AddBuffer(b, c.buffer)
             if c.gathers:
-                fbDmaIn.AddIndexBuffer(b, c.index_buffer)
-                fbDmaIn.AddIndexDtype(b, DTYPE_CODES[c.index_dtype])
-                fbDmaIn.AddIndexBound(b, c.index_bound)
+                self.index_fields(fbDmaIn, c)
             body = fbDmaIn.End(b)
         elif isinstance(c, DmaOut):
             offsets, sizes = self.longs(c.offsets), self.longs(c.sizes)
@@ -256,9 +260,7 @@ class _Writer:
             fbDmaOut.AddOffsets(b, offsets)
             fbDmaOut.AddSizes(b, sizes)
             if c.scatters:
-                fbDmaOut.AddIndexBuffer(b, c.index_buffer)
-                fbDmaOut.AddIndexDtype(b, DTYPE_CODES[c.index_dtype])
-                fbDmaOut.AddIndexBound(b, c.index_bound)
+                self.index_fields(fbDmaOut, c)
                 fbDmaOut.AddIndexDim(b, c.index_dim)
             body = fbDmaOut.End(b)
         elif isinstance(c, Compute):
