@@ -41,14 +41,25 @@ SHAPE = (2, 3)
 ERR = "torq-run-module: error:"
 
 
+def io_tensors(inputs: int, outputs: int) -> list[TensorDesc]:
+    """The inputs then the outputs of a program on 2x3 tensors: f32 on the host, bf16 in DDR."""
+    kinds = [("input", k) for k in range(inputs)] + [("output", k) for k in range(outputs)]
+    return [TensorDesc(i, kind, SHAPE, "bf16", "f32", k) for i, (kind, k) in enumerate(kinds)]
+
+
+def lram_buffers(live_ends: list[int]) -> list[LramBuffer]:
+    """Buffer i: 2x3 bf16 (12 bytes) at 64 * i, live from command i to command `live_ends[i]`."""
+    return [LramBuffer(i, 64 * i, 12, i, end) for i, end in enumerate(live_ends)]
+
+
+def i8_constant(blob: bytes) -> str:
+    """`blob` as a util.buffer.constant's value."""
+    return f"dense<[{', '.join(str(b - 256 if b > 127 else b) for b in blob)}]> : vector<{len(blob)}xi8>"
+
+
 def add_program() -> Program:
     """out = a + b on 2x3 tensors: f32 on the host, bf16 in DDR and LRAM."""
-    tensors = [
-        TensorDesc(0, "input", SHAPE, "bf16", "f32", 0),
-        TensorDesc(1, "input", SHAPE, "bf16", "f32", 1),
-        TensorDesc(2, "output", SHAPE, "bf16", "f32", 0),
-    ]
-    buffers = [LramBuffer(0, 0, 12, 0, 2), LramBuffer(1, 64, 12, 1, 2), LramBuffer(2, 128, 12, 2, 3)]
+    tensors, buffers = io_tensors(2, 1), lram_buffers([2, 2, 3])
     add = Epilogue([EpilogueStep("add", [Ref("operand", 0, (0, 1)), Ref("operand", 1, (0, 1))])])
     commands = [
         DmaIn(0, (0, 0), SHAPE, 0),
@@ -60,13 +71,12 @@ def add_program() -> Program:
 
 
 def torq_module_mlir(blob: bytes) -> str:
-    values = ", ".join(str(b - 256 if b > 127 else b) for b in blob)
     return textwrap.dedent(
         f"""
         module @m {{
           util.func private @torq.run_i2_o1(!util.buffer, !hal.buffer_view, !hal.buffer_view) -> !hal.buffer_view
           util.func public @main(%a: !hal.buffer_view, %b: !hal.buffer_view) -> !hal.buffer_view {{
-            %exe = util.buffer.constant : !util.buffer = dense<[{values}]> : vector<{len(blob)}xi8>
+            %exe = util.buffer.constant : !util.buffer = {i8_constant(blob)}
             %r = util.call @torq.run_i2_o1(%exe, %a, %b) : (!util.buffer, !hal.buffer_view, !hal.buffer_view) -> !hal.buffer_view
             util.return %r : !hal.buffer_view
           }}
@@ -178,12 +188,7 @@ def test_api_errors(files: dict[str, Path], tmp_path: Path) -> None:
 
 def test_api_two_results() -> None:
     """run_i1_o2: (a + a, a * a), returned as a tuple."""
-    tensors = [
-        TensorDesc(0, "input", SHAPE, "bf16", "f32", 0),
-        TensorDesc(1, "output", SHAPE, "bf16", "f32", 0),
-        TensorDesc(2, "output", SHAPE, "bf16", "f32", 1),
-    ]
-    buffers = [LramBuffer(0, 0, 12, 0, 2), LramBuffer(1, 64, 12, 1, 3), LramBuffer(2, 128, 12, 2, 4)]
+    tensors, buffers = io_tensors(1, 2), lram_buffers([2, 3, 4])
     a = Ref("operand", 0, (0, 1))
     ops = [Operand(0, SHAPE, "bf16")]
     commands = [
@@ -194,11 +199,10 @@ def test_api_two_results() -> None:
         DmaOut(2, 2, (0, 0), SHAPE),
     ]
     blob = serialize_program(Program("two", TorqHw().to_dict(), tensors, buffers, commands))
-    values = ", ".join(str(b - 256 if b > 127 else b) for b in blob)
     mlir = f"""
     util.func private @torq.run_i1_o2(!util.buffer, !hal.buffer_view) -> (!hal.buffer_view, !hal.buffer_view)
     util.func public @f(%a: !hal.buffer_view) -> (!hal.buffer_view, !hal.buffer_view) {{
-      %exe = util.buffer.constant : !util.buffer = dense<[{values}]> : vector<{len(blob)}xi8>
+      %exe = util.buffer.constant : !util.buffer = {i8_constant(blob)}
       %r:2 = util.call @torq.run_i1_o2(%exe, %a) : (!util.buffer, !hal.buffer_view) -> (!hal.buffer_view, !hal.buffer_view)
       util.return %r#0, %r#1 : !hal.buffer_view, !hal.buffer_view
     }}
