@@ -46,8 +46,9 @@ import numpy as np
 
 from torq.contract.hw import HwSpecError, TorqHw, describe_presets, parse_hw_spec
 
+from .api import describe_array
 from .errors import InputError, TorqRuntimeError
-from .module import ELEMENT_TYPES, ElementType, element_type_of_dtype
+from .module import ELEMENT_TYPES, ElementType
 
 PROG = "torq-run-module"
 DEVICES = ("torq",)
@@ -199,7 +200,7 @@ def parse_input(text: str, index: int, flag: str = "--input") -> np.ndarray:
         if et.name == "bf16" and array.dtype.kind == "V" and array.dtype.itemsize == 2:
             array = array.view(et.dtype)
         if array.dtype != et.dtype or list(array.shape) != shape:
-            raise ToolError(f"{what}: {path} holds {_describe(array)}, expected {type_text}")
+            raise ToolError(f"{what}: {path} holds {describe_array(array)}, expected {type_text}")
         return array
     tokens = value.replace(",", " ").replace("[", " ").replace("]", " ").split()
     count = math.prod(shape)
@@ -211,14 +212,6 @@ def parse_input(text: str, index: int, flag: str = "--input") -> np.ndarray:
     if len(values) != count:
         raise ToolError(f"{what}: {len(values)} values for {count} elements of {type_text}")
     return np.array(values, dtype=np.float64 if et.dtype.kind == "V" else None).astype(et.dtype).reshape(shape)
-
-
-def _describe(array: np.ndarray) -> str:
-    try:
-        name = element_type_of_dtype(array.dtype).name
-    except KeyError:
-        name = str(array.dtype)
-    return "x".join([*(str(d) for d in array.shape), name])
 
 
 # --------------------------------------------------------------------------
