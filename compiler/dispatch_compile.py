@@ -323,12 +323,13 @@ class _WorkerPool:
         lock = threading.Lock()
         failures: list[str] = []
 
+        def next_group() -> list[int] | None:
+            """The next group of tasks for a process to take; None when all are taken or one failed."""
+            with lock:
+                return None if failures else next(pending, None)
+
         def drive(proc: subprocess.Popen) -> None:
-            while not failures:
-                with lock:
-                    group = next(pending, None)
-                if group is None:
-                    return
+            for group in iter(next_group, None):
                 for k in group:
                     try:
                         pickle.dump(tasks[k], proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
@@ -342,11 +343,7 @@ class _WorkerPool:
         for t in threads:
             t.start()
         try:
-            while not failures:
-                with lock:
-                    group = next(pending, None)
-                if group is None:
-                    break
+            for group in iter(next_group, None):
                 for k in group:
                     results[k] = in_process(k)
         except BaseException:
