@@ -50,14 +50,20 @@ util.func private @torq_host_tail(%x: {src}) -> {result_type} {{
         linalg.yield {tail.result} : {tail.result_type}
     }} -> {result_type}
     iree_tensor_ext.dispatch.tensor.store %g, %b, offsets = [{zeros}], sizes = [{sizes}], strides = [{ones}] : {result_type} -> {wo}
-    flow.return
+{_dispatch_end(result_type)}"""
+    return clone_host_dispatch(text, [value])
+
+
+def _dispatch_end(result_type) -> str:
+    """The end of a host dispatch's text after its stores: the workgroup count IREE derives
+    from the slice, and the util.func's return of the dispatch's result %r."""
+    return f"""    flow.return
   }} count() -> (index, index, index) {{
     %x0, %y0, %z0 = iree_tensor_ext.dispatch.workgroup_count_from_slice()
     flow.return %x0, %y0, %z0 : index, index, index
   }}
   util.return %r : {result_type}
 }}"""
-    return clone_host_dispatch(text, [value])
 
 
 def clone_host_dispatch(text: str, operands: list[ir.Value]) -> ir.Value:
@@ -252,13 +258,7 @@ util.func private @torq_box_copy(%src: {st}, %dest: {dt}) -> {dt} {{
       (%a: {ro}, %b: {rw}) {{
     %v = iree_tensor_ext.dispatch.tensor.load %a, offsets = [{ints(box.offsets)}], sizes = [{ints(box.sizes)}], strides = [{ints(box.strides)}] : {ro} -> {box_type}
     iree_tensor_ext.dispatch.tensor.store %v, %b, offsets = [{ints(offsets)}], sizes = [{ints(dest_sizes or static_shape(box_type))}], strides = [{ints([1] * rank)}] : {box_type} -> {rw}
-    flow.return
-  }} count() -> (index, index, index) {{
-    %x, %y, %z = iree_tensor_ext.dispatch.workgroup_count_from_slice()
-    flow.return %x, %y, %z : index, index, index
-  }}
-  util.return %r : {dt}
-}}"""
+{_dispatch_end(dt)}"""
     return clone_host_dispatch(text, [source, dest])
 
 
