@@ -212,3 +212,21 @@ def with_version(blob: bytes, version: int) -> bytes:
     out = bytearray(blob)
     out[pos:pos + 4] = version.to_bytes(4, "little")
     return bytes(out)
+
+
+def index_buffer_faults(kind: str) -> list[tuple]:
+    """(mutate, message) of the index buffer faults the validator refuses in a gathering DmaIn
+    and a scattering DmaOut alike (`kind`: "gather" or "scatter"), for `assert_refused`."""
+    return [(lambda c: setattr(c, "index_buffer", c.buffer), f"{kind} reads its indices from its data buffer"),
+            (lambda c: setattr(c, "index_buffer", 7), "unknown LRAM buffer 7")]
+
+
+def assert_refused(program: Program, command: int, mutate, message: str) -> None:
+    """Serializing `program` fails with `message` once `mutate` has changed its command `command`."""
+    import pytest
+
+    from torq.contract.executable import ExecutableError, serialize_program
+
+    mutate(program.commands[command])
+    with pytest.raises(ExecutableError, match=message):
+        serialize_program(program)

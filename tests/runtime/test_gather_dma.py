@@ -7,7 +7,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from nss_builders import ProgramBuilder, conv_tiled_program, with_version
+from nss_builders import ProgramBuilder, assert_refused, conv_tiled_program, index_buffer_faults, with_version
 
 from torq.contract.executable import ExecutableError, parse_executable, serialize_program
 from torq.contract.hw import TorqHw
@@ -83,14 +83,10 @@ def test_round_trip_and_version():
 @pytest.mark.parametrize("mutate,message", [
     (lambda c: setattr(c, "index_dtype", "i8"), "gather indices of dtype 'i8'"),
     (lambda c: setattr(c, "index_bound", 21), r"box \[0:21, 2:8\] outside tensor 0"),
-    (lambda c: setattr(c, "index_buffer", c.buffer), "gather reads its indices from its data buffer"),
-    (lambda c: setattr(c, "index_buffer", 7), "unknown LRAM buffer 7"),
+    *index_buffer_faults("gather"),
 ])
 def test_validator_refuses_bad_gathers(mutate, message):
-    p = gather_program()
-    mutate(p.commands[1])
-    with pytest.raises(ExecutableError, match=message):
-        serialize_program(p)
+    assert_refused(gather_program(), 1, mutate, message)
 
 
 def test_a_gather_in_a_version_2_blob_is_refused():

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from nss_builders import ProgramBuilder, bf16_round, conv_tiled_program, with_version
+from nss_builders import (
+    ProgramBuilder,
+    assert_refused,
+    bf16_round,
+    conv_tiled_program,
+    index_buffer_faults,
+    with_version,
+)
 
 from torq.contract.executable import ExecutableError, parse_executable, serialize_program
 from torq.contract.hw import TorqHw
@@ -215,17 +222,13 @@ def test_a_scatter_in_an_older_blob_is_refused(version):
     (lambda c: setattr(c, "index_dtype", "i16"), "scatter indices of dtype 'i16'"),
     (lambda c: setattr(c, "index_bound", 17), r"box \[0:2, 0:3, 0:17, 0:8\] outside tensor 3"),
     (lambda c: setattr(c, "index_bound", 0), "scatter of 4-D box with index bound 0"),
-    (lambda c: setattr(c, "index_buffer", c.buffer), "reads its indices from its data buffer"),
-    (lambda c: setattr(c, "index_buffer", 7), "unknown LRAM buffer 7"),
     (lambda c: setattr(c, "index_dim", 4), "scatter along dim 4 of tensor 3 of rank 4"),
     (lambda c: setattr(c, "index_dim", -1), "scatter along dim -1 of tensor 3 of rank 4"),
     (lambda c: setattr(c, "index_dim", 1), r"box \[0:2, 0:16, 0:1, 0:8\] outside tensor 3"),
+    *index_buffer_faults("scatter"),
 ])
 def test_validator_refuses_bad_scatters(mutate, message):
-    p = kv_program()
-    mutate(p.commands[2])
-    with pytest.raises(ExecutableError, match=message):
-        serialize_program(p)
+    assert_refused(kv_program(), 2, mutate, message)
 
 
 def test_index_buffer_too_small_padded_or_bad_is_refused():
