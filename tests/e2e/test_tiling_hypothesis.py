@@ -207,6 +207,17 @@ def int8_model(case: Case) -> tuple[str, np.ndarray, None]:
 
 # --- random cases ---------------------------------------------------------------------
 
+def _shape_keeping_layer(draw, kind: str, layers: list[tuple], shapes: list[tuple]) -> None:
+    """Appends to `layers` (and the result's shape to `shapes`) a residual "add" of an earlier
+    value of the last one's shape when `kind` is "add" and there is one, else a "scale_shift"."""
+    back = [i for i in range(1, len(shapes)) if shapes[-1 - i] == shapes[-1]]
+    if kind == "add" and back:
+        layers.append(("add", draw(st.sampled_from(back))))
+    else:
+        layers.append(("scale_shift", draw(st.sampled_from([0.5, -1.25, 2.0])), 0.25))
+    shapes.append(shapes[-1])
+
+
 @st.composite
 def cases(draw) -> Case:
     family = draw(st.sampled_from(["conv", "matmul", "int8"]))
@@ -235,12 +246,8 @@ def cases(draw) -> Case:
                 layers.append(("conv", f, k, stride, draw(st.booleans())))
                 oh = (shapes[-1][2] - k) // stride + 1
                 shapes.append((1, f, oh, oh))
-            elif kind == "add" and (back := [i for i in range(1, len(shapes)) if shapes[-1 - i] == shapes[-1]]):
-                layers.append(("add", draw(st.sampled_from(back))))
-                shapes.append(shapes[-1])
             else:
-                layers.append(("scale_shift", draw(st.sampled_from([0.5, -1.25, 2.0])), 0.25))
-                shapes.append(shapes[-1])
+                _shape_keeping_layer(draw, kind, layers, shapes)
     elif family == "matmul":
         # Sometimes a reduction so long that one output element does not fit small budgets.
         k = draw(st.sampled_from([7, 64, 128, 192, 4096, 8192]))
@@ -252,12 +259,8 @@ def cases(draw) -> Case:
                 cols = draw(st.integers(1, 4) if shapes[-1][1] > 1024 else st.sampled_from([3, 64, 128, 256]))
                 layers.append(("matmul", cols, draw(st.booleans())))
                 shapes.append((shapes[-1][0], cols))
-            elif kind == "add" and (back := [i for i in range(1, len(shapes)) if shapes[-1 - i] == shapes[-1]]):
-                layers.append(("add", draw(st.sampled_from(back))))
-                shapes.append(shapes[-1])
             else:
-                layers.append(("scale_shift", draw(st.sampled_from([0.5, -1.25, 2.0])), 0.25))
-                shapes.append(shapes[-1])
+                _shape_keeping_layer(draw, kind, layers, shapes)
     else:
         c = draw(st.sampled_from([3, 8, 16, 32]))
         h = int(min(48, max(4, round((target / c) ** 0.5))))
