@@ -11,8 +11,8 @@ from iree.compiler import ir
 
 from torq.contract.ops import ACCUMULATE
 
-from .ir_utils import element_type, int_array, mlir_dtype, static_shape
-from .patterns import epilogue_from_json
+from .ir_utils import CompileError, element_type, int_array, mlir_dtype, static_shape
+from .patterns import epilogue_value
 from .tile_schedule import stays_in_body
 
 
@@ -51,6 +51,10 @@ class ComputeFacts:
             attr = a[name]
             attrs[name] = attr.value if isinstance(attr, (ir.StringAttr, ir.IntegerAttr)) else int_array(attr)
         res = op.results[0]
+        try:
+            epilogue = epilogue_value(a["epilogue"])
+        except CompileError as e:
+            raise CompileError(f"{op.name}: {e}") from None
         return ComputeFacts(
             kind=op.name.split(".", 1)[1], operands=list(op.operands), result=res,
             out_users=[use.owner for use in res.uses if not stays_in_body(use.owner, op)], offsets=offsets,
@@ -61,5 +65,5 @@ class ComputeFacts:
             operand_shapes=tuple(static_shape(v.type) for v in op.operands),
             operand_dtypes=tuple(mlir_dtype(element_type(v.type)) for v in op.operands),
             result_shape=static_shape(res.type), result_dtype=mlir_dtype(element_type(res.type)),
-            attrs=attrs, epilogue=epilogue_from_json(ir.StringAttr(a["epilogue"]).value),
+            attrs=attrs, epilogue=epilogue,
             macs=ir.IntegerAttr(a["macs"]).value)

@@ -6,7 +6,7 @@ Each group becomes one unregistered `torq_hl.<kind>` op (`conv2d`, `matmul`,
 `depthwise_conv2d`, `maxpool2d`, `avg_pool2d`, `reduce`, `elementwise`)
 whose operands are the group's inputs (principal inputs first, then epilogue
 operands), whose result replaces the group's bottom op, and whose attributes
-carry the layout attributes, the folded epilogue (JSON in `epilogue`) and
+carry the layout attributes, the folded epilogue (`epilogue`, a dictionary) and
 `macs`. A reduction with an elementwise prologue is preceded by a
 `torq_hl.elementwise` computing its input; a gathering reduction (adaptive
 average pooling) reads a `tensor.extract_slice` of the gathered box, and its
@@ -52,8 +52,8 @@ from ..patterns import (
     Unsupported,
     box_read,
     classify_principal,
+    epilogue_attr,
     epilogue_of,
-    epilogue_to_json,
     init_steps,
     is_elementwise,
     is_identity_like,
@@ -79,7 +79,7 @@ def _attr(v) -> ir.Attribute:
 
 def rewrite_group(match: Match) -> ir.Operation:
     attrs = {k: _attr(v) for k, v in match.attrs.items()}
-    attrs["epilogue"] = ir.StringAttr.get(epilogue_to_json(match.epilogue))
+    attrs["epilogue"] = epilogue_attr(match.epilogue)
     attrs["macs"] = _attr(int(match.macs))
     operands = list(match.inputs)
     with ir.InsertionPoint(match.bottom), match.bottom.location:
@@ -94,8 +94,8 @@ def rewrite_group(match: Match) -> ir.Operation:
                 r = match.principal.results[i]
                 const = ir.Operation.create(
                     OPS["elementwise"].mlir_name, results=[r.type], operands=[],
-                    attributes={"epilogue": ir.StringAttr.get(epilogue_to_json(Epilogue(
-                        [EpilogueStep("add", [Ref("const", const=c), Ref("const", const=0.0)])], 0))),
+                    attributes={"epilogue": epilogue_attr(Epilogue(
+                        [EpilogueStep("add", [Ref("const", const=c), Ref("const", const=0.0)])], 0)),
                         "macs": _attr(0)})
                 r.replace_all_uses_with(const.results[0])
     match.bottom.results[0].replace_all_uses_with(new.results[0])
@@ -156,7 +156,7 @@ def _reduction_nest(loop: ir.Operation) -> tuple[list[ir.Operation], ir.Operatio
 
 def _elementwise(operands: list[ir.Value], epilogue: Epilogue, result: ir.Type) -> ir.Operation:
     return ir.Operation.create(OPS["elementwise"].mlir_name, results=[result], operands=operands,
-                               attributes={"epilogue": ir.StringAttr.get(epilogue_to_json(epilogue)),
+                               attributes={"epilogue": epilogue_attr(epilogue),
                                            "macs": _attr(0)})
 
 
@@ -227,7 +227,7 @@ def _accumulate_step(principal: ir.Operation, con, acc: ir.Value, acc_type: ir.T
     reads the step's prologue, a `torq_hl.elementwise` before it, as `rewrite_group` does."""
     attrs = {k: _attr(v) for k, v in con.attrs.items()}
     attrs.update({ACCUMULATE: _attr(1), "macs": _attr(int(con.macs)),
-                  "epilogue": ir.StringAttr.get(epilogue_to_json(Epilogue()))})
+                  "epilogue": epilogue_attr(Epilogue())})
     operands = list(principal.operands[:OPS[con.kind].inputs])
     with ir.InsertionPoint(principal), principal.location:
         if con.prologue:

@@ -1,7 +1,7 @@
 """Torq lowering patterns: one matcher per pattern, used in two modes.
 
 Modules, by family: `model` (Unsupported, Contraction, Gather, Match, the
-epilogue's JSON form), `contraction` (convs and matmuls), `reduction`
+epilogue's typed attr), `contraction` (convs and matmuls), `reduction`
 (pooling, reductions, gathering reductions, `classify_principal`),
 `elementwise` (bodies decoded into epilogue steps), `inits` (fills and
 broadcast accumulators), `padding` (padding folded into its consumers,
@@ -77,8 +77,8 @@ from .model import (
                     Gather,
                     Match,
                     Unsupported,
-                    epilogue_from_json,
-                    epilogue_to_json,
+                    epilogue_attr,
+                    epilogue_value,
 )
 from .padding import (
     PAD_VIEW,
@@ -94,6 +94,6 @@ from .row_gather import GATHER_VIEW, RowGather, gathered_box, row_gather
 
 __all__ = ["FUSE_GROUP", "FUSE_GROUP_ID", "GATHER_VIEW", "PAD_VIEW", "gathered_box", "Contraction", "assembled_boxes", "assembled_parts", "Gather", "Match", "Padding", "RowGather", "Unsupported",
            "box_read", "classify_contraction", "classify_gather_reduction", "classify_principal",
-           "classify_reduction", "data_movement_ops", "data_movement_reason", "decode_elementwise", "epilogue_from_json",
-           "epilogue_of", "epilogue_to_json", "fill_value", "init_steps", "is_elementwise", "is_identity_like",
+           "classify_reduction", "data_movement_ops", "data_movement_reason", "decode_elementwise", "epilogue_attr",
+           "epilogue_of", "epilogue_value", "fill_value", "init_steps", "is_elementwise", "is_identity_like",
            "is_zero_fill", "linear_terms", "match_group", "padding_fold", "prologue_of", "row_gather"]

@@ -1,16 +1,18 @@
 """What a pattern match is: the group attrs, `Unsupported`, the principal op's
-structure (`Contraction`, `Gather`), the `Match`, and the epilogue's JSON form
+structure (`Contraction`, `Gather`), the `Match`, and the epilogue's typed form
 (the `epilogue` attr of a TorqHL op)."""
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import dataclass, field
 
 from iree.compiler import ir
 
 from torq.contract.ops import OPS
 from torq.contract.program import Epilogue, EpilogueStep, Ref
+
+from ..ir_utils import CompileError, record_attr
 
 FUSE_GROUP = "torq-fuse-group"
 FUSE_GROUP_ID = "torq-fuse-group-id"
@@ -85,14 +87,57 @@ class Match:
     gather: Gather | None = None
 
 
-def epilogue_to_json(e: Epilogue) -> str:
-    return json.dumps({"steps": [{"op": s.op, "to": s.to, "args": [
-        {"kind": a.kind, "index": a.index, "axes": list(a.axes), "const": a.const} for a in s.args]}
-        for s in e.steps], "result": e.result})
+def epilogue_attr(e: Epilogue) -> ir.DictAttr:
+    """`e` as the typed `epilogue` attr of a TorqHL op (and of a torq_nss.compute's spec):
+    {result, steps}, a step {args, op, to (when set)}, an arg a number (a constant),
+    {value = i} or {operand = i, axes = [...]}; a field holding its default is left out.
+    `epilogue_value` reads it back, exactly."""
+    return record_attr({"steps": [_step_record(s) for s in e.steps], "result": e.result})
 
 
-def epilogue_from_json(s: str) -> Epilogue:
-    d = json.loads(s)
-    return Epilogue([EpilogueStep(st["op"], [Ref(a["kind"], a["index"], tuple(a["axes"]), a["const"])
-                                             for a in st["args"]], st["to"]) for st in d["steps"]],
-                    d["result"])
+def _step_record(s: EpilogueStep) -> dict:
+    d = {"op": s.op, "args": [_ref_record(r) for r in s.args]}
+    if s.to:
+        d["to"] = s.to
+    return d
+
+
+def _ref_record(r: Ref):
+    if r.kind == "const" and not r.index and not r.axes:  # most refs to constants: a bare number
+        return r.const
+    if r.kind in ("value", "operand"):
+        d = {r.kind: r.index}
+        if not _positive_zero(r.const):
+            d["const"] = r.const
+    elif r.kind == "const":
+        d = {"const": r.const, "index": r.index}
+    else:
+        raise ValueError(f"epilogue argument of kind {r.kind!r}: not value, operand or const")
+    if r.axes:
+        d["axes"] = r.axes
+    return d
+
+
+def _positive_zero(x) -> bool:
+    """Whether `x` is `Ref.const`'s default, 0.0 itself (not 0, nor -0.0)."""
+    return type(x) is float and x == 0.0 and math.copysign(1.0, x) > 0
+
+
+def epilogue_value(attr: ir.Attribute) -> Epilogue:
+    """The `Epilogue` an `epilogue_attr` attribute holds. Fields are looked up by name:
+    iterating the dictionaries costs 2-4x as much through the bindings."""
+    if not isinstance(attr, ir.DictAttr):
+        raise CompileError(f"an epilogue is a dictionary {{result, steps}}, not {str(attr)[:80]}")
+    return Epilogue([EpilogueStep(s["op"].value, [_ref_value(a) for a in s["args"]], s["to"].value if "to" in s else "")
+                     for s in attr["steps"]], attr["result"].value)
+
+
+def _ref_value(a: ir.Attribute) -> Ref:
+    if not isinstance(a, ir.DictAttr):
+        return Ref("const", const=a.value)
+    axes = tuple(x.value for x in a["axes"]) if "axes" in a else ()
+    const = a["const"].value if "const" in a else 0.0
+    for kind in ("value", "operand"):
+        if kind in a:
+            return Ref(kind, a[kind].value, axes, const)
+    return Ref("const", a["index"].value if "index" in a else 0, axes, const)

@@ -41,13 +41,13 @@ func.func @steps(%x: tensor<16x64xbf16>, %w: tensor<64x16xbf16>) -> tensor<16x16
   %c0 = arith.constant 0 : index
   %c16 = arith.constant 16 : index
   %c64 = arith.constant 64 : index
-  %z = "torq_hl.elementwise"() {epilogue = "{\22steps\22: [{\22op\22: \22add\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22const\22, \22index\22: 0, \22axes\22: [], \22const\22: 0.0}, {\22kind\22: \22const\22, \22index\22: 0, \22axes\22: [], \22const\22: 0.0}]}], \22result\22: -1}", macs = 0 : i64} : () -> tensor<16x16xf32>
+  %z = "torq_hl.elementwise"() {epilogue = {result = -1, steps = [{args = [0.0, 0.0], op = "add"}]}, macs = 0 : i64} : () -> tensor<16x16xf32>
   %s = scf.for %k = %c0 to %c64 step %c16 iter_args(%acc = %z) -> (tensor<16x16xf32>) {
     %xs = tensor.extract_slice %x[0, %k] [16, 16] [1, 1] : tensor<16x64xbf16> to tensor<16x16xbf16>
     %ws = tensor.extract_slice %w[%k, 0] [16, 16] [1, 1] : tensor<64x16xbf16> to tensor<16x16xbf16>
-    %m = "torq_hl.matmul"(%xs, %ws, %acc) {accumulate = 1 : i64, epilogue = "{\22steps\22: [], \22result\22: -1}", lhs_dims = "MK", macs = 4096 : i64, output_dims = "MN", rhs_dims = "KN"} : (tensor<16x16xbf16>, tensor<16x16xbf16>, tensor<16x16xf32>) -> tensor<16x16xf32>
+    %m = "torq_hl.matmul"(%xs, %ws, %acc) {accumulate = 1 : i64, epilogue = {result = -1, steps = []}, lhs_dims = "MK", macs = 4096 : i64, output_dims = "MN", rhs_dims = "KN"} : (tensor<16x16xbf16>, tensor<16x16xbf16>, tensor<16x16xf32>) -> tensor<16x16xf32>
     scf.yield %m : tensor<16x16xf32>
   }
-  %o = "torq_hl.elementwise"(%s) {epilogue = "{\22steps\22: [{\22op\22: \22add\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [], \22const\22: 0.0}, {\22kind\22: \22const\22, \22index\22: 0, \22axes\22: [], \22const\22: 0.0}]}], \22result\22: 0}", macs = 0 : i64} : (tensor<16x16xf32>) -> tensor<16x16xbf16>
+  %o = "torq_hl.elementwise"(%s) {epilogue = {result = 0, steps = [{args = [{operand = 0}, 0.0], op = "add"}]}, macs = 0 : i64} : (tensor<16x16xf32>) -> tensor<16x16xbf16>
   return %o : tensor<16x16xbf16>
 }

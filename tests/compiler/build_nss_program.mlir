@@ -50,8 +50,8 @@
 // CHECK-NEXT: }
 func.func @one_tile(%a: tensor<50xbf16>, %b: tensor<50xbf16>) -> tensor<50xbf16> attributes {torq.host_arg_types = [tensor<50xf32>, tensor<50xf32>], torq.host_result_types = [tensor<50xf32>], torq.lram_end = 356 : i64, torq.lram_peak = 300 : i64} {
   %k = arith.constant dense<2.0> : tensor<50xbf16>
-  %0 = "torq_hl.elementwise"(%a, %b) {epilogue = "{\22steps\22: [{\22op\22: \22add\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0], \22const\22: 0.0}, {\22kind\22: \22operand\22, \22index\22: 1, \22axes\22: [0], \22const\22: 0.0}]}], \22result\22: 0}", macs = 0 : i64, torq.lram_operands = [0, 128], torq.lram_result = 256 : i64} : (tensor<50xbf16>, tensor<50xbf16>) -> tensor<50xbf16>
-  %1 = "torq_hl.elementwise"(%0, %k) {epilogue = "{\22steps\22: [{\22op\22: \22mul\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0], \22const\22: 0.0}, {\22kind\22: \22operand\22, \22index\22: 1, \22axes\22: [0], \22const\22: 0.0}]}], \22result\22: 0}", macs = 0 : i64, torq.lram_operands = [256, 0], torq.lram_result = 128 : i64} : (tensor<50xbf16>, tensor<50xbf16>) -> tensor<50xbf16>
+  %0 = "torq_hl.elementwise"(%a, %b) {epilogue = {result = 0, steps = [{args = [{axes = [0], operand = 0}, {axes = [0], operand = 1}], op = "add"}]}, macs = 0 : i64, torq.lram_operands = [0, 128], torq.lram_result = 256 : i64} : (tensor<50xbf16>, tensor<50xbf16>) -> tensor<50xbf16>
+  %1 = "torq_hl.elementwise"(%0, %k) {epilogue = {result = 0, steps = [{args = [{axes = [0], operand = 0}, {axes = [0], operand = 1}], op = "mul"}]}, macs = 0 : i64, torq.lram_operands = [256, 0], torq.lram_result = 128 : i64} : (tensor<50xbf16>, tensor<50xbf16>) -> tensor<50xbf16>
   return %1 : tensor<50xbf16>
 }
 
@@ -92,7 +92,7 @@ func.func @two_tiles(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> attributes {tor
   %e = tensor.empty() : tensor<4x16xbf16>
   %r = scf.for %i = %c0 to %c4 step %c2 iter_args(%acc = %e) -> (tensor<4x16xbf16>) {
     %s = tensor.extract_slice %x[%i, 0] [2, 16] [1, 1] : tensor<4x16xbf16> to tensor<2x16xbf16>
-    %t = "torq_hl.elementwise"(%s) {epilogue = "{\22steps\22: [{\22op\22: \22add\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0, 1], \22const\22: 0.0}, {\22kind\22: \22const\22, \22index\22: 0, \22axes\22: [], \22const\22: 1.0}]}], \22result\22: 0}", macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 64 : i64, torq.lram_resident = [0], torq.lram_set_stride = 128 : i64, torq.lram_sets = 2 : i64} : (tensor<2x16xbf16>) -> tensor<2x16xbf16>
+    %t = "torq_hl.elementwise"(%s) {epilogue = {result = 0, steps = [{args = [{axes = [0, 1], operand = 0}, 1.0], op = "add"}]}, macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 64 : i64, torq.lram_resident = [0], torq.lram_set_stride = 128 : i64, torq.lram_sets = 2 : i64} : (tensor<2x16xbf16>) -> tensor<2x16xbf16>
     %u = tensor.insert_slice %t into %acc[%i, 0] [2, 16] [1, 1] : tensor<2x16xbf16> into tensor<4x16xbf16>
     scf.yield %u : tensor<4x16xbf16>
   }
@@ -116,11 +116,11 @@ func.func @one_set(%x: tensor<4x16xbf16>, %z: tensor<3x5xbf16>) -> (tensor<4x16x
   %c0 = arith.constant 0 : index
   %c2 = arith.constant 2 : index
   %c4 = arith.constant 4 : index
-  %w = "torq_hl.elementwise"(%z) {epilogue = "{\22steps\22: [{\22op\22: \22neg\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0, 1], \22const\22: 0.0}]}], \22result\22: 0}", macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 64 : i64} : (tensor<3x5xbf16>) -> tensor<3x5xbf16>
+  %w = "torq_hl.elementwise"(%z) {epilogue = {result = 0, steps = [{args = [{axes = [0, 1], operand = 0}], op = "neg"}]}, macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 64 : i64} : (tensor<3x5xbf16>) -> tensor<3x5xbf16>
   %e = tensor.empty() : tensor<4x16xbf16>
   %r = scf.for %i = %c0 to %c4 step %c2 iter_args(%acc = %e) -> (tensor<4x16xbf16>) {
     %s = tensor.extract_slice %x[%i, 0] [2, 16] [1, 1] : tensor<4x16xbf16> to tensor<2x16xbf16>
-    %t = "torq_hl.elementwise"(%s) {epilogue = "{\22steps\22: [{\22op\22: \22add\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0, 1], \22const\22: 0.0}, {\22kind\22: \22const\22, \22index\22: 0, \22axes\22: [], \22const\22: 1.0}]}], \22result\22: 0}", macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 64 : i64, torq.lram_resident = [0], torq.lram_set_stride = 128 : i64, torq.lram_sets = 1 : i64} : (tensor<2x16xbf16>) -> tensor<2x16xbf16>
+    %t = "torq_hl.elementwise"(%s) {epilogue = {result = 0, steps = [{args = [{axes = [0, 1], operand = 0}, 1.0], op = "add"}]}, macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 64 : i64, torq.lram_resident = [0], torq.lram_set_stride = 128 : i64, torq.lram_sets = 1 : i64} : (tensor<2x16xbf16>) -> tensor<2x16xbf16>
     %u = tensor.insert_slice %t into %acc[%i, 0] [2, 16] [1, 1] : tensor<2x16xbf16> into tensor<4x16xbf16>
     scf.yield %u : tensor<4x16xbf16>
   }

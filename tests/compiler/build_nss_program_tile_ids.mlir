@@ -27,11 +27,11 @@ func.func @body_then_loop(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> attributes
   %c0 = arith.constant 0 : index
   %c2 = arith.constant 2 : index
   %c4 = arith.constant 4 : index
-  %y = "torq_hl.elementwise"(%x) {epilogue = "{\22steps\22: [{\22op\22: \22add\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0, 1], \22const\22: 0.0}, {\22kind\22: \22const\22, \22index\22: 0, \22axes\22: [], \22const\22: 1.0}]}], \22result\22: 0}", macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 128 : i64} : (tensor<4x16xbf16>) -> tensor<4x16xbf16>
+  %y = "torq_hl.elementwise"(%x) {epilogue = {result = 0, steps = [{args = [{axes = [0, 1], operand = 0}, 1.0], op = "add"}]}, macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 128 : i64} : (tensor<4x16xbf16>) -> tensor<4x16xbf16>
   %e = tensor.empty() : tensor<4x16xbf16>
   %r = scf.for %i = %c0 to %c4 step %c2 iter_args(%acc = %e) -> (tensor<4x16xbf16>) {
     %s = tensor.extract_slice %y[%i, 0] [2, 16] [1, 1] : tensor<4x16xbf16> to tensor<2x16xbf16>
-    %t = "torq_hl.elementwise"(%s) {epilogue = "{\22steps\22: [{\22op\22: \22add\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0, 1], \22const\22: 0.0}, {\22kind\22: \22const\22, \22index\22: 0, \22axes\22: [], \22const\22: 1.0}]}], \22result\22: 0}", macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 64 : i64, torq.lram_resident = [0], torq.lram_set_stride = 128 : i64, torq.lram_sets = 2 : i64} : (tensor<2x16xbf16>) -> tensor<2x16xbf16>
+    %t = "torq_hl.elementwise"(%s) {epilogue = {result = 0, steps = [{args = [{axes = [0, 1], operand = 0}, 1.0], op = "add"}]}, macs = 0 : i64, torq.lram_operands = [0], torq.lram_result = 64 : i64, torq.lram_resident = [0], torq.lram_set_stride = 128 : i64, torq.lram_sets = 2 : i64} : (tensor<2x16xbf16>) -> tensor<2x16xbf16>
     %u = tensor.insert_slice %t into %acc[%i, 0] [2, 16] [1, 1] : tensor<2x16xbf16> into tensor<4x16xbf16>
     scf.yield %u : tensor<4x16xbf16>
   }

@@ -36,11 +36,11 @@
 // CHECK-NOT: iree_linalg_ext.attention
 
 // HL-LABEL: func.func @sdpa(
-// HL: %[[S:.*]] = "torq_hl.matmul"(%arg0, %arg1) {{.*}}\22op\22: \22mul\22, {{.*}}\22const\22: 0.25}{{.*}}lhs_dims = "BMK", macs = 49152 : i64, output_dims = "BMN", rhs_dims = "BNK"}
+// HL: %[[S:.*]] = "torq_hl.matmul"(%arg0, %arg1) {epilogue = {result = 1 : i64, steps = [{args = [{value = 0 : i64}, 2.500000e-01], op = "mul"}]}, lhs_dims = "BMK", macs = 49152 : i64, output_dims = "BMN", rhs_dims = "BNK"}
 // HL: %[[MAX:.*]] = "torq_hl.reduce"(%[[S]]) {axes = [2], {{.*}}mode = "max"}
-// HL: %[[EXP:.*]] = "torq_hl.elementwise"(%[[S]], %[[MAX]]) {{.*}}\22exp\22
+// HL: %[[EXP:.*]] = "torq_hl.elementwise"(%[[S]], %[[MAX]]) {{.*}}op = "exp"
 // HL: %[[SUM:.*]] = "torq_hl.reduce"(%[[EXP]]) {axes = [2], {{.*}}mode = "sum"}
-// HL: %[[P:.*]] = "torq_hl.elementwise"(%[[EXP]], %[[SUM]]) {{.*}}\22div\22
+// HL: %[[P:.*]] = "torq_hl.elementwise"(%[[EXP]], %[[SUM]]) {{.*}}op = "div"
 // HL: %[[O:.*]] = "torq_hl.matmul"(%[[P]], %arg2) {{.*}}lhs_dims = "BMK", macs = 24576 : i64, output_dims = "BMN", rhs_dims = "BKN"}
 // HL: return %[[O]]
 func.func @sdpa(%q: tensor<4x32x16xf32>, %k: tensor<4x24x16xf32>, %v: tensor<4x24x8xf32>) -> tensor<4x32x8xf32> {
@@ -62,7 +62,7 @@ func.func @sdpa(%q: tensor<4x32x16xf32>, %k: tensor<4x24x16xf32>, %v: tensor<4x2
 // CHECK-NEXT:   %[[XM:.*]] = arith.addf %[[XS]], %[[Y]] : f32
 // CHECK-NEXT:   linalg.yield %[[XM]]
 // HL-LABEL: func.func @sdpa_masked(
-// HL: "torq_hl.matmul"(%arg0, %arg1, %arg3) {{.*}}\22op\22: \22add\22, {{.*}}\22kind\22: \22operand\22, \22index\22: 2, \22axes\22: [1, 2]
+// HL: "torq_hl.matmul"(%arg0, %arg1, %arg3) {{.*}}{axes = [1, 2], operand = 2 : i64}], op = "add"
 func.func @sdpa_masked(%q: tensor<2x8x16xf32>, %k: tensor<2x8x16xf32>, %v: tensor<2x8x16xf32>, %m: tensor<8x8xf32>) -> tensor<2x8x16xf32> {
   %scale = arith.constant 2.500000e-01 : f32
   %e = tensor.empty() : tensor<2x8x16xf32>
@@ -86,7 +86,8 @@ func.func @sdpa_masked(%q: tensor<2x8x16xf32>, %k: tensor<2x8x16xf32>, %v: tenso
 // CHECK-NEXT:   linalg.yield %[[BXM]]
 // CHECK: linalg.softmax dimension(2)
 // HL-LABEL: func.func @sdpa_bool_mask(
-// HL: "torq_hl.matmul"(%arg0, %arg1, %arg3) {epilogue = "{\22steps\22: [{\22op\22: \22mul\22, {{.*}}\22const\22: 0.25}]}, {\22op\22: \22select_gt\22, \22to\22: \22\22, \22args\22: [{\22kind\22: \22operand\22, \22index\22: 2, \22axes\22: [0, 1, 2], \22const\22: 0.0}, {\22kind\22: \22const\22, {{.*}}\22const\22: 0.0}, {\22kind\22: \22value\22, \22index\22: 1, {{.*}}}, {\22kind\22: \22const\22, {{.*}}\22const\22: -Infinity}]}], \22result\22: 2}"{{.*}} : (tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8x8xi1>) -> tensor<2x8x8xbf16>
+// The masked score is -inf, printed 0xFFF0000000000000.
+// HL: "torq_hl.matmul"(%arg0, %arg1, %arg3) {epilogue = {result = 2 : i64, steps = [{args = [{value = 0 : i64}, 2.500000e-01], op = "mul"}, {args = [{axes = [0, 1, 2], operand = 2 : i64}, 0.000000e+00, {value = 1 : i64}, 0xFFF0000000000000 : f64], op = "select_gt"}]}{{.*}} : (tensor<2x8x16xbf16>, tensor<2x8x16xbf16>, tensor<2x8x8xi1>) -> tensor<2x8x8xbf16>
 func.func @sdpa_bool_mask(%q: tensor<2x8x16xf32>, %k: tensor<2x8x16xf32>, %v: tensor<2x8x16xf32>, %m: tensor<2x8x8xi1>) -> tensor<2x8x16xf32> {
   %scale = arith.constant 2.500000e-01 : f32
   %e = tensor.empty() : tensor<2x8x16xf32>

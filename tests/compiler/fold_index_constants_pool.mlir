@@ -14,7 +14,7 @@
 // CHECK-NEXT: %[[D:.*]] = arith.divf %[[S]], %[[C]] : f32
 // CHECK-NEXT: linalg.yield %[[D]]
 // HL-LABEL: func.func @pool_count(
-// HL: "torq_hl.avg_pool2d"(%arg0, %{{.*}}) {{{.*}}\22steps\22: [{\22op\22: \22mul\22, {{.*}}\22const\22: 9.0}]}, {\22op\22: \22div\22, {{.*}}\22kind\22: \22value\22, \22index\22: 1, {{.*}}\22kind\22: \22operand\22, \22index\22: 1, \22axes\22: [1, 2]
+// HL: "torq_hl.avg_pool2d"(%arg0, %{{.*}}) {{.*}}epilogue = {result = 2 : i64, steps = [{args = [{value = 0 : i64}, 9.000000e+00], op = "mul"}, {args = [{value = 1 : i64}, {axes = [1, 2], operand = 1 : i64}], op = "div"}]}
 //
 
 #win_in = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1 + d3, d2 + d4)>

@@ -30,7 +30,7 @@
 // HL-NOT: linalg.
 // HL: "torq_hl.depthwise_conv2d"(%arg0, %arg1, %arg2)
 // HL-SAME: dilation = [1, 1]
-// HL-SAME: epilogue = "{\22steps\22: [{\22op\22: \22add\22, {{.*}}\22args\22: [{\22kind\22: \22value\22, \22index\22: 0, {{.*}}}, {\22kind\22: \22operand\22, \22index\22: 2, \22axes\22: [0], {{.*}}}]}, {\22op\22: \22select_gt\22, {{.*}}}, {\22op\22: \22select_lt\22, {{.*}}}], \22result\22: 3}"
+// HL-SAME: epilogue = {result = 3 : i64, steps = [{args = [{value = 0 : i64}, {axes = [0], operand = 2 : i64}], op = "add"}, {args = [{{.*}}], op = "select_gt"}, {args = [{{.*}}], op = "select_lt"}]}
 // HL-SAME: input_dims = "CHW", macs = 1800 : i64, output_dims = "CHW", stride = [2, 2], weight_dims = "CHW"}
 // HL-SAME: : (tensor<8x11x11xbf16>, tensor<8x3x3xbf16>, tensor<8xbf16>) -> tensor<8x5x5xbf16>
 // HL-NOT: linalg.
@@ -66,7 +66,7 @@ func.func @depthwise_s2_bias_relu6(%x: tensor<8x11x11xbf16>, %w: tensor<8x3x3xbf
 // MACs = 4*4*16 * 9 = 2304.
 // HL-LABEL: func.func @depthwise_int8_hwc(
 // HL: "torq_hl.depthwise_conv2d"(%arg0, %arg1)
-// HL-SAME: epilogue = "{\22steps\22: [], \22result\22: 0}", input_dims = "HWC", macs = 2304 : i64, output_dims = "HWC", stride = [1, 1], weight_dims = "HWC"}
+// HL-SAME: epilogue = {result = 0 : i64, steps = []}, input_dims = "HWC", macs = 2304 : i64, output_dims = "HWC", stride = [1, 1], weight_dims = "HWC"}
 // HL-SAME: : (tensor<6x6x16xi8>, tensor<3x3x16xi8>) -> tensor<4x4x16xi32>
 #q_in = affine_map<(d0, d1, d2, d3, d4) -> (d0 + d3, d1 + d4, d2)>
 #q_w = affine_map<(d0, d1, d2, d3, d4) -> (d3, d4, d2)>
@@ -96,7 +96,7 @@ func.func @depthwise_int8_hwc(%x: tensor<6x6x16xi8>, %w: tensor<3x3x16xi8>) -> t
 // MARK: linalg.generic {{.*}}"torq-fuse-group" = [2], "torq-fuse-group-id" = 2 : i64}
 // HL-LABEL: func.func @grouped_bias_in_accumulator(
 // HL: "torq_hl.conv2d"(%arg0, %arg1, %arg2)
-// HL-SAME: epilogue = "{\22steps\22: [{\22op\22: \22add\22, {{.*}}\22args\22: [{\22kind\22: \22value\22, \22index\22: 0, {{.*}}}, {\22kind\22: \22operand\22, \22index\22: 2, \22axes\22: [0, 1], {{.*}}}]}], \22result\22: 1}"
+// HL-SAME: epilogue = {result = 1 : i64, steps = [{args = [{value = 0 : i64}, {axes = [0, 1], operand = 2 : i64}], op = "add"}]}
 // HL-SAME: input_dims = "GCHW", macs = 10368 : i64, output_dims = "GOHW", stride = [1, 1], weight_dims = "GOCHW"}
 // HL-SAME: : (tensor<4x2x8x8xbf16>, tensor<4x4x2x3x3xbf16>, tensor<4x4xbf16>) -> tensor<4x4x6x6xbf16>
 #g_b = affine_map<(d0, d1, d2, d3) -> (d0, d1)>
@@ -149,7 +149,7 @@ func.func @pointwise_chw(%x: tensor<16x4x5xbf16>, %w: tensor<8x16xbf16>) -> tens
 // HL-LABEL: func.func @maxpool_3x3_s2(
 // HL-NOT: linalg.
 // HL: "torq_hl.maxpool2d"(%arg0)
-// HL-SAME: dilation = [1, 1], epilogue = "{\22steps\22: [], \22result\22: 0}", input_dims = "CHW", kernel = [3, 3], macs = 1152 : i64, output_dims = "CHW", stride = [2, 2]}
+// HL-SAME: dilation = [1, 1], epilogue = {result = 0 : i64, steps = []}, input_dims = "CHW", kernel = [3, 3], macs = 1152 : i64, output_dims = "CHW", stride = [2, 2]}
 // HL-SAME: : (tensor<8x10x10xbf16>) -> tensor<8x4x4xbf16>
 #pool_in = affine_map<(d0, d1, d2, d3, d4) -> (d0, d1 * 2 + d3, d2 * 2 + d4)>
 #pool_win = affine_map<(d0, d1, d2, d3, d4) -> (d3, d4)>
@@ -172,7 +172,7 @@ func.func @maxpool_3x3_s2(%x: tensor<8x10x10xbf16>) -> tensor<8x4x4xbf16> {
 // HL-LABEL: func.func @avgpool_3x3_s2(
 // HL-NOT: linalg.
 // HL: "torq_hl.avg_pool2d"(%arg0)
-// HL-SAME: epilogue = "{\22steps\22: [], \22result\22: 0}", input_dims = "CHW", kernel = [3, 3], macs = 1152 : i64, output_dims = "CHW", stride = [2, 2]}
+// HL-SAME: epilogue = {result = 0 : i64, steps = []}, input_dims = "CHW", kernel = [3, 3], macs = 1152 : i64, output_dims = "CHW", stride = [2, 2]}
 // HL-NOT: linalg.
 func.func @avgpool_3x3_s2(%x: tensor<8x10x10xbf16>) -> tensor<8x4x4xbf16> {
   %zero = arith.constant 0.0 : bf16
@@ -197,7 +197,7 @@ func.func @avgpool_3x3_s2(%x: tensor<8x10x10xbf16>) -> tensor<8x4x4xbf16> {
 // 256 is reduce mode "mean"; count = 16*256 input elements = 4096.
 // HL-LABEL: func.func @mean_hw(
 // HL: "torq_hl.reduce"(%arg0)
-// HL-SAME: axes = [1], epilogue = "{\22steps\22: [], \22result\22: 0}", macs = 4096 : i64, mode = "mean"}
+// HL-SAME: axes = [1], epilogue = {result = 0 : i64, steps = []}, macs = 4096 : i64, mode = "mean"}
 // HL-SAME: : (tensor<16x256xbf16>) -> tensor<16xbf16>
 #r_in = affine_map<(d0, d1) -> (d0, d1)>
 #r_out = affine_map<(d0, d1) -> (d0)>
@@ -227,7 +227,7 @@ func.func @mean_hw(%x: tensor<16x256xbf16>) -> tensor<16xbf16> {
 // value 2 = max(value 1, 0).
 // HL-LABEL: func.func @mean_with_prologue(
 // HL: %[[P:.*]] = "torq_hl.elementwise"(%arg0, %arg1, %arg2)
-// HL-SAME: epilogue = "{\22steps\22: [{\22op\22: \22mul\22, {{.*}}\22args\22: [{\22kind\22: \22operand\22, \22index\22: 1, \22axes\22: [0, 1], {{.*}}}, {\22kind\22: \22operand\22, \22index\22: 2, \22axes\22: [0], {{.*}}}]}, {\22op\22: \22add\22, {{.*}}}, {\22op\22: \22select_gt\22, {{.*}}}], \22result\22: 2}"
+// HL-SAME: epilogue = {result = 2 : i64, steps = [{args = [{axes = [0, 1], operand = 1 : i64}, {axes = [0], operand = 2 : i64}], op = "mul"}, {args = [{{.*}}], op = "add"}, {args = [{{.*}}], op = "select_gt"}]}
 // HL-SAME: : (tensor<16x64xbf16>, tensor<16x64xbf16>, tensor<16xbf16>) -> tensor<16x64xbf16>
 // HL-NEXT: "torq_hl.reduce"(%[[P]])
 // HL-SAME: axes = [1], {{.*}}macs = 1024 : i64, mode = "mean"}
@@ -260,7 +260,7 @@ func.func @mean_with_prologue(%x: tensor<16x64xbf16>, %y: tensor<16x64xbf16>, %s
 // 0 * operand 1 (axes [1]: the token), value 1 = value 0 * operand 2.
 // HL-LABEL: func.func @mean_with_token_weight(
 // HL: %[[P:.*]] = "torq_hl.elementwise"(%arg0, %arg1, %arg2)
-// HL-SAME: epilogue = "{\22steps\22: [{\22op\22: \22mul\22, {{.*}}\22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0, 1], {{.*}}}, {\22kind\22: \22operand\22, \22index\22: 1, \22axes\22: [1], {{.*}}}]}, {\22op\22: \22mul\22, {{.*}}}], \22result\22: 1}"
+// HL-SAME: epilogue = {result = 1 : i64, steps = [{args = [{axes = [0, 1], operand = 0 : i64}, {axes = [1], operand = 1 : i64}], op = "mul"}, {args = [{{.*}}], op = "mul"}]}
 // HL-NEXT: "torq_hl.reduce"(%[[P]])
 // HL-SAME: axes = [1], {{.*}}mode = "sum"}
 #t_w = affine_map<(d0, d1) -> (d1)>
@@ -290,7 +290,7 @@ func.func @mean_with_token_weight(%x: tensor<64x16xbf16>, %w: tensor<16xbf16>, %
 // HL-SAME: axes = [1, 2], {{.*}}macs = 392 : i64, mode = "sum"}
 // HL-SAME: : (tensor<8x7x7xbf16>) -> tensor<8xbf16>
 // HL: %[[N:.*]] = "torq_hl.elementwise"()
-// HL-SAME: \22const\22: 49.0
+// HL-SAME: epilogue = {result = 0 : i64, steps = [{args = [4.900000e+01, 0.000000e+00], op = "add"}]}
 // HL-SAME: : () -> tensor<bf16>
 // HL-NOT: linalg.
 // HL: return %[[S]], %[[N]]

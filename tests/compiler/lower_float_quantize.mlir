@@ -8,7 +8,7 @@
 // RUN: sed -n '/^\/\/ --- unsupported/,$p' %s | not torq-opt - --pass-pipeline='builtin.module(torq-convert-dtypes,torq-lower-to-torq-hl)' 2>&1 | FileCheck %s --check-prefix=ERR
 
 // CHECK-LABEL: func.func @dequantize(
-// CHECK: "torq_hl.elementwise"(%arg0) {epilogue = "{\22steps\22: [{\22op\22: \22sub\22, {{.*}}}, {\22op\22: \22cast\22, \22to\22: \22bf16\22, {{.*}}}, {\22op\22: \22mul\22, {{.*}}}], \22result\22: 2}"{{.*}} : (tensor<64xi8>) -> tensor<64xbf16>
+// CHECK: "torq_hl.elementwise"(%arg0) {epilogue = {result = 2 : i64, steps = [{args = [{{.*}}], op = "sub"{{.*}}}, {args = [{{.*}}], op = "cast", to = "bf16"}, {args = [{{.*}}], op = "mul"}]}{{.*}} : (tensor<64xi8>) -> tensor<64xbf16>
 func.func @dequantize(%x: tensor<64xi8>) -> tensor<64xf32> {
   %s = arith.constant 0.0141236605 : f32
   %zp = arith.constant 6 : i16
@@ -25,7 +25,7 @@ func.func @dequantize(%x: tensor<64xi8>) -> tensor<64xf32> {
 }
 
 // CHECK-LABEL: func.func @quantize(
-// CHECK: "torq_hl.elementwise"(%arg0) {epilogue = "{\22steps\22: [{\22op\22: \22div\22, {{.*}}}, {\22op\22: \22round\22, {{.*}}}, {\22op\22: \22add\22, {{.*}}}, {\22op\22: \22max\22, {{.*}}}, {\22op\22: \22min\22, {{.*}}}, {\22op\22: \22cast\22, \22to\22: \22i8\22, {{.*}}}], \22result\22: 5}"{{.*}} : (tensor<64xbf16>) -> tensor<64xi8>
+// CHECK: "torq_hl.elementwise"(%arg0) {epilogue = {result = 5 : i64, steps = [{args = [{{.*}}], op = "div"}, {args = [{{.*}}], op = "round"}, {args = [{{.*}}], op = "add"}, {args = [{{.*}}], op = "max"}, {args = [{{.*}}], op = "min"}, {args = [{{.*}}], op = "cast", to = "i8"}]}{{.*}} : (tensor<64xbf16>) -> tensor<64xi8>
 func.func @quantize(%x: tensor<64xf32>) -> tensor<64xi8> {
   %s = arith.constant 0.00392156886 : f32
   %zp = arith.constant -1.280000e+02 : f32

@@ -14,7 +14,7 @@
 // CHECK-NOT: linalg.generic
 // CHECK: %[[W:.*]] = "torq_hl.elementwise"(%arg0)
 // CHECK-SAME: (tensor<72x784xi8>) -> tensor<72x784xi32>
-// CHECK: "torq_hl.reduce"(%[[W]]) {axes = [1], epilogue = "{{.*}}\22op\22: \22shr_s\22{{.*}}\22op\22: \22trunc\22, \22to\22: \22i8\22{{.*}}mode = "sum"}
+// CHECK: "torq_hl.reduce"(%[[W]]) {axes = [1], epilogue = {{.*}}op = "shr_s"{{.*}}op = "trunc", to = "i8"}]}, {{.*}}mode = "sum"}
 // CHECK-SAME: (tensor<72x784xi32>) -> tensor<72xi8>
 func.func @int8_global_average_pool(%x: tensor<72x784xi8>) -> tensor<72xi8> {
   %zero = arith.constant 0 : i32

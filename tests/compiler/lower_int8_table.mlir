@@ -13,7 +13,7 @@
 // CHECK-LABEL: func.func @matmul_rescale_table(
 // CHECK-NOT: linalg.
 // CHECK: "torq_hl.matmul"(%arg0, %arg1)
-// CHECK-SAME: epilogue = "{{.*}}\22op\22: \22lut\22, \22to\22: \22i8\22, \22args\22: [{\22kind\22: \22value\22, \22index\22: 6, {{.*}}\22const\22: 0.0}, {{.*}}\22const\22: 127.0}]}], \22result\22: 7}"
+// CHECK-SAME: epilogue = {result = 7 : i64, steps = [{{.*}}{args = [{value = 6 : i64}, 0.000000e+00, {{.*}}, 1.270000e+02], op = "lut", to = "i8"}]}
 // CHECK-SAME: -> tensor<4x8xi8>
 // CHECK-NOT: tensor.extract
 func.func @matmul_rescale_table(%x: tensor<4x16xi8>, %w: tensor<16x8xi8>) -> tensor<4x8xi8> {

@@ -15,9 +15,9 @@
 // CHECK-LABEL: func.func @matmul_zero_point_correction(
 // CHECK-NOT: linalg.
 // CHECK: "torq_hl.matmul"(%arg0, %arg1, %arg2, %arg3)
-// CHECK-SAME: \22kind\22: \22operand\22, \22index\22: 2, \22axes\22: [0]
-// CHECK-SAME: \22kind\22: \22operand\22, \22index\22: 3, \22axes\22: [1]
-// CHECK-SAME: \22op\22: \22shr_s\22
+// CHECK-SAME: {axes = [0], operand = 2 : i64}
+// CHECK-SAME: {axes = [1], operand = 3 : i64}
+// CHECK-SAME: op = "shr_s"
 // CHECK-SAME: -> tensor<4x8xi8>
 func.func @matmul_zero_point_correction(%x: tensor<4x16xi8>, %y: tensor<16x8xi8>, %ra: tensor<4xi32>,
                                         %rb: tensor<8xi32>) -> tensor<4x8xi8> {

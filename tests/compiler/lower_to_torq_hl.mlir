@@ -29,7 +29,7 @@
 // CHECK-NOT: linalg.
 // CHECK: %[[R:.*]] = "torq_hl.conv2d"(%arg0, %arg1, %arg2)
 // CHECK-SAME: dilation = [1, 2]
-// CHECK-SAME: epilogue = "{\22steps\22: [{\22op\22: \22add\22, {{.*}}\22args\22: [{\22kind\22: \22value\22, \22index\22: 0, {{.*}}}, {\22kind\22: \22operand\22, \22index\22: 2, \22axes\22: [0], {{.*}}}]}, {\22op\22: \22select_gt\22, {{.*}}\22args\22: [{\22kind\22: \22value\22, \22index\22: 1, {{.*}}}, {\22kind\22: \22const\22, {{.*}}\22const\22: 0.0}, {\22kind\22: \22value\22, \22index\22: 1, {{.*}}}, {\22kind\22: \22const\22, {{.*}}\22const\22: 0.0}]}], \22result\22: 2}"
+// CHECK-SAME: epilogue = {result = 2 : i64, steps = [{args = [{value = 0 : i64}, {axes = [0], operand = 2 : i64}], op = "add"}, {args = [{value = 1 : i64}, 0.000000e+00, {value = 1 : i64}, 0.000000e+00], op = "select_gt"}]}
 // CHECK-SAME: input_dims = "CHW", macs = 5760 : i64, output_dims = "OHW", stride = [2, 2], weight_dims = "OCHW"}
 // CHECK-SAME: : (tensor<4x11x11xbf16>, tensor<8x4x3x3xbf16>, tensor<8xbf16>) -> tensor<8x5x4xbf16>
 // CHECK-NOT: linalg.
@@ -59,7 +59,7 @@ func.func @conv_strided_dilated_bias_relu(%in: tensor<4x11x11xbf16>, %w: tensor<
 // MACs = 1*4*4*8 * 3*3*4 = 4608.
 // CHECK-LABEL: func.func @conv_nhwc_hwcf(
 // CHECK: "torq_hl.conv2d"(%arg0, %arg1)
-// CHECK-SAME: dilation = [1, 1], epilogue = "{\22steps\22: [], \22result\22: 0}", input_dims = "NHWC", macs = 4608 : i64, output_dims = "NHWO", stride = [1, 1], weight_dims = "HWCO"}
+// CHECK-SAME: dilation = [1, 1], epilogue = {result = 0 : i64, steps = []}, input_dims = "NHWC", macs = 4608 : i64, output_dims = "NHWO", stride = [1, 1], weight_dims = "HWCO"}
 func.func @conv_nhwc_hwcf(%in: tensor<1x6x6x4xbf16>, %w: tensor<3x3x4x8xbf16>) -> tensor<1x4x4x8xbf16> {
   %zero = arith.constant 0.0 : bf16
   %e = tensor.empty() : tensor<1x4x4x8xbf16>
@@ -78,7 +78,7 @@ func.func @conv_nhwc_hwcf(%in: tensor<1x6x6x4xbf16>, %w: tensor<3x3x4x8xbf16>) -
 // MACs = 4*16 outputs * 8 = 512.
 // CHECK-LABEL: func.func @matmul_nt_bias(
 // CHECK: "torq_hl.matmul"(%arg0, %arg1, %arg2)
-// CHECK-SAME: epilogue = "{\22steps\22: [{\22op\22: \22add\22, {{.*}}\22args\22: [{\22kind\22: \22value\22, \22index\22: 0, {{.*}}}, {\22kind\22: \22operand\22, \22index\22: 2, \22axes\22: [1], {{.*}}}]}], \22result\22: 1}"
+// CHECK-SAME: epilogue = {result = 1 : i64, steps = [{args = [{value = 0 : i64}, {axes = [1], operand = 2 : i64}], op = "add"}]}
 // CHECK-SAME: lhs_dims = "MK", macs = 512 : i64, output_dims = "MN", rhs_dims = "NK"}
 // CHECK-SAME: : (tensor<4x8xbf16>, tensor<16x8xbf16>, tensor<16xbf16>) -> tensor<4x16xbf16>
 func.func @matmul_nt_bias(%x: tensor<4x8xbf16>, %y: tensor<16x8xbf16>, %bias: tensor<16xbf16>) -> tensor<4x16xbf16> {
@@ -105,7 +105,7 @@ func.func @matmul_nt_bias(%x: tensor<4x8xbf16>, %y: tensor<16x8xbf16>, %bias: te
 // result 1; no MACs.
 // CHECK-LABEL: func.func @add_scaled(
 // CHECK: "torq_hl.elementwise"(%arg0, %arg1)
-// CHECK-SAME: epilogue = "{\22steps\22: [{\22op\22: \22add\22, {{.*}}\22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0, 1], {{.*}}}, {\22kind\22: \22operand\22, \22index\22: 1, \22axes\22: [0], {{.*}}}]}, {\22op\22: \22mul\22, {{.*}}\22args\22: [{\22kind\22: \22value\22, \22index\22: 0, {{.*}}}, {\22kind\22: \22const\22, {{.*}}\22const\22: 0.5}]}], \22result\22: 1}"
+// CHECK-SAME: epilogue = {result = 1 : i64, steps = [{args = [{axes = [0, 1], operand = 0 : i64}, {axes = [0], operand = 1 : i64}], op = "add"}, {args = [{value = 0 : i64}, 5.000000e-01], op = "mul"}]}
 // CHECK-SAME: macs = 0 : i64}
 // CHECK-SAME: : (tensor<4x16xbf16>, tensor<4xbf16>) -> tensor<4x16xbf16>
 func.func @add_scaled(%x: tensor<4x16xbf16>, %y: tensor<4xbf16>) -> tensor<4x16xbf16> {

@@ -25,7 +25,7 @@
 // MARK-LABEL: func.func @gelu_erf(
 // MARK: "torq-fuse-group" = [0], "torq-fuse-group-id" = 0 : i64
 // HL-LABEL: func.func @gelu_erf(
-// HL: "torq_hl.elementwise"(%arg0) {epilogue = "{\22steps\22: [{\22op\22: \22div\22, {{.*}}\22args\22: [{\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0, 1], {{.*}}}, {\22kind\22: \22const\22, {{.*}}\22const\22: 1.4140625}]}, {\22op\22: \22erf\22, {{.*}}\22args\22: [{\22kind\22: \22value\22, \22index\22: 0, {{.*}}}]}, {\22op\22: \22add\22, {{.*}}\22index\22: 1, {{.*}}\22const\22: 1.0}]}, {\22op\22: \22mul\22, {{.*}}\22index\22: 2, {{.*}}\22const\22: 0.5}]}, {\22op\22: \22mul\22, {{.*}}\22kind\22: \22operand\22, \22index\22: 0, {{.*}}\22kind\22: \22value\22, \22index\22: 3, {{.*}}}]}], \22result\22: 4}", macs = 0 : i64}
+// HL: "torq_hl.elementwise"(%arg0) {epilogue = {result = 4 : i64, steps = [{args = [{axes = [0, 1], operand = 0 : i64}, 1.4140625], op = "div"}, {args = [{value = 0 : i64}], op = "erf"}, {args = [{value = 1 : i64}, 1.000000e+00], op = "add"}, {args = [{value = 2 : i64}, 5.000000e-01], op = "mul"}, {args = [{axes = [0, 1], operand = 0 : i64}, {value = 3 : i64}], op = "mul"}]}, macs = 0 : i64}
 func.func @gelu_erf(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> {
   %sqrt2 = arith.constant 1.414060e+00 : bf16
   %one = arith.constant 1.000000e+00 : bf16
@@ -49,7 +49,7 @@ func.func @gelu_erf(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> {
 // 3 = x + 2, 4 = 3 * 0.796875, 5 = tanh(4), 6 = 5 + 1, 7 = 6 * 0.5,
 // 8 = x * 7 (the result).
 // HL-LABEL: func.func @gelu_tanh(
-// HL: "torq_hl.elementwise"(%arg0) {epilogue = "{\22steps\22: [{\22op\22: \22mul\22, {{.*}}\22kind\22: \22operand\22, \22index\22: 0, {{.*}}\22kind\22: \22operand\22, \22index\22: 0, {{.*}}}]}, {\22op\22: \22mul\22, {{.*}}\22kind\22: \22value\22, \22index\22: 0, {{.*}}\22kind\22: \22operand\22, \22index\22: 0, {{.*}}}]}, {\22op\22: \22mul\22, {{.*}}\22const\22: 0.044677734375}]}, {\22op\22: \22add\22, {{.*}}}, {\22op\22: \22mul\22, {{.*}}\22const\22: 0.796875}]}, {\22op\22: \22tanh\22, {{.*}}\22kind\22: \22value\22, \22index\22: 4, {{.*}}}]}, {\22op\22: \22add\22, {{.*}}}, {\22op\22: \22mul\22, {{.*}}}, {\22op\22: \22mul\22, {{.*}}}], \22result\22: 8}"
+// HL: "torq_hl.elementwise"(%arg0) {epilogue = {result = 8 : i64, steps = [{args = [{axes = [0, 1], operand = 0 : i64}, {axes = [0, 1], operand = 0 : i64}], op = "mul"}, {args = [{value = 0 : i64}, {axes = [0, 1], operand = 0 : i64}], op = "mul"}, {args = [{value = 1 : i64}, 0.044677734375], op = "mul"}, {args = [{axes = [0, 1], operand = 0 : i64}, {value = 2 : i64}], op = "add"}, {args = [{value = 3 : i64}, 7.968750e-01], op = "mul"}, {args = [{value = 4 : i64}], op = "tanh"}, {args = [{value = 5 : i64}, 1.000000e+00], op = "add"}, {args = [{value = 6 : i64}, 5.000000e-01], op = "mul"}, {args = [{axes = [0, 1], operand = 0 : i64}, {value = 7 : i64}], op = "mul"}]}
 func.func @gelu_tanh(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> {
   %c3 = arith.constant 3 : i64
   %k = arith.constant 4.467770e-02 : bf16
@@ -77,7 +77,7 @@ func.func @gelu_tanh(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> {
 // (1e-5 in bf16 is 1.0013580322265625e-05), 2 = rsqrt(1), 3 = x * 2,
 // 4 = 3 * w (along dim 1), 5 = 4 + b (along dim 1).
 // HL-LABEL: func.func @layer_norm_scale(
-// HL: "torq_hl.elementwise"(%arg0, %arg1, %arg2, %arg3) {epilogue = "{\22steps\22: [{\22op\22: \22div\22, {{.*}}\22kind\22: \22operand\22, \22index\22: 1, \22axes\22: [0], {{.*}}\22const\22: 32.0}]}, {\22op\22: \22add\22, {{.*}}\22const\22: 1.0013580322265625e-05}]}, {\22op\22: \22rsqrt\22, {{.*}}\22kind\22: \22value\22, \22index\22: 1, {{.*}}}]}, {\22op\22: \22mul\22, {{.*}}\22axes\22: [0, 1], {{.*}}\22kind\22: \22value\22, \22index\22: 2, {{.*}}}]}, {\22op\22: \22mul\22, {{.*}}\22kind\22: \22operand\22, \22index\22: 2, \22axes\22: [1], {{.*}}}]}, {\22op\22: \22add\22, {{.*}}\22kind\22: \22operand\22, \22index\22: 3, \22axes\22: [1], {{.*}}}]}], \22result\22: 5}"
+// HL: "torq_hl.elementwise"(%arg0, %arg1, %arg2, %arg3) {epilogue = {result = 5 : i64, steps = [{args = [{axes = [0], operand = 1 : i64}, 3.200000e+01], op = "div"}, {args = [{value = 0 : i64}, 1.0013580322265625E-5], op = "add"}, {args = [{value = 1 : i64}], op = "rsqrt"}, {args = [{axes = [0, 1], operand = 0 : i64}, {value = 2 : i64}], op = "mul"}, {args = [{value = 3 : i64}, {axes = [1], operand = 2 : i64}], op = "mul"}, {args = [{value = 4 : i64}, {axes = [1], operand = 3 : i64}], op = "add"}]}
 func.func @layer_norm_scale(%x: tensor<8x32xbf16>, %ss: tensor<8xbf16>, %w: tensor<32xbf16>, %b: tensor<32xbf16>) -> tensor<8x32xbf16> {
   %n = arith.constant 3.200000e+01 : bf16
   %eps = arith.constant 1.001360e-05 : bf16
@@ -100,10 +100,10 @@ func.func @layer_norm_scale(%x: tensor<8x32xbf16>, %ss: tensor<8xbf16>, %w: tens
 // dims 0, 1, a sum reduction over 128 elements, and x / sum: four ops, each
 // reading whole rows. (Marking sees linalg.softmax, which is no generic.)
 // HL-LABEL: func.func @softmax(
-// HL: %[[MAX:.*]] = "torq_hl.reduce"(%arg0) {axes = [2], epilogue = "{\22steps\22: [], \22result\22: 0}", macs = 128 : i64, mode = "max"} : (tensor<2x4x16xbf16>) -> tensor<2x4xbf16>
-// HL: %[[EXP:.*]] = "torq_hl.elementwise"(%arg0, %[[MAX]]) {epilogue = "{\22steps\22: [{\22op\22: \22sub\22, {{.*}}\22kind\22: \22operand\22, \22index\22: 0, \22axes\22: [0, 1, 2], {{.*}}\22kind\22: \22operand\22, \22index\22: 1, \22axes\22: [0, 1], {{.*}}}]}, {\22op\22: \22exp\22, {{.*}}\22kind\22: \22value\22, \22index\22: 0, {{.*}}}]}], \22result\22: 1}"
-// HL: %[[SUM:.*]] = "torq_hl.reduce"(%[[EXP]]) {axes = [2], epilogue = "{\22steps\22: [], \22result\22: 0}", macs = 128 : i64, mode = "sum"}
-// HL: %[[DIV:.*]] = "torq_hl.elementwise"(%[[EXP]], %[[SUM]]) {epilogue = "{\22steps\22: [{\22op\22: \22div\22, {{.*}}\22index\22: 0, \22axes\22: [0, 1, 2], {{.*}}\22index\22: 1, \22axes\22: [0, 1], {{.*}}}]}], \22result\22: 0}"
+// HL: %[[MAX:.*]] = "torq_hl.reduce"(%arg0) {axes = [2], epilogue = {result = 0 : i64, steps = []}, macs = 128 : i64, mode = "max"} : (tensor<2x4x16xbf16>) -> tensor<2x4xbf16>
+// HL: %[[EXP:.*]] = "torq_hl.elementwise"(%arg0, %[[MAX]]) {epilogue = {result = 1 : i64, steps = [{args = [{axes = [0, 1, 2], operand = 0 : i64}, {axes = [0, 1], operand = 1 : i64}], op = "sub"}, {args = [{value = 0 : i64}], op = "exp"}]}
+// HL: %[[SUM:.*]] = "torq_hl.reduce"(%[[EXP]]) {axes = [2], epilogue = {result = 0 : i64, steps = []}, macs = 128 : i64, mode = "sum"}
+// HL: %[[DIV:.*]] = "torq_hl.elementwise"(%[[EXP]], %[[SUM]]) {epilogue = {result = 0 : i64, steps = [{args = [{axes = [0, 1, 2], operand = 0 : i64}, {axes = [0, 1], operand = 1 : i64}], op = "div"}]}
 // HL: return %[[DIV]]
 func.func @softmax(%x: tensor<2x4x16xbf16>) -> tensor<2x4x16xbf16> {
   %e = tensor.empty() : tensor<2x4x16xbf16>
@@ -127,7 +127,7 @@ func.func @softmax(%x: tensor<2x4x16xbf16>) -> tensor<2x4x16xbf16> {
 // HL-LABEL: func.func @attention_qk(
 // HL-DAG: %[[Q:.*]] = tensor.extract_slice %arg0[0, 0, 0, 0, 0] [1, 1, 2, 8, 4] [1, 1, 1, 1, 1] : tensor<3x1x2x8x4xbf16> to tensor<2x8x4xbf16>
 // HL-DAG: %[[K:.*]] = tensor.extract_slice %arg0[1, 0, 0, 0, 0] [1, 1, 2, 8, 4] [1, 1, 1, 1, 1] : tensor<3x1x2x8x4xbf16> to tensor<2x8x4xbf16>
-// HL: "torq_hl.matmul"(%[[Q]], %[[K]]) {epilogue = "{\22steps\22: [{\22op\22: \22div\22, {{.*}}\22kind\22: \22value\22, \22index\22: 0, {{.*}}\22const\22: 2.0}]}], \22result\22: 1}", lhs_dims = "BMK", macs = 512 : i64, output_dims = "BMN", rhs_dims = "BNK"} : (tensor<2x8x4xbf16>, tensor<2x8x4xbf16>) -> tensor<2x8x8xbf16>
+// HL: "torq_hl.matmul"(%[[Q]], %[[K]]) {epilogue = {result = 1 : i64, steps = [{args = [{value = 0 : i64}, 2.000000e+00], op = "div"}]}, lhs_dims = "BMK", macs = 512 : i64, output_dims = "BMN", rhs_dims = "BNK"} : (tensor<2x8x4xbf16>, tensor<2x8x4xbf16>) -> tensor<2x8x8xbf16>
 #q = affine_map<(d0, d1, d2) -> (0, 0, d0, d1, d2)>
 #k = affine_map<(d0, d1, d2) -> (1, 0, d0, d1, d2)>
 #qk_a = affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>
@@ -171,7 +171,7 @@ func.func @attention_qk(%qkv: tensor<3x1x2x8x4xbf16>) -> tensor<2x8x8xbf16> {
 // MARK: linalg.generic {{.*}} ins(%{{.*}} : tensor<2x8x4xbf16>) outs(%{{.*}} : tensor<8x2x4xbf16>) attrs = {"torq-fuse-group" = [[[G]]]}
 // HL-LABEL: func.func @attention_pv(
 // HL: %[[V:.*]] = tensor.extract_slice %arg0[2, 0, 0, 0, 0] [1, 1, 2, 8, 4] [1, 1, 1, 1, 1] : tensor<3x1x2x8x4xbf16> to tensor<2x8x4xbf16>
-// HL: %[[R:.*]] = "torq_hl.matmul"(%arg1, %[[V]]) {epilogue = "{\22steps\22: [], \22result\22: 0}", lhs_dims = "BMK", macs = 512 : i64, output_dims = "MBN", rhs_dims = "BKN"} : (tensor<2x8x8xbf16>, tensor<2x8x4xbf16>) -> tensor<8x2x4xbf16>
+// HL: %[[R:.*]] = "torq_hl.matmul"(%arg1, %[[V]]) {epilogue = {result = 0 : i64, steps = []}, lhs_dims = "BMK", macs = 512 : i64, output_dims = "MBN", rhs_dims = "BKN"} : (tensor<2x8x8xbf16>, tensor<2x8x4xbf16>) -> tensor<8x2x4xbf16>
 // HL-NOT: torq_hl
 // HL: return %[[R]]
 #box = affine_map<(d0, d1, d2) -> (2, 0, d0, d1, d2)>

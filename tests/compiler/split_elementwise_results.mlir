@@ -74,7 +74,7 @@ func.func @pool_then_norm(%x: tensor<8x8x8xf32>, %scale: tensor<8xf32>, %shift: 
 // CHECK: return %[[ADD]], %[[T]]
 // HL-LABEL: func.func @same_value_two_layouts(
 // HL: %[[A:.*]] = "torq_hl.elementwise"(%arg0, %arg1)
-// HL: "torq_hl.elementwise"(%[[A]]) {{.*}}\22axes\22: [1, 2, 0]{{.*}} -> tensor<256x1x49xbf16>
+// HL: "torq_hl.elementwise"(%[[A]]) {{.*}}axes = [1, 2, 0]{{.*}} -> tensor<256x1x49xbf16>
 func.func @same_value_two_layouts(%x: tensor<1x49x256xf32>, %b: tensor<256xf32>) -> (tensor<1x49x256xf32>, tensor<256x1x49xf32>) {
   %e0 = tensor.empty() : tensor<1x49x256xf32>
   %e1 = tensor.empty() : tensor<256x1x49xf32>

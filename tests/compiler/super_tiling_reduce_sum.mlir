@@ -32,7 +32,7 @@
 // LOWER: %[[ZERO:.*]] = "torq_hl.elementwise"() {{.*}}torq.lram_result = [[ACC:[0-9]+]] : i64} : () -> tensor<f32>
 // LOWER: %[[SUM:.*]] = scf.for %{{.*}} = %c0 to %c8192 step %c256 iter_args(%[[A:.*]] = %[[ZERO]]) -> (tensor<f32>)
 // LOWER: %[[SLICE:.*]] = tensor.extract_slice %arg0
-// LOWER: %[[SQ:.*]] = "torq_hl.elementwise"(%[[SLICE]]) {{.*}}\22op\22: \22mul\22{{.*}} : (tensor<256xbf16>) -> tensor<256xbf16>
+// LOWER: %[[SQ:.*]] = "torq_hl.elementwise"(%[[SLICE]]) {{.*}}op = "mul"{{.*}} : (tensor<256xbf16>) -> tensor<256xbf16>
 // LOWER: "torq_hl.reduce"(%[[SQ]], %[[A]]) {accumulate = 1 : i64, axes = [0], {{.*}}macs = 256 : i64, mode = "sum", {{.*}}torq.lram_result = [[ACC]] : i64} : (tensor<256xbf16>, tensor<f32>) -> tensor<f32>
 // LOWER: scf.yield
 // LOWER: "torq_hl.elementwise"(%[[SUM]]) {{.*}} : (tensor<f32>) -> tensor<bf16>
