@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import functools
 import importlib.util
 import sys
 import types
@@ -360,39 +362,48 @@ def bf16_dense_attr(values: np.ndarray, shape: tuple[int, ...]) -> ir.Attribute:
 
 
 def record_attr(value) -> ir.Attribute:
-    """A plain record (dict, list, str, bool, int, float) as a typed attribute: a dictionary,
-    array, string, bool, i64 or f64 attribute (`record_value` reads it back)."""
+    """A plain record (dict, list, tuple, str, bool, int, float; a dataclass as the dict of its
+    fields) as a typed attribute: a dictionary, array, string, bool, i64 or f64 attribute
+    (`record_value` reads it back). An attribute in it stays as it is (a record may hold one
+    made by its own codec)."""
     i64, f64 = ir.IntegerType.get_signless(64), ir.F64Type.get()  # once: a third of an int's cost
 
     def attr(v) -> ir.Attribute:
-        if isinstance(v, dict):
-            return ir.DictAttr.get({str(k): attr(x) for k, x in v.items()})
-        if isinstance(v, (list, tuple)):
+        t = type(v)  # the common exact types first: NSS programs write thousands of records
+        if t is int:
+            return ir.IntegerAttr.get(i64, v)
+        if t is str:
+            return ir.StringAttr.get(v)
+        if t is list or t is tuple:
             return ir.ArrayAttr.get([attr(x) for x in v])
+        if t is dict:
+            return ir.DictAttr.get({str(k): attr(x) for k, x in v.items()})
         if isinstance(v, bool):
             return ir.BoolAttr.get(v)
         if isinstance(v, (int, np.integer)):
             return ir.IntegerAttr.get(i64, int(v))
         if isinstance(v, (float, np.floating)):
             return ir.FloatAttr.get(f64, float(v))
-        if isinstance(v, str):
-            return ir.StringAttr.get(v)
-        raise TypeError(f"no attribute form for a {type(v).__name__} in a record")
+        if isinstance(v, ir.Attribute):
+            return v
+        if dataclasses.is_dataclass(v):
+            return ir.DictAttr.get({name: attr(getattr(v, name)) for name in field_names(t)})
+        raise TypeError(f"no attribute form for a {t.__name__} in a record")
     return attr(value)
+
+
+@functools.cache
+def field_names(cls: type) -> tuple[str, ...]:
+    """A dataclass's field names (`dataclasses.fields` is slow on a hot path)."""
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def record_value(attr: ir.Attribute):
     """The plain record a `record_attr` attribute holds."""
-    if isinstance(attr, ir.DictAttr):
-        return {named.name: record_value(named.attr) for named in attr}
+    if isinstance(attr, (ir.IntegerAttr, ir.StringAttr, ir.FloatAttr, ir.BoolAttr)):
+        return attr.value
     if isinstance(attr, ir.ArrayAttr):
         return [record_value(a) for a in attr]
-    if isinstance(attr, ir.BoolAttr):
-        return attr.value
-    if isinstance(attr, ir.IntegerAttr):
-        return attr.value
-    if isinstance(attr, ir.FloatAttr):
-        return attr.value
-    if isinstance(attr, ir.StringAttr):
-        return attr.value
+    if isinstance(attr, ir.DictAttr):
+        return {named.name: record_value(named.attr) for named in attr}
     raise TypeError(f"not a record attribute: {attr}")

@@ -2,17 +2,14 @@
 
 `torq-build-nss-program` writes a `Program` into a function with
 `program_to_function`; `torq-serialize-executable` reads it back with
-`function_to_program`. Each op carries its record as a JSON `spec` string
-(readable in lit tests); constant tensors also carry their bytes as a
-`value` i8 elements attribute. The function's `torq.program` dictionary
+`function_to_program`. Each op carries its record as a `spec` dictionary
+(readable in lit tests; a compute's `attrs` are [name, value] pairs, in their order, and
+its `epilogue` is a TorqHL op's `epilogue` attr); constant tensors also carry their bytes
+as a `value` i8 elements attribute. The function's `torq.program` dictionary
 holds the program's name, tiles, LRAM peak and hardware model.
 """
 
 from __future__ import annotations
-
-import dataclasses
-import functools
-import json
 
 import numpy as np
 from iree.compiler import ir
@@ -21,74 +18,64 @@ from torq.contract.program import (
     Compute,
     DmaIn,
     DmaOut,
-    Epilogue,
-    EpilogueStep,
     LramBuffer,
     Operand,
     Program,
-    Ref,
     TensorDesc,
 )
 
-from .ir_utils import record_attr, record_value
+from .ir_utils import CompileError, field_names, record_attr, record_value
+from .patterns.model import epilogue_attr, epilogue_value
 
 # Function attribute: the program's name, tiles, LRAM peak and hardware model, a dictionary.
 PROGRAM_ATTR = "torq.program"
 _KINDS = {"dma_in": DmaIn, "dma_out": DmaOut, "compute": Compute}
 _NAMES = {v: k for k, v in _KINDS.items()}
+_RECORDS = {"tensor": TensorDesc, "buffer": LramBuffer, **_KINDS}  # the record each op's spec holds
 
 
-def _plain(x):
-    """`x` as JSON-ready values: `dataclasses.asdict` without its deep copy of every leaf
-    (a program's records are read, not changed: 8% of a compile's profile was the copy)."""
-    if dataclasses.is_dataclass(x):
-        return {name: _plain(getattr(x, name)) for name in _field_names(type(x))}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if isinstance(x, dict):
-        return {k: _plain(v) for k, v in x.items()}
-    return x
-
-
-@functools.cache
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
-
-
-def _spec(obj, drop=()) -> str:
-    d = {name: _plain(getattr(obj, name)) for name in _field_names(type(obj)) if name not in drop}
+def _spec(obj, epilogues: dict, drop=()) -> ir.Attribute:
+    """The `spec` of `obj`'s op. `epilogues` holds the epilogue attrs made so far, by epilogue
+    object: a compute's tiles share their op's, and an int8 one has hundreds of arguments."""
+    d = {name: getattr(obj, name) for name in field_names(type(obj)) if name not in drop and name != "epilogue"}
     # The padding fields (vector_layout) only when set: a dense program reads as before.
     for k in ("shape", "padded_shape", "padded_work"):
         if isinstance(obj, (LramBuffer, Compute)) and k in d and not d[k]:
             del d[k]
     if isinstance(obj, TensorDesc) and d.get("aliases") == -1:  # only in-place outputs show it
         del d["aliases"]
-    if isinstance(obj, Compute) and d.get("split") == 1:  # only split computes show it
-        del d["split"]
+    if isinstance(obj, Compute):
+        if d.get("split") == 1:  # only split computes show it
+            del d["split"]
+        d["attrs"] = [[k, v] for k, v in d["attrs"].items()]  # pairs: the writer keeps their order
+        if id(obj.epilogue) not in epilogues:
+            epilogues[id(obj.epilogue)] = epilogue_attr(obj.epilogue)
+        d["epilogue"] = epilogues[id(obj.epilogue)]
     if isinstance(obj, DmaIn) and not obj.gathers:  # only gathers show their indices
         for k in ("index_buffer", "index_dtype", "index_bound"):
             del d[k]
     if isinstance(obj, DmaOut) and not obj.scatters:  # only scatters show their indices
         for k in ("index_buffer", "index_dtype", "index_bound", "index_dim"):
             del d[k]
-    return json.dumps(d, separators=(",", ":"))
+    return record_attr(d)
 
 
 def program_to_function(p: Program, func: ir.Operation) -> None:
     block = func.regions[0].blocks[0]
     for op in reversed([o.operation for o in block.operations]):
         op.erase()
+    epilogues = {}
     with ir.InsertionPoint(block), func.location:
         for t in p.tensors:
-            attrs = {"spec": ir.StringAttr.get(_spec(t, drop=("data",)))}
+            attrs = {"spec": _spec(t, epilogues, drop=("data",))}
             if t.kind == "constant":
                 attrs["value"] = ir.DenseElementsAttr.get(
                     np.frombuffer(t.data, np.int8), type=ir.IntegerType.get_signless(8))
             ir.Operation.create("torq_nss.tensor", attributes=attrs)
         for b in p.buffers:
-            ir.Operation.create("torq_nss.buffer", attributes={"spec": ir.StringAttr.get(_spec(b))})
+            ir.Operation.create("torq_nss.buffer", attributes={"spec": _spec(b, epilogues)})
         for c in p.commands:
-            ir.Operation.create(f"torq_nss.{_NAMES[type(c)]}", attributes={"spec": ir.StringAttr.get(_spec(c))})
+            ir.Operation.create(f"torq_nss.{_NAMES[type(c)]}", attributes={"spec": _spec(c, epilogues)})
         ir.Operation.create("func.return", operands=[])
     ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
     func.attributes["torq.original_type"] = ir.TypeAttr.get(ftype)
@@ -104,33 +91,52 @@ def program_meta(func: ir.Operation) -> dict:
     return record_value(func.attributes[PROGRAM_ATTR])
 
 
-def _operand(d) -> Operand:
-    return Operand(d["buffer"], tuple(d["shape"]), d["dtype"])
+def _operand(attr: ir.DictAttr) -> Operand:
+    return Operand(attr["buffer"].value, tuple(x.value for x in attr["shape"]), attr["dtype"].value)
 
 
-def _command(kind: str, d: dict):
+def _command(kind: str, d: dict, epilogues: dict):
     if kind == "dma_in":
         return DmaIn(d["tensor"], tuple(d["offsets"]), tuple(d["sizes"]), d["buffer"], d.get("index_buffer", -1),
                      d.get("index_dtype", ""), d.get("index_bound", 0))
     if kind == "dma_out":
         return DmaOut(d["buffer"], d["tensor"], tuple(d["offsets"]), tuple(d["sizes"]), d.get("index_buffer", -1),
                       d.get("index_dtype", ""), d.get("index_bound", 0), d.get("index_dim", 0))
-    e = d["epilogue"]
-    epi = Epilogue([EpilogueStep(s["op"], [Ref(a["kind"], a["index"], tuple(a["axes"]), a["const"])
-                                           for a in s["args"]], s["to"]) for s in e["steps"]], e["result"])
-    return Compute(d["op"], [_operand(o) for o in d["operands"]], _operand(d["result"]), d["attrs"], epi,
+    if (epi := epilogues.get(d["epilogue"])) is None:  # decoded once per distinct attr (uniqued by MLIR)
+        epi = epilogues[d["epilogue"]] = epilogue_value(d["epilogue"])
+    return Compute(d["op"], d["operands"], d["result"], dict(d["attrs"]), epi,
                    d["slice"], d["macs"], d["tile"], d.get("padded_work", 0), d.get("split", 1))
+
+
+def _spec_value(op: ir.Operation, kind: str) -> dict:
+    """The record `op`'s `spec` holds, its operands as `Operand`s; a compute's `epilogue` stays
+    an attribute. Fields are looked up by name: iterating the dictionaries costs 2-4x as much
+    through the bindings."""
+    attr, record = op.attributes["spec"], _RECORDS.get(kind)
+    if not isinstance(attr, ir.DictAttr) or record is None:
+        raise CompileError(f"{op.name}: not an NSS op with a spec dictionary: {str(attr)[:80]}")
+    return {k: _field_value(k, attr[k]) for k in field_names(record) if k in attr}
+
+
+def _field_value(name: str, attr: ir.Attribute):
+    if name == "epilogue":
+        return attr
+    if name == "operands":
+        return [_operand(o) for o in attr]
+    if name == "result":
+        return _operand(attr)
+    return record_value(attr)
 
 
 def function_to_program(func: ir.Operation) -> Program:
     meta = program_meta(func)
-    tensors, buffers, commands = [], [], []
+    tensors, buffers, commands, epilogues = [], [], [], {}
     for o in func.regions[0].blocks[0].operations:
         op = o.operation
         if not op.name.startswith("torq_nss."):
             continue
         kind = op.name.split(".", 1)[1]
-        d = json.loads(ir.StringAttr(op.attributes["spec"]).value)
+        d = _spec_value(op, kind)
         if kind == "tensor":
             data = b""
             if "value" in op.attributes:
@@ -141,5 +147,5 @@ def function_to_program(func: ir.Operation) -> Program:
             d["shape"], d["padded_shape"] = tuple(d.get("shape", ())), tuple(d.get("padded_shape", ()))
             buffers.append(LramBuffer(**d))
         else:
-            commands.append(_command(kind, d))
+            commands.append(_command(kind, d, epilogues))
     return Program(meta["name"], meta["hw"], tensors, buffers, commands, meta["tiles"], meta["lram_peak"])

@@ -27,16 +27,16 @@
 
 // Steps 0 and 2 load x and w at 1024 and 2048, steps 1 and 3 at 1536 and 2560.
 // NSS-LABEL: func.func @steps(
-// NSS: "torq_nss.buffer"() {spec = "{\22id\22:1,\22offset\22:1024,
-// NSS-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:2,\22offset\22:2048,
-// NSS-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:3,\22offset\22:1536,
-// NSS-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:4,\22offset\22:2560,
-// NSS-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:5,\22offset\22:1024,
-// NSS-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:6,\22offset\22:2048,
-// NSS-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:7,\22offset\22:1536,
-// NSS-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:8,\22offset\22:2560,
-// NSS: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0],\22sizes\22:[16,16],\22buffer\22:1}"}
-// NSS: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,16],\22sizes\22:[16,16],\22buffer\22:3}"}
+// NSS: "torq_nss.buffer"() {spec = {id = 1 : i64, {{.*}}offset = 1024 : i64,
+// NSS-NEXT: "torq_nss.buffer"() {spec = {id = 2 : i64, {{.*}}offset = 2048 : i64,
+// NSS-NEXT: "torq_nss.buffer"() {spec = {id = 3 : i64, {{.*}}offset = 1536 : i64,
+// NSS-NEXT: "torq_nss.buffer"() {spec = {id = 4 : i64, {{.*}}offset = 2560 : i64,
+// NSS-NEXT: "torq_nss.buffer"() {spec = {id = 5 : i64, {{.*}}offset = 1024 : i64,
+// NSS-NEXT: "torq_nss.buffer"() {spec = {id = 6 : i64, {{.*}}offset = 2048 : i64,
+// NSS-NEXT: "torq_nss.buffer"() {spec = {id = 7 : i64, {{.*}}offset = 1536 : i64,
+// NSS-NEXT: "torq_nss.buffer"() {spec = {id = 8 : i64, {{.*}}offset = 2560 : i64,
+// NSS: "torq_nss.dma_in"() {spec = {buffer = 1 : i64, offsets = [0, 0], sizes = [16, 16], tensor = 0 : i64}}
+// NSS: "torq_nss.dma_in"() {spec = {buffer = 3 : i64, offsets = [0, 16], sizes = [16, 16], tensor = 0 : i64}}
 func.func @steps(%x: tensor<16x64xbf16>, %w: tensor<64x16xbf16>) -> tensor<16x16xbf16> {
   %c0 = arith.constant 0 : index
   %c16 = arith.constant 16 : index

@@ -31,21 +31,21 @@
 // CHECK-LABEL: func.func @one_tile()
 // CHECK-SAME: torq.original_type = (tensor<50xbf16>, tensor<50xbf16>) -> tensor<50xbf16>
 // CHECK-SAME: torq.program = {hw = {clock_mhz = 800 : i64, {{.*}}name = "SL2610", {{.*}}}, lram_peak = 300 : i64, name = "one_tile", tiles = 1 : i64}
-// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:0,\22kind\22:\22input\22,\22shape\22:[50],\22dtype\22:\22bf16\22,\22host_dtype\22:\22f32\22,\22arg_index\22:0}"}
-// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:1,\22kind\22:\22input\22,\22shape\22:[50],\22dtype\22:\22bf16\22,\22host_dtype\22:\22f32\22,\22arg_index\22:1}"}
-// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:2,\22kind\22:\22output\22,\22shape\22:[50],\22dtype\22:\22bf16\22,\22host_dtype\22:\22f32\22,\22arg_index\22:0}"}
-// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:3,\22kind\22:\22constant\22,\22shape\22:[50],\22dtype\22:\22bf16\22,\22host_dtype\22:\22bf16\22,\22arg_index\22:-1}", value = dense<[0, 64, 0, 64, {{.*}}, 0, 64]> : tensor<100xi8>}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:0,\22offset\22:0,\22size\22:128,\22live_start\22:0,\22live_end\22:2,\22shape\22:[50],\22padded_shape\22:[64]}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:1,\22offset\22:128,\22size\22:128,\22live_start\22:1,\22live_end\22:2,\22shape\22:[50],\22padded_shape\22:[64]}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:2,\22offset\22:256,\22size\22:128,\22live_start\22:2,\22live_end\22:4,\22shape\22:[50],\22padded_shape\22:[64]}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:3,\22offset\22:0,\22size\22:128,\22live_start\22:3,\22live_end\22:4,\22shape\22:[50],\22padded_shape\22:[64]}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:4,\22offset\22:128,\22size\22:128,\22live_start\22:4,\22live_end\22:5,\22shape\22:[50],\22padded_shape\22:[64]}"}
-// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0],\22sizes\22:[50],\22buffer\22:0}"}
-// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:1,\22offsets\22:[0],\22sizes\22:[50],\22buffer\22:1}"}
-// CHECK-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[{\22buffer\22:0,{{.*}}},{\22buffer\22:1,{{.*}}}],\22result\22:{\22buffer\22:2,{{.*}}\22op\22:\22add\22{{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0,\22padded_work\22:64,\22split\22:2}"}
-// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:3,\22offsets\22:[0],\22sizes\22:[50],\22buffer\22:3}"}
-// CHECK-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[{\22buffer\22:2,{{.*}}},{\22buffer\22:3,{{.*}}}],\22result\22:{\22buffer\22:4,{{.*}}\22op\22:\22mul\22{{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0,\22padded_work\22:64,\22split\22:2}"}
-// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:4,\22tensor\22:2,\22offsets\22:[0],\22sizes\22:[50]}"}
+// CHECK-NEXT: "torq_nss.tensor"() {spec = {arg_index = 0 : i64, dtype = "bf16", host_dtype = "f32", index = 0 : i64, kind = "input", shape = [50]}}
+// CHECK-NEXT: "torq_nss.tensor"() {spec = {arg_index = 1 : i64, dtype = "bf16", host_dtype = "f32", index = 1 : i64, kind = "input", shape = [50]}}
+// CHECK-NEXT: "torq_nss.tensor"() {spec = {arg_index = 0 : i64, dtype = "bf16", host_dtype = "f32", index = 2 : i64, kind = "output", shape = [50]}}
+// CHECK-NEXT: "torq_nss.tensor"() {spec = {arg_index = -1 : i64, dtype = "bf16", host_dtype = "bf16", index = 3 : i64, kind = "constant", shape = [50]}, value = dense<[0, 64, 0, 64, {{.*}}, 0, 64]> : tensor<100xi8>}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = {id = 0 : i64, live_end = 2 : i64, live_start = 0 : i64, offset = 0 : i64, padded_shape = [64], shape = [50], size = 128 : i64}}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = {id = 1 : i64, live_end = 2 : i64, live_start = 1 : i64, offset = 128 : i64, padded_shape = [64], shape = [50], size = 128 : i64}}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = {id = 2 : i64, live_end = 4 : i64, live_start = 2 : i64, offset = 256 : i64, padded_shape = [64], shape = [50], size = 128 : i64}}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = {id = 3 : i64, live_end = 4 : i64, live_start = 3 : i64, offset = 0 : i64, padded_shape = [64], shape = [50], size = 128 : i64}}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = {id = 4 : i64, live_end = 5 : i64, live_start = 4 : i64, offset = 128 : i64, padded_shape = [64], shape = [50], size = 128 : i64}}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = {buffer = 0 : i64, offsets = [0], sizes = [50], tensor = 0 : i64}}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = {buffer = 1 : i64, offsets = [0], sizes = [50], tensor = 1 : i64}}
+// CHECK-NEXT: "torq_nss.compute"() {spec = {attrs = [], epilogue = {{.*}}op = "add"}]}, macs = 0 : i64, op = "elementwise", operands = [{buffer = 0 : i64, {{.*}}}, {buffer = 1 : i64, {{.*}}}], padded_work = 64 : i64, result = {buffer = 2 : i64, {{.*}}}, slice = 0 : i64, split = 2 : i64, tile = 0 : i64}}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = {buffer = 3 : i64, offsets = [0], sizes = [50], tensor = 3 : i64}}
+// CHECK-NEXT: "torq_nss.compute"() {spec = {attrs = [], epilogue = {{.*}}op = "mul"}]}, macs = 0 : i64, op = "elementwise", operands = [{buffer = 2 : i64, {{.*}}}, {buffer = 3 : i64, {{.*}}}], padded_work = 64 : i64, result = {buffer = 4 : i64, {{.*}}}, slice = 0 : i64, split = 2 : i64, tile = 0 : i64}}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = {buffer = 4 : i64, offsets = [0], sizes = [50], tensor = 2 : i64}}
 // CHECK-NEXT: return
 // CHECK-NEXT: }
 func.func @one_tile(%a: tensor<50xbf16>, %b: tensor<50xbf16>) -> tensor<50xbf16> attributes {torq.host_arg_types = [tensor<50xf32>, tensor<50xf32>], torq.host_result_types = [tensor<50xf32>], torq.lram_end = 356 : i64, torq.lram_peak = 300 : i64} {
@@ -56,8 +56,8 @@ func.func @one_tile(%a: tensor<50xbf16>, %b: tensor<50xbf16>) -> tensor<50xbf16>
 }
 
 // ONE-LABEL: func.func @one_tile()
-// ONE: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0,\22padded_work\22:64}"}
-// ONE: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0,\22padded_work\22:64}"}
+// ONE: "torq_nss.compute"() {{.*}}macs = 0 : i64, {{.*}}padded_work = 64 : i64, {{.*}}slice = 0 : i64, tile = 0 : i64}}
+// ONE: "torq_nss.compute"() {{.*}}macs = 0 : i64, {{.*}}padded_work = 64 : i64, {{.*}}slice = 0 : i64, tile = 0 : i64}}
 
 // Two tiles of 2 rows (scf.for 0 to 4 step 2): the loop is unrolled, each
 // tile is dma_in (its 2x16 box of the input, at row 0 then row 2), compute,
@@ -68,23 +68,23 @@ func.func @one_tile(%a: tensor<50xbf16>, %b: tensor<50xbf16>) -> tensor<50xbf16>
 // CHECK-LABEL: func.func @two_tiles()
 // CHECK-SAME: torq.original_type = (tensor<4x16xbf16>) -> tensor<4x16xbf16>
 // CHECK-SAME: torq.program = {hw = {{.*}}, lram_peak = 128 : i64, name = "two_tiles", tiles = 2 : i64}
-// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:0,\22kind\22:\22input\22,\22shape\22:[4,16],\22dtype\22:\22bf16\22,\22host_dtype\22:\22bf16\22,\22arg_index\22:0}"}
-// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:1,\22kind\22:\22output\22,\22shape\22:[4,16],\22dtype\22:\22bf16\22,\22host_dtype\22:\22bf16\22,\22arg_index\22:0}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:0,\22offset\22:0,\22size\22:64,\22live_start\22:0,\22live_end\22:1}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:1,\22offset\22:64,\22size\22:64,\22live_start\22:1,\22live_end\22:2}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:2,\22offset\22:128,\22size\22:64,\22live_start\22:3,\22live_end\22:4}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:3,\22offset\22:192,\22size\22:64,\22live_start\22:4,\22live_end\22:5}"}
-// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0],\22sizes\22:[2,16],\22buffer\22:0}"}
-// CHECK-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[{\22buffer\22:0,\22shape\22:[2,16],\22dtype\22:\22bf16\22}],\22result\22:{\22buffer\22:1,\22shape\22:[2,16],\22dtype\22:\22bf16\22},{{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0}"}
-// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:1,\22tensor\22:1,\22offsets\22:[0,0],\22sizes\22:[2,16]}"}
-// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[2,0],\22sizes\22:[2,16],\22buffer\22:2}"}
-// CHECK-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[{\22buffer\22:2,\22shape\22:[2,16],\22dtype\22:\22bf16\22}],\22result\22:{\22buffer\22:3,\22shape\22:[2,16],\22dtype\22:\22bf16\22},{{.*}}\22slice\22:1,\22macs\22:0,\22tile\22:1}"}
-// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:3,\22tensor\22:1,\22offsets\22:[2,0],\22sizes\22:[2,16]}"}
+// CHECK-NEXT: "torq_nss.tensor"() {spec = {arg_index = 0 : i64, dtype = "bf16", host_dtype = "bf16", index = 0 : i64, kind = "input", shape = [4, 16]}}
+// CHECK-NEXT: "torq_nss.tensor"() {spec = {arg_index = 0 : i64, dtype = "bf16", host_dtype = "bf16", index = 1 : i64, kind = "output", shape = [4, 16]}}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = {id = 0 : i64, live_end = 1 : i64, live_start = 0 : i64, offset = 0 : i64, size = 64 : i64}}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = {id = 1 : i64, live_end = 2 : i64, live_start = 1 : i64, offset = 64 : i64, size = 64 : i64}}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = {id = 2 : i64, live_end = 4 : i64, live_start = 3 : i64, offset = 128 : i64, size = 64 : i64}}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = {id = 3 : i64, live_end = 5 : i64, live_start = 4 : i64, offset = 192 : i64, size = 64 : i64}}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = {buffer = 0 : i64, offsets = [0, 0], sizes = [2, 16], tensor = 0 : i64}}
+// CHECK-NEXT: "torq_nss.compute"() {spec = {attrs = [], epilogue = {{.*}}, macs = 0 : i64, op = "elementwise", operands = [{buffer = 0 : i64, dtype = "bf16", shape = [2, 16]}], result = {buffer = 1 : i64, dtype = "bf16", shape = [2, 16]}, slice = 0 : i64, tile = 0 : i64}}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = {buffer = 1 : i64, offsets = [0, 0], sizes = [2, 16], tensor = 1 : i64}}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = {buffer = 2 : i64, offsets = [2, 0], sizes = [2, 16], tensor = 0 : i64}}
+// CHECK-NEXT: "torq_nss.compute"() {spec = {attrs = [], epilogue = {{.*}}, macs = 0 : i64, op = "elementwise", operands = [{buffer = 2 : i64, dtype = "bf16", shape = [2, 16]}], result = {buffer = 3 : i64, dtype = "bf16", shape = [2, 16]}, slice = 1 : i64, tile = 1 : i64}}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = {buffer = 3 : i64, offsets = [2, 0], sizes = [2, 16], tensor = 1 : i64}}
 // CHECK-NEXT: return
 // CHECK-NEXT: }
 // ONE-LABEL: func.func @two_tiles()
-// ONE: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0}"}
-// ONE: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:1}"}
+// ONE: "torq_nss.compute"() {{.*}}macs = 0 : i64, {{.*}}slice = 0 : i64, tile = 0 : i64}}
+// ONE: "torq_nss.compute"() {{.*}}macs = 0 : i64, {{.*}}slice = 0 : i64, tile = 1 : i64}}
 func.func @two_tiles(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> attributes {torq.lram_end = 256 : i64, torq.lram_peak = 128 : i64} {
   %c0 = arith.constant 0 : index
   %c2 = arith.constant 2 : index
@@ -106,9 +106,9 @@ func.func @two_tiles(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> attributes {tor
 // With one slice nothing is split.
 // CHECK-LABEL: func.func @one_set()
 // CHECK-SAME: torq.distribution = {bodies = [{form = "split", slices_used = 1 : i64, split_computes = 0 : i64, tiles = 1 : i64}, {form = "split", slices_used = 2 : i64, split_computes = 2 : i64, tiles = 2 : i64}], slices = 2 : i64, strategy = "cyclic"}
-// CHECK: "torq_nss.compute"() {{.*}}\22shape\22:[3,5]{{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0,\22padded_work\22:24}"}
-// CHECK: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:1,\22split\22:2}"}
-// CHECK: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:2,\22split\22:2}"}
+// CHECK: "torq_nss.compute"() {{.*}}macs = 0 : i64, {{.*}}shape = [3, 5]{{.*}}padded_work = 24 : i64, {{.*}}slice = 0 : i64, tile = 0 : i64}}
+// CHECK: "torq_nss.compute"() {{.*}}macs = 0 : i64, {{.*}}slice = 0 : i64, split = 2 : i64, tile = 1 : i64}}
+// CHECK: "torq_nss.compute"() {{.*}}macs = 0 : i64, {{.*}}slice = 0 : i64, split = 2 : i64, tile = 2 : i64}}
 // ONE-LABEL: func.func @one_set()
 // ONE-SAME: torq.distribution = {bodies = [{form = "exact", slices_used = 1 : i64, tiles = 1 : i64}, {form = "general", slices_used = 1 : i64, tiles = 2 : i64}]
 // ONE-NOT: split

@@ -14,17 +14,17 @@
 // CHECK-LABEL: func.func @pad()
 // CHECK-SAME: torq.original_type = (tensor<4x8xbf16>) -> tensor<6x11xbf16>
 // CHECK-SAME: torq.program = {hw = {{.*}}, lram_peak = 64 : i64, name = "pad", tiles = 2 : i64}
-// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:0,\22kind\22:\22input\22,\22shape\22:[4,8],\22dtype\22:\22bf16\22,\22host_dtype\22:\22f32\22,\22arg_index\22:0}"}
-// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:1,\22kind\22:\22output\22,\22shape\22:[6,11],\22dtype\22:\22bf16\22,\22host_dtype\22:\22f32\22,\22arg_index\22:0}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:0,\22offset\22:0,\22size\22:22,\22live_start\22:0,\22live_end\22:4}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:1,\22offset\22:64,\22size\22:64,\22live_start\22:5,\22live_end\22:6}"}
-// CHECK-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[],\22result\22:{\22buffer\22:0,\22shape\22:[11],\22dtype\22:\22bf16\22},\22attrs\22:{},\22epilogue\22:{\22steps\22:[{\22op\22:\22add\22,\22args\22:[{\22kind\22:\22const\22,\22index\22:0,\22axes\22:[],\22const\22:0.5},{\22kind\22:\22const\22,{{.*}}\22const\22:0.0}],\22to\22:\22\22}],\22result\22:-1},\22slice\22:0,\22macs\22:0,\22tile\22:0}"}
-// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:0,\22tensor\22:1,\22offsets\22:[0,0],\22sizes\22:[1,11]}"}
-// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:0,\22tensor\22:1,\22offsets\22:[5,0],\22sizes\22:[1,11]}"}
-// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:0,\22tensor\22:1,\22offsets\22:[1,0],\22sizes\22:[4,2]}"}
-// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:0,\22tensor\22:1,\22offsets\22:[1,10],\22sizes\22:[4,1]}"}
-// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0],\22sizes\22:[4,8],\22buffer\22:1}"}
-// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:1,\22tensor\22:1,\22offsets\22:[1,2],\22sizes\22:[4,8]}"}
+// CHECK-NEXT: "torq_nss.tensor"() {spec = {arg_index = 0 : i64, dtype = "bf16", host_dtype = "f32", index = 0 : i64, kind = "input", shape = [4, 8]}}
+// CHECK-NEXT: "torq_nss.tensor"() {spec = {arg_index = 0 : i64, dtype = "bf16", host_dtype = "f32", index = 1 : i64, kind = "output", shape = [6, 11]}}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = {id = 0 : i64, live_end = 4 : i64, live_start = 0 : i64, offset = 0 : i64, size = 22 : i64}}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = {id = 1 : i64, live_end = 6 : i64, live_start = 5 : i64, offset = 64 : i64, size = 64 : i64}}
+// CHECK-NEXT: "torq_nss.compute"() {spec = {attrs = [], epilogue = {result = -1 : i64, steps = [{args = [5.000000e-01, 0.000000e+00], op = "add"}]}, macs = 0 : i64, op = "elementwise", operands = [], result = {buffer = 0 : i64, dtype = "bf16", shape = [11]}, slice = 0 : i64, tile = 0 : i64}}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = {buffer = 0 : i64, offsets = [0, 0], sizes = [1, 11], tensor = 1 : i64}}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = {buffer = 0 : i64, offsets = [5, 0], sizes = [1, 11], tensor = 1 : i64}}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = {buffer = 0 : i64, offsets = [1, 0], sizes = [4, 2], tensor = 1 : i64}}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = {buffer = 0 : i64, offsets = [1, 10], sizes = [4, 1], tensor = 1 : i64}}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = {buffer = 1 : i64, offsets = [0, 0], sizes = [4, 8], tensor = 0 : i64}}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = {buffer = 1 : i64, offsets = [1, 2], sizes = [4, 8], tensor = 1 : i64}}
 // CHECK-NEXT: return
 func.func @pad(%a: tensor<4x8xbf16>) -> tensor<6x11xbf16> attributes {torq.host_arg_types = [tensor<4x8xf32>], torq.host_result_types = [tensor<6x11xf32>]} {
   %0 = "torq.pad"(%a) {low = array<i64: 1, 2>, high = array<i64: 1, 1>, value = 5.000000e-01 : bf16} : (tensor<4x8xbf16>) -> tensor<6x11xbf16>
@@ -37,12 +37,12 @@ func.func @pad(%a: tensor<4x8xbf16>) -> tensor<6x11xbf16> attributes {torq.host_
 // DMA-out box gets the box's offsets and its dropped unit dim.
 // CHECK-LABEL: func.func @in_place_copy()
 // CHECK-SAME: lram_peak = 64 : i64, name = "in_place_copy", tiles = 1 : i64}
-// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:0,\22kind\22:\22input\22,\22shape\22:[4,8],\22dtype\22:\22bf16\22,\22host_dtype\22:\22bf16\22,\22arg_index\22:0}"}
-// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:1,\22kind\22:\22output\22,\22shape\22:[1,4,16],\22dtype\22:\22bf16\22,\22host_dtype\22:\22bf16\22,\22arg_index\22:0,\22aliases\22:1}"}
-// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:2,\22kind\22:\22input\22,\22shape\22:[1,4,16],\22dtype\22:\22bf16\22,\22host_dtype\22:\22bf16\22,\22arg_index\22:1}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:0,\22offset\22:0,\22size\22:64,\22live_start\22:0,\22live_end\22:1}"}
-// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0],\22sizes\22:[4,8],\22buffer\22:0}"}
-// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:0,\22tensor\22:1,\22offsets\22:[0,0,8],\22sizes\22:[1,4,8]}"}
+// CHECK-NEXT: "torq_nss.tensor"() {spec = {arg_index = 0 : i64, dtype = "bf16", host_dtype = "bf16", index = 0 : i64, kind = "input", shape = [4, 8]}}
+// CHECK-NEXT: "torq_nss.tensor"() {spec = {aliases = 1 : i64, arg_index = 0 : i64, dtype = "bf16", host_dtype = "bf16", index = 1 : i64, kind = "output", shape = [1, 4, 16]}}
+// CHECK-NEXT: "torq_nss.tensor"() {spec = {arg_index = 1 : i64, dtype = "bf16", host_dtype = "bf16", index = 2 : i64, kind = "input", shape = [1, 4, 16]}}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = {id = 0 : i64, live_end = 1 : i64, live_start = 0 : i64, offset = 0 : i64, size = 64 : i64}}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = {buffer = 0 : i64, offsets = [0, 0], sizes = [4, 8], tensor = 0 : i64}}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = {buffer = 0 : i64, offsets = [0, 0, 8], sizes = [1, 4, 8], tensor = 1 : i64}}
 // CHECK-NEXT: return
 func.func @in_place_copy(%a: tensor<4x8xbf16>) -> tensor<4x8xbf16> attributes {torq.in_place_results = [{offsets = array<i64: 0, 0, 8>, result = 0 : i64, shape = array<i64: 1, 4, 16>, sizes = array<i64: 1, 4, 8>}]} {
   return %a : tensor<4x8xbf16>
@@ -54,18 +54,18 @@ func.func @in_place_copy(%a: tensor<4x8xbf16>) -> tensor<4x8xbf16> attributes {t
 // tile.
 // CHECK-LABEL: func.func @chunked_box_copy()
 // CHECK-SAME: lram_peak = 512 : i64, name = "chunked_box_copy", tiles = 4 : i64}
-// CHECK: "torq_nss.buffer"() {spec = "{\22id\22:0,\22offset\22:0,\22size\22:512,\22live_start\22:0,\22live_end\22:1}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:1,\22offset\22:512,\22size\22:512,\22live_start\22:2,\22live_end\22:3}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:2,\22offset\22:0,\22size\22:512,\22live_start\22:4,\22live_end\22:5}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:3,\22offset\22:512,\22size\22:512,\22live_start\22:6,\22live_end\22:7}"}
-// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[2,0,0],\22sizes\22:[1,16,16],\22buffer\22:0}"}
-// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:0,\22tensor\22:1,\22offsets\22:[0,0],\22sizes\22:[16,16]}"}
-// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[2,16,0],\22sizes\22:[1,16,16],\22buffer\22:1}"}
-// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:1,\22tensor\22:1,\22offsets\22:[16,0],\22sizes\22:[16,16]}"}
-// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[2,32,0],\22sizes\22:[1,16,16],\22buffer\22:2}"}
-// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:2,\22tensor\22:1,\22offsets\22:[32,0],\22sizes\22:[16,16]}"}
-// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[2,48,0],\22sizes\22:[1,16,16],\22buffer\22:3}"}
-// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:3,\22tensor\22:1,\22offsets\22:[48,0],\22sizes\22:[16,16]}"}
+// CHECK: "torq_nss.buffer"() {spec = {id = 0 : i64, live_end = 1 : i64, live_start = 0 : i64, offset = 0 : i64, size = 512 : i64}}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = {id = 1 : i64, live_end = 3 : i64, live_start = 2 : i64, offset = 512 : i64, size = 512 : i64}}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = {id = 2 : i64, live_end = 5 : i64, live_start = 4 : i64, offset = 0 : i64, size = 512 : i64}}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = {id = 3 : i64, live_end = 7 : i64, live_start = 6 : i64, offset = 512 : i64, size = 512 : i64}}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = {buffer = 0 : i64, offsets = [2, 0, 0], sizes = [1, 16, 16], tensor = 0 : i64}}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = {buffer = 0 : i64, offsets = [0, 0], sizes = [16, 16], tensor = 1 : i64}}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = {buffer = 1 : i64, offsets = [2, 16, 0], sizes = [1, 16, 16], tensor = 0 : i64}}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = {buffer = 1 : i64, offsets = [16, 0], sizes = [16, 16], tensor = 1 : i64}}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = {buffer = 2 : i64, offsets = [2, 32, 0], sizes = [1, 16, 16], tensor = 0 : i64}}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = {buffer = 2 : i64, offsets = [32, 0], sizes = [16, 16], tensor = 1 : i64}}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = {buffer = 3 : i64, offsets = [2, 48, 0], sizes = [1, 16, 16], tensor = 0 : i64}}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = {buffer = 3 : i64, offsets = [48, 0], sizes = [16, 16], tensor = 1 : i64}}
 // CHECK-NEXT: return
 func.func @chunked_box_copy(%a: tensor<3x64x16xbf16>) -> tensor<64x16xbf16> {
   %0 = tensor.extract_slice %a[2, 0, 0] [1, 64, 16] [1, 1, 1] : tensor<3x64x16xbf16> to tensor<64x16xbf16>

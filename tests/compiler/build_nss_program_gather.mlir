@@ -8,13 +8,13 @@
 // A gather that a compute of the same dispatch reads stays on the host, saying why:
 // RUN: sed 's/^  return %r : .*/  %n = arith.negf %r : tensor<16x576xf32>\n  return %n : tensor<16x576xf32>/' %s | not torq-opt - --pass-pipeline='builtin.module(torq-check-npu-support)' 2>&1 | FileCheck %s --check-prefix=READ
 //
-// CHECK: "torq_nss.tensor"() {spec = "{\22index\22:1,\22kind\22:\22input\22,\22shape\22:[16],\22dtype\22:\22i64\22,\22host_dtype\22:\22i64\22,\22arg_index\22:1}"}
-// CHECK: "torq_nss.dma_in"() {spec = "{\22tensor\22:1,\22offsets\22:[0],\22sizes\22:[2],\22buffer\22:0}"}
-// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0],\22sizes\22:[2,576],\22buffer\22:1,\22index_buffer\22:0,\22index_dtype\22:\22i64\22,\22index_bound\22:256}"}
-// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:1,\22tensor\22:2,\22offsets\22:[0,0],\22sizes\22:[2,576]}"}
-// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:1,\22offsets\22:[2],\22sizes\22:[2],\22buffer\22:2}"}
-// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0],\22sizes\22:[2,576],\22buffer\22:3,\22index_buffer\22:2,\22index_dtype\22:\22i64\22,\22index_bound\22:256}"}
-// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:3,\22tensor\22:2,\22offsets\22:[2,0],\22sizes\22:[2,576]}"}
+// CHECK: "torq_nss.tensor"() {spec = {arg_index = 1 : i64, dtype = "i64", host_dtype = "i64", index = 1 : i64, kind = "input", shape = [16]}}
+// CHECK: "torq_nss.dma_in"() {spec = {buffer = 0 : i64, offsets = [0], sizes = [2], tensor = 1 : i64}}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = {buffer = 1 : i64, index_bound = 256 : i64, index_buffer = 0 : i64, index_dtype = "i64", offsets = [0, 0], sizes = [2, 576], tensor = 0 : i64}}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = {buffer = 1 : i64, offsets = [0, 0], sizes = [2, 576], tensor = 2 : i64}}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = {buffer = 2 : i64, offsets = [2], sizes = [2], tensor = 1 : i64}}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = {buffer = 3 : i64, index_bound = 256 : i64, index_buffer = 2 : i64, index_dtype = "i64", offsets = [0, 0], sizes = [2, 576], tensor = 0 : i64}}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = {buffer = 3 : i64, offsets = [2, 0], sizes = [2, 576], tensor = 2 : i64}}
 // CHECK-COUNT-6: "torq_nss.dma_out"
 // CHECK-NOT: "torq_nss.dma_out"
 // READ: error: torq-check-npu-support: no NPU form: linalg.generic: a row gather (embedding lookup) that a compute of the same dispatch reads has no Torq form

@@ -8,9 +8,9 @@
 // A remainder by less than the loop range wraps the columns: no gather, the host keeps it.
 // RUN: sed 's/arith.remsi %j, %c16/arith.remsi %j, %c8/' %s | not torq-opt - --pass-pipeline='builtin.module(torq-unroll-index-dims,torq-check-npu-support)' 2>&1 | FileCheck %s --check-prefix=WRAP
 //
-// CHECK: "torq_nss.dma_in"() {spec = "{\22tensor\22:1,\22offsets\22:[],\22sizes\22:[],\22buffer\22:0}"}
-// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0],\22sizes\22:[1,16],\22buffer\22:1,\22index_buffer\22:0,\22index_dtype\22:\22i64\22,\22index_bound\22:16}"}
-// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:1,\22tensor\22:2,\22offsets\22:[0],\22sizes\22:[16]}"}
+// CHECK: "torq_nss.dma_in"() {spec = {buffer = 0 : i64, offsets = [], sizes = [], tensor = 1 : i64}}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = {buffer = 1 : i64, index_bound = 16 : i64, index_buffer = 0 : i64, index_dtype = "i64", offsets = [0, 0], sizes = [1, 16], tensor = 0 : i64}}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = {buffer = 1 : i64, offsets = [0], sizes = [16], tensor = 2 : i64}}
 // CHECK-NOT: "torq_nss.dma
 // WRAP: error: torq-check-npu-support: no NPU form: linalg.generic: 'linalg.index' in an elementwise body has no Torq lowering
 

@@ -10,15 +10,15 @@
 
 // CHECK-LABEL: func.func @row_at_position()
 // CHECK-SAME: name = "row_at_position", tiles = 1 : i64}
-// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:0,\22kind\22:\22input\22,\22shape\22:[2,3,8],\22dtype\22:\22bf16\22,\22host_dtype\22:\22bf16\22,\22arg_index\22:0}"}
-// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:1,\22kind\22:\22input\22,\22shape\22:[1],\22dtype\22:\22i32\22,\22host_dtype\22:\22i32\22,\22arg_index\22:1}"}
-// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:2,\22kind\22:\22output\22,\22shape\22:[2,3,16,8],\22dtype\22:\22bf16\22,\22host_dtype\22:\22bf16\22,\22arg_index\22:0,\22aliases\22:2}"}
-// CHECK-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:3,\22kind\22:\22input\22,\22shape\22:[2,3,16,8],\22dtype\22:\22bf16\22,\22host_dtype\22:\22bf16\22,\22arg_index\22:2}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:0,\22offset\22:0,\22size\22:4,\22live_start\22:0,\22live_end\22:2}"}
-// CHECK-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:1,\22offset\22:64,\22size\22:96,\22live_start\22:1,\22live_end\22:2}"}
-// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:1,\22offsets\22:[0],\22sizes\22:[1],\22buffer\22:0}"}
-// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0,0],\22sizes\22:[2,3,8],\22buffer\22:1}"}
-// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:1,\22tensor\22:2,\22offsets\22:[0,0,0,0],\22sizes\22:[2,3,1,8],\22index_buffer\22:0,\22index_dtype\22:\22i32\22,\22index_bound\22:16,\22index_dim\22:2}"}
+// CHECK-NEXT: "torq_nss.tensor"() {spec = {arg_index = 0 : i64, dtype = "bf16", host_dtype = "bf16", index = 0 : i64, kind = "input", shape = [2, 3, 8]}}
+// CHECK-NEXT: "torq_nss.tensor"() {spec = {arg_index = 1 : i64, dtype = "i32", host_dtype = "i32", index = 1 : i64, kind = "input", shape = [1]}}
+// CHECK-NEXT: "torq_nss.tensor"() {spec = {aliases = 2 : i64, arg_index = 0 : i64, dtype = "bf16", host_dtype = "bf16", index = 2 : i64, kind = "output", shape = [2, 3, 16, 8]}}
+// CHECK-NEXT: "torq_nss.tensor"() {spec = {arg_index = 2 : i64, dtype = "bf16", host_dtype = "bf16", index = 3 : i64, kind = "input", shape = [2, 3, 16, 8]}}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = {id = 0 : i64, live_end = 2 : i64, live_start = 0 : i64, offset = 0 : i64, size = 4 : i64}}
+// CHECK-NEXT: "torq_nss.buffer"() {spec = {id = 1 : i64, live_end = 2 : i64, live_start = 1 : i64, offset = 64 : i64, size = 96 : i64}}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = {buffer = 0 : i64, offsets = [0], sizes = [1], tensor = 1 : i64}}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = {buffer = 1 : i64, offsets = [0, 0, 0], sizes = [2, 3, 8], tensor = 0 : i64}}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = {buffer = 1 : i64, index_bound = 16 : i64, index_buffer = 0 : i64, index_dim = 2 : i64, index_dtype = "i32", offsets = [0, 0, 0, 0], sizes = [2, 3, 1, 8], tensor = 2 : i64}}
 // CHECK-NEXT: return
 func.func @row_at_position(%k: tensor<2x3x8xbf16>, %position: tensor<1xi32>) -> tensor<2x3x8xbf16> attributes {
     torq.in_place_results = [{index_dim = 2 : i64, index_input = 1 : i64, offsets = array<i64: 0, 0, 0, 0>,

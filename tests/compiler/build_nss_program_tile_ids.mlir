@@ -12,15 +12,15 @@
 
 // CHECK-LABEL: func.func @body_then_loop()
 // CHECK-SAME: tiles = 3 : i64}
-// CHECK: "torq_nss.tensor"() {spec = "{\22index\22:2,\22kind\22:\22scratch\22,\22shape\22:[4,16],
-// CHECK: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0],\22sizes\22:[4,16],
-// CHECK-NEXT: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:0,\22split\22:2}"}
-// CHECK-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:1,\22tensor\22:2,\22offsets\22:[0,0],\22sizes\22:[4,16]}"}
-// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:2,\22offsets\22:[0,0],\22sizes\22:[2,16],
-// CHECK-NEXT: "torq_nss.compute"() {{.*}}\22slice\22:0,\22macs\22:0,\22tile\22:1}"}
+// CHECK: "torq_nss.tensor"() {spec = {arg_index = {{.*}}, index = 2 : i64, kind = "scratch", shape = [4, 16]}}
+// CHECK: "torq_nss.dma_in"() {spec = {buffer = {{.*}}, offsets = [0, 0], sizes = [4, 16], tensor = 0 : i64}}
+// CHECK-NEXT: "torq_nss.compute"() {{.*}}macs = 0 : i64, {{.*}}slice = 0 : i64, split = 2 : i64, tile = 0 : i64}}
+// CHECK-NEXT: "torq_nss.dma_out"() {spec = {buffer = 1 : i64, offsets = [0, 0], sizes = [4, 16], tensor = 2 : i64}}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = {buffer = {{.*}}, offsets = [0, 0], sizes = [2, 16], tensor = 2 : i64}}
+// CHECK-NEXT: "torq_nss.compute"() {{.*}}macs = 0 : i64, {{.*}}slice = 0 : i64, tile = 1 : i64}}
 // CHECK-NEXT: "torq_nss.dma_out"()
-// CHECK-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:2,\22offsets\22:[2,0],\22sizes\22:[2,16],
-// CHECK-NEXT: "torq_nss.compute"() {{.*}}\22slice\22:1,\22macs\22:0,\22tile\22:2}"}
+// CHECK-NEXT: "torq_nss.dma_in"() {spec = {buffer = {{.*}}, offsets = [2, 0], sizes = [2, 16], tensor = 2 : i64}}
+// CHECK-NEXT: "torq_nss.compute"() {{.*}}macs = 0 : i64, {{.*}}slice = 1 : i64, tile = 2 : i64}}
 // CHECK-NEXT: "torq_nss.dma_out"()
 // CHECK-NEXT: return
 func.func @body_then_loop(%x: tensor<4x16xbf16>) -> tensor<4x16xbf16> attributes {torq.lram_end = 256 : i64, torq.lram_peak = 256 : i64} {

@@ -11,9 +11,9 @@
 // First row [1, 0, ..., 0], second [1, 1, 0, ...]:
 // CHECK: %[[M:.*]] = arith.constant dense<"0x0100000000000000000000000000000001010000
 // CHECK: return %[[M]] : tensor<256xi1>
-// NSS: "torq_nss.tensor"() {spec = "{\22index\22:1,\22kind\22:\22constant\22,\22shape\22:[256],\22dtype\22:\22i1\22
-// NSS: "torq_nss.dma_in"() {spec = "{\22tensor\22:1,\22offsets\22:[0],\22sizes\22:[256],\22buffer\22:0}"}
-// NSS-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:0,\22tensor\22:0,\22offsets\22:[0],\22sizes\22:[256]}"}
+// NSS: "torq_nss.tensor"() {spec = {arg_index = -1 : i64, dtype = "i1", host_dtype = "i1", index = 1 : i64, kind = "constant", shape = [256]}
+// NSS: "torq_nss.dma_in"() {spec = {buffer = 0 : i64, offsets = [0], sizes = [256], tensor = 1 : i64}}
+// NSS-NEXT: "torq_nss.dma_out"() {spec = {buffer = 0 : i64, offsets = [0], sizes = [256], tensor = 0 : i64}}
 // SIGNED-LABEL: func.func @signed()
 // (d - 3) / 2 and (d - 3) % 2 for d = 0..5: -1 -1 0 0 0 1 and -1 0 -1 0 1 0, summed:
 // SIGNED: arith.constant dense<[-2, -1, -1, 0, 1, 1]> : tensor<6xi32>

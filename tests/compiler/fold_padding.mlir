@@ -24,14 +24,14 @@
 // FOLD: %[[V:.*]] = "torq.pad"(%arg0) {high = array<i64: 0, 1, 1>, low = array<i64: 0, 1, 1>, value = 0.000000e+00 : bf16} : (tensor<8x16x16xbf16>) -> tensor<8x18x18xbf16>
 // FOLD: linalg.generic {{.*}} ins(%[[V]], %arg1 : tensor<8x18x18xbf16>, tensor<8x8x3x3xbf16>)
 // NSS-LABEL: func.func @conv_same()
-// NSS: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0,0],\22sizes\22:[8,5,16],
-// NSS: "torq_nss.compute"() {spec = "{\22op\22:\22conv2d\22,\22operands\22:[{{{.*}}\22shape\22:[8,5,16],{{.*}}\22result\22:{{{.*}}\22shape\22:[8,4,16],{{.*}}\22pad\22:[1,0,1,1],\22pad_value\22:0.0}
-// NSS: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,3,0],\22sizes\22:[8,6,16],
-// NSS: "torq_nss.compute"() {spec = "{\22op\22:\22conv2d\22,{{.*}}\22pad\22:[0,0,1,1],\22pad_value\22:0.0}
-// NSS: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,7,0],\22sizes\22:[8,6,16],
-// NSS: "torq_nss.compute"() {spec = "{\22op\22:\22conv2d\22,{{.*}}\22pad\22:[0,0,1,1],\22pad_value\22:0.0}
-// NSS: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,11,0],\22sizes\22:[8,5,16],
-// NSS: "torq_nss.compute"() {spec = "{\22op\22:\22conv2d\22,{{.*}}\22pad\22:[0,1,1,1],\22pad_value\22:0.0}
+// NSS: "torq_nss.dma_in"() {spec = {buffer = {{.*}}, offsets = [0, 0, 0], sizes = [8, 5, 16], tensor = 0 : i64}}
+// NSS: "torq_nss.compute"() {spec = {attrs = [{{.*}}["pad", [1, 0, 1, 1]], ["pad_value", 0.000000e+00]], {{.*}}op = "conv2d", operands = [{{.*}}shape = [8, 5, 16]}{{.*}}result = {{.*}}shape = [8, 4, 16]}
+// NSS: "torq_nss.dma_in"() {spec = {buffer = {{.*}}, offsets = [0, 3, 0], sizes = [8, 6, 16], tensor = 0 : i64}}
+// NSS: "torq_nss.compute"() {spec = {attrs = [{{.*}}["pad", [0, 0, 1, 1]], ["pad_value", 0.000000e+00]], {{.*}}op = "conv2d"
+// NSS: "torq_nss.dma_in"() {spec = {buffer = {{.*}}, offsets = [0, 7, 0], sizes = [8, 6, 16], tensor = 0 : i64}}
+// NSS: "torq_nss.compute"() {spec = {attrs = [{{.*}}["pad", [0, 0, 1, 1]], ["pad_value", 0.000000e+00]], {{.*}}op = "conv2d"
+// NSS: "torq_nss.dma_in"() {spec = {buffer = {{.*}}, offsets = [0, 11, 0], sizes = [8, 5, 16], tensor = 0 : i64}}
+// NSS: "torq_nss.compute"() {spec = {attrs = [{{.*}}["pad", [0, 1, 1, 1]], ["pad_value", 0.000000e+00]], {{.*}}op = "conv2d"
 // NSS-NOT: torq_nss.dma_in
 // NSS: return
 func.func @conv_same(%x: tensor<8x16x16xbf16>, %w: tensor<8x8x3x3xbf16>) -> tensor<8x16x16xbf16> {
@@ -52,13 +52,14 @@ func.func @conv_same(%x: tensor<8x16x16xbf16>, %w: tensor<8x8x3x3xbf16>) -> tens
   return %r : tensor<8x16x16xbf16>
 }
 
-// torch MaxPool2d(3, 2, padding=1) on 8x8: padded with -inf (pad_value).
+// torch MaxPool2d(3, 2, padding=1) on 8x8: padded with -inf (pad_value, printed as
+// 0xFFF0000000000000).
 // Untiled: one DMA of the whole 4x8x8 input, the op pads all four sides.
 // FOLD-LABEL: func.func @maxpool_pad
 // FOLD: "torq.pad"(%arg0) {high = array<i64: 0, 1, 1>, low = array<i64: 0, 1, 1>, value = 0xFF80 : bf16}
 // NSS-LABEL: func.func @maxpool_pad()
-// NSS: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0,0],\22sizes\22:[4,8,8],
-// NSS-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22maxpool2d\22,\22operands\22:[{{{.*}}\22shape\22:[4,8,8],{{.*}}\22result\22:{{{.*}}\22shape\22:[4,4,4],{{.*}}\22pad\22:[1,1,1,1],\22pad_value\22:-Infinity}
+// NSS: "torq_nss.dma_in"() {spec = {buffer = {{.*}}, offsets = [0, 0, 0], sizes = [4, 8, 8], tensor = 0 : i64}}
+// NSS-NEXT: "torq_nss.compute"() {spec = {attrs = [{{.*}}["pad", [1, 1, 1, 1]], ["pad_value", 0xFFF0000000000000 : f64]], {{.*}}op = "maxpool2d", operands = [{{.*}}shape = [4, 8, 8]}], result = {{.*}}shape = [4, 4, 4]}
 func.func @maxpool_pad(%x: tensor<4x8x8xbf16>) -> tensor<4x4x4xbf16> {
   %lo = arith.constant 0xFF80 : bf16
   %p = tensor.pad %x low[0, 1, 1] high[0, 1, 1] {

@@ -14,17 +14,17 @@
 // FOLD: return %[[V]]
 // NSS-LABEL: func.func @pad_result()
 // NSS-SAME: lram_peak = 24 : i64, name = "pad_result", tiles = 2 : i64}
-// NSS-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:0,\22kind\22:\22input\22,\22shape\22:[2,3,4],\22dtype\22:\22i8\22,\22host_dtype\22:\22i8\22,\22arg_index\22:0}"}
-// NSS-NEXT: "torq_nss.tensor"() {spec = "{\22index\22:1,\22kind\22:\22output\22,\22shape\22:[2,5,7],\22dtype\22:\22i8\22,\22host_dtype\22:\22i8\22,\22arg_index\22:0}"}
-// NSS-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:0,\22offset\22:0,\22size\22:14,\22live_start\22:0,\22live_end\22:4}"}
-// NSS-NEXT: "torq_nss.buffer"() {spec = "{\22id\22:1,\22offset\22:64,\22size\22:24,\22live_start\22:5,\22live_end\22:6}"}
-// NSS-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[],\22result\22:{\22buffer\22:0,\22shape\22:[14],\22dtype\22:\22i8\22},{{.*}}\22const\22:-5.0},{{.*}}\22macs\22:0,\22tile\22:0}"}
-// NSS-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:0,\22tensor\22:1,\22offsets\22:[0,0,0],\22sizes\22:[2,1,7]}"}
-// NSS-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:0,\22tensor\22:1,\22offsets\22:[0,4,0],\22sizes\22:[2,1,7]}"}
-// NSS-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:0,\22tensor\22:1,\22offsets\22:[0,1,0],\22sizes\22:[2,3,2]}"}
-// NSS-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:0,\22tensor\22:1,\22offsets\22:[0,1,6],\22sizes\22:[2,3,1]}"}
-// NSS-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0,0],\22sizes\22:[2,3,4],\22buffer\22:1}"}
-// NSS-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:1,\22tensor\22:1,\22offsets\22:[0,1,2],\22sizes\22:[2,3,4]}"}
+// NSS-NEXT: "torq_nss.tensor"() {spec = {arg_index = 0 : i64, dtype = "i8", host_dtype = "i8", index = 0 : i64, kind = "input", shape = [2, 3, 4]}}
+// NSS-NEXT: "torq_nss.tensor"() {spec = {arg_index = 0 : i64, dtype = "i8", host_dtype = "i8", index = 1 : i64, kind = "output", shape = [2, 5, 7]}}
+// NSS-NEXT: "torq_nss.buffer"() {spec = {id = 0 : i64, live_end = 4 : i64, live_start = 0 : i64, offset = 0 : i64, size = 14 : i64}}
+// NSS-NEXT: "torq_nss.buffer"() {spec = {id = 1 : i64, live_end = 6 : i64, live_start = 5 : i64, offset = 64 : i64, size = 24 : i64}}
+// NSS-NEXT: "torq_nss.compute"() {spec = {attrs = [], epilogue = {result = -1 : i64, steps = [{args = [-5.000000e+00, {{.*}}], op = "add"}]}, macs = 0 : i64, op = "elementwise", operands = [], result = {buffer = 0 : i64, dtype = "i8", shape = [14]}, {{.*}}tile = 0 : i64}}
+// NSS-NEXT: "torq_nss.dma_out"() {spec = {buffer = 0 : i64, offsets = [0, 0, 0], sizes = [2, 1, 7], tensor = 1 : i64}}
+// NSS-NEXT: "torq_nss.dma_out"() {spec = {buffer = 0 : i64, offsets = [0, 4, 0], sizes = [2, 1, 7], tensor = 1 : i64}}
+// NSS-NEXT: "torq_nss.dma_out"() {spec = {buffer = 0 : i64, offsets = [0, 1, 0], sizes = [2, 3, 2], tensor = 1 : i64}}
+// NSS-NEXT: "torq_nss.dma_out"() {spec = {buffer = 0 : i64, offsets = [0, 1, 6], sizes = [2, 3, 1], tensor = 1 : i64}}
+// NSS-NEXT: "torq_nss.dma_in"() {spec = {buffer = 1 : i64, offsets = [0, 0, 0], sizes = [2, 3, 4], tensor = 0 : i64}}
+// NSS-NEXT: "torq_nss.dma_out"() {spec = {buffer = 1 : i64, offsets = [0, 1, 2], sizes = [2, 3, 4], tensor = 1 : i64}}
 // NSS-NEXT: return
 func.func @pad_result(%x: tensor<2x3x4xi8>) -> tensor<2x5x7xi8> {
   %v = arith.constant -5 : i8

@@ -13,10 +13,10 @@
 // CHECK: %[[R:.*]] = "torq_hl.elementwise"(%arg0) {epilogue = {result = 0 : i64, steps = [{args = [{axes = [1], operand = 0 : i64}, 0.000000e+00, 0xFFF0000000000000 : f64, 0.000000e+00], op = "select_gt"}]}{{.*}} : (tensor<16xi1>) -> tensor<64x16xbf16>
 // CHECK: return %[[R]]
 // The mask is an i1 tensor of 16 bytes in DDR and LRAM.
-// NSS: "torq_nss.tensor"() {spec = "{\22index\22:0,\22kind\22:\22input\22,\22shape\22:[16],\22dtype\22:\22i1\22,\22host_dtype\22:\22i1\22,\22arg_index\22:0}"}
-// NSS: "torq_nss.buffer"() {spec = "{\22id\22:0,\22offset\22:{{[0-9]+}},\22size\22:16,
-// NSS: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0],\22sizes\22:[16],\22buffer\22:0}"}
-// NSS: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22,\22operands\22:[{\22buffer\22:0,\22shape\22:[16],\22dtype\22:\22i1\22}]
+// NSS: "torq_nss.tensor"() {spec = {arg_index = 0 : i64, dtype = "i1", host_dtype = "i1", index = 0 : i64, kind = "input", shape = [16]}}
+// NSS: "torq_nss.buffer"() {spec = {id = 0 : i64, {{.*}}offset = {{[0-9]+}} : i64, size = 16 : i64}}
+// NSS: "torq_nss.dma_in"() {spec = {buffer = 0 : i64, offsets = [0], sizes = [16], tensor = 0 : i64}}
+// NSS: "torq_nss.compute"() {spec = {{.*}}operands = [{buffer = 0 : i64, dtype = "i1", shape = [16]}]
 func.func @padding_mask(%m: tensor<16xi1>) -> tensor<64x16xf32> {
   %ninf = arith.constant 0xFF800000 : f32
   %zero = arith.constant 0.000000e+00 : f32

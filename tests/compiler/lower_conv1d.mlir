@@ -22,7 +22,7 @@ func.func @conv1d(%x: tensor<16x34xf32>, %w: tensor<8x16x3xf32>) -> tensor<8x16x
 }
 
 // --- padded
-// NSS: "torq_nss.compute"() {spec = "{\22op\22:\22conv2d\22,{{.*}}\22input_dims\22:\22CW\22,{{.*}}\22pad\22:[0,0,1,1]
+// NSS: "torq_nss.compute"() {spec = {attrs = [{{.*}}["input_dims", "CW"]{{.*}}["pad", [0, 0, 1, 1]]{{.*}}op = "conv2d"
 func.func @padded_conv1d(%x: tensor<16x32xf32>, %w: tensor<8x16x3xf32>) -> tensor<8x16xf32> {
   %zero = arith.constant 0.000000e+00 : f32
   %p = tensor.pad %x low[0, 1] high[0, 1] {

@@ -208,11 +208,11 @@ func.func @attention_pv(%qkv: tensor<3x1x2x8x4xbf16>, %p: tensor<2x8x8xbf16>) ->
 // tiles, every DMA-in of the q/k/v tensor (tensor 0) reads inside the v box:
 // offset 2 in dim 0, 0 in dim 1, sizes 1 and 1 there (dims 0, 1 dropped).
 // NSS-LABEL: func.func @attention_pv_tiled(
-// NSS-NOT: \22tensor\22:0,\22offsets\22:[{{[013-9]}}
-// NSS: torq_nss.dma_in{{.*}}\22tensor\22:0,\22offsets\22:[2,0,{{[0-9]+}},{{[0-9]+}},0],\22sizes\22:[1,1,{{[0-9]+}},{{[0-9]+}},8]
-// NSS: torq_nss.compute{{.*}}\22op\22:\22matmul\22
-// NSS: torq_nss.dma_in{{.*}}\22tensor\22:0,\22offsets\22:[2,0,{{[0-9]+}},{{[0-9]+}},0],\22sizes\22:[1,1,{{[0-9]+}},{{[0-9]+}},8]
-// NSS-NOT: \22tensor\22:0,\22offsets\22:[{{[013-9]}}
+// NSS-NOT: offsets = [{{[013-9]}}{{.*}}tensor = 0 : i64}
+// NSS: torq_nss.dma_in{{.*}}offsets = [2, 0, {{[0-9]+}}, {{[0-9]+}}, 0], sizes = [1, 1, {{[0-9]+}}, {{[0-9]+}}, 8], tensor = 0 : i64}
+// NSS: torq_nss.compute{{.*}}op = "matmul"
+// NSS: torq_nss.dma_in{{.*}}offsets = [2, 0, {{[0-9]+}}, {{[0-9]+}}, 0], sizes = [1, 1, {{[0-9]+}}, {{[0-9]+}}, 8], tensor = 0 : i64}
+// NSS-NOT: offsets = [{{[013-9]}}{{.*}}tensor = 0 : i64}
 // NSS: return
 #tbox = affine_map<(d0, d1, d2) -> (2, 0, d0, d1, d2)>
 #tid3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>

@@ -13,11 +13,11 @@
 // CHECK-NOT: cf.assert
 // CHECK-NOT: tensor.extract
 // CHECK: arith.addf
-// NSS: "torq_nss.dma_in"() {spec = "{\22tensor\22:1,\22offsets\22:[0],\22sizes\22:[6],\22buffer\22:[[I:[0-9]+]]}"}
-// NSS-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0],\22sizes\22:[6,128],\22buffer\22:{{[0-9]+}},\22index_buffer\22:[[I]],\22index_dtype\22:\22i64\22,\22index_bound\22:1000}"}
-// NSS-NEXT: "torq_nss.compute"() {spec = "{\22op\22:\22elementwise\22
-// NSS: "torq_nss.dma_in"() {spec = "{\22tensor\22:1,\22offsets\22:[12],\22sizes\22:[4],\22buffer\22:[[J:[0-9]+]]}"}
-// NSS-NEXT: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0],\22sizes\22:[4,128],\22buffer\22:{{[0-9]+}},\22index_buffer\22:[[J]],\22index_dtype\22:\22i64\22,\22index_bound\22:1000}"}
+// NSS: "torq_nss.dma_in"() {spec = {buffer = [[I:[0-9]+]] : i64, offsets = [0], sizes = [6], tensor = 1 : i64}}
+// NSS-NEXT: "torq_nss.dma_in"() {spec = {buffer = {{[0-9]+}} : i64, index_bound = 1000 : i64, index_buffer = [[I]] : i64, index_dtype = "i64", offsets = [0, 0], sizes = [6, 128], tensor = 0 : i64}}
+// NSS-NEXT: "torq_nss.compute"() {spec = {{.*}}op = "elementwise"
+// NSS: "torq_nss.dma_in"() {spec = {buffer = [[J:[0-9]+]] : i64, offsets = [12], sizes = [4], tensor = 1 : i64}}
+// NSS-NEXT: "torq_nss.dma_in"() {spec = {buffer = {{[0-9]+}} : i64, index_bound = 1000 : i64, index_buffer = [[J]] : i64, index_dtype = "i64", offsets = [0, 0], sizes = [4, 128], tensor = 0 : i64}}
 
 func.func @embed_add(%arg0: tensor<1000x128xf32>, %arg1: tensor<16xi64>, %arg2: tensor<16x128xf32>) -> tensor<16x128xf32> attributes {torq.dispatch} {
   %c1000 = arith.constant 1000 : index

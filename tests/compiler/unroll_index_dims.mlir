@@ -20,12 +20,12 @@
 // CHECK: %[[R1:.*]] = tensor.insert_slice %[[COPY]] into %[[R0]][0, 0, 1, 0] [4, 8, 1, 8]
 // CHECK: return %[[R1]]
 //
-// NSS: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0,1,0],\22sizes\22:[9,8,1,32],\22buffer\22:0}"}
-// NSS: "torq_nss.dma_out"() {spec = "{\22buffer\22:1,\22tensor\22:1,\22offsets\22:[0,0,0,0],\22sizes\22:[9,8,1,32]}"}
-// NSS: "torq_nss.dma_out"() {spec = "{\22buffer\22:{{[0-9]+}},\22tensor\22:1,\22offsets\22:[0,120,0,0],\22sizes\22:[9,8,1,32]}"}
-// NSS: "torq_nss.dma_in"() {spec = "{\22tensor\22:0,\22offsets\22:[0,0,0,0],\22sizes\22:[1,128,1,32],\22buffer\22:[[B:[0-9]+]]}"}
-// NSS-NEXT: "torq_nss.dma_out"() {spec = "{\22buffer\22:[[B]],\22tensor\22:1,\22offsets\22:[0,0,1,0],\22sizes\22:[1,128,1,32]}"}
-// NSS: "torq_nss.dma_out"() {spec = "{\22buffer\22:{{[0-9]+}},\22tensor\22:1,\22offsets\22:[8,0,1,0],\22sizes\22:[1,128,1,32]}"}
+// NSS: "torq_nss.dma_in"() {spec = {buffer = 0 : i64, offsets = [0, 0, 1, 0], sizes = [9, 8, 1, 32], tensor = 0 : i64}}
+// NSS: "torq_nss.dma_out"() {spec = {buffer = 1 : i64, offsets = [0, 0, 0, 0], sizes = [9, 8, 1, 32], tensor = 1 : i64}}
+// NSS: "torq_nss.dma_out"() {spec = {buffer = {{[0-9]+}} : i64, offsets = [0, 120, 0, 0], sizes = [9, 8, 1, 32], tensor = 1 : i64}}
+// NSS: "torq_nss.dma_in"() {spec = {buffer = [[B:[0-9]+]] : i64, offsets = [0, 0, 0, 0], sizes = [1, 128, 1, 32], tensor = 0 : i64}}
+// NSS-NEXT: "torq_nss.dma_out"() {spec = {buffer = [[B]] : i64, offsets = [0, 0, 1, 0], sizes = [1, 128, 1, 32], tensor = 1 : i64}}
+// NSS: "torq_nss.dma_out"() {spec = {buffer = {{[0-9]+}} : i64, offsets = [8, 0, 1, 0], sizes = [1, 128, 1, 32], tensor = 1 : i64}}
 
 func.func @rotate_half(%arg0: tensor<4x8x2x8xf32>) -> tensor<4x8x2x8xf32> attributes {torq.dispatch} {
   %c1 = arith.constant 1 : index
