@@ -49,10 +49,11 @@ def lowered_footprint(func: ir.Operation | None, options: PassOptions) -> int:
     return UNREPRESENTABLE if func is None else lram_footprint(func, options)
 
 
-def lowered_program(func: ir.Operation, options: PassOptions) -> Program:
-    """The NSS program a lowered tiling becomes (assigns its LRAM addresses)."""
+def lowered_program(func: ir.Operation, options: PassOptions, dma_limit: int | None = None) -> Program:
+    """The NSS program a lowered tiling becomes (assigns its LRAM addresses); with `dma_limit`,
+    raises build_nss_program.DmaLimitExceeded once its DMAs move more bytes than that."""
     assign_function(func, options)
-    return build_program(func, options)[0]
+    return build_program(func, options, dma_limit)[0]
 
 
 def program_cost(program: Program, options: PassOptions) -> tuple[Traffic, int]:

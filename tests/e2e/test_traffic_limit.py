@@ -1,0 +1,65 @@
+"""Super tiling prices the candidates it compares by DDR traffic only against the least so
+far (compiler/tiling/search.py `_least_traffic_first`): a candidate's program is built
+until its DMAs move more bytes than that (build_nss_program's `dma_limit`) and no
+further. Left out, it moves more than a kept one, so the choice is the one pricing every
+candidate in full makes: the same executable and tiling records with and without the limit."""
+
+import io
+import os
+import sys
+
+import pytest
+
+import torq
+from torq.compiler.passes import build_nss_program
+from torq.compiler.tiling import search
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
+from models import make_bert_encoder_layer  # noqa: E402
+from run_model import export_mlir  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def layer() -> str:
+    # A BERT-style layer at 32 KiB of LRAM: its matmuls tile in 2-D or along K, with
+    # several candidates priced by traffic.
+    model, x = make_bert_encoder_layer(seq=32, hidden=256, heads=4, ffn=1024, layers=1)
+    return export_mlir(model, x)
+
+
+def _compile(mlir: str, monkeypatch, limit: bool, dump: str) -> tuple[bytes, list[dict], int]:
+    """(.vmfb, tiling records, candidates stopped at the limit) of an in-process compile."""
+    search._CHOICES.clear()
+    stopped = []
+    real_build = build_nss_program.build_program
+
+    def build(func, options, dma_limit=None):
+        try:
+            return real_build(func, options, dma_limit if limit else None)
+        except build_nss_program.DmaLimitExceeded:
+            stopped.append(1)
+            raise
+    monkeypatch.setattr(search, "lowered_program", _lowered_program_with(build))
+    cm = torq.compile(mlir, remarks=io.StringIO(),
+                      flags=("--torq-no-cache", "--torq-jobs=1", "--torq-hw=SL2610:lram_kb=32",
+                             f"--torq-dump-tiling={dump}"))
+    records = [r for dispatch in cm.report.tiling for r in dispatch["roots"]]
+    return cm.vmfb, records, len(stopped)
+
+
+def _lowered_program_with(build):
+    from torq.compiler.passes.assign_lram_addresses import assign_function
+
+    def lowered_program(func, options, dma_limit=None):
+        assign_function(func, options)
+        return build(func, options, dma_limit)[0]
+    return lowered_program
+
+
+def test_limit_changes_no_choice(layer, monkeypatch, tmp_path):
+    vmfb, records, stopped = _compile(layer, monkeypatch, True, str(tmp_path / "limit.json"))
+    full, full_records, none_stopped = _compile(layer, monkeypatch, False, str(tmp_path / "full.json"))
+    assert stopped > 0, "no candidate was stopped at the limit: the test checks nothing"
+    assert none_stopped == 0
+    assert vmfb == full
+    assert records == full_records
