@@ -97,6 +97,7 @@ from ..ir_utils import CompileError, element_type, int_array, mlir_dtype, record
 from ..lram_allocator import align
 from ..nss_compute_facts import ComputeFacts
 from ..nss_copies import COPY_BODY, is_copy, write_copy
+from ..nss_dma_limit import DmaTally
 from ..nss_gathers import gather_operand, write_gather
 from ..nss_index import index_value
 from ..nss_ir import program_to_function
@@ -554,38 +555,13 @@ def _destinations(v: ir.Value) -> list[ir.Value]:
     return chain
 
 
-class DmaLimitExceeded(Exception):
-    """`build_program` stopped: the program's DMAs move more than its `dma_limit` bytes."""
-
-    def __init__(self, moved: int):
-        super().__init__(f"DMAs move more than the limit ({moved} bytes so far)")
-        self.moved = moved
-
-
-class _DmaTally(list):
-    """A builder's command list that counts the bytes its DMAs move as they are appended
-    (as contract.measures.program_traffic counts them: later passes over the commands move
-    boxes, never resize them) and raises DmaLimitExceeded past `limit`."""
-
-    def __init__(self, builder: NssBuilder, limit: int):
-        super().__init__()
-        self.builder, self.limit, self.moved = builder, limit, 0
-
-    def append(self, command) -> None:
-        super().append(command)
-        if isinstance(command, (DmaIn, DmaOut)):
-            self.moved += math.prod(command.sizes) * DTYPE_BYTES[self.builder.tensors[command.tensor].dtype]
-            if self.moved > self.limit:
-                raise DmaLimitExceeded(self.moved)
-
-
 def build_program(func: ir.Operation, options: PassOptions, dma_limit: int | None = None) -> tuple[Program, dict]:
     """The NSS program of `func` and its slice distribution summary (see module docstring).
     With `dma_limit`, raises DmaLimitExceeded as soon as its DMAs move more bytes than that:
     super tiling's search prices a candidate only against the best so far."""
     b = NssBuilder(func, options)
     if dma_limit is not None:
-        b.commands = _DmaTally(b, dma_limit)
+        b.commands = DmaTally(b.tensors, dma_limit)
     b.run_block(func.regions[0].blocks[0])
     first_copy_buffer = len(b.buffers)
     index_buffers = b.load_scatter_indices()

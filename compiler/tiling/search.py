@@ -21,8 +21,8 @@ from torq.contract.program import Program
 
 from ..ir_text import structure_text
 from ..ir_utils import CompileError, element_type, mlir_dtype, static_shape, walk_ops
+from ..nss_dma_limit import DmaLimitExceeded
 from ..passes import PassOptions
-from ..passes.build_nss_program import DmaLimitExceeded
 from ..patterns import Unsupported
 from ..vector_layout import padded, value_roles, vector_dim, vector_width
 from .cost import lowered_footprint, lowered_program, lowered_tiling, program_cost

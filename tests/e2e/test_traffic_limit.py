@@ -11,6 +11,7 @@ import sys
 import pytest
 
 import torq
+from torq.compiler import nss_dma_limit
 from torq.compiler.passes import build_nss_program
 from torq.compiler.tiling import search
 
@@ -36,7 +37,7 @@ def _compile(mlir: str, monkeypatch, limit: bool, dump: str) -> tuple[bytes, lis
     def build(func, options, dma_limit=None):
         try:
             return real_build(func, options, dma_limit if limit else None)
-        except build_nss_program.DmaLimitExceeded:
+        except nss_dma_limit.DmaLimitExceeded:
             stopped.append(1)
             raise
     monkeypatch.setattr(search, "lowered_program", _lowered_program_with(build))
