@@ -270,27 +270,42 @@ def _plan(op: ir.Operation, known: Known, host, mode: RequantMode) -> _Plan | No
     if later.stages and later.channels.dims not in ((), chan):
         raise NotExact("the steps after stage 1 vary along another dim than stage 1")
     sum_error = _f32_sum_error(con)
-    values = [vals for vals, _, _ in channels]
-    if res_split is None:
-        downstream = following("what follows the rescale", result, host, values,
-                               [o for o in final_ops if o not in ops], final_result, later.stages, later.table)
-    else:  # through the steps after stage 1 to the int8 value added, then the add
-        downstream = following("what follows the rescale", result, host, values,
-                               [o for o in res_split.stage1 if o not in ops], res_split.q1, later.stages,
-                               tail=PairTail(sum_fit.rescale, res_split.variants, first=True))
+    downstream = _downstream(result, host, [vals for vals, _, _ in channels], ops, final_ops, final_result, later,
+                             res_split, sum_fit)
     fits = fit_channels(Chain(ops, result, acc_v, host), channels, chan, kind, mode, sum_error, downstream)
     res_fits = _residual_fits(res_split, block.arguments[residual] if residual >= 0 else None, channels, chan,
                               kind, host, mode)
+    summary = _plan_summary(kind, fits, sum_fit, later, res_fits, sum_error, channels, mode)
+    return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary,
+                 residual, sum_fit.rescale if sum_fit else None, later.table,
+                 [x.rescale for x in res_fits] if res_fits else None,
+                 rest_stages=later.stages, rest_leaf=result if later.stages else None, correction=corr)
+
+
+def _downstream(result: ir.Value, host, values: list, ops: list, final_ops: list, final_result: ir.Value,
+                later: _LaterStages, res_split, sum_fit):
+    """What the rescale's level becomes at the requantization's result (requant_compose):
+    through the steps after stage 1 to the result, or, with a residual add, to the int8
+    value added and then the add."""
+    if res_split is None:
+        return following("what follows the rescale", result, host, values, [o for o in final_ops if o not in ops],
+                         final_result, later.stages, later.table)
+    return following("what follows the rescale", result, host, values,
+                     [o for o in res_split.stage1 if o not in ops], res_split.q1, later.stages,
+                     tail=PairTail(sum_fit.rescale, res_split.variants, first=True))
+
+
+def _plan_summary(kind: str, fits: list, sum_fit, later: _LaterStages, res_fits: list | None, sum_error: float,
+                  channels: list, mode: RequantMode) -> RequantSummary:
+    """The requantization's summary for the compile report: its fits, what their levels one off
+    become at the result, the f32 rounding counted, the later stages."""
     summary = _summary(kind, fits, sum_fit, later.table, res_fits)
     summary.composition = Composition.of_fits(fits + (res_fits or []))
     if sum_error:
         _count_f32_rounding(summary, fits, channels, mode)
     if later.stages:
         summary.rest = RequantSummary.of_stages("rest", later.stages)
-    return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary,
-                 residual, sum_fit.rescale if sum_fit else None, later.table,
-                 [x.rescale for x in res_fits] if res_fits else None,
-                 rest_stages=later.stages, rest_leaf=result if later.stages else None, correction=corr)
+    return summary
 
 
 def _f32_sum_error(con: ir.Operation) -> float:
