@@ -5,25 +5,9 @@ alone, so two layers that differ in their weights must compile to the same bytes
 with and without the memo, and the second layer must not be searched again."""
 
 import io
-import os
-import sys
-
-import pytest
 
 import torq
 from torq.compiler.tiling import search
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
-from models import make_bert_encoder_layer  # noqa: E402
-from run_model import export_mlir  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def two_layers() -> str:
-    # Two BERT-style layers (hidden 256, FFN 1024, 32 tokens) whose weights differ, at
-    # 64 KiB of LRAM so that their matmuls need tiling (a search with several candidates).
-    model, x = make_bert_encoder_layer(seq=32, hidden=256, heads=4, ffn=1024, layers=2)
-    return export_mlir(model, x)
 
 
 def _compile(mlir: str, monkeypatch, memo: bool, dump: str) -> tuple[bytes, list[dict], int]:
@@ -41,9 +25,10 @@ def _compile(mlir: str, monkeypatch, memo: bool, dump: str) -> tuple[bytes, list
     return cm.vmfb, records, len(runs)
 
 
-def test_layers_searched_once_and_compiled_alike(two_layers, monkeypatch, tmp_path):
-    vmfb, records, searches = _compile(two_layers, monkeypatch, True, str(tmp_path / "memo.json"))
-    fresh, fresh_records, fresh_searches = _compile(two_layers, monkeypatch, False, str(tmp_path / "fresh.json"))
+def test_layers_searched_once_and_compiled_alike(two_bert_layers, monkeypatch, tmp_path):
+    # At 64 KiB of LRAM (conftest.two_bert_layers), so that their matmuls need tiling.
+    vmfb, records, searches = _compile(two_bert_layers, monkeypatch, True, str(tmp_path / "memo.json"))
+    fresh, fresh_records, fresh_searches = _compile(two_bert_layers, monkeypatch, False, str(tmp_path / "fresh.json"))
     assert vmfb == fresh
     # The second layer's roots take the first layer's choices: at most about half are searched.
     assert fresh_searches >= 2 * (searches - 1), (searches, fresh_searches)

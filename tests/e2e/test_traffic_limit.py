@@ -5,27 +5,11 @@ further. Left out, it moves more than a kept one, so the choice is the one prici
 candidate in full makes: the same executable and tiling records with and without the limit."""
 
 import io
-import os
-import sys
-
-import pytest
 
 import torq
 from torq.compiler import nss_dma_limit
 from torq.compiler.passes import build_nss_program
 from torq.compiler.tiling import search
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
-from models import make_bert_encoder_layer  # noqa: E402
-from run_model import export_mlir  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def layer() -> str:
-    # A BERT-style layer at 32 KiB of LRAM: its matmuls tile in 2-D or along K, with
-    # several candidates priced by traffic.
-    model, x = make_bert_encoder_layer(seq=32, hidden=256, heads=4, ffn=1024, layers=1)
-    return export_mlir(model, x)
 
 
 def _compile(mlir: str, monkeypatch, limit: bool, dump: str) -> tuple[bytes, list[dict], int]:
@@ -57,9 +41,10 @@ def _lowered_program_with(build):
     return lowered_program
 
 
-def test_limit_changes_no_choice(layer, monkeypatch, tmp_path):
-    vmfb, records, stopped = _compile(layer, monkeypatch, True, str(tmp_path / "limit.json"))
-    full, full_records, none_stopped = _compile(layer, monkeypatch, False, str(tmp_path / "full.json"))
+def test_limit_changes_no_choice(two_bert_layers, monkeypatch, tmp_path):
+    # At 32 KiB of LRAM the layers' matmuls tile in 2-D or along K, several candidates priced by traffic.
+    vmfb, records, stopped = _compile(two_bert_layers, monkeypatch, True, str(tmp_path / "limit.json"))
+    full, full_records, none_stopped = _compile(two_bert_layers, monkeypatch, False, str(tmp_path / "full.json"))
     assert stopped > 0, "no candidate was stopped at the limit: the test checks nothing"
     assert none_stopped == 0
     assert vmfb == full
