@@ -5,17 +5,12 @@ program only as far as it can still beat the best so far (tiling/search.py
 
 from __future__ import annotations
 
-import math
-
-from torq.contract.program import DTYPE_BYTES, DmaIn, DmaOut, TensorDesc
+from torq.contract.measures import dma_bytes
+from torq.contract.program import DmaIn, DmaOut, TensorDesc
 
 
 class DmaLimitExceeded(Exception):
     """`build_program` stopped: the program's DMAs move more than its `dma_limit` bytes."""
-
-    def __init__(self, moved: int):
-        super().__init__(f"DMAs move more than the limit ({moved} bytes so far)")
-        self.moved = moved
 
 
 class DmaTally(list):
@@ -30,6 +25,6 @@ class DmaTally(list):
     def append(self, command) -> None:
         super().append(command)
         if isinstance(command, (DmaIn, DmaOut)):
-            self.moved += math.prod(command.sizes) * DTYPE_BYTES[self.tensors[command.tensor].dtype]
+            self.moved += dma_bytes(command, self.tensors[command.tensor].dtype)
             if self.moved > self.limit:
-                raise DmaLimitExceeded(self.moved)
+                raise DmaLimitExceeded(f"DMAs move more than the limit ({self.moved} bytes so far)")

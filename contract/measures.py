@@ -32,12 +32,17 @@ class Traffic:
         return self.dma_bytes / self.compulsory_bytes if self.compulsory_bytes else 1.0
 
 
+def dma_bytes(c: DmaIn | DmaOut, dtype: str) -> int:
+    """DDR bytes DMA command `c` moves, its box of a tensor of `dtype` (a gather's or scatter's rows too)."""
+    return math.prod(c.sizes) * DTYPE_BYTES[dtype]
+
+
 def program_traffic(p: Program) -> Traffic:
     dtype = {t.index: t.dtype for t in p.tensors}
     moved = {DmaIn: 0, DmaOut: 0}
     for c in p.commands:
         if isinstance(c, (DmaIn, DmaOut)):
-            moved[type(c)] += math.prod(c.sizes) * DTYPE_BYTES[dtype[c.tensor]]
+            moved[type(c)] += dma_bytes(c, dtype[c.tensor])
     return Traffic(moved[DmaIn], moved[DmaOut], compulsory_bytes(p))
 
 
