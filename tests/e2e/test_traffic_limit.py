@@ -8,15 +8,14 @@ import io
 
 import torq
 from torq.compiler import nss_dma_limit
-from torq.compiler.passes import build_nss_program
-from torq.compiler.tiling import search
+from torq.compiler.tiling import cost, search
 
 
 def _compile(mlir: str, monkeypatch, limit: bool, dump: str) -> tuple[bytes, list[dict], int]:
     """(.vmfb, tiling records, candidates stopped at the limit) of an in-process compile."""
     search._CHOICES.clear()
     stopped = []
-    real_build = build_nss_program.build_program
+    real_build = cost.build_program
 
     def build(func, options, dma_limit=None):
         try:
@@ -24,21 +23,12 @@ def _compile(mlir: str, monkeypatch, limit: bool, dump: str) -> tuple[bytes, lis
         except nss_dma_limit.DmaLimitExceeded:
             stopped.append(1)
             raise
-    monkeypatch.setattr(search, "lowered_program", _lowered_program_with(build))
+    monkeypatch.setattr(cost, "build_program", build)  # what the cost oracle's lowered_program calls
     cm = torq.compile(mlir, remarks=io.StringIO(),
                       flags=("--torq-no-cache", "--torq-jobs=1", "--torq-hw=SL2610:lram_kb=32",
                              f"--torq-dump-tiling={dump}"))
     records = [r for dispatch in cm.report.tiling for r in dispatch["roots"]]
     return cm.vmfb, records, len(stopped)
-
-
-def _lowered_program_with(build):
-    from torq.compiler.passes.assign_lram_addresses import assign_function
-
-    def lowered_program(func, options, dma_limit=None):
-        assign_function(func, options)
-        return build(func, options, dma_limit)[0]
-    return lowered_program
 
 
 def test_limit_changes_no_choice(two_bert_layers, monkeypatch, tmp_path):
