@@ -13,7 +13,6 @@ cannot evaluate faithfully.
 from __future__ import annotations
 
 import copy
-import functools
 import re
 from dataclasses import dataclass
 
@@ -129,6 +128,16 @@ def _neg(d: int | None) -> int | None:
     return None if d is None else -d
 
 
+def _erf(x):
+    """scipy's vectorised f64 erf: 30x math.erf under np.vectorize (a GELU chain evaluates it on
+    every accumulator value of every channel); the two differ by a few f64 ulps, and on 5M
+    sampled f32 inputs in [-6, 6] not once after rounding to f32. Imported at first use: a
+    compile without a GELU chain does not pay for scipy.special."""
+    from scipy.special import erf
+
+    return erf(x)
+
+
 _FLOAT_BIN = {"arith.addf": np.add, "arith.subf": np.subtract, "arith.mulf": np.multiply,
               "arith.divf": np.divide}
 _MAXMIN = {"arith.maxnumf": np.fmax, "arith.minnumf": np.fmin, "arith.maximumf": np.maximum,
@@ -139,17 +148,7 @@ _MAXMIN = {"arith.maxnumf": np.fmax, "arith.minnumf": np.fmin, "arith.maximumf":
 # evaluates the chain again with their results moved by `Chain.ulps`. Direction: +1 / -1.
 _TRANSCENDENTAL = {"math.exp": (np.exp, 1), "math.tanh": (np.tanh, 1), "math.log": (np.log, 1),
                    "math.sqrt": (np.sqrt, 1), "math.rsqrt": (lambda x: 1.0 / np.sqrt(x), -1),
-                   "math.erf": (lambda x: _erf()(x), 1)}
-
-
-@functools.cache
-def _erf():
-    """scipy's vectorised f64 erf: 30x math.erf under np.vectorize (a GELU chain evaluates it on
-    every accumulator value of every channel); the two differ by a few f64 ulps, and on 5M
-    sampled f32 inputs in [-6, 6] not once after rounding to f32."""
-    from scipy.special import erf
-
-    return erf
+                   "math.erf": (_erf, 1)}
 _ROUND = {"math.roundeven": np.rint, "math.floor": np.floor, "math.ceil": np.ceil, "math.trunc": np.trunc}
 _CMPF = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult", "ule",
          "une", "uno", "true"]

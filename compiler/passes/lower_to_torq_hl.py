@@ -92,11 +92,8 @@ def rewrite_group(match: Match) -> ir.Operation:
         if match.gather is not None:
             for i, c in match.gather.consts.items():  # further results: scalar constants
                 r = match.principal.results[i]
-                const = ir.Operation.create(
-                    OPS["elementwise"].mlir_name, results=[r.type], operands=[],
-                    attributes={"epilogue": epilogue_attr(Epilogue(
-                        [EpilogueStep("add", [Ref("const", const=c), Ref("const", const=0.0)])], 0)),
-                        "macs": _attr(0)})
+                const = _elementwise([], Epilogue([EpilogueStep("add", [Ref("const", const=c),
+                                                                        Ref("const", const=0.0)])], 0), r.type)
                 r.replace_all_uses_with(const.results[0])
     match.bottom.results[0].replace_all_uses_with(new.results[0])
     # Erase users before producers. An accumulator fill CSE made common to
