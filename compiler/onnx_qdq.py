@@ -27,11 +27,14 @@ rewrites here remove the pair where the int8 op computes the same bits.
 
 - A MatMul of rank >= 3 activations by a 2-D matrix whose activation
   dequantize has other readers too (a Linear whose input also feeds a
-  residual add, as in every transformer layer) reads its own dequantize of
-  the int8 tensor reshaped to 2-D, and its result is reshaped back. IREE
-  turns a contraction of dequantized operands into integer math only when
-  the contraction reads the dequantize directly; with other readers the
-  unit batch dim is folded into an expand_shape between the two and the
+  residual add, as in every transformer layer), or whose rows span more
+  than one dim that is not 1 (a Linear on a channels-last feature map,
+  (1, H, W, C), as in ConvNeXt), reads its own dequantize of the int8
+  tensor reshaped to 2-D, and its result is reshaped back. IREE turns a
+  contraction of dequantized operands into integer math only when the
+  contraction reads the dequantize directly; with other readers the unit
+  batch dim is folded into an expand_shape between the two, and rows over
+  several dims are collapsed by a collapse_shape between them, and the
   matmul stays f32 (a host dispatch). Exact: a reshape commutes with a
   per-tensor dequantize and only regroups the matmul's rows.
 
@@ -221,8 +224,9 @@ def _shapes(model) -> dict[str, list[int | None]]:
 
 
 def _flatten_shared_matmul_inputs(model) -> int:
-    """MatMuls whose rank >= 3 dequantized input has other readers read a 2-D reshape of the int8
-    tensor through their own dequantize (module docstring). Returns the number rewritten."""
+    """MatMuls whose rank >= 3 dequantized input has other readers, or rows over several dims,
+    read a 2-D reshape of the int8 tensor through their own dequantize (module docstring).
+    Returns the number rewritten."""
     from onnx import helper, numpy_helper
     nodes = list(model.graph.node)
     producer = {o: n for n in nodes for o in n.output}
@@ -234,14 +238,15 @@ def _flatten_shared_matmul_inputs(model) -> int:
     done = 0
     for mm in nodes:
         dq = producer.get(mm.input[0]) if mm.op_type == "MatMul" else None
-        if dq is None or dq.op_type != "DequantizeLinear" or readers[mm.input[0]] < 2 or \
-                _quant_params(model, dq) is None:
+        if dq is None or dq.op_type != "DequantizeLinear" or _quant_params(model, dq) is None:
             continue
         shapes = _shapes(model) if shapes is None else shapes
         a, b, y = (shapes.get(t) for t in (mm.input[0], mm.input[1], mm.output[0]))
         # Rank >= 3 by a static matrix; one symbolic dim of the product at most (Reshape's -1).
         if a is None or b is None or y is None or len(a) < 3 or len(b) != 2 or None in b or y.count(None) > 1:
             continue
+        if readers[mm.input[0]] < 2 and sum(d != 1 for d in a[:-1]) < 2:
+            continue  # IREE reads the dequantize directly: its rows are one dim
         base = mm.name or mm.output[0]
         names = {k: f"{base}_flat_{k}" for k in ("rows_shape", "shape", "int8", "input", "product")}
         model.graph.initializer.extend([

@@ -286,3 +286,30 @@ def test_shared_matmul_input_with_a_symbolic_batch_is_flattened():
         x = rng.integers(-128, 128, (batch, 16, 64)).astype(np.int8)
         run = lambda m: onnxruntime.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]  # noqa: E731
         assert np.array_equal(run(written), run(rewritten))
+
+
+def test_matmul_rows_over_two_dims_are_flattened():
+    """A Linear on a channels-last map (1, H, W, C) reads a 2-D reshape of its int8 input even
+    with no other reader (IREE would collapse H and W between the dequantize and the matmul);
+    rows over one dim are left as written. onnxruntime gives the same bits."""
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    wq = rng.integers(-128, 128, (16, 32)).astype(np.int8)
+
+    def model(shape):
+        return _graph([helper.make_node("DequantizeLinear", ["x", "s", "z"], ["d"]),
+                       helper.make_node("DequantizeLinear", ["wq", "sw"], ["w"]),
+                       helper.make_node("MatMul", ["d", "w"], ["y"])],
+                      [helper.make_tensor_value_info("x", TensorProto.INT8, shape)],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [*shape[:-1], 32])],
+                      [("s", np.float32(0.02)), ("z", np.int8(-5)), ("sw", np.float32(0.01)), ("wq", wq)])
+
+    written, rewritten = model([1, 6, 5, 16]), model([1, 6, 5, 16])
+    assert rewrite_qdq(rewritten) == 1
+    assert [n.op_type for n in rewritten.graph.node].count("Reshape") == 2
+    x = rng.integers(-128, 128, (1, 6, 5, 16)).astype(np.int8)
+    run = lambda m: onnxruntime.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]  # noqa: E731
+    assert np.array_equal(run(written), run(rewritten))
+    assert rewrite_qdq(model([1, 30, 16])) == 0
