@@ -430,7 +430,8 @@ def _accumulator_tail_plan(op: ir.Operation, acc_index: int, known: Known, kind:
 
 
 def _residual_operand(op: ir.Operation, skip: set[int], known: Known) -> int:
-    """The operand index of a tensor the requantization adds (read like its result), or -1: an
+    """The operand index of a tensor the requantization adds (read along the result's dims, in
+    any order: a transposed residual is an epilogue operand with permuted axes), or -1: an
     int8 tensor, or an i32 one (another contraction's accumulator) it requantizes first; the
     operands in `skip` (the accumulator, its zero-point corrections) are not candidates."""
     maps = indexing_maps(op)
@@ -443,9 +444,9 @@ def _residual_operand(op: ir.Operation, skip: set[int], known: Known) -> int:
         raise NotExact(f"operands {tensors} of the requantization are tensors (one int8 residual is supported)")
     if elt not in ("i8", "i32"):
         raise NotExact(f"operand {i} of the requantization is an {elt} tensor, not an int8 or i32 residual")
-    if maps[i] != maps[-1]:
+    if sorted(map(str, maps[i].results)) != sorted(map(str, maps[-1].results)):
         raise NotExact(f"operand {i} of the requantization (a residual) is read through {maps[i]}, "
-                       f"not like the result ({maps[-1]})")
+                       f"not as a permutation of the result's dims ({maps[-1]})")
     return i
 
 

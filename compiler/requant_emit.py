@@ -136,10 +136,12 @@ def rescale_generic(plan) -> str:
     shape = static_shape(op.results[0].type)
     out_t = f"tensor<{'x'.join(map(str, shape))}x{plan.q_type}>"
     rank = len(shape)
-    # The output (and a residual, read like it) as the float op wrote it: a permutation of
-    # its loops, which the channel dims (result dims) are mapped through (_channel_loops).
+    # The output as the float op wrote it: a permutation of its loops, which the channel dims
+    # (result dims) are mapped through (_channel_loops). The accumulator and a residual are
+    # read as the float op read them.
     ident = str(ir.AffineMapAttr.get(indexing_maps(op)[-1]))
-    acc_map = str(ir.AffineMapAttr.get(indexing_maps(op)[plan.acc_index]))  # read as the float op read it
+    acc_map = str(ir.AffineMapAttr.get(indexing_maps(op)[plan.acc_index]))
+    res_map = str(ir.AffineMapAttr.get(indexing_maps(op)[plan.residual_index])) if plan.residual_index >= 0 else ""
     scalars, tensors = _split_params(plan.rescales, "")
     res = plan.residual_index >= 0
     res_t = str(op.operands[plan.residual_index].type) if res else ""
@@ -159,7 +161,7 @@ def rescale_generic(plan) -> str:
     corr_maps = [str(ir.AffineMapAttr.get(indexing_maps(op)[i])) for i in corr]
     ins = ", ".join(["%acc"] + ["%res"] * res + [f"%zt{j}" for j in range(len(corr))] + [f"%{p}" for p, _ in tensors])
     in_types = ", ".join([str(acc_t)] + [res_t] * res + corr_t + [param_t] * len(tensors))
-    maps = ", ".join([acc_map] + [ident] * res + corr_maps + [chan_map] * len(tensors) + [ident])
+    maps = ", ".join([acc_map] + [res_map] * res + corr_maps + [chan_map] * len(tensors) + [ident])
     args = ", ".join(["%a: i32"] + [f"%r: {res_elt}"] * res + [f"%z{j}: i32" for j in range(len(corr))] +
                      [f"%in_{p}: i32" for p, _ in tensors] + [f"%out: {plan.q_type}"])
     parallel = ", ".join(['"parallel"'] * rank)

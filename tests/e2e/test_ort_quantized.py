@@ -155,6 +155,42 @@ class TokenMlp(torch.nn.Module):
         return self.down(torch.relu(self.up(x)))
 
 
+class ChannelsLastMlp(torch.nn.Module):
+    """ConvNeXt's block without its LayerNorm: a depthwise 7x7 conv, then Linears on the
+    channels-last map (1, H, W, C) with GELU between, a per-channel scale, and the residual
+    add after permuting back. The Linears' rows span H and W."""
+
+    def __init__(self, c=16):
+        super().__init__()
+        self.dw = torch.nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.up = torch.nn.Linear(c, 4 * c)
+        self.down = torch.nn.Linear(4 * c, c)
+        self.gamma = torch.nn.Parameter(torch.rand(c) + 0.5)
+
+    def forward(self, x):
+        y = self.dw(x).permute(0, 2, 3, 1)
+        y = self.down(torch.nn.functional.gelu(self.up(y))) * self.gamma
+        return x + y.permute(0, 3, 1, 2)
+
+
+class ConvMlpBlock(torch.nn.Module):
+    """ConvNeXt-atto's stem and block (conv_mlp): a 4x4 stride-4 conv, a channels-last
+    LayerNorm, then 1x1 convs with GELU between added to the LayerNorm's output. The LayerNorm
+    stays on host and writes its result channels-last, so the residual add reads it
+    transposed to the 1x1 conv's channels-first result."""
+
+    def __init__(self, c=16):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, c, 4, stride=4)
+        self.norm = torch.nn.LayerNorm(c)
+        self.fc1 = torch.nn.Conv2d(c, 4 * c, 1)
+        self.fc2 = torch.nn.Conv2d(4 * c, c, 1)
+
+    def forward(self, x):
+        t = self.norm(self.stem(x).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return t + self.fc2(torch.nn.functional.gelu(self.fc1(t)))
+
+
 def ort_quantized_model(tmp_path, model_class=ConvBnRelu, activation_type="QInt8", shape=(1, 8, 24, 24)):
     torch.manual_seed(0)
     model = model_class().eval()
@@ -463,4 +499,31 @@ def test_ort_quantized_encoder_layer_all_on_npu_with_bf16_float_ops(tmp_path):
     # (with IREE's default fusion instead of the aggressive one QDQ input gets: 1.62e-2; 695, 305, 24, 0).
     assert err <= 3e-2, err
     assert (steps_off == 0).mean() >= 0.6 and steps_off.max() <= 3, np.bincount(steps_off.astype(int).ravel())
+    assert len(np.unique(ref)) > 50
+
+
+def test_ort_quantized_channels_last_linears_on_npu_within_one_step(tmp_path):
+    """A Linear on a channels-last feature map: IREE collapses its (H, W) rows between the
+    activation's dequantize and the matmul, which then stays f32 on the host unless the ONNX
+    rewrite feeds it a 2-D int8 tensor (compiler/onnx_qdq.py). Both Linears and the depthwise
+    conv on the NPU, GELU and the residual add in their requantizations; within one step."""
+    path, cm, y, ref, remarks = compiled_against_llvm_cpu(tmp_path, ChannelsLastMlp, shape=(1, 16, 12, 12))
+    layers = [(d.executor, d.macs) for d in cm.report.dispatches if d.macs]
+    assert layers == [("torq", 12 * 12 * 16 * 49), ("torq", 12 * 12 * 16 * 64), ("torq", 12 * 12 * 64 * 16)], \
+        (layers, remarks.getvalue())
+    assert_within_one_step(y, ref)
+    assert len(np.unique(ref)) > 50
+
+
+def test_ort_quantized_transposed_residual_on_npu_within_one_step(tmp_path):
+    """The residual add reads the LayerNorm's channels-last int8 output through a transpose:
+    the integer rescale reads it as the float op did, an epilogue operand with permuted axes
+    (it stayed on host before). Every conv on the NPU, the LayerNorm on host; within one step."""
+    path, cm, y, ref, remarks = compiled_against_llvm_cpu(tmp_path, ConvMlpBlock, shape=(1, 3, 48, 48))
+    layers = [(d.executor, d.macs) for d in cm.report.dispatches if d.macs > 12 * 12 * 16 * 4]
+    assert layers == [("torq", 12 * 12 * 16 * 48), ("torq", 12 * 12 * 64 * 16), ("torq", 12 * 12 * 16 * 64)], \
+        (layers, remarks.getvalue())
+    host = [d.reason for d in cm.report.dispatches if d.executor == "host"]
+    assert len(host) == 2 and "int8 arithmetic in f32" in host[1], host  # the input quantize, the LayerNorm
+    assert_within_one_step(y, ref)
     assert len(np.unique(ref)) > 50
