@@ -30,6 +30,7 @@ from .passes import PassOptions, RequantMode
 from .pipeline import TORQ_PHASES
 from .target import TargetReport, TorqTarget
 from .torch_index_put import rewrite_indexed_rows
+from .torch_linear import LINEAR, rewrite_batched_linears
 from .torch_qdq import rewrite_uint8_activations
 
 PHASES = ["input", "abi", "preprocessing", "global-optimization", "dispatch-creation", "flow",
@@ -337,11 +338,13 @@ def compile_source(source: str | bytes, options: CompileOptions, source_name: st
 
 def _rewrite_torch_input(session: Session, inv, data: bytes):
     """A fresh invocation holding the input after the exact torch-level rewrites that apply:
-    compiler/torch_qdq.py's (PT2E's uint8 activations as int8) and compiler/torch_index_put.py's
-    (a row written at a runtime position as a slice update); `inv` itself when none does.
+    compiler/torch_qdq.py's (PT2E's uint8 activations as int8), compiler/torch_index_put.py's
+    (a row written at a runtime position as a slice update) and compiler/torch_linear.py's (a
+    Linear on rank >= 3 activations on their 2-D view); `inv` itself when none does.
     Exporting the module takes it from `inv`."""
     qdq, index_put = b"quantized_decomposed" in data, b"index_put" in data
-    if not (qdq or index_put):  # no other input pays for an export
+    linear = not qdq and (LINEAR.encode() in data or b"torch.aten.matmul" in data)
+    if not (qdq or index_put or linear):  # no other input pays for an export
         return inv
     module_op = inv.export_module()
     with module_op.context, ir.Location.unknown():
@@ -349,6 +352,8 @@ def _rewrite_torch_input(session: Session, inv, data: bytes):
             rewrite_uint8_activations(module_op)
         if index_put:
             rewrite_indexed_rows(module_op)
+        if linear:
+            rewrite_batched_linears(module_op)
     inv = _invocation(session)
     inv.import_module(module_op)
     return inv

@@ -21,7 +21,6 @@ import pytest
 import torch
 
 import torq
-from torq.compiler.target import LOAD_TIME_REASON
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "samples"))
 from llm import LlamaConfig, export_llm, generate, make_llama  # noqa: E402
@@ -83,15 +82,16 @@ def test_every_dispatch_runs_on_the_npu(compiled):
 def test_external_weights_give_the_same_run(compiled, generation, tmp_path):
     """The weights in a parameter archive (export_llm's `parameters`, as LLMs are deployed with
     IREE): the module reads them at load and computes the same logits and figures as with
-    inline weights. The weights' transposes IREE hoists into initializers run on the host at
-    load (compiler/target.py LOAD_TIME_REASON); on the NPU they made IREE's stream pipeline
-    fail ("maximum iteration count exceeded in fixed point pipeline")."""
+    inline weights. Every weight is read as stored: the Linears and the tied LM head read it
+    as (N, K) (compiler/torch_linear.py), so IREE hoists no transpose of it into a load-time
+    initializer (it did: one per weight, a 113 MB copy of the embedding table per function at
+    SmolLM2 sizes) and the module has no load-time dispatch."""
     model, _ = compiled
     archive = tmp_path / "weights.irpa"
     cm = torq.compile(export_llm(model, PROMPT, str(archive)), remarks=io.StringIO(),
                       parameters=f"model={archive}")
     loads = [d for d in cm.report.dispatches if d.name.startswith("initializer_")]
-    assert loads and all(d.executor == "host" and d.reason == LOAD_TIME_REASON for d in loads)
+    assert not loads, [(d.name, d.reason) for d in loads]
     prompt = torch.randint(0, TINY.vocab, (1, PROMPT), generator=torch.Generator().manual_seed(4))
     external = generate(cm, model, prompt, 4)
     for step in external.steps:

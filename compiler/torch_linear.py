@@ -1,0 +1,119 @@
+"""A Linear on rank >= 3 activations as a Linear on their 2-D view, before IREE.
+
+torch exports `nn.Linear` on (batch, tokens, features) as `torch.aten.linear`
+of a 3-D input. torch-mlir lowers it as a batch matmul by the weight
+transposed and expanded to (1, K, N): a transpose of every weight, which
+IREE evaluates at compile time when the weight is inline (const-eval) and
+hoists into a load-time initializer when it is a parameter (an LLM's 420
+weights: 422 host dispatches at load, and IREE's initializer pipeline and
+global folding over them on every compile). The same Linear on a 2-D input
+lowers to a matmul that reads the weight as stored, (N, K), with no
+transpose; the NPU's matmul takes that layout as it is (rhs dims NK).
+
+So, for `linear(x, w, b)` with x static of rank >= 3, [d0, ..., K], and w a
+static [N, K] matrix:
+
+    view(linear(view(x, [d0 * ... , K]), w, b), [d0, ..., N])
+
+Exact: a view only regroups the rows of the product. A product by a
+transposed matrix, `matmul(x, w.t())` (a tied LM head reading the embedding
+table), is that linear without bias first: the same product, so the table
+is read as stored too instead of transposed at load. Not applied to
+quantized (PT2E) inputs, where IREE forms the integer matmul only from a
+dequantize it reads directly (compiler/onnx_qdq.py, the same effect on
+ONNX); a symbolic dim is left as written.
+"""
+
+from __future__ import annotations
+
+import math
+
+from iree.compiler import ir
+
+from .ir_utils import walk_ops
+from .torch_index_put import _shape_and_dtype
+
+LINEAR = "torch.aten.linear"
+
+
+def _rows_view(op: ir.Operation) -> tuple[list[int], list[int], str] | None:
+    """(x's shape, the result's, dtype) when `op` is a linear the module docstring rewrites."""
+    if op.name != LINEAR:
+        return None
+    x, w = _shape_and_dtype(op.operands[0].type), _shape_and_dtype(op.operands[1].type)
+    y = _shape_and_dtype(op.results[0].type)
+    if x is None or w is None or y is None or len(x[0]) < 3 or len(w[0]) != 2 or y[1] != x[1]:
+        return None
+    if y[0] != [*x[0][:-1], w[0][0]]:
+        return None
+    return x[0], y[0], y[1]
+
+
+def _view(value: ir.Value, shape: list[int], dtype: str, before: ir.Operation) -> ir.Value:
+    ip, loc = ir.InsertionPoint(before), before.location
+    int_t = ir.Type.parse("!torch.int")
+    dims = [ir.Operation.create("torch.constant.int", results=[int_t], loc=loc, ip=ip, attributes={
+        "value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), d)}).results[0] for d in shape]
+    sizes = ir.Operation.create("torch.prim.ListConstruct", results=[ir.Type.parse("!torch.list<int>")],
+                                operands=dims, loc=loc, ip=ip).results[0]
+    t = ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],{dtype}>")
+    return ir.Operation.create("torch.aten.view", results=[t], operands=[value, sizes], loc=loc, ip=ip).results[0]
+
+
+def _transposed_matrix(v: ir.Value) -> ir.Value | None:
+    """The static 2-D w when `v` is w.t() or w.transpose(0, 1), else None."""
+    op = None if isinstance(v.owner, ir.Block) else v.owner
+    if op is None or op.name not in ("torch.aten.t", "torch.aten.transpose.int"):
+        return None
+    w = _shape_and_dtype(op.operands[0].type)
+    if w is None or len(w[0]) != 2:
+        return None
+    if op.name == "torch.aten.transpose.int":
+        dims = []
+        for d in op.operands[1:]:
+            if isinstance(d.owner, ir.Block) or d.owner.name != "torch.constant.int":
+                return None
+            dims.append(ir.IntegerAttr(d.owner.attributes["value"]).value % 2)
+        if sorted(dims) != [0, 1]:
+            return None
+    return op.operands[0]
+
+
+def _matmuls_as_linears(module_op: ir.Operation) -> None:
+    """Each `matmul(x, w.t())` of a static x of rank >= 2 becomes `linear(x, w, None)`."""
+    for op in [o for o in walk_ops(module_op) if o.name == "torch.aten.matmul"]:
+        w = _transposed_matrix(op.operands[1])
+        x = _shape_and_dtype(op.operands[0].type)
+        if w is None or x is None or len(x[0]) < 2:
+            continue
+        ip = ir.InsertionPoint(op)
+        none = ir.Operation.create("torch.constant.none", results=[ir.Type.parse("!torch.none")],
+                                   loc=op.location, ip=ip).results[0]
+        linear = ir.Operation.create(LINEAR, results=[op.results[0].type], operands=[op.operands[0], w, none],
+                                     loc=op.location, ip=ip).results[0]
+        transpose = op.operands[1].owner
+        op.results[0].replace_all_uses_with(linear)
+        op.erase()
+        if not list(transpose.results[0].uses):
+            transpose.erase()
+
+
+def rewrite_batched_linears(module_op: ir.Operation) -> int:
+    """Applies the module docstring's rewrites in place; returns the number of linears rewritten."""
+    _matmuls_as_linears(module_op)
+    done = 0
+    for op in [o for o in walk_ops(module_op) if o.name == LINEAR]:
+        found = _rows_view(op)
+        if found is None:
+            continue
+        x_shape, y_shape, dtype = found
+        rows = math.prod(x_shape[:-1])
+        flat_x = _view(op.operands[0], [rows, x_shape[-1]], dtype, op)
+        flat_t = ir.Type.parse(f"!torch.vtensor<[{rows},{y_shape[-1]}],{dtype}>")
+        flat_y = ir.Operation.create(LINEAR, results=[flat_t], operands=[flat_x, *op.operands[1:]],
+                                     loc=op.location, ip=ir.InsertionPoint(op)).results[0]
+        y = _view(flat_y, y_shape, dtype, op)
+        op.results[0].replace_all_uses_with(y)
+        op.erase()
+        done += 1
+    return done
