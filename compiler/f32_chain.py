@@ -478,6 +478,18 @@ class _Evaluation:
             r = np.nextafter(r, step)
         self.env[op.results[0]] = _Val(r, None if x.dir is None else x.dir * sense, t)
 
+    def power(self, op, t):
+        """math.fpowi by a constant exponent of 1 to 3: the products llvm-cpu makes of it
+        (LLVM expands a small constant power by squaring: x * x, x * (x * x)), each rounded."""
+        x, n = self.ref(op.operands[0]), self.ref(op.operands[1])
+        if n.dir != 0 or int(np.asarray(n.v).reshape(-1)[0]) not in (1, 2, 3):
+            raise NotExact("math.fpowi in the chain whose exponent is not a constant 1, 2 or 3")
+        r, k = x.v, int(np.asarray(n.v).reshape(-1)[0])
+        with np.errstate(all="ignore"):
+            square = np.multiply(r, r, dtype=np.float32)
+            r = r if k == 1 else square if k == 2 else np.multiply(r, square, dtype=np.float32)
+        self.env[op.results[0]] = _Val(np.asarray(r, np.float32), x.dir if k == 1 else None, t)
+
     def round_half_away(self, op, t):  # math.round, exactly (f32 -> f64 is exact)
         x = self.ref(op.operands[0])
         x64 = np.asarray(x.v, np.float64)
@@ -517,5 +529,6 @@ _STEPS = {**{n: _Evaluation.float_binary for n in _FLOAT_BIN}, "arith.negf": _Ev
           "arith.sitofp": _Evaluation.to_float, "arith.fptosi": _Evaluation.to_int,
           **{n: _Evaluation.round_to_integral for n in _ROUND},
           **{n: _Evaluation.transcendental for n in _TRANSCENDENTAL}, "math.round": _Evaluation.round_half_away,
+          "math.fpowi": _Evaluation.power,
           **{n: _Evaluation.max_min for n in _MAXMIN},
           "arith.cmpf": _Evaluation.compare, "arith.cmpi": _Evaluation.compare, "arith.select": _Evaluation.select}

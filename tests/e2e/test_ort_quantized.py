@@ -191,6 +191,21 @@ class ConvMlpBlock(torch.nn.Module):
         return t + self.fc2(torch.nn.functional.gelu(self.fc1(t)))
 
 
+class StarReluMlp(torch.nn.Module):
+    """ConvFormer's MLP: 1x1 convs with StarReLU between, s * relu(x) ** 2 + b (ONNX Pow by 2,
+    imported as math.fpowi)."""
+
+    def __init__(self, c=16):
+        super().__init__()
+        self.fc1 = torch.nn.Conv2d(c, 4 * c, 1)
+        self.fc2 = torch.nn.Conv2d(4 * c, c, 1)
+        self.scale = torch.nn.Parameter(torch.tensor(0.8944))
+        self.bias = torch.nn.Parameter(torch.tensor(-0.4472))
+
+    def forward(self, x):
+        return self.fc2(self.scale * torch.relu(self.fc1(x)) ** 2 + self.bias)
+
+
 def ort_quantized_model(tmp_path, model_class=ConvBnRelu, activation_type="QInt8", shape=(1, 8, 24, 24)):
     torch.manual_seed(0)
     model = model_class().eval()
@@ -525,5 +540,16 @@ def test_ort_quantized_transposed_residual_on_npu_within_one_step(tmp_path):
         (layers, remarks.getvalue())
     host = [d.reason for d in cm.report.dispatches if d.executor == "host"]
     assert len(host) == 2 and "int8 arithmetic in f32" in host[1], host  # the input quantize, the LayerNorm
+    assert_within_one_step(y, ref)
+    assert len(np.unique(ref)) > 50
+
+
+def test_ort_quantized_squared_relu_on_npu_within_one_step(tmp_path):
+    """StarReLU's square after the first conv's rescale is a 256-entry table of the int8 level
+    (f32_chain evaluates math.fpowi by 2 as llvm-cpu's x * x; it stayed on host before): both
+    convs on the NPU, every output within one step of llvm-cpu."""
+    path, cm, y, ref, remarks = compiled_against_llvm_cpu(tmp_path, StarReluMlp, shape=(1, 16, 12, 12))
+    layers = [(d.executor, d.macs) for d in cm.report.dispatches if d.macs]
+    assert layers == [("torq", 12 * 12 * 16 * 64), ("torq", 12 * 12 * 64 * 16)], (layers, remarks.getvalue())
     assert_within_one_step(y, ref)
     assert len(np.unique(ref)) > 50
