@@ -145,9 +145,12 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
                        load_time: LoadTimeViews, check: bool = False) -> None:
     """`dispatch` replaced by the call of its executable; with `check`, each result the call
     returns whole is compared at run time with that of a host copy of `dispatch`
-    (compiler/dispatch_check.py)."""
+    (compiler/dispatch_check.py), both updating a read-write operand from the same contents
+    (`_define_updated_operands`)."""
     bv = ir.Type.parse("!hal.buffer_view")
     with ir.InsertionPoint(dispatch), dispatch.location:
+        if check:
+            _define_updated_operands(dispatch, ex)
         copy = dispatch.clone() if check else None  # the original, left for the host
         exe = ir.Operation.create(
             "util.buffer.constant", results=[ir.Type.parse("!util.buffer")],
@@ -184,6 +187,49 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
     dispatch.erase()
     if copy is not None:
         _hoist_pads_for_host(copy)
+
+
+# What an undefined read-write operand holds on both sides of a check: not zero for integers, so
+# an NPU dispatch that zeroes elements outside its box is caught; zero for floats, so the
+# relative L2 error of the written box is not diluted by the fill.
+CHECK_FILL_INT = 0x55
+
+
+def _define_updated_operands(dispatch: ir.Operation, ex: ExtractedDispatch) -> None:
+    """With --torq-check-dispatches: each read-write operand of `dispatch` (one it updates a box
+    of, in place or by a host copy) that is a `tensor.empty` becomes, for this dispatch only, a
+    splat of a fixed value (`CHECK_FILL_INT` or 0.0), at the insertion point.
+
+    Why: the check compares the whole updated operand (compiler/dispatch_check.py), which the
+    NPU call and the host copy each receive as an export of the same SSA value. An empty's
+    contents are undefined, so IREE may give each of those uses its own allocation (it does
+    for the first piece of a concatenation written into a fresh result), one of them holding
+    a dead intermediate's values: the elements the dispatch does not write then differ
+    between the two. A splat makes both start from the same contents, so elements outside
+    the box must come out equal and stay checked. Without the check nothing changes (the
+    empty costs no fill); the fill is undefined data the later pieces overwrite."""
+    arguments = dispatch_arguments(dispatch)
+    first = ir.DenseI32ArrayAttr(dispatch.attributes["operandSegmentSizes"])[0]  # the workload
+    for i in sorted({tied for tied, _ in ex.result_updates if tied >= 0}):
+        empty = arguments[i].owner
+        if isinstance(empty, ir.Block) or empty.name not in ("tensor.empty", "flow.tensor.empty"):
+            continue  # defined contents: both sides read the same value already
+        t = ir.RankedTensorType(arguments[i].type)
+        attr = _check_fill_attr(t.element_type)
+        if attr is not None:
+            fill = arith.ConstantOp(t.element_type, attr).result
+            dispatch.operands[first + i] = flow.TensorSplatOp(t, fill, list(empty.operands)).result
+
+
+def _check_fill_attr(element: ir.Type) -> ir.Attribute | None:
+    """The `CHECK_FILL_INT` (an integer or i1: 1) or 0.0 (a float) constant of `element` type;
+    None for another type (the operand is left an empty)."""
+    if isinstance(element, ir.IntegerType):
+        width = ir.IntegerType(element).width
+        return ir.IntegerAttr.get(element, 1 if width == 1 else CHECK_FILL_INT)
+    if isinstance(element, ir.FloatType):
+        return ir.FloatAttr.get(element, 0.0)
+    return None
 
 
 def _input_view(operand: ir.Value, shape: tuple[int, ...], is_index: bool, load_time: LoadTimeViews) -> ir.Value:
