@@ -30,7 +30,7 @@ from .passes import PassOptions, RequantMode
 from .pipeline import TORQ_PHASES
 from .target import TargetReport, TorqTarget
 from .torch_index_put import rewrite_indexed_rows
-from .torch_linear import LINEAR, rewrite_batched_linears
+from .torch_linear import may_rewrite, rewrite_batched_linears
 from .torch_qdq import rewrite_uint8_activations
 
 PHASES = ["input", "abi", "preprocessing", "global-optimization", "dispatch-creation", "flow",
@@ -343,7 +343,7 @@ def _rewrite_torch_input(session: Session, inv, data: bytes):
     Linear on rank >= 3 activations on their 2-D view); `inv` itself when none does.
     Exporting the module takes it from `inv`."""
     qdq, index_put = b"quantized_decomposed" in data, b"index_put" in data
-    linear = not qdq and (LINEAR.encode() in data or b"torch.aten.matmul" in data)
+    linear = not qdq and may_rewrite(data)
     if not (qdq or index_put or linear):  # no other input pays for an export
         return inv
     module_op = inv.export_module()

@@ -27,6 +27,7 @@ ONNX); a symbolic dim is left as written.
 from __future__ import annotations
 
 import math
+import re
 
 from iree.compiler import ir
 
@@ -34,6 +35,16 @@ from .ir_utils import walk_ops
 from .torch_index_put import _shape_and_dtype
 
 LINEAR = "torch.aten.linear"
+# In MLIR text: a linear whose input (its first type) has rank >= 3, or a product by a
+# transposed matrix; a module with neither does not pay for the rewrite's export.
+_CANDIDATE = re.compile(rb"torch\.aten\.linear [^\n]*?: !torch\.vtensor<\[[^\],]*,[^\],]*,")
+_TRANSPOSED_PRODUCT = (b"torch.aten.matmul", (b"torch.aten.t ", b"torch.aten.transpose.int"))
+
+
+def may_rewrite(data: bytes) -> bool:
+    """Whether the MLIR text `data` may hold a linear or product the module docstring rewrites."""
+    product, transposes = _TRANSPOSED_PRODUCT
+    return bool(_CANDIDATE.search(data)) or (product in data and any(t in data for t in transposes))
 
 
 def _rows_view(op: ir.Operation) -> tuple[list[int], list[int], str] | None:

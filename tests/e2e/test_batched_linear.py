@@ -69,3 +69,14 @@ def test_projections_match_torch():
     with torch.no_grad():
         ref = model(x).numpy()
     assert within_bf16_limits(np.asarray(cm(x.numpy())), ref)
+
+
+def test_only_candidate_modules_pay_for_the_rewrite():
+    """The driver exports the module for the rewrite only when its text may hold a linear of
+    rank >= 3 input or a product by a transposed matrix (`may_rewrite`)."""
+    from torq.compiler.torch_linear import may_rewrite
+
+    flat = b"%3 = torch.aten.linear %1, %2, %none : !torch.vtensor<[8,64],f32>, !torch.vtensor<[32,64],f32>"
+    batched = b"%3 = torch.aten.linear %1, %2, %none : !torch.vtensor<[1,8,64],f32>, !torch.vtensor<[32,64],f32>"
+    tied = b"%5 = torch.aten.transpose.int %3, %i0, %i1\n%6 = torch.aten.matmul %4, %5"
+    assert not may_rewrite(flat) and may_rewrite(batched) and may_rewrite(tied)
