@@ -17,8 +17,9 @@ layers differ in what is compiled into their dispatches (an int8 model's
 rescales), super tiling still searches one layer's tilings for all
 (tiling/search.py keeps its choices by structure). What grows with depth is
 IREE's own work on the weights (parsing, constant handling, the .vmfb), which
-iree-compile does too; with external weights IREE hoists each layer's weight
-transposes into initializers, host dispatches that run once at load.
+iree-compile does too. (With external weights IREE hoisted each layer's weight
+transposes into load-time initializers until compiler/torch_linear.py made the
+Linears read their weights as stored.)
 """
 
 from __future__ import annotations
