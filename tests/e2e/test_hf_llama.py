@@ -76,6 +76,7 @@ def test_with_a_4d_mask_it_runs_on_the_npu_and_matches_torch(llama):
     assert within_bf16_limits(cm(ids.numpy()), ref)
     assert cm.report.npu_mac_share == 1.0
     # every dispatch of the forward pass, the embedding and rotate_half included; only the
-    # weights' transposes IREE hoisted into initializers run on the host, once at load
+    # initializers IREE hoists out of the model's constant tables (the rotary embedding's, the
+    # SDPA mask's) run on the host, once at load (no weight is transposed: compiler/torch_linear.py)
     host = [d.name for d in cm.report.dispatches if d.executor == "host" and not d.name.startswith("initializer_")]
     assert not host, host
