@@ -32,7 +32,7 @@ from .ir_utils import location_str, walk_ops
 INDEX_PUT_OPS = ("torch.aten.index_put", "torch.aten.index_put.hacked_twin", "torch.aten._unsafe_index_put")
 
 
-def _shape_and_dtype(t: ir.Type) -> tuple[list[int], str] | None:
+def shape_and_dtype(t: ir.Type) -> tuple[list[int], str] | None:
     """([extents], dtype) of a static `!torch.vtensor<[...],dt>`, else None."""
     s = str(t)
     if not s.startswith("!torch.vtensor<[") or "?" in s:
@@ -62,11 +62,11 @@ def indexed_row(op: ir.Operation) -> tuple[int, ir.Value] | None:
     if _owner_name(indices) != "torch.prim.ListConstruct":
         return None
     tensors = [(d, v) for d, v in enumerate(indices.owner.operands) if _owner_name(v) != "torch.constant.none"]
-    xs, vs = _shape_and_dtype(x.type), _shape_and_dtype(values.type)
+    xs, vs = shape_and_dtype(x.type), shape_and_dtype(values.type)
     if len(tensors) != 1 or xs is None or vs is None or xs[1] != vs[1]:
         return None
     dim, index = tensors[0]
-    idx = _shape_and_dtype(index.type)
+    idx = shape_and_dtype(index.type)
     if idx is None or idx[0] != [1] or idx[1] not in ("si64", "si32") or dim >= len(xs[0]):
         return None
     row = [1 if d == dim else e for d, e in enumerate(xs[0])]
@@ -103,10 +103,10 @@ class _Builder:
 
 def _rewrite(op: ir.Operation, dim: int, index: ir.Value) -> None:
     x, values = op.operands[0], op.operands[2]
-    extent = _shape_and_dtype(x.type)[0][dim]
+    extent = shape_and_dtype(x.type)[0][dim]
     b = _Builder(op)
     zero, one, size = b.int(0), b.int(1), b.int(extent)
-    scalar_t = ir.Type.parse(f"!torch.vtensor<[],{_shape_and_dtype(index.type)[1]}>")
+    scalar_t = ir.Type.parse(f"!torch.vtensor<[],{shape_and_dtype(index.type)[1]}>")
     p = b.op("torch.aten.item", [b.op("torch.aten.select.int", [index, zero, zero], scalar_t)], b.int_t)
     negative = b.op("torch.aten.Int.bool", [b.bool_op("torch.aten.lt.int", p, zero)], b.int_t)
     p = b.int_op("torch.aten.add.int", p, b.int_op("torch.aten.mul.int", negative, size))
@@ -118,8 +118,8 @@ def _rewrite(op: ir.Operation, dim: int, index: ir.Value) -> None:
     ir.Operation.create("torch.runtime.assert", operands=[in_range],
                         attributes={"message": ir.StringAttr.get(message)}, loc=b.loc, ip=b.ip)
     end = b.int_op("torch.aten.add.int", p, one)
-    shape, dtype = _shape_and_dtype(values.type)
-    while len(shape) < len(_shape_and_dtype(x.type)[0]):  # the leading unit dims torch dropped
+    shape, dtype = shape_and_dtype(values.type)
+    while len(shape) < len(shape_and_dtype(x.type)[0]):  # the leading unit dims torch dropped
         shape = [1, *shape]
         values = b.op("torch.aten.unsqueeze", [values, zero],
                       ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],{dtype}>"))

@@ -32,7 +32,7 @@ import re
 from iree.compiler import ir
 
 from .ir_utils import walk_ops
-from .torch_index_put import _shape_and_dtype
+from .torch_index_put import shape_and_dtype
 
 LINEAR = "torch.aten.linear"
 # In MLIR text: a linear whose input (its first type) has rank >= 3, or a product by a
@@ -51,8 +51,8 @@ def _rows_view(op: ir.Operation) -> tuple[list[int], list[int], str] | None:
     """(x's shape, the result's, dtype) when `op` is a linear the module docstring rewrites."""
     if op.name != LINEAR:
         return None
-    x, w = _shape_and_dtype(op.operands[0].type), _shape_and_dtype(op.operands[1].type)
-    y = _shape_and_dtype(op.results[0].type)
+    x, w = shape_and_dtype(op.operands[0].type), shape_and_dtype(op.operands[1].type)
+    y = shape_and_dtype(op.results[0].type)
     if x is None or w is None or y is None or len(x[0]) < 3 or len(w[0]) != 2 or y[1] != x[1]:
         return None
     if y[0] != [*x[0][:-1], w[0][0]]:
@@ -76,7 +76,7 @@ def _transposed_matrix(v: ir.Value) -> ir.Value | None:
     op = None if isinstance(v.owner, ir.Block) else v.owner
     if op is None or op.name not in ("torch.aten.t", "torch.aten.transpose.int"):
         return None
-    w = _shape_and_dtype(op.operands[0].type)
+    w = shape_and_dtype(op.operands[0].type)
     if w is None or len(w[0]) != 2:
         return None
     if op.name == "torch.aten.transpose.int":
@@ -94,7 +94,7 @@ def _matmuls_as_linears(module_op: ir.Operation) -> None:
     """Each `matmul(x, w.t())` of a static x of rank >= 2 becomes `linear(x, w, None)`."""
     for op in [o for o in walk_ops(module_op) if o.name == "torch.aten.matmul"]:
         w = _transposed_matrix(op.operands[1])
-        x = _shape_and_dtype(op.operands[0].type)
+        x = shape_and_dtype(op.operands[0].type)
         if w is None or x is None or len(x[0]) < 2:
             continue
         ip = ir.InsertionPoint(op)
