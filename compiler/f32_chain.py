@@ -482,13 +482,14 @@ class _Evaluation:
         """math.fpowi by a constant exponent of 1 to 3: the products llvm-cpu makes of it
         (LLVM expands a small constant power by squaring: x * x, x * (x * x)), each rounded."""
         x, n = self.ref(op.operands[0]), self.ref(op.operands[1])
-        if n.dir != 0 or int(np.asarray(n.v).reshape(-1)[0]) not in (1, 2, 3):
+        k = int(np.asarray(n.v).reshape(-1)[0]) if n.dir == 0 else None
+        if k not in (1, 2, 3):
             raise NotExact("math.fpowi in the chain whose exponent is not a constant 1, 2 or 3")
-        r, k = x.v, int(np.asarray(n.v).reshape(-1)[0])
         with np.errstate(all="ignore"):
-            square = np.multiply(r, r, dtype=np.float32)
-            r = r if k == 1 else square if k == 2 else np.multiply(r, square, dtype=np.float32)
-        self.env[op.results[0]] = _Val(np.asarray(r, np.float32), x.dir if k == 1 else None, t)
+            r = np.asarray(x.v, np.float32)
+            square = r * r
+            r = {1: r, 2: square, 3: r * square}[k]
+        self.env[op.results[0]] = _Val(r, x.dir if k == 1 else None, t)
 
     def round_half_away(self, op, t):  # math.round, exactly (f32 -> f64 is exact)
         x = self.ref(op.operands[0])

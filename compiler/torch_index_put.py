@@ -77,8 +77,8 @@ def indexed_row(op: ir.Operation) -> tuple[int, ir.Value] | None:
     return dim, index
 
 
-class _Builder:
-    """Creates torch ops before one op."""
+class TorchBuilder:
+    """Creates torch ops before one op (also compiler/torch_linear.py)."""
 
     def __init__(self, before: ir.Operation):
         self.ip = ir.InsertionPoint(before)
@@ -104,7 +104,7 @@ class _Builder:
 def _rewrite(op: ir.Operation, dim: int, index: ir.Value) -> None:
     x, values = op.operands[0], op.operands[2]
     extent = shape_and_dtype(x.type)[0][dim]
-    b = _Builder(op)
+    b = TorchBuilder(op)
     zero, one, size = b.int(0), b.int(1), b.int(extent)
     scalar_t = ir.Type.parse(f"!torch.vtensor<[],{shape_and_dtype(index.type)[1]}>")
     p = b.op("torch.aten.item", [b.op("torch.aten.select.int", [index, zero, zero], scalar_t)], b.int_t)

@@ -32,7 +32,7 @@ import re
 from iree.compiler import ir
 
 from .ir_utils import walk_ops
-from .torch_index_put import shape_and_dtype
+from .torch_index_put import TorchBuilder, shape_and_dtype
 
 LINEAR = "torch.aten.linear"
 # In MLIR text: a linear whose input (its first type) has rank >= 3, or a product by a
@@ -61,14 +61,13 @@ def _rows_view(op: ir.Operation) -> tuple[list[int], list[int], str] | None:
 
 
 def _view(value: ir.Value, shape: list[int], dtype: str, before: ir.Operation) -> ir.Value:
-    ip, loc = ir.InsertionPoint(before), before.location
-    int_t = ir.Type.parse("!torch.int")
-    dims = [ir.Operation.create("torch.constant.int", results=[int_t], loc=loc, ip=ip, attributes={
-        "value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), d)}).results[0] for d in shape]
-    sizes = ir.Operation.create("torch.prim.ListConstruct", results=[ir.Type.parse("!torch.list<int>")],
-                                operands=dims, loc=loc, ip=ip).results[0]
-    t = ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],{dtype}>")
-    return ir.Operation.create("torch.aten.view", results=[t], operands=[value, sizes], loc=loc, ip=ip).results[0]
+    b = TorchBuilder(before)
+    sizes = b.op("torch.prim.ListConstruct", [b.int(d) for d in shape], ir.Type.parse("!torch.list<int>"))
+    return b.op("torch.aten.view", [value, sizes], _vtensor(shape, dtype))
+
+
+def _vtensor(shape: list[int], dtype: str) -> ir.Type:
+    return ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],{dtype}>")
 
 
 def _transposed_matrix(v: ir.Value) -> ir.Value | None:
@@ -97,11 +96,9 @@ def _matmuls_as_linears(module_op: ir.Operation) -> None:
         x = shape_and_dtype(op.operands[0].type)
         if w is None or x is None or len(x[0]) < 2:
             continue
-        ip = ir.InsertionPoint(op)
-        none = ir.Operation.create("torch.constant.none", results=[ir.Type.parse("!torch.none")],
-                                   loc=op.location, ip=ip).results[0]
-        linear = ir.Operation.create(LINEAR, results=[op.results[0].type], operands=[op.operands[0], w, none],
-                                     loc=op.location, ip=ip).results[0]
+        b = TorchBuilder(op)
+        none = b.op("torch.constant.none", [], ir.Type.parse("!torch.none"))
+        linear = b.op(LINEAR, [op.operands[0], w, none], op.results[0].type)
         transpose = op.operands[1].owner
         op.results[0].replace_all_uses_with(linear)
         op.erase()
@@ -120,9 +117,7 @@ def rewrite_batched_linears(module_op: ir.Operation) -> int:
         x_shape, y_shape, dtype = found
         rows = math.prod(x_shape[:-1])
         flat_x = _view(op.operands[0], [rows, x_shape[-1]], dtype, op)
-        flat_t = ir.Type.parse(f"!torch.vtensor<[{rows},{y_shape[-1]}],{dtype}>")
-        flat_y = ir.Operation.create(LINEAR, results=[flat_t], operands=[flat_x, *op.operands[1:]],
-                                     loc=op.location, ip=ir.InsertionPoint(op)).results[0]
+        flat_y = TorchBuilder(op).op(LINEAR, [flat_x, *op.operands[1:]], _vtensor([rows, y_shape[-1]], dtype))
         y = _view(flat_y, y_shape, dtype, op)
         op.results[0].replace_all_uses_with(y)
         op.erase()
