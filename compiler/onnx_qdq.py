@@ -25,18 +25,23 @@ rewrites here remove the pair where the int8 op computes the same bits.
   dequantizes, max pools and data movement, and is no graph input or output
   (the model's interface stays as written); otherwise nothing changes.
 
-- A MatMul of rank >= 3 activations by a 2-D matrix whose activation
-  dequantize has other readers too (a Linear whose input also feeds a
-  residual add, as in every transformer layer), or whose rows span more
-  than one dim that is not 1 (a Linear on a channels-last feature map,
-  (1, H, W, C), as in ConvNeXt), reads its own dequantize of the int8
-  tensor reshaped to 2-D, and its result is reshaped back. IREE turns a
-  contraction of dequantized operands into integer math only when the
-  contraction reads the dequantize directly; with other readers the unit
-  batch dim is folded into an expand_shape between the two, and rows over
-  several dims are collapsed by a collapse_shape between them, and the
-  matmul stays f32 (a host dispatch). Exact: a reshape commutes with a
-  per-tensor dequantize and only regroups the matmul's rows.
+- A MatMul of rank >= 3 activations by a 2-D matrix reads its own
+  dequantize of the int8 tensor reshaped to 2-D, and its result is reshaped
+  back. IREE turns a contraction of dequantized operands into integer math
+  only when the contraction reads the dequantize directly: where the
+  dequantize has other readers (a Linear whose input also feeds a residual
+  add) the unit batch dim is folded into an expand_shape between the two,
+  and rows over several dims that are not 1 (a Linear on a channels-last
+  map, (1, H, W, C), as in ConvNeXt) are collapsed by a collapse_shape
+  between them; the matmul stays f32 (a host dispatch). And IREE keeps a
+  (1, T, K) integer matmul 3-D while it folds the unit dim of the
+  elementwise ops around it, so a pre-norm transformer's residual (the
+  block's input, which its LayerNorm reads too) reaches the epilogue through
+  an expand_shape: a dispatch of its own dequantizes it and the epilogue
+  adds an f32 tensor (DeiT: every attention output and fc2 on the host).
+  2-D, the residual's dequantize is cloned into the contraction's dispatch
+  (torq-fuse-dequantize then computes it in the epilogue). Exact: a reshape
+  commutes with a per-tensor dequantize and only regroups the matmul's rows.
 
 `rewrite_qdq(model)` applies them in place and returns how many it made.
 The llvm-cpu references in the tests import the model without them.
@@ -67,7 +72,7 @@ def _quant_params(model, node) -> tuple[np.ndarray, np.ndarray] | None:
 
 def rewrite_qdq(model) -> int:
     """Applies the module docstring's rewrites to `model` (an onnx.ModelProto) in place."""
-    return _uint8_to_int8(model) + _int8_data_movement(model) + _flatten_shared_matmul_inputs(model)
+    return _uint8_to_int8(model) + _int8_data_movement(model) + _flatten_matmul_inputs(model)
 
 
 # Ops that move values without arithmetic: they commute with a shift of every value.
@@ -223,17 +228,13 @@ def _shapes(model) -> dict[str, list[int | None]]:
     return out
 
 
-def _flatten_shared_matmul_inputs(model) -> int:
-    """MatMuls whose rank >= 3 dequantized input has other readers, or rows over several dims,
-    read a 2-D reshape of the int8 tensor through their own dequantize (module docstring).
+def _flatten_matmul_inputs(model) -> int:
+    """MatMuls of a rank >= 3 dequantized input by a 2-D matrix read a 2-D reshape of the int8
+    tensor through their own dequantize (module docstring).
     Returns the number rewritten."""
     from onnx import helper, numpy_helper
     nodes = list(model.graph.node)
     producer = {o: n for n in nodes for o in n.output}
-    readers: dict[str, int] = {}
-    for n in nodes:
-        for i in n.input:
-            readers[i] = readers.get(i, 0) + 1
     shapes = None
     done = 0
     for mm in nodes:
@@ -245,8 +246,6 @@ def _flatten_shared_matmul_inputs(model) -> int:
         # Rank >= 3 by a static matrix; one symbolic dim of the product at most (Reshape's -1).
         if a is None or b is None or y is None or len(a) < 3 or len(b) != 2 or None in b or y.count(None) > 1:
             continue
-        if readers[mm.input[0]] < 2 and sum(d != 1 for d in a[:-1]) < 2:
-            continue  # IREE reads the dequantize directly: its rows are one dim
         base = mm.name or mm.output[0]
         names = {k: f"{base}_flat_{k}" for k in ("rows_shape", "shape", "int8", "input", "product")}
         model.graph.initializer.extend([

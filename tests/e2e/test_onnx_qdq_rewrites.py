@@ -185,8 +185,9 @@ class ResidualGeluMlp(torch.nn.Module):
 
 def test_transformer_feed_forward_runs_on_int8(tmp_path):
     """Both matmuls on the NPU: fc1 with the bias onnxruntime adds after its quantized matmul and
-    the erf GELU (a table) after it; fc2 with its bias and the residual add after it."""
-    rewritten_and_checked(*ort_quantized_model(tmp_path, ResidualGeluMlp, shape=(1, 16, 64)), rewrites=1)
+    the erf GELU (a table) after it; fc2 with its bias and the residual add after it. Both
+    read a 2-D reshape of their input (fc1's is shared with the residual add)."""
+    rewritten_and_checked(*ort_quantized_model(tmp_path, ResidualGeluMlp, shape=(1, 16, 64)), rewrites=2)
 
 
 def test_split_between_quantizes_runs_on_int8():
@@ -290,8 +291,9 @@ def test_shared_matmul_input_with_a_symbolic_batch_is_flattened():
 
 def test_matmul_rows_over_two_dims_are_flattened():
     """A Linear on a channels-last map (1, H, W, C) reads a 2-D reshape of its int8 input even
-    with no other reader (IREE would collapse H and W between the dequantize and the matmul);
-    rows over one dim are left as written. onnxruntime gives the same bits."""
+    with no other reader (IREE would collapse H and W between the dequantize and the matmul),
+    and so does one on (1, T, C) (IREE would keep its integer matmul 3-D, the elementwise ops
+    around it 2-D). onnxruntime gives the same bits."""
     import onnxruntime
     from onnx import TensorProto, helper
 
@@ -306,10 +308,12 @@ def test_matmul_rows_over_two_dims_are_flattened():
                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [*shape[:-1], 32])],
                       [("s", np.float32(0.02)), ("z", np.int8(-5)), ("sw", np.float32(0.01)), ("wq", wq)])
 
-    written, rewritten = model([1, 6, 5, 16]), model([1, 6, 5, 16])
-    assert rewrite_qdq(rewritten) == 1
-    assert [n.op_type for n in rewritten.graph.node].count("Reshape") == 2
-    x = rng.integers(-128, 128, (1, 6, 5, 16)).astype(np.int8)
-    run = lambda m: onnxruntime.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]  # noqa: E731
-    assert np.array_equal(run(written), run(rewritten))
-    assert rewrite_qdq(model([1, 30, 16])) == 0
+    for shape in ([1, 6, 5, 16], [1, 30, 16]):
+        written, rewritten = model(shape), model(shape)
+        assert rewrite_qdq(rewritten) == 1
+        assert [n.op_type for n in rewritten.graph.node].count("Reshape") == 2
+        x = rng.integers(-128, 128, shape).astype(np.int8)
+        run = lambda m: onnxruntime.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]  # noqa: E731
+        assert np.array_equal(run(written), run(rewritten))
+    assert rewrite_qdq(model([30, 16])) == 0  # already 2-D
+
