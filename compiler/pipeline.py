@@ -24,6 +24,7 @@ from .passes import (
     fold_index_constants,
     fold_padding,
     fold_unit_dims,
+    fuse_dequantize,
     lower_requantization,
     lower_to_torq_hl,
     mark_in_place_updates,
@@ -37,8 +38,8 @@ from .passes import (
 from .patterns import Unsupported
 
 PASSES: dict[str, ModuleType] = {m.NAME: m for m in (
-    decompose_attention, lower_requantization, mark_in_place_updates, split_elementwise_results, fold_index_constants,
-    split_fused_gathers, unroll_index_dims, fold_unit_dims, check_npu_support, convert_dtypes,
+    decompose_attention, fuse_dequantize, lower_requantization, mark_in_place_updates, split_elementwise_results,
+    fold_index_constants, split_fused_gathers, unroll_index_dims, fold_unit_dims, check_npu_support, convert_dtypes,
     fold_padding, mark_patterns_for_super_tiling, super_tiling, lower_to_torq_hl, assign_lram_addresses,
     build_nss_program, serialize_executable)}
 
@@ -49,10 +50,12 @@ PRE_PASSES = ("func.func(iree-codegen-decompose-softmax{use-fusion=false}),"
               "linalg-generalize-named-ops,canonicalize,cse")
 
 # Attention first (PRE_PASSES decompose the softmax it makes); requantization after
-# the pre-passes (it reads generics); the support check once the function is final
-# in what it computes, before any pass that assumes the NPU can run it.
-DISPATCH_PIPELINE = [decompose_attention.NAME, PRE_PASSES, lower_requantization.NAME, mark_in_place_updates.NAME,
-                     split_elementwise_results.NAME, fold_index_constants.NAME, split_fused_gathers.NAME,
+# the pre-passes (it reads generics), once the dequantizes it reads are in its body;
+# the support check once the function is final in what it computes, before any pass
+# that assumes the NPU can run it.
+DISPATCH_PIPELINE = [decompose_attention.NAME, PRE_PASSES, fuse_dequantize.NAME, lower_requantization.NAME,
+                     mark_in_place_updates.NAME, split_elementwise_results.NAME, fold_index_constants.NAME,
+                     split_fused_gathers.NAME,
                      unroll_index_dims.NAME, fold_unit_dims.NAME,
                      check_npu_support.NAME, convert_dtypes.NAME,
                      fold_padding.NAME,

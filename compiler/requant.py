@@ -142,7 +142,7 @@ class RequantLowering:
     host_tails: dict[int, HostTail] = field(default_factory=dict)  # function result -> tail
 
 
-def _is_float_requant(op: ir.Operation) -> bool:
+def is_float_requant(op: ir.Operation) -> bool:
     if op.name != "linalg.generic" or len(op.results) != 1:
         return False
     names = {o.name for o in region_ops(op)}
@@ -467,7 +467,7 @@ def lower_float_requantization(func: ir.Operation, arg_constants, host,
     block = func.regions[0].blocks[0]
     plans = []
     for op in [o.operation for o in block.operations]:
-        if _is_float_requant(op):
+        if is_float_requant(op):
             plan = _plan(op, known, host, mode)
             if plan is not None:
                 plans.append(plan)

@@ -464,6 +464,19 @@ class EncoderLayer(torch.nn.Module):
         return self.ln2(x + self.fc2(torch.nn.functional.gelu(self.fc1(x))))
 
 
+class PreNormEncoderLayer(EncoderLayer):
+    """A pre-norm layer (ViT, DeiT): x + attn(ln1(x)), then + fc2(gelu(fc1(ln2(...)))). The
+    residual stream's int8 tensor is read by the LayerNorm and by the residual add after the
+    next Linear."""
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).reshape(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        attn = torch.softmax(q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5, -1) @ v
+        x = x + self.out(attn.transpose(1, 2).reshape(b, t, d))
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
 def test_ort_quantized_bias_over_two_dims_on_npu_within_one_step(tmp_path):
     """The bias add after the quantized matmul, fused with the heads' transpose, is int8
     arithmetic whose per-channel values vary along two result dims: a rescale per (head row,
@@ -553,3 +566,22 @@ def test_ort_quantized_squared_relu_on_npu_within_one_step(tmp_path):
     assert layers == [("torq", 12 * 12 * 16 * 64), ("torq", 12 * 12 * 64 * 16)], (layers, remarks.getvalue())
     assert_within_one_step(y, ref)
     assert len(np.unique(ref)) > 50
+
+
+def test_ort_quantized_pre_norm_residuals_on_npu_within_one_step(tmp_path):
+    """A pre-norm layer's attention output and fc2 add the layer's input, which the LayerNorm
+    reads too: IREE dequantizes it in a generic of its own beside the epilogue (and, with the
+    matmul 3-D, in a dispatch of its own), and both stayed f32 on the host with their MACs
+    (DeiT-tiny int8: 65% of MACs on the NPU). The ONNX rewrite makes the matmuls 2-D and
+    torq-fuse-dequantize computes the residual's dequantize in the requantization: every
+    matmul on the NPU, the output within one step of llvm-cpu."""
+    path, cm, y, ref, remarks = compiled_against_llvm_cpu(tmp_path, PreNormEncoderLayer, shape=(1, 16, 64))
+    linears = [d.executor for d in cm.report.dispatches if d.macs in (16 * 64 * 64, 16 * 64 * 128)]
+    assert linears == ["torq"] * 3, (linears, remarks.getvalue())  # out, fc1, fc2
+    host_macs = sum(d.macs for d in cm.report.dispatches if d.executor == "host")
+    assert host_macs < 0.01 * sum(d.macs for d in cm.report.dispatches), remarks.getvalue()
+    sums = [d.executor for d in cm.report.dispatches for s in d.requant if s.get("sum_pairs")]
+    assert sums == ["torq", "torq"], (sums, remarks.getvalue())  # the two residual adds, integer
+    assert_within_one_step(y, ref)
+    assert len(np.unique(ref)) > 50
+
