@@ -218,7 +218,7 @@ def loop_ranges(op: ir.Operation) -> list[int]:
     maps = indexing_maps(op)
     ranges = [0] * maps[0].n_dims
     for v, m in zip(op.operands, maps):
-        for size, e in zip(static_shape(v.type), m.results):
+        for size, e in zip(static_shape(v.type) or (), m.results):  # a scalar operand: ()
             if isinstance(e, ir.AffineDimExpr):
                 ranges[ir.AffineDimExpr(e).position] = size
     return ranges

@@ -10,7 +10,9 @@ Contract:
   are never mistaken for ONNX.
 - `import_onnx(data, name, base_dir)` parses the model with the `onnx`
   package, loads external tensor data relative to `base_dir`, runs
-  `onnx.checker` and ONNX shape inference, and imports the graph with IREE's
+  `onnx.checker` and ONNX shape inference (when it leaves a tensor without a
+  rank, the exporter's small constant shape computations are folded and it
+  runs again: compiler/onnx_fold.py), and imports the graph with IREE's
   own ONNX importer (`iree.compiler.extras.onnx_importer`, the machinery of
   `iree-import-onnx`). It returns the imported module as MLIR bytecode: one
   public `func.func` named after the ONNX graph (`main_graph` for
@@ -40,6 +42,7 @@ import os
 import re
 
 from .ir_utils import CompileError
+from .onnx_fold import fold_shape_computations, has_unranked_values
 from .onnx_qdq import rewrite_qdq
 
 ONNX_SUFFIX = ".onnx"
@@ -87,6 +90,8 @@ def import_onnx(data: bytes, name: str, base_dir: str | None = None, qdq_rewrite
     if qdq_rewrites and _opsets(model).get("", 0) >= 12:  # MaxPool takes int8 from opset 12
         rewrite_qdq(model)
     model = _check_and_infer_shapes(onnx, model, name)
+    if has_unranked_values(model):
+        model = fold_shape_computations(onnx, model, _opsets(model).get("", 1))
     _name_unnamed_nodes(model)
     bytecode = _import_to_bytecode(model, name)
     _check_convertible(bytecode, name, model)
