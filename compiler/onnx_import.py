@@ -193,13 +193,22 @@ def _check_convertible(bytecode: bytes, name: str, model) -> None:
 
 
 def _describe_refused(refused: list[tuple[str, str]], model) -> str:
-    """`node 'n0': ONNX op Softmax is not supported ... at opset 11`, for the first refused node."""
+    """`node 'n0': ONNX op Softmax is not supported ... at opset 11`, for the first refused node;
+    `... cannot be imported: its input 'r' has no known rank ...` when shape inference left one
+    of its inputs without a rank (IREE's conversions need one: a Transpose is supported, one of
+    an unranked tensor is not)."""
     node_name, op_type = refused[0]
-    domain = next((n.domain for n in model.graph.node if n.name == node_name and n.op_type == op_type), "")
+    node = next((n for n in model.graph.node if n.name == node_name and n.op_type == op_type), None)
+    domain = node.domain if node is not None else ""
     opsets = _opsets(model)
     domain = "" if domain == "ai.onnx" else domain
     where = f"node '{node_name}': " if node_name else ""
     qualified = f"{domain}.{op_type}" if domain else op_type
+    unranked = _unranked_input(model, node) if node is not None else None
+    if unranked is not None:
+        return (f"{where}ONNX op {qualified} cannot be imported: its input '{unranked}' has no known rank "
+                "(ONNX shape inference cannot follow how its shape is computed; export the model with static "
+                "shapes, or simplify it, e.g. with onnxsim)")
     opset = f"opset {opsets[domain]}" if domain in opsets else "an undeclared opset"
     more = ""
     if len(refused) > 1:
@@ -207,6 +216,17 @@ def _describe_refused(refused: list[tuple[str, str]], model) -> str:
         more = f" (and {len(refused) - 1} more unsupported node{'s' if len(refused) > 2 else ''}"
         more += f": {', '.join(others)})" if others else ")"
     return f"{where}ONNX op {qualified} is not supported by IREE's ONNX import at {opset}{more}"
+
+
+def _unranked_input(model, node) -> str | None:
+    """The first input of `node` that the (shape-inferred) `model` gives no rank, or None."""
+    typed = {v.name: v for v in [*model.graph.value_info, *model.graph.input, *model.graph.output]}
+    consts = {i.name for i in model.graph.initializer}
+    for name in node.input:
+        v = typed.get(name)
+        if name and name not in consts and (v is None or not v.type.tensor_type.HasField("shape")):
+            return name
+    return None
 
 
 def _collect_operator(op, found: list) -> "object":

@@ -263,6 +263,15 @@ def test_unsupported_opset_and_op(tmp_path):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
     with pytest.raises(torq.TorqCompileError, match=r"node 'custom': ONNX op com\.example\.FooBar is not supported"):
         torq.compile(model)
+    # A supported op whose input shape inference leaves without a rank (a Reshape to a shape the
+    # graph reads at run time): the input is named, not the op called unsupported.
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"]), helper.make_node("Transpose", ["r"], ["y"], perm=[1, 0])]
+    graph = helper.make_graph(nodes, GRAPH, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8]),
+                                             helper.make_tensor_value_info("shape", TensorProto.INT64, ["n"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
+    with pytest.raises(torq.TorqCompileError, match=r"node 'Transpose_1': ONNX op Transpose cannot be imported: "
+                                                    r"its input 'r' has no known rank"):
+        torq.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     # An op the ONNX checker does not know at that opset.
     nodes = [helper.make_node("Gelu", ["x"], ["y"])]
     graph = helper.make_graph(nodes, GRAPH, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
