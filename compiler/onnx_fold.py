@@ -30,24 +30,26 @@ _NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUnifo
                "Bernoulli", "If", "Loop", "Scan"}
 
 
+def tensor_types(model) -> dict:
+    """The tensor type shape inference gave each value of `model` (graph inputs, outputs and the
+    values between), by name."""
+    return {v.name: v.type.tensor_type for v in [*model.graph.value_info, *model.graph.input, *model.graph.output]}
+
+
+def unranked(types: dict, name: str) -> bool:
+    """Whether the value `name` has no rank in `types` (`tensor_types`)."""
+    return name not in types or not types[name].HasField("shape")
+
+
 def has_unranked_values(model) -> bool:
     """Whether some node output has no rank after shape inference (`model` already inferred)."""
-    typed = {v.name: v for v in [*model.graph.value_info, *model.graph.input, *model.graph.output]}
-    for node in model.graph.node:
-        for out in node.output:
-            v = typed.get(out)
-            if out and (v is None or not v.type.tensor_type.HasField("shape")):
-                return True
-    return False
+    types = tensor_types(model)
+    return any(out and unranked(types, out) for node in model.graph.node for out in node.output)
 
 
 def _static_shapes(model) -> dict[str, list[int]]:
-    out = {}
-    for v in [*model.graph.value_info, *model.graph.input, *model.graph.output]:
-        t = v.type.tensor_type
-        if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
-            out[v.name] = [d.dim_value for d in t.shape.dim]
-    return out
+    return {name: [d.dim_value for d in t.shape.dim] for name, t in tensor_types(model).items()
+            if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim)}
 
 
 def _shape_value(node, shape: list[int]) -> np.ndarray:
@@ -105,11 +107,8 @@ def _fold_once(model, opset: int) -> int:
 def fold_shape_computations(onnx, model, opset: int):
     """`model` (shape-inferred) with its small constant computations folded (module docstring),
     shape-inferred again; `model` itself when nothing folds."""
-    folded = 0
     for _ in range(8):  # a Reshape's shape known makes the next Shape of its output foldable
-        made = _fold_once(model, opset)
-        if not made:
+        if not _fold_once(model, opset):
             break
-        folded += made
         model = onnx.shape_inference.infer_shapes(model, data_prop=True)
     return model

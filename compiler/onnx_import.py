@@ -42,7 +42,7 @@ import os
 import re
 
 from .ir_utils import CompileError
-from .onnx_fold import fold_shape_computations, has_unranked_values
+from .onnx_fold import fold_shape_computations, has_unranked_values, tensor_types, unranked
 from .onnx_qdq import rewrite_qdq
 
 ONNX_SUFFIX = ".onnx"
@@ -220,13 +220,8 @@ def _describe_refused(refused: list[tuple[str, str]], model) -> str:
 
 def _unranked_input(model, node) -> str | None:
     """The first input of `node` that the (shape-inferred) `model` gives no rank, or None."""
-    typed = {v.name: v for v in [*model.graph.value_info, *model.graph.input, *model.graph.output]}
-    consts = {i.name for i in model.graph.initializer}
-    for name in node.input:
-        v = typed.get(name)
-        if name and name not in consts and (v is None or not v.type.tensor_type.HasField("shape")):
-            return name
-    return None
+    types, consts = tensor_types(model), {i.name for i in model.graph.initializer}
+    return next((n for n in node.input if n and n not in consts and unranked(types, n)), None)
 
 
 def _collect_operator(op, found: list) -> "object":

@@ -35,6 +35,7 @@ from ..ir_utils import (
     functions,
     indexing_maps,
     iterator_types,
+    map_dims,
     n_inputs,
     region_ops,
     walk_ops,
@@ -49,8 +50,7 @@ _DEQUANTIZE_OPS = {"arith.extsi", "arith.extui", "arith.subi", "arith.addi", "ar
 
 
 def _is_identity(m: ir.AffineMap) -> bool:
-    return m.n_dims == len(m.results) and all(
-        isinstance(e, ir.AffineDimExpr) and ir.AffineDimExpr(e).position == k for k, e in enumerate(m.results))
+    return map_dims(m) == list(range(m.n_dims))
 
 
 def _composed(inner: ir.AffineMap, outer: ir.AffineMap) -> ir.AffineMap | None:
