@@ -54,7 +54,7 @@ from iree.compiler import ir
 from torq.contract.ops import ACCUMULATE
 
 from .ir_utils import region_ops, tensor_nbytes
-from .lram_allocator import BufferRequest, align, allocate
+from .lram_allocator import Allocation, BufferRequest, align, allocate
 
 
 @dataclass
@@ -248,6 +248,7 @@ class BodyPlan:
     events: list = field(default_factory=list)
     # step operand -> its second placement in set 0 (odd reduction steps), when planned
     step_offsets: dict = field(default_factory=dict)
+    requests: list = field(default_factory=list)  # one BufferRequest per value (event spans)
 
 
 def set_choices(slices: int) -> list[int]:
@@ -281,6 +282,22 @@ def _place_per_tile(requests: list[BufferRequest], steps: set, base: int, alignm
     return _Placement(offsets, step_offsets, alloc.end, alloc.peak)
 
 
+def _resident_below(requests: list[BufferRequest], resident, last: int,
+                    alignment: int) -> tuple[Allocation, int, list[BufferRequest]]:
+    """The resident buffers' allocation (live over the whole body, events 0..last), the
+    aligned base of the per-tile buffers above them, and the per-tile requests."""
+    res_alloc = allocate([BufferRequest(r.key, r.size, 0, last) for r in requests if r.key in resident],
+                         alignment)
+    return res_alloc, align(res_alloc.end, alignment), [r for r in requests if r.key not in resident]
+
+
+def one_set_footprint(requests: list[BufferRequest], resident, last: int, alignment: int) -> int:
+    """The fit of a body (`BodyPlan.footprint`) from its buffer requests alone: super
+    tiling's footprint model (tiling/footprint_model.py) sizes them from predicted shapes."""
+    res_alloc, base, per_tile = _resident_below(requests, resident, last, alignment)
+    return base + allocate(per_tile, alignment).end if per_tile else res_alloc.end
+
+
 def plan_body(block: ir.Block, alignment: int, budget: int, slices: int, nbytes=None) -> BodyPlan:
     events = body_events(block)
     alias = accumulator_aliases(block)
@@ -292,14 +309,11 @@ def plan_body(block: ir.Block, alignment: int, budget: int, slices: int, nbytes=
                      for op in block.operations)
     resident = {} if holds_loop else {r.key: k for r in requests if (k := invariant_loops(r.key, block))}
     last = len(events) - 1
-    res_alloc = allocate([BufferRequest(r.key, r.size, 0, last) for r in requests if r.key in resident],
-                         alignment)
-    base = align(res_alloc.end, alignment)
-    per_tile = [r for r in requests if r.key not in resident]
+    res_alloc, base, per_tile = _resident_below(requests, resident, last, alignment)
     steps = step_operands(events, block)
     single = _place_per_tile(per_tile, steps, base, alignment, double=False)
 
-    def top(placement: _Placement) -> int:  # highest byte with one set
+    def top(placement: _Placement) -> int:  # highest byte with one set (one_set_footprint for `single`)
         return base + placement.extent if placement.offsets else res_alloc.end
 
     footprint = top(single)
@@ -323,4 +337,4 @@ def plan_body(block: ir.Block, alignment: int, budget: int, slices: int, nbytes=
     # The peak counts live bytes in program order, where a step's two placements never
     # hold the same operand at once: the single placement's.
     return BodyPlan(offsets, resident, sets, stride, footprint, end,
-                    res_alloc.peak + single.peak, events, chosen.step_offsets)
+                    res_alloc.peak + single.peak, events, chosen.step_offsets, requests)

@@ -156,6 +156,12 @@ def value_roles(v) -> list[tuple[str, dict, int]]:
     return roles
 
 
+def roles_nbytes(shape: tuple[int, ...], dtype: str, roles: list[tuple[str, dict, int]], hw: TorqHw) -> int:
+    """Bytes of a `shape` tensor padded for each of its `roles` (`value_roles`), the largest."""
+    sizes = [nbytes(role_layout(op, attrs, role, shape, dtype, hw), dtype) for op, attrs, role in roles]
+    return max(sizes, default=nbytes(shape, dtype))
+
+
 def padded_value_nbytes(v, hw: TorqHw) -> int:
     """LRAM bytes of IR value `v`: its static shape padded for every torq_hl op that reads or
     writes it (the largest, so any role's layout fits the buffer); a box of a gathered view
@@ -164,9 +170,7 @@ def padded_value_nbytes(v, hw: TorqHw) -> int:
     from .lram_allocator import align
     from .patterns.row_gather import gather_index_bytes
 
-    shape = static_shape(v.type)
     dtype = mlir_dtype(element_type(v.type))
-    sizes = [nbytes(role_layout(op, attrs, role, shape, dtype, hw), dtype) for op, attrs, role in value_roles(v)]
-    data = max(sizes, default=nbytes(shape, dtype))
+    data = roles_nbytes(static_shape(v.type), dtype, value_roles(v), hw)
     ids = gather_index_bytes(v)  # a box of a gathered view: its ids after its rows (nss_gathers)
     return align(data, hw.lram_alignment) + ids if ids else data

@@ -36,9 +36,10 @@ from . import PassOptions
 NAME = "torq-assign-lram-addresses"
 
 
-def plan_bodies(func: ir.Operation, options: PassOptions) -> list[tuple[ir.Block, BodyPlan]]:
+def plan_bodies(func: ir.Operation, options: PassOptions, nbytes=None) -> list[tuple[ir.Block, BodyPlan]]:
+    """Each tile body's plan; `nbytes(value)` sizes its buffers (default: padded_value_nbytes)."""
     hw = options.hw
-    nbytes = functools.partial(padded_value_nbytes, hw=hw)
+    nbytes = nbytes or functools.partial(padded_value_nbytes, hw=hw)
     return [(b, plan_body(b, hw.lram_alignment, hw.available_lram_bytes, hw.slices, nbytes))
             for b in tile_bodies(func)]
 

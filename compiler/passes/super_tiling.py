@@ -40,7 +40,10 @@ Strategies (`--torq-super-tiling-strategy`):
   places every buffer of the slice, tiled and lowered to TorqHL, within
   `TorqHw.available_lram_bytes`. A root whose untiled slice fits stays
   untiled. Otherwise, for each tileable result dimension alone, the largest
-  fitting tile size (binary search: footprint grows with the tile), or on the
+  fitting tile size (binary search: footprint grows with the tile; once two
+  tilings of a shape are lowered, tiling/footprint_model.py predicts the
+  others' footprints from their buffers and the allocator confirms the size
+  chosen), or on the
   result's vector dim (compiler/vector_layout.py) the largest smaller one of
   whole vectors when that moves no more bytes and takes no more cycles (a
   tile padded in LRAM wastes lanes); of those,

@@ -25,7 +25,8 @@ from ..nss_dma_limit import DmaLimitExceeded
 from ..passes import PassOptions
 from ..patterns import Unsupported
 from ..vector_layout import padded, value_roles, vector_dim, vector_width
-from .cost import lowered_footprint, lowered_program, lowered_tiling, program_cost
+from .cost import lowered_program, lowered_tiling, program_cost
+from .footprint_model import FootprintModel, measure
 from .roots import UNREPRESENTABLE, Root
 from .transform import root_slice
 
@@ -66,6 +67,8 @@ class TileSearch:
         self.programs: dict[tuple, Program] = {}
         # Lowered tilings that fit, kept from `footprint` for `cost` (one lowering per candidate).
         self.lowered: dict[tuple, tuple[ir.Module, ir.Operation]] = {}
+        # The probes of each family of tilings and the footprints they predict (footprint_model.py).
+        self.models: dict[tuple, FootprintModel] = {}
         self._vector: tuple[int, int] | None | bool = False  # result_vector(), once
         # What the search chose besides the parallel sizes (see TileChoice).
         self.outer: int | None = None
@@ -107,7 +110,12 @@ class TileSearch:
             try:
                 scratch, clone = lowered_tiling(self.slice, self.root.loop_sizes(sizes), self.root.interchange(outer),
                                                 self.root.reduction_sizes(red))
-                fp = lowered_footprint(clone, self.options)
+                fp = UNREPRESENTABLE
+                if clone is not None:
+                    measured = measure(clone, self.options)
+                    fp = measured.footprint
+                    family, point = _family(sizes, outer, red)
+                    self.models.setdefault(family, FootprintModel(self.options)).add(point, measured)
             except (CompileError, Unsupported):
                 if not red and all(n % t == 0 for n, t in zip(self.root.shape, sizes) if t):
                     raise
@@ -118,6 +126,16 @@ class TileSearch:
             if fp < UNREPRESENTABLE:
                 self.smallest = fp if self.smallest is None else min(self.smallest, fp)
         return self.footprints[key]
+
+    def estimate(self, sizes: list[int], outer: int | None = None, red: list[int] | None = None) -> int | None:
+        """The footprint when probed, else the footprint model's prediction (None: no prediction)."""
+        key = _key(sizes, outer, red)
+        if key in self.footprints:
+            return self.footprints[key]
+        if any(t and n // t == 1 and n % t for n, t in zip(self.root.shape, sizes)):
+            return None  # one full tile and a smaller last one: no loop is left, another structure
+        family, point = _family(sizes, outer, red)
+        return self.models[family].predict(point) if family in self.models else None
 
     def cost(self, sizes: list[int], outer: int | None = None, red: list[int] | None = None) -> tuple[Traffic, int]:
         key = _key(sizes, outer, red)
@@ -171,7 +189,8 @@ class TileSearch:
         for j, (_, extent) in enumerate(self.root.reduction_loops):
             best = _largest_fitting(
                 [t for t in divisors(extent) if t < extent],
-                lambda t: self.footprint(sizes, red=red[:j] + [t] + red[j + 1:]), self.budget)
+                lambda t: self.footprint(sizes, red=red[:j] + [t] + red[j + 1:]), self.budget,
+                lambda t: self.estimate(sizes, red=red[:j] + [t] + red[j + 1:]))
             if best is not None:
                 red[j] = best
                 return red
@@ -182,7 +201,7 @@ class TileSearch:
         """Largest tile size t < extent (`tile_sizes`) with base[d] = t fitting; footprint grows with t."""
         return _largest_fitting(
             tile_sizes(self.root.shape[d]), lambda t: self.footprint(base[:d] + [t] + base[d + 1:], outer),
-            self.budget)
+            self.budget, lambda t: self.estimate(base[:d] + [t] + base[d + 1:], outer))
 
 
 def _key(sizes: list[int], outer: int | None, red: list[int] | None) -> tuple:
@@ -190,21 +209,46 @@ def _key(sizes: list[int], outer: int | None, red: list[int] | None) -> tuple:
     return (tuple(sizes), outer) if not red else (tuple(sizes), outer, tuple(red))
 
 
-def _largest_fitting(cands: Sequence[int], footprint, budget: int) -> int | None:
+def _family(sizes: list[int], outer: int | None, red: list[int] | None) -> tuple[tuple, tuple[int, ...]]:
+    """A tiling's family (the dims and reduction loops it tiles, its outer dim: tilings of
+    one shape, see footprint_model.py) and its point in it (the sizes of those dims)."""
+    dims = tuple(d for d, t in enumerate(sizes) if t)
+    loops = tuple(j for j, t in enumerate(red or []) if t)
+    return (dims, outer, loops), tuple(sizes[d] for d in dims) + tuple(red[j] for j in loops)
+
+
+def _largest_fitting(cands: Sequence[int], footprint, budget: int, estimate=None) -> int | None:
     """The largest of the ascending sizes `cands` whose footprint(t) fits `budget`; None when
     not even the first fits. A tile's footprint grows with its size, about linearly (the
-    buffers a tile dim indexes scale with it, padding aside), so the search keeps a bracket
-    (largest size known to fit, smallest known not to), bisects it until two probes give a
-    line, then probes where the line through the two latest probes meets the budget; a
-    predicted size that fits is confirmed by probing the next one, and when two steps in a
-    row do not halve the bracket the next one bisects it. On a footprint that grows with t
-    this finds what bisection finds, in fewer probes (each a lowering and an allocation:
-    audio encoder, 1,184 -> 963)."""
+    buffers a tile dim indexes scale with it, padding aside). `estimate(t)`, when given, is
+    the footprint model's prediction (footprint_model.py; None where it has none): once it
+    predicts, the largest size it says fits is probed (the allocator confirms it) and the
+    next size is taken not to fit on its word; a prediction the probe contradicts ends the
+    model's say in this search. Otherwise the search keeps a bracket (largest size known
+    to fit, smallest known not to), bisects it until two probes give a line, then probes
+    where the line through the two latest probes meets the budget; a predicted size that
+    fits is confirmed by probing the next one, and when two steps in a row do not halve
+    the bracket the next one bisects it. On a footprint that grows with t this finds what
+    bisection finds, in fewer probes (each a lowering and an allocation)."""
     lo, hi = -1, len(cands)  # cands[lo] fits (-1: none known), cands[hi] does not (len: none known)
     seen: list[tuple[int, int]] = []  # (size, footprint) of the probes with a representable footprint
     widths = [hi - lo]
     confirm = False
     while hi - lo > 1:
+        modelled = _modelled_bound(cands, estimate, budget, lo, hi) if estimate is not None else None
+        if modelled is not None:
+            i, boundary = modelled
+            if i == lo:  # the model says the next size does not fit
+                hi = lo + 1
+                break
+            f = footprint(cands[i])
+            if f < UNREPRESENTABLE:
+                seen.append((cands[i], f))
+            if (f <= budget) == (i == boundary - 1):  # the probe agrees with the model
+                lo, hi = (i, boundary) if f <= budget else (lo, i)
+            else:  # the model was wrong here: the bracket alone from now on
+                (lo, hi), estimate = ((i, hi) if f <= budget else (lo, i)), None
+            continue
         predicted = False
         if confirm:
             i = lo + 1
@@ -222,6 +266,21 @@ def _largest_fitting(cands: Sequence[int], footprint, budget: int) -> int | None
         confirm = predicted and lo == i
         widths.append(hi - lo)
     return cands[lo] if lo >= 0 else None
+
+
+def _modelled_bound(cands: Sequence[int], estimate, budget: int, lo: int, hi: int) -> tuple[int, int] | None:
+    """(i, b): bisecting (lo, hi) on the model's predictions, cands[b] is the smallest
+    size it says does not fit (or hi) and i = b - 1 the largest it says fits (lo when none
+    does); when none does and none is known to fit (lo = -1), i = 0 with b = 0, a probe
+    of the smallest size. None when a prediction it needs is missing."""
+    a, b = lo, hi
+    while b - a > 1:
+        m = (a + b) // 2
+        f = estimate(cands[m])
+        if f is None:
+            return None
+        a, b = (m, b) if f <= budget else (a, m)
+    return (a, b) if a >= 0 else (0, 0)
 
 
 def _predicted_index(cands: Sequence[int], seen: list[tuple[int, int]], budget: int, lo: int, hi: int) -> int:
@@ -447,7 +506,8 @@ def _reduction_sizes(search: TileSearch, parallel: list[int] | None = None) -> t
     for d in dims:
         cands = tile_sizes(root.shape[d])
         largest = _largest_fitting(
-            cands, lambda t: search.footprint([t if i == d else 0 for i in range(n)], red=ones), search.budget)
+            cands, lambda t: search.footprint([t if i == d else 0 for i in range(n)], red=ones), search.budget,
+            lambda t: search.estimate([t if i == d else 0 for i in range(n)], red=ones))
         if largest is not None:
             below = [t for t in cands if t <= largest][-REDUCTION_PARALLEL_CANDIDATES:]
             options += [[t if i == d else 0 for i in range(n)] for t in reversed(below)]

@@ -56,3 +56,37 @@ def test_random_growing_footprints_match_bisection():
             values[t1] = max(values[t1], values[t0])
         budget = rng.randint(0, base + slope * 400)
         assert _largest_fitting(cands, values.__getitem__, budget) == _bisection(cands, values.__getitem__, budget)
+
+
+def test_exact_model_confirms_its_choice_with_one_probe():
+    """With the footprint model's prediction (estimate) exact, the search probes the size it
+    predicts to be the largest fitting (the smallest when it predicts none), and nothing else."""
+    cands = list(tile_sizes(1500))
+
+    def fp(t):
+        return 40_000 + 4_000 * (-(-t // 16) * 16)  # padded to 16: not a line
+
+    for budget in (10_000, 100_000, 500_000, 10**9):
+        f, calls = _counting(fp)
+        assert _largest_fitting(cands, f, budget, fp) == _bisection(cands, fp, budget)
+        assert len(calls) == 1, (budget, calls)
+
+
+def test_model_that_says_too_much_fits_is_overruled_by_the_probe():
+    """A prediction below the real footprint (a body the model does not see is larger) is
+    caught by the probe confirming it; the search then brackets without the model."""
+    rng = random.Random(1)
+    for _ in range(300):
+        cands = sorted(rng.sample(range(1, 400), rng.randint(1, 60)))
+        base, slope = rng.randint(0, 10_000), rng.randint(1, 3_000)
+        floor = rng.choice([0, rng.randint(0, base + slope * 400)])  # e.g. an op run once, outside the loops
+
+        def footprint(t, base=base, slope=slope, floor=floor):
+            return max(base + slope * t, floor)
+
+        def estimate(t, base=base, slope=slope):
+            return base + slope * t if t % 3 else None  # blind to the floor, sometimes silent
+
+        budget = rng.randint(0, base + slope * 400)
+        assert (_largest_fitting(cands, footprint, budget, estimate)
+                == _bisection(cands, footprint, budget)), (cands, base, slope, floor, budget)
