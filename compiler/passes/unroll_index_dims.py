@@ -11,7 +11,8 @@ A parallel generic whose body reads a value defined outside it with
 `tensor.extract`, and uses `linalg.index` of a dim of extent 2..`MAX_VALUES` in
 anything but an extract coordinate, is split along each such dim into one generic
 per index value (`transform.structured.split`: the pieces write boxes of the result,
-assembled with `tensor.insert_slice`, disjoint and covering it). In a piece that
+assembled with `tensor.insert_slice`, disjoint and covering it; a piece split again,
+three or more values, is flattened into the same one-level assembly). In a piece that
 index is a constant (0 on its unit dim, plus the piece's offset), and canonicalize
 folds the arithmetic. Then each `tensor.extract` of an outside value whose
 coordinates are loop indices (each at most once, maybe plus a constant) or
@@ -256,6 +257,62 @@ def _merge_slices(func: ir.Operation) -> None:
         op.erase()
 
 
+def _flatten_inserts(func: ir.Operation) -> None:
+    """Splitting a piece again (three or more index values) writes the new pieces into a
+    slice of the first split's result and puts the slice back where it came from
+    (`extract_slice D[O]`, pieces inserted into it, the whole inserted into D at O): each
+    piece goes into D at O plus its own offset instead, one flat assembly of disjoint
+    boxes, as a single split gives (the NSS program writes it box by box)."""
+    while True:
+        nests = [n for o in region_ops(func) if o.name == "tensor.insert_slice" and (n := _nested_pieces(o))]
+        if not nests:
+            return
+        outer, extract, inserts = nests[0]
+        base, at = outer.operands[1], static_box(outer).offsets
+        with ir.InsertionPoint(outer), outer.location:
+            for ins in inserts:
+                box = static_box(ins)
+                base = _static_insert(ins.operands[0], base, [a + o for a, o in zip(at, box.offsets)], box.sizes)
+        outer.results[0].replace_all_uses_with(base)
+        for op in [outer, *reversed(inserts), extract]:
+            op.erase()
+
+
+def _nested_pieces(outer: ir.Operation) -> tuple | None:
+    """(outer, the extract_slice, the inserts into it, first first) when `outer` inserts at a
+    static box of D a chain of static inserts into the slice of D at that same box, each value
+    read once and no insert dropping dims; else None."""
+    d, v, inserts = outer.operands[1], outer.operands[0], []
+    while not isinstance(v.owner, ir.Block) and v.owner.name == "tensor.insert_slice" and _single_use(v):
+        inserts.append(v.owner)
+        v = v.owner.operands[1]
+    extract = v.owner
+    if not inserts or isinstance(extract, ir.Block) or extract.name != "tensor.extract_slice" or \
+            extract.operands[0] != d or not _single_use(v):
+        return None
+    boxes = [static_box(o) for o in (outer, extract, *inserts)]
+    if any(b is None or b.strided for b in boxes) or boxes[0].offsets != boxes[1].offsets or \
+            boxes[0].sizes != boxes[1].sizes or \
+            any(len(static_shape(o.operands[0].type)) != len(static_shape(o.operands[1].type))
+                for o in (outer, *inserts)):
+        return None
+    return outer, extract, inserts[::-1]
+
+
+def _single_use(v: ir.Value) -> bool:
+    return len(list(v.uses)) == 1
+
+
+def _static_insert(source: ir.Value, dest: ir.Value, offsets: list[int], sizes: list[int]) -> ir.Value:
+    """A static unit-stride `tensor.insert_slice` of `source` into `dest`, at the insertion point."""
+    i64 = ir.DenseI64ArrayAttr.get
+    return ir.Operation.create(
+        "tensor.insert_slice", results=[dest.type], operands=[source, dest],
+        attributes={"static_offsets": i64(list(offsets)), "static_sizes": i64(list(sizes)),
+                    "static_strides": i64([1] * len(sizes)),
+                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, 0, 0, 0])}).results[0]
+
+
 def _box_slice(op: ir.Operation, extract: ir.Operation, box: tuple) -> ir.Value:
     """The box of the extracted value as a tensor.extract_slice before `op`."""
     offsets, sizes, dims = box
@@ -327,6 +384,7 @@ def unroll_function(func: ir.Operation) -> ir.Operation:
     # The boxes, empties and constants the rewrite left unused (not canonicalize, which
     # would also rewrite the function's other ops).
     erase_unused(lambda: region_ops(clone), ("tensor.extract_slice", "tensor.empty", "arith.constant"))
+    _flatten_inserts(clone)  # once the pieces no longer write into slices of the result
     if any(o.name == "linalg.generic" and _reads_outside_value(o) and row_gather(o) is None for o in walk_ops(clone)):
         return func
     return replace_function(func, clone)
