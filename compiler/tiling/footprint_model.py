@@ -23,7 +23,7 @@ exactly, the point lies in the span of the probes (along the line of a 1-D
 search's probes; a 2-D family needs three probes not on one line), and every
 predicted extent is a positive integer; otherwise None. The search confirms
 the size it chooses with a real probe, so a wrong prediction costs a probe,
-never a tiling that does not fit (search._largest_fitting).
+never a tiling that does not fit (fit_search.largest_fitting_size).
 """
 
 from __future__ import annotations

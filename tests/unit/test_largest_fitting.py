@@ -1,9 +1,10 @@
-"""tiling.search._largest_fitting (super tiling's fit search) against plain bisection."""
+"""tiling.fit_search.largest_fitting_size (super tiling's fit search) against plain bisection."""
 
 import random
 
+from torq.compiler.tiling.fit_search import largest_fitting_size
 from torq.compiler.tiling.roots import UNREPRESENTABLE
-from torq.compiler.tiling.search import _largest_fitting, tile_sizes
+from torq.compiler.tiling.search import tile_sizes
 
 
 def _bisection(cands, footprint, budget):
@@ -28,15 +29,15 @@ def _counting(footprint):
 def test_linear_footprint_few_probes():
     cands = list(tile_sizes(1500))
     f, calls = _counting(lambda t: 40_000 + 4_000 * t)
-    assert _largest_fitting(cands, f, 500_000) == _bisection(cands, lambda t: 40_000 + 4_000 * t, 500_000) == 108  # 115 fits; tile_sizes has 108 then 125
+    assert largest_fitting_size(cands, f, 500_000) == _bisection(cands, lambda t: 40_000 + 4_000 * t, 500_000) == 108  # 115 fits; tile_sizes has 108 then 125
     assert len(calls) <= 5  # bisection over these 76 sizes takes 6 or 7
 
 
 def test_nothing_fits_and_everything_fits():
     cands = list(tile_sizes(64))
-    assert _largest_fitting(cands, lambda t: 10**9, 100) is None
-    assert _largest_fitting(cands, lambda t: 1, 100) == cands[-1]
-    assert _largest_fitting([], lambda t: 1, 100) is None
+    assert largest_fitting_size(cands, lambda t: 10**9, 100) is None
+    assert largest_fitting_size(cands, lambda t: 1, 100) == cands[-1]
+    assert largest_fitting_size([], lambda t: 1, 100) is None
 
 
 def test_random_growing_footprints_match_bisection():
@@ -55,7 +56,7 @@ def test_random_growing_footprints_match_bisection():
         for t0, t1 in zip(cands, cands[1:]):  # make it nondecreasing
             values[t1] = max(values[t1], values[t0])
         budget = rng.randint(0, base + slope * 400)
-        assert _largest_fitting(cands, values.__getitem__, budget) == _bisection(cands, values.__getitem__, budget)
+        assert largest_fitting_size(cands, values.__getitem__, budget) == _bisection(cands, values.__getitem__, budget)
 
 
 def test_exact_model_confirms_its_choice_with_one_probe():
@@ -68,7 +69,7 @@ def test_exact_model_confirms_its_choice_with_one_probe():
 
     for budget in (10_000, 100_000, 500_000, 10**9):
         f, calls = _counting(fp)
-        assert _largest_fitting(cands, f, budget, fp) == _bisection(cands, fp, budget)
+        assert largest_fitting_size(cands, f, budget, fp) == _bisection(cands, fp, budget)
         assert len(calls) == 1, (budget, calls)
 
 
@@ -88,5 +89,5 @@ def test_model_that_says_too_much_fits_is_overruled_by_the_probe():
             return base + slope * t if t % 3 else None  # blind to the floor, sometimes silent
 
         budget = rng.randint(0, base + slope * 400)
-        assert (_largest_fitting(cands, footprint, budget, estimate)
+        assert (largest_fitting_size(cands, footprint, budget, estimate)
                 == _bisection(cands, footprint, budget)), (cands, base, slope, floor, budget)
