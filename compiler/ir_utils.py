@@ -98,14 +98,23 @@ def region_ops(op: ir.Operation) -> list[ir.Operation]:
     return block_ops(op.regions[0].blocks[0])
 
 
+def _static_box_attributes(offsets: list[int], sizes: list[int], segments: list[int]) -> dict:
+    """The attributes of a static unit-stride slice op (no dynamic offsets, sizes or strides)."""
+    i64 = ir.DenseI64ArrayAttr.get
+    return {"static_offsets": i64(list(offsets)), "static_sizes": i64(list(sizes)),
+            "static_strides": i64([1] * len(sizes)), "operandSegmentSizes": ir.DenseI32ArrayAttr.get(segments)}
+
+
 def static_slice(source: ir.Value, offsets: list[int], sizes: list[int], result: ir.Type) -> ir.Value:
     """A static unit-stride `tensor.extract_slice` of `source` (a DMA box), at the insertion point."""
-    i64 = ir.DenseI64ArrayAttr.get
-    return ir.Operation.create(
-        "tensor.extract_slice", results=[result], operands=[source],
-        attributes={"static_offsets": i64(list(offsets)), "static_sizes": i64(list(sizes)),
-                    "static_strides": i64([1] * len(sizes)),
-                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0, 0, 0])}).results[0]
+    return ir.Operation.create("tensor.extract_slice", results=[result], operands=[source],
+                               attributes=_static_box_attributes(offsets, sizes, [1, 0, 0, 0])).results[0]
+
+
+def static_insert(source: ir.Value, dest: ir.Value, offsets: list[int], sizes: list[int]) -> ir.Value:
+    """A static unit-stride `tensor.insert_slice` of `source` into `dest`, at the insertion point."""
+    return ir.Operation.create("tensor.insert_slice", results=[dest.type], operands=[source, dest],
+                               attributes=_static_box_attributes(offsets, sizes, [1, 1, 0, 0, 0])).results[0]
 
 
 def through_reshapes(value: ir.Value) -> ir.Value:

@@ -53,11 +53,13 @@ from ..ir_utils import (
     loop_ranges,
     region_ops,
     replace_function,
+    static_insert,
     static_shape,
     static_slice,
     walk_ops,
 )
 from ..pass_managers import parse_script, run_pipeline
+from ..patterns.inits import single_user
 from ..patterns.row_gather import row_gather
 from . import PassOptions
 
@@ -272,7 +274,7 @@ def _flatten_inserts(func: ir.Operation) -> None:
         with ir.InsertionPoint(outer), outer.location:
             for ins in inserts:
                 box = static_box(ins)
-                base = _static_insert(ins.operands[0], base, [a + o for a, o in zip(at, box.offsets)], box.sizes)
+                base = static_insert(ins.operands[0], base, [a + o for a, o in zip(at, box.offsets)], box.sizes)
         outer.results[0].replace_all_uses_with(base)
         for op in [outer, *reversed(inserts), extract]:
             op.erase()
@@ -283,12 +285,12 @@ def _nested_pieces(outer: ir.Operation) -> tuple | None:
     static box of D a chain of static inserts into the slice of D at that same box, each value
     read once and no insert dropping dims; else None."""
     d, v, inserts = outer.operands[1], outer.operands[0], []
-    while not isinstance(v.owner, ir.Block) and v.owner.name == "tensor.insert_slice" and _single_use(v):
+    while not isinstance(v.owner, ir.Block) and v.owner.name == "tensor.insert_slice" and single_user(v):
         inserts.append(v.owner)
         v = v.owner.operands[1]
     extract = v.owner
     if not inserts or isinstance(extract, ir.Block) or extract.name != "tensor.extract_slice" or \
-            extract.operands[0] != d or not _single_use(v):
+            extract.operands[0] != d or not single_user(v):
         return None
     boxes = [static_box(o) for o in (outer, extract, *inserts)]
     if any(b is None or b.strided for b in boxes) or boxes[0].offsets != boxes[1].offsets or \
@@ -297,20 +299,6 @@ def _nested_pieces(outer: ir.Operation) -> tuple | None:
                 for o in (outer, *inserts)):
         return None
     return outer, extract, inserts[::-1]
-
-
-def _single_use(v: ir.Value) -> bool:
-    return len(list(v.uses)) == 1
-
-
-def _static_insert(source: ir.Value, dest: ir.Value, offsets: list[int], sizes: list[int]) -> ir.Value:
-    """A static unit-stride `tensor.insert_slice` of `source` into `dest`, at the insertion point."""
-    i64 = ir.DenseI64ArrayAttr.get
-    return ir.Operation.create(
-        "tensor.insert_slice", results=[dest.type], operands=[source, dest],
-        attributes={"static_offsets": i64(list(offsets)), "static_sizes": i64(list(sizes)),
-                    "static_strides": i64([1] * len(sizes)),
-                    "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, 0, 0, 0])}).results[0]
 
 
 def _box_slice(op: ir.Operation, extract: ir.Operation, box: tuple) -> ir.Value:
