@@ -7,6 +7,8 @@ all channels with the same number of levels is done in one go:
 
 - `slope_intervals`: the exact-slope interval of each channel (`rescale_fit._slope_interval`),
   of a block of channels at once (`rescale_fit.slope_bounds`);
+- `exact_rescales`: `rescale_fit.rescale_in_interval` of many channels, the first multiplier
+  each tries checked for all of them at once;
 - `nearest_many`: `rescale_fit.nearest_rescale` of many channels, every stage of the
   coarse-to-fine multiplier search (`rescale_fit.MultiplierSearch`) priced for all of them in one `_multiplier_costs`;
 - `fit_many`: the rescale of each channel (exact, else with `nearest` the nearest), with
@@ -44,10 +46,14 @@ from .rescale_fit import (
     checked_fit,
     closed_form_holds,
     closed_form_step_points,
+    fits_i64,
     nearest_candidates,
     nearest_result,
+    rescale_at,
     rescale_in_interval,
+    shift_candidates,
     slope_bounds,
+    slope_top,
     step_points,
 )
 
@@ -85,6 +91,45 @@ def slope_intervals(ts_list: list[np.ndarray]) -> list[tuple[Fraction, Fraction 
         t -= t[:, :1]
         for i, bounds in zip(rows, slope_bounds(t, lengths)):
             out[i] = bounds
+    return out
+
+
+def exact_rescales(items: list[tuple]) -> list[Rescale | NotExact]:
+    """`rescale_fit.rescale_in_interval` of each (qlo, qhi, ts, lo, hi, m_lo, m_hi), or the
+    NotExact it raises: the first multiplier it tries (the one that holds for most channels:
+    10,706 of int8 BERT's 11,326 exact ones) tried for all channels of one length at once, in
+    i64 where `fits_i64`; the channels where it does not hold searched one by one."""
+    out: list = [None] * len(items)
+    first: dict[int, list[int]] = defaultdict(list)  # levels -> channels whose first candidate is tried here
+    tries: dict[int, tuple[int, int]] = {}
+    for c, (qlo, qhi, ts, lo, hi, m_lo, m_hi) in enumerate(items):
+        if qlo == qhi:
+            out[c] = Rescale(0, 0, 0, 0, qlo, qlo)
+            continue
+        try:
+            top, s = slope_top(len(ts), m_lo, m_hi)
+        except NotExact as e:
+            out[c] = _refusal(e)
+            continue
+        cands = shift_candidates(m_lo, top, s)
+        if cands and fits_i64((max(abs(qlo + 1), abs(qhi)) + 1, max(abs(int(ts[0])), abs(int(ts[-1]))) + 1), s):
+            first[len(ts)].append(c)
+            tries[c] = s, cands[0]
+    for n, cs in first.items():
+        ts = np.stack([np.asarray(items[c][2], np.int64) for c in cs])
+        ks = np.array([items[c][0] + 1 for c in cs], np.int64)[:, None] + np.arange(n)
+        shifted = ks << np.array([tries[c][0] for c in cs], np.int64)[:, None]
+        m = np.array([tries[c][1] for c in cs], np.int64)[:, None]
+        r_lows, r_highs = (shifted - m * ts).max(1), (shifted - 1 - m * (ts - 1)).min(1)
+        for c, r_low, r_high in zip(cs, r_lows.tolist(), r_highs.tolist()):
+            qlo, qhi, _, lo, hi, _, _ = items[c]
+            out[c] = rescale_at(qlo, qhi, lo, hi, tries[c][1], tries[c][0], r_low, r_high)
+    for c, item in enumerate(items):
+        if out[c] is None:
+            try:
+                out[c] = rescale_in_interval(*item)
+            except NotExact as e:
+                out[c] = _refusal(e)
     return out
 
 
@@ -156,15 +201,14 @@ def fit_many(steps: list[tuple[int, int, np.ndarray]], glos: list[int], ghis: li
     rescales: list = [None] * len(steps)
     exact = [True] * len(steps)
     todo = []
-    for c, (qlo, qhi, ts) in enumerate(steps):
-        try:
-            rescales[c] = Rescale(0, 0, 0, 0, qlo, qlo) if qlo == qhi else \
-                rescale_in_interval(qlo, qhi, ts, glos[c], ghis[c], *intervals[c])
-        except NotExact as e:
-            if nearest:
-                todo.append(c)
-            else:
-                out[c] = _refusal(e)
+    exact_fits = exact_rescales([(*steps[c], glos[c], ghis[c], *intervals[c]) for c in range(len(steps))])
+    for c, r in enumerate(exact_fits):
+        if not isinstance(r, NotExact):
+            rescales[c] = r
+        elif nearest:
+            todo.append(c)
+        else:
+            out[c] = r
     for c, r in zip(todo, nearest_many([(steps[c], glos[c], ghis[c]) for c in todo])):
         if isinstance(r, NotExact):
             out[c] = r

@@ -100,3 +100,30 @@ def test_disagreements_equal_the_per_channel_measure():
         us = _rescale_step_points(rescales[c], np.arange(qlo + 1, qhi + 1), lo[c], hi[c])
         assert (differing, worst) == disagreement(ts, us, lo[c], hi[c]), c
     assert len(got) < len(chans)  # some channels left to the per-channel measure
+
+
+def test_exact_rescales_equal_the_search_of_each_channel():
+    """`exact_rescales` tries each channel's first multiplier for all channels at once; what it
+    returns is `rescale_in_interval`'s own answer (or refusal), exact lines and QDQ chains alike,
+    whether the first multiplier holds or the search goes on."""
+    from torq.compiler.rescale_batch import exact_rescales
+    from torq.compiler.rescale_fit import Rescale, rescale_in_interval
+
+    rng = np.random.default_rng(3)
+    chans = [(c[0], c[1], c[2]) for c in channels(11, 120)]
+    for _ in range(60):  # exact integer rescales: their step points lie on a line
+        r = Rescale(int(rng.integers(-500, 500)), int(rng.integers(1, 1 << 20)), 0, int(rng.integers(10, 30)),
+                    -128, 127)
+        lo, hi = -int(rng.integers(1_000, 100_000)), int(rng.integers(1_000, 100_000))
+        chans.append((step_points(r, lo, hi), lo, hi))
+    items = [(*steps, lo, hi, *slope_intervals([steps[2]])[0]) for steps, lo, hi in chans]
+    got = exact_rescales(items)
+    found = 0
+    for item, r in zip(items, got):
+        try:
+            want = Rescale(0, 0, 0, 0, item[0], item[0]) if item[0] == item[1] else rescale_in_interval(*item)
+        except NotExact as e:
+            want = e
+        assert (str(want) == str(r)) if isinstance(want, NotExact) else want == r, (item[:2], want, r)
+        found += not isinstance(r, NotExact)
+    assert 60 <= found < len(items)  # both outcomes
