@@ -50,14 +50,9 @@ class DdrViews:
 
     # -- index arithmetic -------------------------------------------------------
 
-    def _slice_params(self, op, first_dynamic):
-        if op not in self.slice_attrs:  # decoded once per op
-            sizes = int_array(op.attributes["static_sizes"])
-            if any(s < 0 for s in sizes):
-                raise CompileError("dynamic tile sizes are not supported")
-            self.slice_attrs[op] = (int_array(op.attributes["static_offsets"]), sizes,
-                                    list(op.operands[first_dynamic:]))
-        offsets_attr, sizes_attr, dyn = self.slice_attrs[op]
+    def _slice_params(self, op, first_dynamic) -> tuple[list[int], list[int]]:
+        """(offsets, sizes) of a slice op (extract or insert) at the current index values."""
+        offsets_attr, sizes_attr, dyn, _ = self._slice_facts(op, first_dynamic)
         k = 0
         offsets = []
         for x in offsets_attr:
@@ -68,13 +63,29 @@ class DdrViews:
                 offsets.append(x)
         return offsets, sizes_attr
 
+    def _slice_facts(self, op, first_dynamic) -> tuple[list[int], list[int], list[ir.Value], tuple]:
+        """(static offsets, sizes, dynamic offset values, (operands, result, result shape)) of a
+        slice op, read from the IR once per op: a tile loop runs the same op thousands of times,
+        and each read of an operand makes a new Python object to hash."""
+        facts = self.slice_attrs.get(op)
+        if facts is None:
+            sizes = int_array(op.attributes["static_sizes"])
+            if any(s < 0 for s in sizes):
+                raise CompileError("dynamic tile sizes are not supported")
+            result = op.results[0]
+            facts = self.slice_attrs[op] = (int_array(op.attributes["static_offsets"]), sizes,
+                                            list(op.operands[first_dynamic:]),
+                                            (tuple(op.operands), result, static_shape(result.type)))
+        return facts
+
     # -- execution ------------------------------------------------------------------
 
     def _slice_view(self, op: ir.Operation) -> None:
         """The DDR box a `tensor.extract_slice` reads: its offsets and sizes (in its source's
         rank) placed on the dims of the DDR tensor its source's dims are (a rank-reducing
         slice drops unit dims: `view_dims` keeps which tensor dims its result's are)."""
-        source, res = op.operands[0], op.results[0]
+        operands, res, shape = self._slice_facts(op, 1)[3]
+        source = operands[0]
         tensor, base, base_sizes = self.ddr(source)
         offsets, sizes = self._slice_params(op, 1)
         dims = self.view_dims.get(source, range(len(base)))
@@ -82,7 +93,7 @@ class DdrViews:
         for i, t in zip(range(len(offsets)), dims):
             box_off[t], box_sizes[t] = base[t] + offsets[i], sizes[i]
         self.views[res] = (tensor, tuple(box_off), tuple(box_sizes))
-        kept, shape = [], static_shape(res.type)
+        kept = []
         for i, s in enumerate(sizes):
             if len(kept) < len(shape) and s == shape[len(kept)]:
                 kept.append(dims[i])

@@ -142,7 +142,7 @@ class NssBuilder(DdrViews):
         self.op_facts: dict[ir.Operation, ComputeFacts] = {}
         self.block_ops: dict[ir.Block, list[tuple[str, ir.Operation]]] = {}
         self.defined: dict[ir.Block, tuple[list[ir.Value], list[ir.Value]]] = {}
-        self.slice_attrs: dict[ir.Operation, tuple[list[int], list[int], list[ir.Value]]] = {}
+        self.slice_attrs: dict[ir.Operation, tuple] = {}  # nss_views._slice_facts
         self.padded_works: dict[tuple, int] = {}  # `_padded_work` per op and operand shapes
         # (value, output tensor, offsets in it or None for all of it) written by DMAs alone
         self.copies: list[tuple[ir.Value, int, tuple | None]] = []
@@ -231,10 +231,11 @@ class NssBuilder(DdrViews):
             if name in ("arith.constant", "tensor.empty", "affine.apply", "affine.min", "affine.max",
                         "arith.addi", "arith.subi", "arith.muli", "func.return", "scf.yield"):
                 continue
-            if name == "tensor.extract_slice" and op.operands[0] in self.gather_boxes:
-                view, base, _ = self.gather_boxes[op.operands[0]]  # a box of a gathered view
+            if name == "tensor.extract_slice" and self._slice_facts(op, 1)[3][0][0] in self.gather_boxes:
+                (source,), res, _ = self._slice_facts(op, 1)[3]
+                view, base, _ = self.gather_boxes[source]  # a box of a gathered view
                 offsets, sizes = self._slice_params(op, 1)
-                self.gather_boxes[op.results[0]] = (view, tuple(b + o for b, o in zip(base, offsets)), tuple(sizes))
+                self.gather_boxes[res] = (view, tuple(b + o for b, o in zip(base, offsets)), tuple(sizes))
             elif name == GATHER_VIEW:
                 shape = static_shape(op.results[0].type)
                 self.gather_boxes[op.results[0]] = (op, (0,) * len(shape), shape)
@@ -523,14 +524,16 @@ class NssBuilder(DdrViews):
     def _dma_out(self, op, res, rbuf):
         for user in self._facts(op).out_users:
             if user.name == "tensor.insert_slice":
-                tensor, base, _ = self.ddr(user.operands[1])
+                operands, result, _ = self._slice_facts(user, 2)[3]
+                dest = self.ddr(operands[1])
+                tensor, base, _ = dest
                 offsets, sizes = self._slice_params(user, 2)
                 self.use(rbuf)
                 self._keep_layout(rbuf, tuple(sizes))
                 self.commands.append(DmaOut(rbuf, tensor, tuple(b + o for b, o in zip(base, offsets)),
                                             tuple(sizes)))
-                self.views.setdefault(user.results[0], self.ddr(user.operands[1]))
-                self.tensor_of.setdefault(user.results[0], tensor)
+                self.views.setdefault(result, dest)
+                self.tensor_of.setdefault(result, tensor)
             else:
                 tensor, base, sizes = self.ddr(res)
                 self.use(rbuf)
