@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import io
+import math
 import os
 import pickle
 import subprocess
@@ -49,7 +50,7 @@ from iree.compiler import ir
 
 from .files import write_atomically
 from .ir_text import canonical_text, structure_text
-from .ir_utils import CompileError, static_shape
+from .ir_utils import CompileError, static_shape, walk_ops
 from .nss_ir import program_meta
 from .passes import PassOptions
 from .patterns import Unsupported
@@ -311,15 +312,16 @@ class _WorkerPool:
     def __init__(self, procs: list[subprocess.Popen]):
         self.procs = procs
 
-    def run(self, tasks: list[tuple], in_process, groups: list[list[int]]) -> list[Compiled | Refused]:
+    def run(self, tasks: list[tuple], in_process, groups: list[list[int]],
+            seconds: list[float]) -> list[Compiled | Refused]:
         """The outcome of each task (bytecode, pipeline, options); this process takes tasks too
         (`in_process(k)` compiles task k here: the workers' own start, an interpreter importing
         IREE's bindings, is about 0.8 s that this one has already paid). The tasks of one of
         `groups` (lists of task numbers) go to one process, one after the other."""
         results: list = [None] * len(tasks)
-        # Largest group (bytecode, weights included) first: the big ones take longest (their
-        # channels' rescales), and one started last would leave the other workers idle.
-        pending = iter(sorted(groups, key=lambda g: -sum(len(tasks[k][0]) for k in g)))
+        # Longest group first (`seconds`: each task's `estimated_seconds`): one started last
+        # would leave the other workers idle.
+        pending = iter(sorted(groups, key=lambda g: -sum(seconds[k] for k in g)))
         lock = threading.Lock()
         failures: list[str] = []
 
@@ -358,6 +360,26 @@ class _WorkerPool:
 
     def close(self) -> None:
         _close(self.procs)
+
+
+# A dispatch's compile seconds per bytecode byte (its constants: the requantization fit is
+# per channel), per element of its largest tensor (super tiling prices programs tile by
+# tile) and per op: least squares over the 204 dispatches of ten benchmark models
+# (samples/models.py: the bf16 ones, int8 bert and resnet18; -j 1). Ordered by bytes alone,
+# the audio encoder's attention scores (6 x 1500 x 1500, no weights, the longest at 1.35 s)
+# started last: 3.63 s of the two processes' work instead of 3.27.
+_SECONDS_PER_BYTE, _SECONDS_PER_ELEMENT, _SECONDS_PER_OP = 5.8e-7, 7.5e-8, 9.6e-3
+
+
+def estimated_seconds(module: ir.Module, data: bytes) -> float:
+    """What compiling the dispatch `module` (its bytecode `data`) should take, for ordering."""
+    ops, largest = 0, 0
+    for op in walk_ops(module.operation):
+        ops += 1
+        for r in op.results:
+            if isinstance(r.type, ir.RankedTensorType) and ir.RankedTensorType(r.type).has_static_shape:
+                largest = max(largest, math.prod(static_shape(r.type)))
+    return len(data) * _SECONDS_PER_BYTE + largest * _SECONDS_PER_ELEMENT + ops * _SECONDS_PER_OP
 
 
 def default_jobs() -> int:
@@ -407,9 +429,8 @@ class DispatchCompiler:
         workers = (self.started or StartedWorkers()).take(min(self.jobs, len(modules)) - 1)
         pool = _WorkerPool(workers)  # and this process
         try:
-            return pool.run([(d if d is not None else bytecode(m), self.pipeline, self.options)
-                             for m, d in zip(modules, data)],
-                            lambda k: compile_in_process(modules[k], self.pipeline, self.options),
-                            same_structure(modules))
+            tasks = [(d if d is not None else bytecode(m), self.pipeline, self.options) for m, d in zip(modules, data)]
+            return pool.run(tasks, lambda k: compile_in_process(modules[k], self.pipeline, self.options),
+                            same_structure(modules), [estimated_seconds(m, t[0]) for m, t in zip(modules, tasks)])
         finally:
             pool.close()
