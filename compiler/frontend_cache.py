@@ -24,19 +24,33 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from .dispatch_compile import cache_versions
 from .files import write_atomically
 
-FORMAT = 1
+FORMAT = 2
 MAX_ENTRY_BYTES = 1 << 30
+# The input is hashed in chunks of this many bytes, on a thread per core (hashlib releases
+# the GIL while it hashes), and the key hashes their digests: ViT x12 with inline weights
+# (692 MB of MLIR text) hashed in 0.56 s on one core, a warm recompile's largest share after
+# IREE's own work.
+_CHUNK_BYTES = 32 << 20
 
 
 def frontend_key(data: bytes, source_name: str, flags: list[str]) -> str:
     h = hashlib.sha256()
     for part in (f"torq frontend cache {FORMAT}", cache_versions(), source_name, repr(flags)):
         h.update(part.encode() + b"\0")
-    h.update(data)
+    h.update(len(data).to_bytes(8, "little"))
+    view = memoryview(data)
+    chunks = [view[i:i + _CHUNK_BYTES] for i in range(0, len(data), _CHUNK_BYTES)]
+    if len(chunks) > 1:
+        with ThreadPoolExecutor(min(len(chunks), os.cpu_count() or 1)) as pool:
+            digests = list(pool.map(lambda c: hashlib.sha256(c).digest(), chunks))
+    else:
+        digests = [hashlib.sha256(c).digest() for c in chunks]
+    h.update(b"".join(digests))
     return h.hexdigest()
 
 
