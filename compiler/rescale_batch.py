@@ -14,14 +14,16 @@ all channels with the same number of levels is done in one go:
 - `fit_many`: the rescale of each channel (exact, else with `nearest` the nearest), with
   these two, measured by `rescale_fit.checked_fit`; given what the level becomes at the
   result (a requant_compose.Downstream), `_hold_steep` refits a nearest rescale whose level
-  one off would be several output steps there (`constrained_nearest`: the multiplier
+  one off would be several output steps there (`constrained_many`: the multiplier
   interval that holds those transitions, `_held_multipliers`, priced by
-  `_multiplier_costs` with `sides`), or, where none holds them, takes the intercept that
-  leaves the fewest (`_fewest_steep_off`) and counts them.
+  `_multiplier_costs` with `sides`, for all such channels of one length at once), or,
+  where none holds them, takes the intercept that leaves the fewest (`_fewest_steep_off`)
+  and counts them.
 
 `fit_steps`, `fit_channel`, `nearest_rescale` and `derive_rescale` are the same for one
 channel (one-element calls): there is one implementation of the search, and a channel's
-result does not depend on the channels fitted beside it (tests/unit/test_rescale_batch.py).
+result does not depend on the channels fitted beside it (tests/unit/test_rescale_batch.py;
+the steep refit against the per-channel code it replaced: tests/unit/test_rescale_steep.py).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from fractions import Fraction
 import numpy as np
 
 from .rescale_fit import (
+    _EXACT_F64,
     _MAX_MULTIPLIER,
     _NEAREST_MULTIPLIERS,
     _NEAREST_ROUNDINGS,
@@ -246,27 +249,26 @@ def _hold_steep(steps: list, glos: list[int], ghis: list[int], rescales: list, e
         for c in todo:
             out[c] = _refusal(e)
         return {}
-    held = {}
-    for i, devs_i in zip(steep, full):
-        c, ks, ts = todo[i], levels[i], steps[todo[i]][2]
-        sides = devs_i[0] > 1, devs_i[1] > 1
-        if not steep_mismatches(ts, us[i], sides):
-            continue
-        try:
-            refit = constrained_nearest(steps[c], glos[c], ghis[c], sides)
-            if not _within_one(ts, _rescale_step_points(refit, ks, glos[c], ghis[c])[None])[0]:
-                raise NotExact("the refit is more than one level off its own chain")
-        except NotExact:  # the fewest steep mismatches its multiplier allows, measured
-            rescales[c] = _fewest_steep_off(steps[c], glos[c], ghis[c], sides, rescales[c])
-            u = _rescale_step_points(rescales[c], ks, glos[c], ghis[c])
-            worst = max(int(d[m].max(initial=0)) for d, m in zip(devs_i, (u > ts, u < ts)))
-            held[c] = (0, steep_mismatches(ts, u, sides), worst)
-            continue
-        if steep_mismatches(ts, _rescale_step_points(refit, ks, glos[c], ghis[c]), sides):
+    held, unheld = {}, []
+    refit = [(i, devs_i, (devs_i[0] > 1, devs_i[1] > 1)) for i, devs_i in zip(steep, full)]
+    refit = [(i, devs_i, sides) for i, devs_i, sides in refit if steep_mismatches(steps[todo[i]][2], us[i], sides)]
+    for (i, devs_i, sides), r in zip(refit, constrained_many([(steps[todo[i]], glos[todo[i]], ghis[todo[i]], sides)
+                                                              for i, _, sides in refit])):
+        c, ts = todo[i], steps[todo[i]][2]
+        u = None if isinstance(r, NotExact) else _rescale_step_points(r, levels[i], glos[c], ghis[c])
+        if u is None or not _within_one(ts, u[None])[0]:  # none, or more than one level off its own chain
+            unheld.append((i, devs_i, sides))
+        elif steep_mismatches(ts, u, sides):
             out[c] = NotExact("internal check failed: the refitted rescale misses a steep transition")
-            continue
-        rescales[c] = refit
-        held[c] = (int(np.count_nonzero(sides[0] | sides[1])), 0, 0)
+        else:
+            rescales[c] = r
+            held[c] = (int(np.count_nonzero(sides[0] | sides[1])), 0, 0)
+    for i, devs_i, sides in unheld:  # the fewest steep mismatches its multiplier allows, measured
+        c, ts = todo[i], steps[todo[i]][2]
+        rescales[c] = _fewest_steep_off(steps[c], glos[c], ghis[c], sides, rescales[c])
+        u = _rescale_step_points(rescales[c], levels[i], glos[c], ghis[c])
+        worst = max(int(d[m].max(initial=0)) for d, m in zip(devs_i, (u > ts, u < ts)))
+        held[c] = (0, steep_mismatches(ts, u, sides), worst)
     return held
 
 
@@ -280,17 +282,60 @@ def _fewest_steep_off(steps: tuple, lo: int, hi: int, sides: tuple[np.ndarray, n
     m = r.multiplier
     c = ks - m * ts
     totals = np.unique(np.concatenate([[r.offset * m + r.rounding], c[sides[0]], c[sides[1]] + m - 1]))
-    us = _clamp(-((totals[:, None] - ks[None, :]) // m), lo, hi + 1)
-    off = (np.maximum(us - ts, 0) * sides[0] + np.maximum(ts - us, 0) * sides[1]).sum(1)
-    cost = np.abs(us - ts).sum(1)
-    within = _within_one(ts, us)
+    d = _intercept_offsets(ks, ts, m, totals, lo, hi)
+    # Per intercept: U_k - T_k where the rescale is below the chain (pos), T_k - U_k where above
+    # (neg, in place of d: a fresh array of this size costs as much as the arithmetic, in page faults).
+    pos = np.maximum(d, 0)
+    neg = np.subtract(pos, d, out=d)
+    s0, s1, ones = (v.astype(d.dtype) for v in (*sides, np.ones(len(ts), bool)))
+    off, cost = pos @ s0 + neg @ s1, pos @ ones + neg @ ones
+    return _least_steep_off(qlo, qhi, lo, hi, r, totals, off, cost, _rows_within_one(ts, pos, neg, hi - lo))
+
+
+def _rows_within_one(ts: np.ndarray, pos: np.ndarray, neg: np.ndarray, span: int) -> np.ndarray:
+    """`_within_one` of the rows of pos - neg = U - T (`pos` is overwritten): max(U_k, T_k) <=
+    min(U_k+1, T_k+1) at each k, pos_k + neg_k+1 <= T_k+1 - T_k, on the rows laid end to end
+    (contiguous, several times faster than on the rows' overlapping slices); at the end of a
+    row the step stands at 2 span + 3, above any pos + neg (each at most span + 1), so
+    nothing is compared across rows."""
+    apart = np.subtract(pos, np.append(np.diff(ts), 2 * span + 3).astype(pos.dtype), out=pos)
+    flat = apart.ravel()
+    np.add(flat[:-1], neg.ravel()[1:], out=flat[:-1])
+    return apart.max(1) <= 0
+
+
+def _least_steep_off(qlo: int, qhi: int, lo: int, hi: int, r: Rescale, totals: np.ndarray, off: np.ndarray,
+                     cost: np.ndarray, within: np.ndarray) -> Rescale:
+    """`_fewest_steep_off`'s choice: the intercept of least (steep mismatches, cost) among those
+    at most one level off, the first among equals; `r` when there is none."""
     best = int(np.lexsort((cost, off, ~within))[0])
     if not within[best]:
         return r
     try:
-        return nearest_result(qlo, qhi, lo, hi, r.shift, m, int(totals[best]))
+        return nearest_result(qlo, qhi, lo, hi, r.shift, r.multiplier, int(totals[best]))
     except NotExact:
         return r
+
+
+def _intercept_offsets(ks: np.ndarray, ts: np.ndarray, m: int, totals: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Per intercept t of `totals` and level k: clamp(U_k, lo, hi + 1) - T_k of the rescale of
+    multiplier m and intercept t, U_k - T_k = ceil((c_k - t) / m) (c_k = k 2^s - m T_k): in f64
+    where that is exact (as `rescale_fit._rounding_costs`: the differences, and their sums
+    over the levels, below 2^52), several times faster than i64 floor division; else in i64."""
+    c = ks - m * ts
+    base = min(int(c.min()), int(totals.min()))
+    reach = max(int(c.max()), int(totals.max())) - base
+    if reach < _EXACT_F64 and len(ts) * (reach // m + 2) < _EXACT_F64 and hi - lo + 2 < _EXACT_F64:
+        d = (c - base).astype(np.float64)[None, :] - (totals - base).astype(np.float64)[:, None]
+        np.divide(d, m, out=d)
+        np.ceil(d, out=d)
+        # The clamp only where the least and greatest differences could reach it.
+        if (int(c.min()) - int(totals.max())) // m < lo - int(ts.min()) or \
+                -((int(totals.min()) - int(c.max())) // m) > hi + 1 - int(ts.max()):
+            np.maximum(d, (lo - ts).astype(np.float64), out=d)
+            np.minimum(d, (hi + 1 - ts).astype(np.float64), out=d)
+        return d
+    return _clamp(-((totals[:, None] - ks[None, :]) // m), lo, hi + 1) - ts
 
 
 def _within_one(ts: np.ndarray, us: np.ndarray) -> np.ndarray:
@@ -310,49 +355,129 @@ def steep_mismatches(ts: np.ndarray, us: np.ndarray, sides: tuple[np.ndarray, np
     return int((np.maximum(us - ts, 0) * sides[0]).sum() + (np.maximum(ts - us, 0) * sides[1]).sum())
 
 
-def constrained_nearest(steps: tuple[int, int, np.ndarray], lo: int, hi: int,
-                        sides: tuple[np.ndarray, np.ndarray]) -> Rescale:
-    """The nearest rescale (as `nearest_rescale`) among those not below the chain at the
-    transitions `sides[0]` and not above it at `sides[1]`: multipliers from the interval in
-    which some rounding term meets them all (`_held_multipliers`), around the least-squares
-    one, priced with those constraints (`rescale_fit._multiplier_costs`); raises NotExact
-    when none does."""
-    qlo, qhi, ts = steps
-    ts = np.asarray(ts, np.int64)
-    slope = float(_least_squares_slopes(ts[None].astype(np.float64))[0])
-    shift, m0, mults = nearest_candidates(qlo, qhi, ts, lo, hi, slope)
-    ks = np.arange(qlo + 1, qhi + 1, dtype=np.int64)
-    m_lo, m_hi = _held_multipliers(ks, ts, sides, shift)
-    if m_lo > m_hi:
-        raise NotExact(f"no integer rescale holds its {int(np.count_nonzero(sides[0] | sides[1]))} steep transitions")
-    spread = np.linspace(m_lo, m_hi, _NEAREST_MULTIPLIERS + 1).round().astype(np.int64)
-    cands = np.unique(np.concatenate([np.clip(mults, m_lo, m_hi), spread]))
-    cost, rounding = _multiplier_costs(ks[None] * (1 << shift), ts[None], cands[None], np.array([lo]), np.array([hi]),
-                                       sides=(sides[0][None], sides[1][None]))
-    if not np.any(cost[0] < INFEASIBLE):
-        raise NotExact("internal check failed: no rounding term in the multiplier interval that holds the steep "
-                       "transitions")
-    j = min(range(len(cands)), key=lambda i: (int(cost[0, i]), abs(int(cands[i]) - m0)))
-    return nearest_result(qlo, qhi, lo, hi, shift, int(cands[j]), int(rounding[0, j]))
+def constrained_many(items: list[tuple[tuple[int, int, np.ndarray], int, int, tuple[np.ndarray, np.ndarray]]]
+                     ) -> list[Rescale | NotExact]:
+    """Per (steps, lo, hi, sides): the nearest rescale (as `nearest_rescale`) among those not
+    below the chain at the transitions `sides[0]` and not above it at `sides[1]`, or the
+    NotExact saying there is none: multipliers from the interval in which some rounding term
+    meets them all (`_held_multipliers`), around the least-squares one, priced with those
+    constraints (`rescale_fit._multiplier_costs`), for all channels of one length at once."""
+    out: list = [None] * len(items)
+    for n, idx in _by_length([steps[2] for steps, _, _, _ in items]).items():
+        ts = np.stack([np.asarray(items[i][0][2], np.int64) for i in idx])
+        searched = []
+        for row, (i, slope) in enumerate(zip(idx, _least_squares_slopes(ts.astype(np.float64)))):
+            (qlo, qhi, _), lo, hi, _ = items[i]
+            try:
+                searched.append((row, *nearest_candidates(qlo, qhi, ts[row], lo, hi, float(slope))))
+            except NotExact as e:
+                out[i] = _refusal(e)
+        if not searched:
+            continue
+        rows = np.array([row for row, _, _, _ in searched], np.int64)
+        below, above = (np.stack([items[idx[r]][3][side] for r in rows]) for side in (0, 1))
+        m_lo, m_hi = _held_multipliers(ts[rows], below, above, [shift for _, shift, _, _ in searched])
+        priced = []
+        for (row, shift, m0, mults), lo_m, hi_m, b, a in zip(searched, m_lo.tolist(), m_hi.tolist(), below, above):
+            if lo_m > hi_m:
+                out[idx[row]] = NotExact(f"no integer rescale holds its {int(np.count_nonzero(b | a))} steep "
+                                         f"transitions")
+                continue
+            spread = np.linspace(lo_m, hi_m, _NEAREST_MULTIPLIERS + 1).round().astype(np.int64)
+            priced.append((idx[row], row, shift, m0, np.unique(np.concatenate([np.clip(mults, lo_m, hi_m), spread]))))
+        width = max((len(p[4]) for p in priced), default=1)
+        block = max(1, _BLOCK_ELEMENTS // (n * width * (_NEAREST_ROUNDINGS + 2)))
+        for a in range(0, len(priced), block):
+            for (i, *_), r in zip(priced[a:a + block], _constrained_rescales(items, ts, priced[a:a + block])):
+                out[i] = r
+    return out
 
 
-def _held_multipliers(ks: np.ndarray, ts: np.ndarray, sides: tuple[np.ndarray, np.ndarray],
-                      shift: int) -> tuple[int, int]:
-    """The interval of multipliers m (shift `shift`) for which some rounding term R holds the
-    transitions: R >= c_i = i 2^s - m T_i where below is steep (i) and R <= c_j + m - 1 where
-    above is (j), so c_i <= c_j + m - 1 for every such pair: m (T_i - T_j + 1) >= (i - j) 2^s + 1,
-    a bound on m per pair (empty when lower > upper)."""
-    i, j = np.nonzero(sides[0])[0], np.nonzero(sides[1])[0]
-    d = (ts[i][:, None] - ts[j][None, :] + 1).ravel()
-    e = ((ks[i][:, None] - ks[j][None, :]) * (1 << shift) + 1).ravel()
-    m_lo, m_hi = 1, _MAX_MULTIPLIER
-    if np.any((d == 0) & (e > 0)):
-        return 1, 0
-    if np.any(d > 0):
-        m_lo = max(m_lo, int((-((-e[d > 0]) // d[d > 0])).max()))  # ceil(e / d)
-    if np.any(d < 0):
-        m_hi = min(m_hi, int((e[d < 0] // d[d < 0]).min()))  # floor(e / d), d < 0
+def _constrained_rescales(items: list, ts: np.ndarray, priced: list) -> list[Rescale | NotExact]:
+    """`constrained_many`'s rescale of each (item index, row of `ts`, shift, m0, candidate
+    multipliers), the candidates priced for all at once (each row padded with its last)."""
+    width = max(len(p[4]) for p in priced)
+    cands = np.stack([np.pad(p[4], (0, width - len(p[4])), mode="edge") for p in priced])
+    rows = [p[1] for p in priced]
+    ks = np.stack([np.arange(items[i][0][0] + 1, items[i][0][1] + 1, dtype=np.int64) * (1 << s)
+                   for i, _, s, _, _ in priced])
+    lo, hi = (np.array([items[i][k] for i, *_ in priced], np.int64) for k in (1, 2))
+    sides = tuple(np.stack([items[i][3][k] for i, *_ in priced]) for k in (0, 1))
+    cost, rounding = _multiplier_costs(ks, ts[rows], cands, lo, hi, sides=sides)
+    # the least (cost, |m - m0|), the first among equals
+    near = np.abs(cands - np.array([p[3] for p in priced], np.int64)[:, None])
+    j = np.argmin(np.where(cost == cost.min(1, keepdims=True), near, INFEASIBLE), 1)
+    out: list = []
+    for (i, _, shift, _, _), c, r, m, jr in zip(priced, cost, rounding, cands, j.tolist()):
+        (qlo, qhi, _), lo_c, hi_c, _ = items[i]
+        try:
+            if not c[jr] < INFEASIBLE:
+                raise NotExact("internal check failed: no rounding term in the multiplier interval that holds the "
+                               "steep transitions")
+            out.append(nearest_result(qlo, qhi, lo_c, hi_c, shift, int(m[jr]), int(r[jr])))
+        except NotExact as e:
+            out.append(_refusal(e))
+    return out
+
+
+def _held_multipliers(ts: np.ndarray, below: np.ndarray, above: np.ndarray, shifts: list[int]
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Per row (step points of consecutive levels, shift `shifts[r]`): the interval of
+    multipliers m for which some rounding term R holds the transitions, (1, 0) when it is
+    empty: R >= c_i = i 2^s - m T_i where below is steep (i) and R <= c_j + m - 1 where above
+    is (j), so F(m) = max_i c_i - min_j c_j - m + 1 <= 0.
+
+    F is the maximum over the pairs (i, j) of the lines e - m d (d = T_i - T_j + 1,
+    e = (i - j) 2^s + 1): convex, so the m where it is <= 0 form an interval. Its ends are
+    found by Newton's iteration from 1 up and from 2^31 - 1 down (`_held_end`), each step to
+    where the line of a pair attaining F crosses 0: O(levels) per step where the bound of
+    every pair is O(levels^2)."""
+    m_lo = np.ones(len(shifts), np.int64)
+    m_hi = np.full(len(shifts), _MAX_MULTIPLIER, np.int64)
+    both = np.nonzero(below.any(1) & above.any(1))[0]  # else every m holds them
+    t = ts[both] - ts[both, :1]
+    bound = (ts.shape[1] << max(shifts, default=0)) + (_MAX_MULTIPLIER + 1) * (int(t.max(initial=0)) + 2)
+    exact = np.int64 if bound < 1 << 61 else object  # Python integers past i64
+    ks = np.arange(ts.shape[1]).astype(exact)[None, :] * np.array([1 << shifts[r] for r in both], exact)[:, None]
+    t = t.astype(exact)
+    low = _held_end(ks, t, below[both], above[both], 2 * bound, True)
+    some = np.nonzero(low)[0]
+    m_lo[both], m_hi[both] = np.where(low > 0, low, 1), 0
+    m_hi[both[some]] = _held_end(ks[some], t[some], below[both[some]], above[both[some]], 2 * bound, False)
     return m_lo, m_hi
+
+
+def _held_end(ks: np.ndarray, ts: np.ndarray, below: np.ndarray, above: np.ndarray, big: int, up: bool) -> np.ndarray:
+    """Per row: the least m >= 1 (`up`) or the greatest m <= 2^31 - 1 with F(m) <= 0
+    (`_held_multipliers`; ks: i 2^s), 0 when there is none. Where F(m) > 0, of the pairs
+    attaining it the one of least d going up (greatest going down; equal c_i with the lesser
+    T_i have the lesser i) bounds F from below with the steepest descent that way: where
+    it does not descend, neither does F, and none holds; else no m before its root does."""
+    rows, n = ts.shape
+    m = np.full(rows, 1 if up else _MAX_MULTIPLIER, np.int64)
+    found = np.zeros(rows, np.int64)
+    active = np.arange(rows)
+    while len(active):
+        c = ks[active] - m[active, None] * ts[active]
+        tops, bots = np.where(below[active], c, -big), np.where(above[active], c, big)
+        if up:  # the first top and the last bottom
+            i, j = np.argmax(tops, 1), n - 1 - np.argmin(bots[:, ::-1], 1)
+        else:
+            i, j = n - 1 - np.argmax(tops[:, ::-1], 1), np.argmin(bots, 1)
+        r = np.arange(len(active))
+        ma = m[active]
+        f = tops[r, i] - bots[r, j] - ma + 1
+        d, e = ts[active, i] - ts[active, j] + 1, ks[active, i] - ks[active, j] + 1
+        found[active[f <= 0]] = ma[f <= 0]
+        if up:
+            nxt = -((-e) // np.where(d > 0, d, 1))
+            go = (f > 0) & (d > 0) & (nxt <= _MAX_MULTIPLIER)
+        else:
+            nxt = e // np.where(d < 0, d, -1)
+            go = (f > 0) & (d < 0) & (nxt >= 1)
+        m[active[go]] = nxt[go].astype(np.int64)
+        active = active[go]
+    return found
 
 
 def disagreements(channels: list[int], steps: list, glos: list[int], ghis: list[int],
