@@ -232,8 +232,8 @@ class NssBuilder(DdrViews):
                         "arith.addi", "arith.subi", "arith.muli", "func.return", "scf.yield"):
                 continue
             if name == "tensor.extract_slice" and self._slice_facts(op, 1)[3][0][0] in self.gather_boxes:
-                (source,), res, _ = self._slice_facts(op, 1)[3]
-                view, base, _ = self.gather_boxes[source]  # a box of a gathered view
+                operands, res, _ = self._slice_facts(op, 1)[3]
+                view, base, _ = self.gather_boxes[operands[0]]  # a box of a gathered view
                 offsets, sizes = self._slice_params(op, 1)
                 self.gather_boxes[res] = (view, tuple(b + o for b, o in zip(base, offsets)), tuple(sizes))
             elif name == GATHER_VIEW:
