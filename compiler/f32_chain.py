@@ -75,20 +75,21 @@ def fma_f32(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
     x, y, z = (np.asarray(v, np.float64) for v in (x, y, z))
     p = x * y
     s = p + z
-    bb = s - p
-    e = (p - (s - bb)) + (z - bb)
     r = s.astype(np.float32)
-    normal = (np.abs(s) >= _F32_NORMAL) & (np.abs(s) < _F32_MAX)
+    size = np.abs(s)
     dropped = np.ascontiguousarray(s).view(np.uint64) & np.uint64((1 << 29) - 1)
-    check = (e != 0) & (~normal | (dropped == np.uint64(1 << 28)))
-    if not np.any(check):
+    suspect = (dropped == np.uint64(1 << 28)) | ~((size >= _F32_NORMAL) & (size < _F32_MAX))
+    if not np.any(suspect):
         return r
-    r, s_c, e_c = np.array(r, np.float32, ndmin=1), np.broadcast_to(s, r.shape), np.broadcast_to(e, r.shape)
-    idx = np.nonzero(np.broadcast_to(check, r.shape))
-    rc, sc, ec = r[idx], s_c[idx], e_c[idx]
+    # TwoSum's error only where it can matter (a few of millions: several passes saved on the rest).
+    r = np.array(r, np.float32, ndmin=1)
+    idx = np.nonzero(np.broadcast_to(suspect, r.shape))
+    rc, pc, zc, sc = r[idx], *(np.broadcast_to(v, r.shape)[idx] for v in (p, z, s))
+    bb = sc - pc
+    ec = (pc - (sc - bb)) + (zc - bb)
     other = np.where(rc.astype(np.float64) < sc, np.nextafter(rc, np.float32(np.inf)),
                      np.nextafter(rc, np.float32(-np.inf)))
-    tie = np.abs(rc.astype(np.float64) - sc) == np.abs(other.astype(np.float64) - sc)
+    tie = (ec != 0) & (np.abs(rc.astype(np.float64) - sc) == np.abs(other.astype(np.float64) - sc))
     r[idx] = np.where(tie, np.where(ec > 0, np.maximum(rc, other), np.minimum(rc, other)), rc)
     return r.reshape(np.shape(s))
 
@@ -246,6 +247,13 @@ class Chain:
         (not directions) are meaningful for such a chain."""
         keys = args[0].keys() if args else ()
         return self.for_channel({k: np.array([a[k] for a in args]) for k in keys})
+
+    def channel_rows(self, rows: np.ndarray) -> "Chain":
+        """The `for_channels` chain of channels `rows` (indices, repeats allowed) of this
+        `for_channels` chain: its per-channel values indexed, not gathered again per channel."""
+        c = copy.copy(self)
+        c.args = {k: v[rows] if np.ndim(v) else v for k, v in self.args.items()}
+        return c
 
     def __call__(self, a: np.ndarray, check: bool = False) -> np.ndarray:
         return self.evaluate(a, check).v

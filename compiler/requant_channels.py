@@ -181,13 +181,15 @@ def _batched_step_points(chain: Chain, channels: list, kind: str) -> list:
         idx = [c for c in range(len(channels)) if dirs[c] == d]
         if not idx:
             continue
-        def levels(rows, d=d, idx=idx):  # the chain of channels idx[rows], made non-decreasing
-            batch = chain.for_channels([channels[idx[r]][0] for r in rows])
-            return batch if d >= 0 else (lambda b: batch(-b))
+        batch = chain.for_channels([channels[c][0] for c in idx])
+
+        def levels(rows, batch=batch, d=d):  # the chain of channels idx[rows], made non-decreasing
+            sub = batch.channel_rows(rows)
+            return sub if d >= 0 else (lambda b: sub(-b))
 
         lo = np.array([channels[c][1] for c in idx], np.int64)
         hi = np.array([channels[c][2] for c in idx], np.int64)
-        f = levels(range(len(idx)))
+        f = levels(np.arange(len(idx)))
         steps = channel_step_points(f, lo, hi, levels) if d >= 0 else channel_step_points(f, -hi, -lo, levels)
         for c, s in zip(idx, steps):
             out[c] = (d, s)

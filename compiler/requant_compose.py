@@ -20,7 +20,7 @@ the one other int8 input what follows may read (a residual add's).
 one is more than one step is "steep"). `rescale_batch.fit_many` measures its
 nearest rescale's mismatches against them and refits a channel that has one
 at a steep transition with those transitions held (U_k <= T_k where below is
-steep, U_k >= T_k where above is: `rescale_fit._multiplier_costs` with
+steep, U_k >= T_k where above is: `rescale_nearest._multiplier_costs` with
 `sides`). Where no rescale near the step points holds them all (the
 intermediate level's step points lie off every line, and every transition is
 steep: a per-channel bias rescale or an activation whose output scale is finer

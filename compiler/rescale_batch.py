@@ -9,8 +9,8 @@ all channels with the same number of levels is done in one go:
   of a block of channels at once (`rescale_fit.slope_bounds`);
 - `exact_rescales`: `rescale_fit.rescale_in_interval` of many channels, the first multiplier
   each tries checked for all of them at once;
-- `nearest_many`: `rescale_fit.nearest_rescale` of many channels, every stage of the
-  coarse-to-fine multiplier search (`rescale_fit.MultiplierSearch`) priced for all of them in one `_multiplier_costs`;
+- `nearest_many`: `nearest_rescale` of many channels, every stage of the
+  coarse-to-fine multiplier search (`rescale_nearest.MultiplierSearch`) priced for all of them in one `_multiplier_costs`;
 - `fit_many`: the rescale of each channel (exact, else with `nearest` the nearest), with
   these two, measured by `rescale_fit.checked_fit`; given what the level becomes at the
   result (a requant_compose.Downstream), `_hold_steep` refits a nearest rescale whose level
@@ -34,30 +34,32 @@ from fractions import Fraction
 import numpy as np
 
 from .rescale_fit import (
-    _EXACT_F64,
     _MAX_MULTIPLIER,
-    _NEAREST_MULTIPLIERS,
-    _NEAREST_ROUNDINGS,
-    INFEASIBLE,
     ChannelFit,
-    MultiplierSearch,
     NotExact,
     Rescale,
     _clamp,
-    _multiplier_costs,
     _rescale_step_points,
     checked_fit,
     closed_form_holds,
     closed_form_step_points,
     fits_i64,
-    nearest_candidates,
-    nearest_result,
     rescale_at,
     rescale_in_interval,
     shift_candidates,
     slope_bounds,
     slope_top,
     step_points,
+)
+from .rescale_nearest import (
+    _EXACT_F64,
+    _NEAREST_MULTIPLIERS,
+    _NEAREST_ROUNDINGS,
+    INFEASIBLE,
+    MultiplierSearch,
+    _multiplier_costs,
+    nearest_candidates,
+    nearest_result,
 )
 
 # Elements of the largest temporary array (a block of channels' search costs).
@@ -147,7 +149,7 @@ def _least_squares_slopes(ts: np.ndarray) -> np.ndarray:
 
 
 def nearest_many(items: list[tuple[tuple[int, int, np.ndarray], int, int]]) -> list[Rescale | NotExact]:
-    """`rescale_fit.nearest_rescale` of each (steps, lo, hi), or the NotExact it raises."""
+    """`nearest_rescale` of each (steps, lo, hi), or the NotExact it raises."""
     out: list = [None] * len(items)
     for n, idx in _by_length([ts for (_, _, ts), _, _ in items]).items():
         searched = []
@@ -173,7 +175,7 @@ def nearest_many(items: list[tuple[tuple[int, int, np.ndarray], int, int]]) -> l
 
 def _search(items: list, searched: list) -> list[tuple[int, int]]:
     """(m, R) of each searched channel (index, shift, m0, candidate multipliers): the coarse-to-
-    fine search of `rescale_fit.MultiplierSearch`, each stage priced for all channels at once."""
+    fine search of `rescale_nearest.MultiplierSearch`, each stage priced for all channels at once."""
     kss = np.stack([np.arange(items[i][0][0] + 1, items[i][0][1] + 1, dtype=np.int64) * (1 << shift)
                     for i, shift, _, _ in searched])
     ts = np.stack([np.asarray(items[i][0][2], np.int64) for i, _, _, _ in searched])
@@ -320,7 +322,7 @@ def _least_steep_off(qlo: int, qhi: int, lo: int, hi: int, r: Rescale, totals: n
 def _intercept_offsets(ks: np.ndarray, ts: np.ndarray, m: int, totals: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """Per intercept t of `totals` and level k: clamp(U_k, lo, hi + 1) - T_k of the rescale of
     multiplier m and intercept t, U_k - T_k = ceil((c_k - t) / m) (c_k = k 2^s - m T_k): in f64
-    where that is exact (as `rescale_fit._rounding_costs`: the differences, and their sums
+    where that is exact (as `rescale_nearest._rounding_costs`: the differences, and their sums
     over the levels, below 2^52), several times faster than i64 floor division; else in i64."""
     c = ks - m * ts
     base = min(int(c.min()), int(totals.min()))
@@ -361,7 +363,7 @@ def constrained_many(items: list[tuple[tuple[int, int, np.ndarray], int, int, tu
     below the chain at the transitions `sides[0]` and not above it at `sides[1]`, or the
     NotExact saying there is none: multipliers from the interval in which some rounding term
     meets them all (`_held_multipliers`), around the least-squares one, priced with those
-    constraints (`rescale_fit._multiplier_costs`), for all channels of one length at once."""
+    constraints (`rescale_nearest._multiplier_costs`), for all channels of one length at once."""
     out: list = [None] * len(items)
     for n, idx in _by_length([steps[2] for steps, _, _, _ in items]).items():
         ts = np.stack([np.asarray(items[i][0][2], np.int64) for i in idx])

@@ -18,9 +18,8 @@ in 64-bit integers (TOSA rescale's arithmetic with a free rounding term).
   rounding that put the most step points of g on those of q (a sweep over
   the rounding terms each step point admits), the least total step
   displacement breaking ties (DESIGN "Quantized arithmetic"):
-  `nearest_candidates`, `MultiplierSearch` and `_multiplier_costs` here,
-  searched for all channels of a requantization at once by
-  compiler/rescale_batch.py.
+  searched in compiler/rescale_nearest.py, for all channels of a
+  requantization at once by compiler/rescale_batch.py.
 - `disagreement` measures the result exactly: the number of accumulator
   values on which g and q differ and the largest difference in output steps,
   from both functions' step points (two monotone step functions are constant
@@ -80,21 +79,20 @@ def step_points(f, lo: int, hi: int) -> tuple[int, int, np.ndarray]:
 # Levels whose step points are bisected on the whole range; those between are searched
 # around the straight line through their two nearest ones.
 _SAMPLED_LEVELS = 16
-# Half-width of that search window (f32 rounding moves a step point a few units off the line).
-_WINDOW = 3
 
 
 def channel_step_points(f, lo, hi, rows_f) -> list[tuple[int, int, np.ndarray]]:
     """`step_points` of many channels at once: `f` maps a (channels, points) array of
     accumulators to their levels, channel c non-decreasing on [lo[c], hi[c]]; `rows_f(rows)`
-    is the same for a subset of the channels (those where a window misses).
+    is the same for the channels `rows` (an index array, repeats allowed), one point each
+    (those whose step point is off the line).
 
     Every `_SAMPLED_LEVELS`-th level (and the last) is bisected on the whole range. A level in
     between lies between its two sampled neighbours' step points; the line through them
-    predicts it within a few units, so a window of +-`_WINDOW` around the prediction is
-    checked (f below the level at its left end, at or above at its right end) and bisected,
-    and a level whose window misses is bisected between the neighbours. Each step is one
-    chain evaluation over every (channel, level) pair, not one per channel and level."""
+    predicts it (f32 rounding moves it a few units off, by at most one on int8 BERT), so f
+    is evaluated at the prediction g and at g - 1 for every (channel, level) pair at once:
+    where f(g - 1) < k <= f(g), g is the step point (f is non-decreasing); elsewhere
+    `_off_line` searches on from there, on those pairs only."""
     lo, hi = np.asarray(lo, np.int64), np.asarray(hi, np.int64)
     ends = f(np.stack([lo, hi], 1))
     qlo, qhi = ends[:, 0].astype(np.int64), ends[:, 1].astype(np.int64)
@@ -121,20 +119,35 @@ def channel_step_points(f, lo, hi, rows_f) -> list[tuple[int, int, np.ndarray]]:
     t_b = np.where(b_lvl == last[:, None], sampled[:, -1:], np.take_along_axis(
         sampled, np.broadcast_to(np.minimum(a_col + 1, cols.shape[1] - 2), ks.shape), 1))
     span = np.maximum(b_lvl - a_lvl, 1)
-    guess = t_a + ((t_b - t_a) * (levels[None, :] - a_lvl) + span // 2) // span
-    left = _clamp(guess - _WINDOW - 1, t_a - 1, t_b - 1)
-    right = _clamp(guess + _WINDOW, t_a, t_b)
-    at = f(np.concatenate([left, right], 1))
-    hit = (at[:, :len(levels)] < ks) & (at[:, len(levels):] >= ks) & valid
-    # Pairs outside the window (levels a channel lacks among them) wait converged at the right end.
-    right = np.where(hit, right, np.where(valid, t_b, hi[:, None]))
-    ts = _bisect(f, ks, np.where(hit, left, right - 1), right, right)
-    missed = np.nonzero((valid & ~hit).any(1))[0]
-    if len(missed):  # a chain far from a line between two sampled levels: bisect between them
-        wide = (valid & ~hit)[missed]
-        ts[missed] = _bisect(rows_f(missed), ks[missed], np.where(wide, t_a[missed] - 1, ts[missed] - 1), ts[missed],
-                             ts[missed])
+    guess = t_a + ((t_b - t_a) * (levels[None, :] - a_lvl) + span // 2) // span  # in [t_a, t_b]
+    at = f(np.concatenate([guess - 1, guess], 1))
+    # Pairs of levels a channel lacks stand at hi (unused).
+    ts = np.where(valid, guess, hi[:, None])
+    up, down = valid & (at[:, len(levels):] < ks), valid & (at[:, :len(levels)] >= ks)
+    rows, lvls = np.nonzero(up | down)
+    if len(rows):
+        ts[rows, lvls] = _off_line(rows_f, rows, ks[rows, lvls], guess[rows, lvls], up[rows, lvls],
+                                   t_a[rows, lvls], t_b[rows, lvls])
     return [(int(qlo[c]), int(qhi[c]), ts[c, :n[c]]) for c in range(len(lo))]
+
+
+def _off_line(rows_f, rows: np.ndarray, ks: np.ndarray, guess: np.ndarray, up: np.ndarray, t_a: np.ndarray,
+              t_b: np.ndarray) -> np.ndarray:
+    """`channel_step_points`' step point of level ks[i] of channel rows[i] where it is not at
+    guess[i]: above it (`up`: f(g) < k) or below (f(g - 1) >= k). The next point that way is
+    tried first (where f32 rounding moved the step point by one), then the rest bisected, up to
+    the sampled neighbour's step point t_b (f(t_b) >= k), or down to t_a - 1 (f(t_a - 1) < k)."""
+    f = rows_f(rows)
+    near = np.where(up, guess + 1, guess - 2)
+    reached = f(near[:, None])[:, 0] >= ks
+    ts = np.where(up, guess + 1, guess - 1)
+    far = np.nonzero(up != reached)[0]  # up and not reached at g + 1, or down and reached at g - 2
+    if len(far):
+        left = np.where(up[far], near[far], t_a[far] - 1)
+        right = np.where(up[far], t_b[far], near[far])
+        g = rows_f(rows[far])
+        ts[far] = _bisect(lambda a: g(a[:, None])[:, 0], ks[far], left, right, right)
+    return ts
 
 
 def brute_force_step_points(f, lo: int, hi: int) -> tuple[int, int, np.ndarray]:
@@ -382,150 +395,3 @@ def disagreement(ts: np.ndarray, us: np.ndarray, lo: int, hi: int) -> tuple[int,
     ends = np.append(pts[1:], hi + 1)
     d = np.searchsorted(us, pts, "right") - np.searchsorted(ts, pts, "right")
     return int((ends - pts)[d != 0].sum()), int(np.abs(d).max(initial=0))
-
-
-# Multipliers tried around the least-squares slope, in both directions.
-_NEAREST_MULTIPLIERS = 32
-# Rounding terms (those matching the most step points) whose exact cost is compared.
-_NEAREST_ROUNDINGS = 4
-# Candidate multipliers priced first (every _COARSE-th), before refining around the best.
-_COARSE = 8
-
-
-# The cost of a multiplier no rounding term satisfies the constraints with.
-INFEASIBLE = np.iinfo(np.int64).max
-
-
-def _multiplier_costs(ks_shifted: np.ndarray, ts: np.ndarray, mults: np.ndarray, lo: np.ndarray,
-                      hi: np.ndarray, sides: tuple[np.ndarray, np.ndarray] | None = None
-                      ) -> tuple[np.ndarray, np.ndarray]:
-    """Per channel c and multiplier mults[c, j]: (least sum |U_k - T_k| over the rounding
-    terms R tried, that R); ks_shifted (k 2^s) and ts are (channels, levels), lo and hi
-    (channels,).
-
-    Level k is reached at T_k exactly when R is in [c_k, c_k + m), c_k = k 2^s - m T_k: the R in
-    the most of these intervals is one of the c_k (a sweep over the sorted c and c + m, the
-    ends before the starts at equal values), and among the `_NEAREST_ROUNDINGS` best of those
-    the least sum |U_k - T_k|, U_k = ceil((k 2^s - R) / m), wins.
-
-    `sides` (two (channels, levels) masks) constrains the levels where the rescale may not be
-    below the chain (U_k <= T_k, so R >= c_k) or above it (U_k >= T_k, so R < c_k + m)
-    (compiler/requant_compose.py): the R tried are clipped into the interval these leave, its
-    ends tried too, and a multiplier that leaves none costs `INFEASIBLE`."""
-    n, m = ts.shape[-1], mults[:, :, None]
-    cs_unsorted = ks_shifted[:, None, :] - m * ts[:, None, :]
-    cs = np.sort(cs_unsorted, axis=-1)
-    order = np.argsort(np.concatenate([cs + m, cs], -1), axis=-1, kind="stable")
-    ended_before = np.cumsum(order < n, axis=-1)
-    # The starts keep their (sorted) order in the sweep: the k-th start met is c_k.
-    inside = np.arange(1, n + 1) - ended_before[order >= n].reshape(cs.shape)
-    top = np.argsort(-inside, axis=-1, kind="stable")[..., :_NEAREST_ROUNDINGS]
-    rs = np.take_along_axis(cs, top, -1)
-    if sides is not None:
-        r_lo = np.where(sides[0][:, None, :], cs_unsorted, cs[..., :1]).max(-1)
-        r_hi = np.where(sides[1][:, None, :], cs_unsorted + m - 1, cs[..., -1:] + m - 1).min(-1)
-        rs = _clamp(np.concatenate([rs, r_lo[..., None], r_hi[..., None]], -1), r_lo[..., None], r_hi[..., None])
-    cost = _rounding_costs(cs_unsorted, cs[..., 0], cs[..., -1], rs, ks_shifted, ts, mults, lo, hi)
-    if sides is not None:
-        cost = np.where((r_lo > r_hi)[..., None], INFEASIBLE, cost)
-    best = np.argmin(cost, -1)[..., None]
-    return np.take_along_axis(cost, best, -1)[..., 0], np.take_along_axis(rs, best, -1)[..., 0]
-
-
-# Below this magnitude an i64 converts to f64 exactly and a quotient of two such rounds to the
-# right side of every integer (its distance to one is at least 1 / divisor).
-_EXACT_F64 = 1 << 52
-
-
-def _rounding_costs(cs: np.ndarray, c_min: np.ndarray, c_max: np.ndarray, rs: np.ndarray, ks_shifted: np.ndarray,
-                    ts: np.ndarray, mults: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Per channel c, multiplier j and rounding term rs[c, j, i]: sum_k |clamp(U_k, lo, hi + 1) - T_k|
-    with U_k = ceil((k 2^s - R) / m), the rescale's step points (`cs`: c_k = k 2^s - m T_k,
-    from c_min to c_max per (c, j)).
-
-    U_k - T_k = ceil((c_k - R) / m): the c_k lie within a few m of each other (the step points
-    are near a line) and R among them, so where these differences, the costs and the range
-    are below 2^52 the division is done in f64, exact there and about ten times faster than
-    i64 floor division; otherwise in i64."""
-    m = mults[:, :, None, None]
-    span = c_max - c_min + mults  # |c_k - R| is at most this (R lies in [c_min, c_max + m))
-    if span.max() < _EXACT_F64 and ts.shape[-1] * (int((span // mults).max()) + 2) < _EXACT_F64 and \
-            int((hi - lo).max()) + 2 < _EXACT_F64:
-        d = (cs - c_min[..., None]).astype(np.float64)[:, :, None, :] - \
-            (rs - c_min[..., None]).astype(np.float64)[..., None]
-        np.divide(d, m, out=d)
-        np.ceil(d, out=d)
-        below, above = (lo[:, None] - ts).astype(np.float64), (hi[:, None] + 1 - ts).astype(np.float64)
-        if np.any(d.min(-1) < below[:, None, None].max(-1)) or np.any(d.max(-1) > above[:, None, None].min(-1)):
-            np.clip(d, below[:, None, None, :], above[:, None, None, :], out=d)
-        return np.abs(d, out=d).sum(-1).astype(np.int64)
-    us = -((rs[..., None] - ks_shifted[:, None, None, :]) // m)
-    return np.abs(_clamp(us, lo[:, None, None, None], hi[:, None, None, None] + 1) - ts[:, None, None, :]).sum(-1)
-
-
-class MultiplierSearch:
-    """The least (cost, |m - m0|) among the sorted candidate `mults`, searched every
-    `_COARSE`-th first, then around the best at halving distances: 15 of 65 candidates
-    priced. (Pricing all: 0.13% fewer differing accumulator values on an int8 ResNet-18,
-    a model's requantizations 3.6x slower to fit.) The caller prices what `wanted` asks
-    (`_multiplier_costs`), for one channel or many side by side."""
-
-    def __init__(self, mults: np.ndarray, m0: int):
-        self.mults, self.m0 = mults, m0
-        self.known: dict = {}
-        self.step = _COARSE // 2
-        self.asked = self._unknown([*range(0, len(mults), _COARSE), len(mults) - 1])
-
-    def _unknown(self, idx) -> list[int]:
-        return sorted({i for i in idx if 0 <= i < len(self.mults)} - self.known.keys())
-
-    def wanted(self) -> list[int] | None:
-        """The candidate indices to price next, or None when the search is done."""
-        while not self.asked:
-            if not self.step:
-                return None
-            best = min(self.known.values())[2]
-            self.asked = self._unknown([best - self.step, best + self.step])
-            self.step //= 2
-        return self.asked
-
-    def priced(self, costs, roundings) -> None:
-        for i, c, r in zip(self.asked, costs, roundings):
-            self.known[i] = (int(c), abs(int(self.mults[i]) - self.m0), i, int(r))
-        self.asked = []
-
-    def result(self) -> tuple[int, int]:
-        """(m, R) of the best candidate priced."""
-        _, _, i, r = min(self.known.values())
-        return int(self.mults[i]), r
-
-
-def nearest_candidates(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int,
-                       slope: float) -> tuple[int, int, np.ndarray]:
-    """(shift, least-squares multiplier m0, the sorted candidate multipliers around it) of
-    `nearest_rescale`, from the least-squares `slope` of the levels over the step points."""
-    if not slope > 0:
-        raise NotExact("its step points do not increase with the level")
-    reach = max(abs(lo), abs(hi), 1)
-    kmax = max(abs(qlo + 1), abs(qhi)) + 1
-    # Largest shift keeping the multiplier below 2^31 and every product of the search in i64.
-    shift = min(_MAX_SHIFT, int(math.floor(math.log2(_MAX_MULTIPLIER / slope))),
-                60 - kmax.bit_length(), int(math.floor(math.log2((1 << 60) / (slope * reach)))))
-    if shift < 0:
-        raise NotExact(f"its slope ({slope:.6g} levels per accumulator unit) needs a multiplier above 2^31")
-    m0 = int(round(slope * (1 << shift)))
-    width = max(1, int(ts[-1] - ts[0]))
-    spread = max(1, int(math.ceil(m0 * 2.0 / width)))  # the least-squares slope is this uncertain
-    js = np.arange(-_NEAREST_MULTIPLIERS, _NEAREST_MULTIPLIERS + 1)
-    return shift, m0, np.unique(np.clip(m0 + (spread * js) // _NEAREST_MULTIPLIERS, 1, _MAX_MULTIPLIER))
-
-
-def nearest_result(qlo: int, qhi: int, lo: int, hi: int, shift: int, m: int, total: int) -> Rescale:
-    """The rescale of multiplier `m` and intercept `total` (offset m + rounding); raises
-    NotExact when the offset does not fit 32 bits or the arithmetic i64."""
-    offset = total // m  # a + offset stays an i32 (an accumulator-sized intercept); 0 <= rounding < m
-    r = Rescale(offset, m, total - offset * m, shift, qlo, qhi)
-    if not (-(1 << 31) <= offset < (1 << 31)) or \
-            max(abs((lo + offset) * m + r.rounding), abs((hi + offset) * m + r.rounding)) >= _I64:
-        raise NotExact("the nearest rescale's intercept does not fit the 32-bit offset")
-    return r

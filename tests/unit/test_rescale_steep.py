@@ -18,18 +18,13 @@ from torq.compiler.rescale_batch import (
     fit_many,
     steep_mismatches,
 )
-from torq.compiler.rescale_fit import (
-    _MAX_MULTIPLIER,
+from torq.compiler.rescale_fit import _MAX_MULTIPLIER, NotExact, Rescale, _clamp, _rescale_step_points, step_points
+from torq.compiler.rescale_nearest import (
     _NEAREST_MULTIPLIERS,
     INFEASIBLE,
-    NotExact,
-    Rescale,
-    _clamp,
     _multiplier_costs,
-    _rescale_step_points,
     nearest_candidates,
     nearest_result,
-    step_points,
 )
 
 
