@@ -6,6 +6,8 @@ applies the rest as its `pad`)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from iree.compiler import ir
 
@@ -19,6 +21,16 @@ def _np_dtype(dtype: str):
 
     return {"bf16": ml_dtypes.bfloat16, "f32": np.float32, "i8": np.int8, "i16": np.int16,
             "i32": np.int32, "i1": np.bool_}[dtype]
+
+
+class SliceFacts(NamedTuple):
+    """A slice op's attributes and values (`DdrViews._slice_facts`)."""
+    static_offsets: list[int]  # a dynamic one stands as a value below -2^62
+    sizes: list[int]
+    dynamic_offsets: tuple[ir.Value, ...]
+    operands: tuple[ir.Value, ...]  # an extract's source / an insert's source and destination first
+    result: ir.Value
+    result_shape: tuple[int, ...]
 
 
 class DdrViews:
@@ -50,32 +62,31 @@ class DdrViews:
 
     # -- index arithmetic -------------------------------------------------------
 
-    def _slice_params(self, op, first_dynamic) -> tuple[list[int], list[int]]:
-        """(offsets, sizes) of a slice op (extract or insert) at the current index values."""
-        offsets_attr, sizes_attr, dyn, _ = self._slice_facts(op, first_dynamic)
+    def _slice_params(self, facts: SliceFacts) -> tuple[list[int], list[int]]:
+        """(offsets, sizes) of a slice op (`_slice_facts`) at the current index values."""
         k = 0
         offsets = []
-        for x in offsets_attr:
+        for x in facts.static_offsets:
             if x < -(1 << 62):
-                offsets.append(self.index(dyn[k]))
+                offsets.append(self.index(facts.dynamic_offsets[k]))
                 k += 1
             else:
                 offsets.append(x)
-        return offsets, sizes_attr
+        return offsets, facts.sizes
 
-    def _slice_facts(self, op, first_dynamic) -> tuple[list[int], list[int], list[ir.Value], tuple]:
-        """(static offsets, sizes, dynamic offset values, (operands, result, result shape)) of a
-        slice op, read from the IR once per op: a tile loop runs the same op thousands of times,
-        and each read of an operand makes a new Python object to hash."""
+    def _slice_facts(self, op, first_dynamic: int) -> SliceFacts:
+        """What a slice op (extract or insert; its dynamic offsets from operand `first_dynamic`)
+        reads from the IR, once per op: a tile loop runs the same op thousands of times, and
+        each read of an operand makes a new Python object to hash."""
         facts = self.slice_attrs.get(op)
         if facts is None:
             sizes = int_array(op.attributes["static_sizes"])
             if any(s < 0 for s in sizes):
                 raise CompileError("dynamic tile sizes are not supported")
-            result = op.results[0]
-            facts = self.slice_attrs[op] = (int_array(op.attributes["static_offsets"]), sizes,
-                                            list(op.operands[first_dynamic:]),
-                                            (tuple(op.operands), result, static_shape(result.type)))
+            operands, result = tuple(op.operands), op.results[0]
+            facts = self.slice_attrs[op] = SliceFacts(int_array(op.attributes["static_offsets"]), sizes,
+                                                      operands[first_dynamic:], operands, result,
+                                                      static_shape(result.type))
         return facts
 
     # -- execution ------------------------------------------------------------------
@@ -84,10 +95,10 @@ class DdrViews:
         """The DDR box a `tensor.extract_slice` reads: its offsets and sizes (in its source's
         rank) placed on the dims of the DDR tensor its source's dims are (a rank-reducing
         slice drops unit dims: `view_dims` keeps which tensor dims its result's are)."""
-        operands, res, shape = self._slice_facts(op, 1)[3]
-        source = operands[0]
+        facts = self._slice_facts(op, 1)
+        source, res, shape = facts.operands[0], facts.result, facts.result_shape
         tensor, base, base_sizes = self.ddr(source)
-        offsets, sizes = self._slice_params(op, 1)
+        offsets, sizes = self._slice_params(facts)
         dims = self.view_dims.get(source, range(len(base)))
         box_off, box_sizes = list(base), list(base_sizes)
         for i, t in zip(range(len(offsets)), dims):

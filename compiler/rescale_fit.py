@@ -301,16 +301,20 @@ def shift_candidates(m_lo: Fraction, top: Fraction, s: int) -> list[int]:
 def rescale_at(qlo: int, qhi: int, lo: int, hi: int, m: int, s: int, r_low: int, r_high: int) -> Rescale | None:
     """The exact rescale of multiplier m and shift s whose intercepts (offset m + rounding) lie in
     [r_low, r_high] (the least), or None when there is none or it does not fit the emitted
-    arithmetic (a 32-bit offset, i64 products)."""
-    if r_low > r_high:
+    arithmetic (`intercept_rescale`)."""
+    return None if r_low > r_high else intercept_rescale(qlo, qhi, lo, hi, s, m, r_low)
+
+
+def intercept_rescale(qlo: int, qhi: int, lo: int, hi: int, shift: int, m: int, total: int) -> Rescale | None:
+    """The rescale of multiplier `m` and intercept `total` = offset m + rounding (0 <= rounding < m),
+    or None when the offset does not fit 32 bits (a + offset stays an accumulator-sized i32) or
+    its products on [lo, hi] do not fit i64."""
+    offset = total // m
+    rounding = total - offset * m
+    if not (-(1 << 31) <= offset < (1 << 31)) or \
+            max(abs((lo + offset) * m + rounding), abs((hi + offset) * m + rounding)) >= _I64:
         return None
-    offset = r_low // m
-    rounding = r_low - offset * m
-    if not (-(1 << 31) <= offset < (1 << 31)):
-        return None
-    if max(abs((lo + offset) * m + rounding), abs((hi + offset) * m + rounding)) >= _I64:
-        return None
-    return Rescale(offset, m, rounding, s, qlo, qhi)
+    return Rescale(offset, m, rounding, shift, qlo, qhi)
 
 
 def _mirror(r: Rescale) -> Rescale:

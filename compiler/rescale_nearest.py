@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from .rescale_fit import _I64, _MAX_MULTIPLIER, _MAX_SHIFT, NotExact, Rescale, _clamp
+from .rescale_fit import _MAX_MULTIPLIER, _MAX_SHIFT, NotExact, Rescale, _clamp, intercept_rescale
 
 # Multipliers tried around the least-squares slope, in both directions.
 _NEAREST_MULTIPLIERS = 32
@@ -226,11 +226,8 @@ def nearest_candidates(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int,
 
 
 def nearest_result(qlo: int, qhi: int, lo: int, hi: int, shift: int, m: int, total: int) -> Rescale:
-    """The rescale of multiplier `m` and intercept `total` (offset m + rounding); raises
-    NotExact when the offset does not fit 32 bits or the arithmetic i64."""
-    offset = total // m  # a + offset stays an i32 (an accumulator-sized intercept); 0 <= rounding < m
-    r = Rescale(offset, m, total - offset * m, shift, qlo, qhi)
-    if not (-(1 << 31) <= offset < (1 << 31)) or \
-            max(abs((lo + offset) * m + r.rounding), abs((hi + offset) * m + r.rounding)) >= _I64:
+    """`rescale_fit.intercept_rescale`, raising NotExact where it has none."""
+    r = intercept_rescale(qlo, qhi, lo, hi, shift, m, total)
+    if r is None:
         raise NotExact("the nearest rescale's intercept does not fit the 32-bit offset")
     return r

@@ -101,7 +101,7 @@ from ..nss_dma_limit import DmaTally
 from ..nss_gathers import gather_operand, write_gather
 from ..nss_index import index_value
 from ..nss_ir import program_to_function
-from ..nss_views import DdrViews
+from ..nss_views import DdrViews, SliceFacts
 from ..patterns import GATHER_VIEW, PAD_VIEW, assembled_boxes, row_gather
 from ..slice_distribution import distribute, parse_distribution
 from ..tile_schedule import enclosing_loops, is_reduction_loop, is_torq_hl
@@ -138,11 +138,11 @@ class NssBuilder(DdrViews):
         self.buffer_layouts: dict[tuple, tuple] = {}  # _buffer's (size, layout) per value, op, role, shape
         self.reduction_steps = 0  # reduction steps emitted so far
         # IR facts read once, not per tile: per torq_hl op (`_facts`), per block (`_block_ops`,
-        # `_defined_in`), per slice op (`_slice_params`).
+        # `_defined_in`), per slice op (`_slice_facts`).
         self.op_facts: dict[ir.Operation, ComputeFacts] = {}
         self.block_ops: dict[ir.Block, list[tuple[str, ir.Operation]]] = {}
         self.defined: dict[ir.Block, tuple[list[ir.Value], list[ir.Value]]] = {}
-        self.slice_attrs: dict[ir.Operation, tuple] = {}  # nss_views._slice_facts
+        self.slice_attrs: dict[ir.Operation, SliceFacts] = {}
         self.padded_works: dict[tuple, int] = {}  # `_padded_work` per op and operand shapes
         # (value, output tensor, offsets in it or None for all of it) written by DMAs alone
         self.copies: list[tuple[ir.Value, int, tuple | None]] = []
@@ -231,11 +231,10 @@ class NssBuilder(DdrViews):
             if name in ("arith.constant", "tensor.empty", "affine.apply", "affine.min", "affine.max",
                         "arith.addi", "arith.subi", "arith.muli", "func.return", "scf.yield"):
                 continue
-            if name == "tensor.extract_slice" and self._slice_facts(op, 1)[3][0][0] in self.gather_boxes:
-                operands, res, _ = self._slice_facts(op, 1)[3]
-                view, base, _ = self.gather_boxes[operands[0]]  # a box of a gathered view
-                offsets, sizes = self._slice_params(op, 1)
-                self.gather_boxes[res] = (view, tuple(b + o for b, o in zip(base, offsets)), tuple(sizes))
+            if name == "tensor.extract_slice" and (facts := self._slice_facts(op, 1)).operands[0] in self.gather_boxes:
+                view, base, _ = self.gather_boxes[facts.operands[0]]  # a box of a gathered view
+                offsets, sizes = self._slice_params(facts)
+                self.gather_boxes[facts.result] = (view, tuple(b + o for b, o in zip(base, offsets)), tuple(sizes))
             elif name == GATHER_VIEW:
                 shape = static_shape(op.results[0].type)
                 self.gather_boxes[op.results[0]] = (op, (0,) * len(shape), shape)
@@ -524,16 +523,16 @@ class NssBuilder(DdrViews):
     def _dma_out(self, op, res, rbuf):
         for user in self._facts(op).out_users:
             if user.name == "tensor.insert_slice":
-                operands, result, _ = self._slice_facts(user, 2)[3]
-                dest = self.ddr(operands[1])
+                facts = self._slice_facts(user, 2)
+                dest = self.ddr(facts.operands[1])
                 tensor, base, _ = dest
-                offsets, sizes = self._slice_params(user, 2)
+                offsets, sizes = self._slice_params(facts)
                 self.use(rbuf)
                 self._keep_layout(rbuf, tuple(sizes))
                 self.commands.append(DmaOut(rbuf, tensor, tuple(b + o for b, o in zip(base, offsets)),
                                             tuple(sizes)))
-                self.views.setdefault(result, dest)
-                self.tensor_of.setdefault(result, tensor)
+                self.views.setdefault(facts.result, dest)
+                self.tensor_of.setdefault(facts.result, tensor)
             else:
                 tensor, base, sizes = self.ddr(res)
                 self.use(rbuf)
