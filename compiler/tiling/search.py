@@ -26,6 +26,7 @@ from ..vector_layout import padded, value_roles, vector_dim, vector_width
 from .cost import lowered_program, lowered_tiling, program_cost
 from .fit_search import largest_fitting_size
 from .footprint_model import FootprintModel, measure
+from .needed_bytes import needed_bytes
 from .roots import UNREPRESENTABLE, Root
 from .transform import root_slice
 
@@ -309,10 +310,15 @@ def _least_traffic_first(search: TileSearch, candidates: list[tuple]) -> list[tu
     the fewest bytes: taken in order of `rest` (fewest tiles first: the cheapest to build and
     mostly the fewest bytes), each built only until its DMAs move more than the least so far.
     Those left out move more than one kept, so the least (bytes, *rest) is the one that
-    building every candidate in full finds."""
+    building every candidate in full finds. Once the least is the slice's needed bytes
+    (needed_bytes.py: no tiling moves fewer), the rest are not built: each moves as many
+    at best, and at equal bytes the earlier `rest` is the least."""
     scored: list[tuple] = []
     least = None
+    floor = needed_bytes(search.slice) if candidates else 0
     for sizes, outer, red, rest in sorted(candidates, key=lambda c: c[3]):
+        if least is not None and least <= floor:
+            break
         traffic = search.traffic_within(sizes, outer, red, least)
         if traffic is not None:
             scored.append((traffic.dma_bytes, *rest))
@@ -376,7 +382,9 @@ def _better_cut(search: TileSearch, root: Root, d: int, t: int, best: tuple, tra
     sizes = [0] * len(root.shape)
     sizes[d] = t
     try:
-        if search.footprint(sizes, search.outer) > search.budget:
+        # Past the limit it cannot win: its program is built no further, nor scheduled.
+        if search.footprint(sizes, search.outer) > search.budget or \
+                search.traffic_within(sizes, search.outer, None, limit) is None:
             return best
         t_traffic, t_cycles = search.cost(sizes, search.outer)
     except (CompileError, Unsupported):
@@ -485,8 +493,9 @@ def _step_sizes(search: TileSearch, sizes: list[int]) -> list[int]:
             continue
         cand = red[:j] + [t] + red[j + 1:]
         try:
-            if search.footprint(sizes, None, cand) > search.budget:
-                continue
+            if search.footprint(sizes, None, cand) > search.budget or \
+                    search.traffic_within(sizes, None, cand, traffic.dma_bytes) is None:
+                continue  # past the chosen step's bytes it cannot win: not built further, nor scheduled
             t_traffic, t_cycles = search.cost(sizes, None, cand)
         except (CompileError, Unsupported):
             continue
