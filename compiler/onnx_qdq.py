@@ -215,10 +215,13 @@ def _int8_data_movement(model) -> int:
 
 def _shapes(model) -> dict[str, list[int | None]]:
     """Shapes of the model's tensors by ONNX shape inference, None for a dim it leaves symbolic
-    (an exporter's dynamic batch); {} when it fails."""
+    (an exporter's dynamic batch); {} when it fails. With data propagation, as the import's
+    own inference: a Reshape to a shape the graph computes from Shape / Gather / Concat of
+    static tensors (LeViT's flatten(2).transpose(1, 2)) is known, so its readers' MatMuls
+    are rewritten (without it, LeViT's Linears stayed f32 on the host)."""
     import onnx
     try:
-        inferred = onnx.shape_inference.infer_shapes(model)
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception:  # the import's own shape inference reports a broken model
         return {}
     out = {}
