@@ -140,13 +140,44 @@ def fit_channels(chain: Chain, channels: list, chan, kind: str, mode: RequantMod
     accumulator units off: requant_float_contraction), each fit counts the accumulators that
     close to a step point (`ambiguous_accumulators`). With a `downstream`
     (requant_compose.Downstream: what the rescaled level becomes at the result), a nearest
-    rescale keeps the result, not only its level, within one step."""
+    rescale keeps the result, not only its level, within one step. Channels of equal constants
+    and range are fitted once (`distinct_channels`): a fit is a function of those alone."""
+    firsts, which = distinct_channels(channels)
+    if len(firsts) == len(channels):
+        return _fit_distinct(chain, channels, list(range(len(channels))), chan, kind, mode, sum_error, downstream)
+    fits = _fit_distinct(chain, [channels[c] for c in firsts], firsts, chan, kind, mode, sum_error,
+                         downstream.of_channels(firsts) if downstream is not None else None)
+    # A copy per channel: a fit is a record its reader may annotate.
+    return [fits[k] if firsts[k] == c else dataclasses.replace(fits[k]) for c, k in enumerate(which)]
+
+
+def distinct_channels(channels: list) -> tuple[list[int], list[int]]:
+    """(the first channel of each distinct (constants, lo, hi), in order; per channel, which of
+    those it equals). LeViT's attention adds a bias per (head, query, key): 153,664 "channels"
+    in its first stage, a few hundred distinct ones (one with random weights, all zero)."""
+    index: dict[tuple, int] = {}
+    firsts, which = [], []
+    names = list(channels[0][0]) if channels else []
+    if any(list(vals) != names for vals, _, _ in channels):  # not one set of constants: none is merged
+        return list(range(len(channels))), list(range(len(channels)))
+    for c, (vals, lo, hi) in enumerate(channels):
+        key = (int(lo), int(hi), *((np.asarray(v).dtype.str, np.asarray(v).tobytes()) for v in vals.values()))
+        k = index.setdefault(key, len(firsts))
+        if k == len(firsts):
+            firsts.append(c)
+        which.append(k)
+    return firsts, which
+
+
+def _fit_distinct(chain: Chain, channels: list, numbers: list[int], chan, kind: str, mode: RequantMode,
+                  sum_error: float, downstream) -> list[ChannelFit]:
+    """`fit_channels` of distinct channels, `numbers` their channel numbers (for messages)."""
     steps = _batched_step_points(chain, channels, kind)
     ends = [(lo, hi) if direction >= 0 else (-hi, -lo) for (_, lo, hi), (direction, _) in zip(channels, steps)]
     fits = fit_many([st for _, st in steps], [g[0] for g in ends], [g[1] for g in ends],
                     [direction < 0 for direction, _ in steps], mode is not RequantMode.EXACT, downstream)
     for ch, ((_, lo, hi), fit) in enumerate(zip(channels, fits)):
-        where = f"channel {ch}" if chan else "the tensor"
+        where = f"channel {numbers[ch]}" if chan else "the tensor"
         if isinstance(fit, NotExact):
             raise NotExact(f"{kind} float requantization, {where} (accumulator range [{lo}, {hi}]): {fit}")
         if sum_error:

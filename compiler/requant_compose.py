@@ -35,7 +35,7 @@ would send every such layer to the host.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Callable
 
@@ -75,6 +75,14 @@ class Downstream:
         """What follows a value that cannot be enumerated: an exact rescale needs no price, a
         nearest one is refused (`sides` raises)."""
         return cls("what follows", (0, 0), None, None, [], False, unpriced=reason)
+
+    def of_channels(self, index: list[int]) -> "Downstream":
+        """This downstream on the channels `index` only: its channel i is channel index[i] here."""
+        if self.npu is None:
+            return replace(self, channel_values=[self.channel_values[i] for i in index])
+        take, npu = np.asarray(index, np.int64), self.npu
+        return replace(self, npu=lambda chs, levels, others: npu(take[chs], levels, others),
+                       channel_values=[self.channel_values[i] for i in index])
 
     def deviations(self, channels: list[int], transitions: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per channel: (below, above), for each of its `transitions` (the level k reached,
