@@ -43,6 +43,12 @@ rewrites here remove the pair where the int8 op computes the same bits.
   (torq-fuse-dequantize then computes it in the epilogue). Exact: a reshape
   commutes with a per-tensor dequantize and only regroups the matmul's rows.
 
+- A MatMul of two dequantized inputs with several batch dims that are not 1
+  (MobileViT's attention: patches x heads) reads its dequantizes of the two
+  int8 tensors reshaped to one batch dim, and its result is reshaped back:
+  IREE collapses the batch dims between each dequantize and the matmul, which
+  then stays f32 on the host. Exact for the same reason.
+
 `rewrite_qdq(model)` applies them in place and returns how many it made.
 The llvm-cpu references in the tests import the model without them.
 """
@@ -72,7 +78,8 @@ def _quant_params(model, node) -> tuple[np.ndarray, np.ndarray] | None:
 
 def rewrite_qdq(model) -> int:
     """Applies the module docstring's rewrites to `model` (an onnx.ModelProto) in place."""
-    return _uint8_to_int8(model) + _int8_data_movement(model) + _flatten_matmul_inputs(model)
+    return (_uint8_to_int8(model) + _int8_data_movement(model) + _flatten_matmul_inputs(model)
+            + _collapse_batch_matmul_inputs(model))
 
 
 # Ops that move values without arithmetic: they commute with a shift of every value.
@@ -263,6 +270,44 @@ def _flatten_matmul_inputs(model) -> int:
                                  name=f"{base}_flat_restore")]
         model.graph.node.remove(mm)
         for k, node in enumerate(flat):
+            model.graph.node.insert(at + k, node)
+        done += 1
+    return done
+
+
+def _collapse_batch_matmul_inputs(model) -> int:
+    """MatMuls of two dequantized inputs of equal rank >= 4, with equal batch dims of which
+    two or more are not 1, read their int8 inputs reshaped to (batch, rows, columns) through
+    their own dequantizes (module docstring). Returns the number rewritten."""
+    from onnx import helper, numpy_helper
+    producer = {o: n for n in model.graph.node for o in n.output}
+    shapes = None
+    done = 0
+    for mm in list(model.graph.node):
+        dqs = [producer.get(i) for i in mm.input] if mm.op_type == "MatMul" else []
+        if len(dqs) != 2 or any(d is None or d.op_type != "DequantizeLinear" or _quant_params(model, d) is None
+                                for d in dqs):
+            continue
+        shapes = _shapes(model) if shapes is None else shapes
+        a, b, y = (shapes.get(t) for t in (*mm.input, mm.output[0]))
+        if a is None or b is None or y is None or None in a + b + y or len(a) != len(b) or len(a) < 4 or \
+                a[:-2] != b[:-2] or sum(d != 1 for d in a[:-2]) < 2:
+            continue
+        base = mm.name or mm.output[0]
+        at = list(model.graph.node).index(mm)
+        nodes, reads = [], []
+        for k, (dq, shape) in enumerate(zip(dqs, (a, b))):
+            rows, int8, read = (f"{base}_batch_{k}_{x}" for x in ("shape", "int8", "input"))
+            model.graph.initializer.append(numpy_helper.from_array(np.array([-1, *shape[-2:]], np.int64), rows))
+            nodes += [helper.make_node("Reshape", [dq.input[0], rows], [int8], name=int8),
+                      helper.make_node("DequantizeLinear", [int8, *dq.input[1:]], [read], name=read)]
+            reads.append(read)
+        model.graph.initializer.append(numpy_helper.from_array(np.array(y, np.int64), f"{base}_batch_shape"))
+        nodes += [helper.make_node("MatMul", reads, [f"{base}_batch_product"], name=base),
+                  helper.make_node("Reshape", [f"{base}_batch_product", f"{base}_batch_shape"], [mm.output[0]],
+                                   name=f"{base}_batch_restore")]
+        model.graph.node.remove(mm)
+        for k, node in enumerate(nodes):
             model.graph.node.insert(at + k, node)
         done += 1
     return done
