@@ -242,12 +242,10 @@ def _flatten_matmul_inputs(model) -> int:
     """MatMuls of a rank >= 3 dequantized input by a 2-D matrix read a 2-D reshape of the int8
     tensor through their own dequantize (module docstring).
     Returns the number rewritten."""
-    from onnx import helper, numpy_helper
-    nodes = list(model.graph.node)
-    producer = {o: n for n in nodes for o in n.output}
+    producer = {o: n for n in model.graph.node for o in n.output}
     shapes = None
     done = 0
-    for mm in nodes:
+    for mm in list(model.graph.node):
         dq = producer.get(mm.input[0]) if mm.op_type == "MatMul" else None
         if dq is None or dq.op_type != "DequantizeLinear" or _quant_params(model, dq) is None:
             continue
@@ -257,20 +255,10 @@ def _flatten_matmul_inputs(model) -> int:
         if a is None or b is None or y is None or len(a) < 3 or len(b) != 2 or None in b or y.count(None) > 1:
             continue
         base = mm.name or mm.output[0]
-        names = {k: f"{base}_flat_{k}" for k in ("rows_shape", "shape", "int8", "input", "product")}
-        model.graph.initializer.extend([
-            numpy_helper.from_array(np.array([-1, b[0]], np.int64), names["rows_shape"]),
-            numpy_helper.from_array(np.array([-1 if d is None else d for d in y], np.int64), names["shape"])])
-        at = list(model.graph.node).index(mm)
-        flat = [helper.make_node("Reshape", [dq.input[0], names["rows_shape"]], [names["int8"]], name=names["int8"]),
-                helper.make_node("DequantizeLinear", [names["int8"], *dq.input[1:]], [names["input"]],
-                                 name=names["input"]),
-                helper.make_node("MatMul", [names["input"], mm.input[1]], [names["product"]], name=base),
-                helper.make_node("Reshape", [names["product"], names["shape"]], [mm.output[0]],
-                                 name=f"{base}_flat_restore")]
-        model.graph.node.remove(mm)
-        for k, node in enumerate(flat):
-            model.graph.node.insert(at + k, node)
+        _reshaped_matmul(model, mm, [(dq, [-1, b[0]], f"{base}_flat_rows_shape", f"{base}_flat_int8",
+                                      f"{base}_flat_input"), mm.input[1]],
+                         [-1 if d is None else d for d in y], f"{base}_flat_shape", f"{base}_flat_product",
+                         f"{base}_flat_restore")
         done += 1
     return done
 
@@ -279,7 +267,6 @@ def _collapse_batch_matmul_inputs(model) -> int:
     """MatMuls of two dequantized inputs of equal rank >= 4, with equal batch dims of which
     two or more are not 1, read their int8 inputs reshaped to (batch, rows, columns) through
     their own dequantizes (module docstring). Returns the number rewritten."""
-    from onnx import helper, numpy_helper
     producer = {o: n for n in model.graph.node for o in n.output}
     shapes = None
     done = 0
@@ -294,20 +281,32 @@ def _collapse_batch_matmul_inputs(model) -> int:
                 a[:-2] != b[:-2] or sum(d != 1 for d in a[:-2]) < 2:
             continue
         base = mm.name or mm.output[0]
-        at = list(model.graph.node).index(mm)
-        nodes, reads = [], []
-        for k, (dq, shape) in enumerate(zip(dqs, (a, b))):
-            rows, int8, read = (f"{base}_batch_{k}_{x}" for x in ("shape", "int8", "input"))
-            model.graph.initializer.append(numpy_helper.from_array(np.array([-1, *shape[-2:]], np.int64), rows))
-            nodes += [helper.make_node("Reshape", [dq.input[0], rows], [int8], name=int8),
-                      helper.make_node("DequantizeLinear", [int8, *dq.input[1:]], [read], name=read)]
-            reads.append(read)
-        model.graph.initializer.append(numpy_helper.from_array(np.array(y, np.int64), f"{base}_batch_shape"))
-        nodes += [helper.make_node("MatMul", reads, [f"{base}_batch_product"], name=base),
-                  helper.make_node("Reshape", [f"{base}_batch_product", f"{base}_batch_shape"], [mm.output[0]],
-                                   name=f"{base}_batch_restore")]
-        model.graph.node.remove(mm)
-        for k, node in enumerate(nodes):
-            model.graph.node.insert(at + k, node)
+        _reshaped_matmul(model, mm, [(dq, [-1, *shape[-2:]], *(f"{base}_batch_{k}_{x}" for x in ("shape", "int8", "input")))
+                                     for k, (dq, shape) in enumerate(zip(dqs, (a, b)))],
+                         y, f"{base}_batch_shape", f"{base}_batch_product", f"{base}_batch_restore")
         done += 1
     return done
+
+
+def _reshaped_matmul(model, mm, inputs: list, shape: list[int], shape_name: str, product: str, restore: str) -> None:
+    """Replaces MatMul `mm` by one reading `inputs` (an input's name as it is, or (its
+    dequantize, the shape its int8 tensor is reshaped to, the names of that shape, the
+    reshaped tensor and its own dequantize)), its product reshaped back to `shape`."""
+    from onnx import helper, numpy_helper
+    nodes, reads = [], []
+    for x in inputs:
+        if isinstance(x, str):
+            reads.append(x)
+            continue
+        dq, rows, rows_name, int8, read = x
+        model.graph.initializer.append(numpy_helper.from_array(np.array(rows, np.int64), rows_name))
+        nodes += [helper.make_node("Reshape", [dq.input[0], rows_name], [int8], name=int8),
+                  helper.make_node("DequantizeLinear", [int8, *dq.input[1:]], [read], name=read)]
+        reads.append(read)
+    model.graph.initializer.append(numpy_helper.from_array(np.array(shape, np.int64), shape_name))
+    nodes += [helper.make_node("MatMul", reads, [product], name=mm.name or mm.output[0]),
+              helper.make_node("Reshape", [product, shape_name], [mm.output[0]], name=restore)]
+    at = list(model.graph.node).index(mm)
+    model.graph.node.remove(mm)
+    for k, node in enumerate(nodes):
+        model.graph.node.insert(at + k, node)
