@@ -78,10 +78,8 @@ class Downstream:
 
     def of_channels(self, index: list[int]) -> "Downstream":
         """This downstream on the channels `index` only: its channel i is channel index[i] here."""
-        if self.npu is None:
-            return replace(self, channel_values=[self.channel_values[i] for i in index])
         take, npu = np.asarray(index, np.int64), self.npu
-        return replace(self, npu=lambda chs, levels, others: npu(take[chs], levels, others),
+        return replace(self, npu=None if npu is None else lambda chs, levels, others: npu(take[chs], levels, others),
                        channel_values=[self.channel_values[i] for i in index])
 
     def deviations(self, channels: list[int], transitions: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -21,7 +21,16 @@ from iree.compiler import ir
 from torq.contract.measures import union_volume
 from torq.contract.program import DTYPE_BYTES
 
-from ..ir_utils import element_type, mlir_dtype, static_shape
+from ..ir_utils import (
+    element_type,
+    indexing_maps,
+    iterator_types,
+    loop_ranges,
+    map_dims,
+    mlir_dtype,
+    n_inputs,
+    static_shape,
+)
 from ..passes.mark_in_place_updates import IN_PLACE_RESULTS
 
 
@@ -55,30 +64,17 @@ def _generic(op) -> ir.Operation | None:
     return op if op.name == "linalg.generic" else None
 
 
-def _maps(op: ir.Operation) -> list[ir.AffineMap]:
-    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-
-
 def _loop_ranges(op: ir.Operation) -> list[int] | None:
-    """The generic's loop ranges, from its operands' static shapes; None when some is unknown."""
-    maps = _maps(op)
-    ranges: list[int | None] = [None] * maps[0].n_dims
-    for v, m in zip(op.operands, maps):
-        shape = static_shape(v.type) if isinstance(v.type, ir.RankedTensorType) else ()
-        if shape is None:
-            return None
-        for e, n in zip(m.results, shape):
-            if isinstance(e, ir.AffineDimExpr):
-                ranges[e.position] = n
-    return None if any(r is None for r in ranges) else ranges
+    """The generic's loop ranges (ir_utils.loop_ranges); None when one is unknown (0 there:
+    counting nothing only lowers the floor)."""
+    ranges = loop_ranges(op)
+    return ranges if all(ranges) else None
 
 
 def _dims(m: ir.AffineMap) -> list[int] | None:
     """The loop dims of a map whose results are all distinct loop dims, else None."""
-    if not all(isinstance(e, ir.AffineDimExpr) for e in m.results):
-        return None
-    dims = [e.position for e in m.results]
-    return dims if len(set(dims)) == len(dims) else None
+    dims = map_dims(m)
+    return dims if dims is not None and len(set(dims)) == len(dims) else None
 
 
 def _body_reads(op: ir.Operation, k: int) -> bool:
@@ -97,13 +93,11 @@ def _whole(op: ir.Operation, memo: dict) -> bool:
     if op in memo:
         return memo[op]
     memo[op] = False  # no cycles in SSA; a guard all the same
-    n_in = len(op.operands) - len(op.results)
-    maps = _maps(op)
-    iterators = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]  # #linalg.iterator_type<...>
+    iterators = iterator_types(op)
     ok = _loop_ranges(op) is not None
-    for m in maps[n_in:]:
+    for m in indexing_maps(op)[n_inputs(op):]:
         dims = _dims(m)
-        ok = ok and dims is not None and all("reduction" in it for d, it in enumerate(iterators) if d not in dims)
+        ok = ok and dims is not None and all(it == "reduction" for d, it in enumerate(iterators) if d not in dims)
     for r in op.results:
         for use in r.uses:
             user = use.owner
@@ -112,8 +106,8 @@ def _whole(op: ir.Operation, memo: dict) -> bool:
                 continue
             g = _generic(user)
             k = use.operand_number
-            ok = ok and g is not None and k < len(g.operands) - len(g.results) and \
-                _dims(_maps(g)[k]) is not None and _body_reads(g, k) and _whole(g, memo)
+            ok = ok and g is not None and k < n_inputs(g) and \
+                _dims(indexing_maps(g)[k]) is not None and _body_reads(g, k) and _whole(g, memo)
     memo[op] = ok
     return ok
 
@@ -122,11 +116,11 @@ def _read_box(owner, k: int, memo: dict) -> tuple[tuple, tuple] | None:
     """(offsets, sizes) of the elements generic `owner` needs of its input operand k (the
     image of its loop ranges under the operand's map of loop dims and constants), or None."""
     op = _generic(owner)
-    if op is None or k >= len(op.operands) - len(op.results) or not _body_reads(op, k) or not _whole(op, memo):
+    if op is None or k >= n_inputs(op) or not _body_reads(op, k) or not _whole(op, memo):
         return None
     ranges = _loop_ranges(op)
     offsets, sizes = [], []
-    for e in _maps(op)[k].results:
+    for e in indexing_maps(op)[k].results:
         if isinstance(e, ir.AffineDimExpr):
             offsets.append(0)
             sizes.append(ranges[e.position])
