@@ -275,7 +275,7 @@ def _plan(op: ir.Operation, known: Known, host, mode: RequantMode) -> _Plan | No
     fits = fit_channels(Chain(ops, result, acc_v, host), channels, chan, kind, mode, sum_error, downstream)
     res_fits = _residual_fits(res_split, block.arguments[residual] if residual >= 0 else None, channels, chan,
                               kind, host, mode)
-    summary = _plan_summary(kind, fits, sum_fit, later, res_fits, sum_error, channels, mode)
+    summary = _plan_summary(kind, fits, res_split, later, res_fits, sum_error, channels, mode)
     return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary,
                  residual, sum_fit.rescale if sum_fit else None, later.table,
                  [x.rescale for x in res_fits] if res_fits else None,
@@ -295,11 +295,13 @@ def _downstream(result: ir.Value, host, values: list, ops: list, final_ops: list
                      tail=PairTail(sum_fit.rescale, res_split.variants, first=True))
 
 
-def _plan_summary(kind: str, fits: list, sum_fit, later: _LaterStages, res_fits: list | None, sum_error: float,
+def _plan_summary(kind: str, fits: list, res_split, later: _LaterStages, res_fits: list | None, sum_error: float,
                   channels: list, mode: RequantMode) -> RequantSummary:
     """The requantization's summary for the compile report: its fits, what their levels one off
     become at the result, the f32 rounding counted, the later stages."""
-    summary = _summary(kind, fits, sum_fit, later.table, res_fits)
+    summary = _summary(kind, fits, res_split.fit if res_split else None, later.table, res_fits)
+    if res_fits:
+        summary.residual_type = res_split.res_type
     summary.composition = Composition.of_fits(fits + (res_fits or []))
     if sum_error:
         _count_f32_rounding(summary, fits, channels, mode)
@@ -394,17 +396,19 @@ class _LaterStages:
 
 def _residual_fits(res_split, residual_arg: ir.Value | None, channels: list, chan: tuple[int, ...], kind: str, host,
                    mode: RequantMode) -> list | None:
-    """The fits of the i32 residual's own rescale stage, when the residual add has one; its
+    """The fits of the residual's own rescale stage, when the residual add has one; its
     level goes on through the add."""
     if res_split is None or res_split.res_stage is None:
         return None
-    # The i32 residual's reachable range is another dispatch's business: fitted on all
+    res_t = type_name(residual_arg.type)
+    # An i32 residual's reachable range is another dispatch's business: fitted on all
     # |r| <= 2^30 (a contraction reaching it sums 65,536 full-scale int8 products).
-    res_channels = [(vals, -RESIDUAL_I32_BOUND, RESIDUAL_I32_BOUND) for vals, _, _ in channels]
+    lo, hi = (-RESIDUAL_I32_BOUND, RESIDUAL_I32_BOUND) if res_t == "i32" else INT_RANGE[res_t]
+    res_channels = [(vals, lo, hi) for vals, _, _ in channels]
     res_chain = Chain(res_split.res_stage, res_split.q_res, residual_arg, host)
     downstream = following("the residual add", res_split.q_res, host, [vals for vals, _, _ in channels], [],
                            res_split.q_res, tail=PairTail(res_split.fit.rescale, res_split.variants, first=False))
-    return fit_channels(res_chain, res_channels, chan, f"{kind} residual (i32)", mode, downstream=downstream)
+    return fit_channels(res_chain, res_channels, chan, f"{kind} residual ({res_t})", mode, downstream=downstream)
 
 
 def _summary(kind: str, fits: list, sum_fit, table: ActivationTable | None, res_fits: list | None) -> RequantSummary:

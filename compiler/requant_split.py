@@ -9,10 +9,12 @@ value afterwards is split off here:
   tensor r, both dequantized, added and quantized again (ONNX Runtime's
   form of ResNet's relu(conv(x) + r)); it becomes an integer rescale of the
   sum of the two int8 values, fitted on all 65,536 pairs
-  (`rescale_pairs.fit_sum`). When r is an i32 tensor (a downsample block:
-  IREE fuses the requantization of the main path's conv into the
-  projection conv's dispatch and leaves that accumulator unrequantized),
-  r's own rescale to int8 is split off too and fitted like stage 1;
+  (`rescale_pairs.fit_sum`). When r is requantized on its own before the
+  add, that rescale is split off too and fitted like stage 1: an i32 r (a
+  downsample block: IREE fuses the requantization of the main path's conv
+  into the projection conv's dispatch and leaves that accumulator
+  unrequantized), or an int8 r scaled per channel (MetaFormer's
+  `x * res_scale + mixer(x)`, quantized at the Mul);
 - an activation (`split_first_int`, then `build_table`): the stage-1 level dequantized,
   put through any float function (hardswish, hardsigmoid, sigmoid, ...) and
   quantized again, a function of one int8 value; it becomes a 256-entry
@@ -76,13 +78,15 @@ class ResidualSplit:
     stage1: list  # the ops of the accumulator's stage-1 rescale
     q1: ir.Value  # its int8 value
     fit: PairFit  # the integer rescale of the sum (stage-1 level, residual level)
-    # An i32 residual (another conv's accumulator, left unrequantized by IREE) is requantized
-    # on its own first: the ops and int8 value of that rescale; None for an int8 residual.
+    # A residual requantized on its own first (an i32 one: another conv's accumulator, left
+    # unrequantized by IREE; an int8 one scaled per channel): the ops and int8 value of that
+    # rescale; None when the add reads the residual itself.
     res_stage: list | None = None
     q_res: ir.Value | None = None
     # llvm-cpu's add on every (stage-1 level, residual level) pair, u-major, every way it may
     # evaluate it.
     variants: list | None = None
+    res_type: str = "i8"  # the residual's element type
 
 
 def _first_ints(ops, final, result) -> list[tuple[ir.Value, list]]:
@@ -93,7 +97,7 @@ def _first_ints(ops, final, result) -> list[tuple[ir.Value, list]]:
 
 def split_residual_add(ops, result, acc, res, host, q_type, mode: RequantMode) -> ResidualSplit:
     """A body that requantizes the accumulator to int8 (stage 1), dequantizes it and the
-    residual `res` (an int8 tensor, or an i32 one it first requantizes to int8 on its own),
+    residual `res` (an int8 tensor, or an i32 or int8 one it first requantizes to int8 on its own),
     adds them and requantizes the sum. The add is evaluated on every pair of int8 values
     (every way llvm-cpu may contract it) and fitted by `fit_sum`."""
     final = backward_slice(ops, result)
@@ -106,21 +110,22 @@ def split_residual_add(ops, result, acc, res, host, q_type, mode: RequantMode) -
         raise NotExact("the requantization mixes the accumulator and another tensor before its int8 value")
     q1, stage1 = stages[-1]
     res_stage = q_res = None
-    if type_name(res.type) == "i32":
-        own = [(q, s) for q, s in firsts if reads(s, res) and not reads(s, acc)]
+    own = [(q, s) for q, s in firsts if reads(s, res) and not reads(s, acc)]
+    res_t = type_name(res.type)
+    if res_t == "i32" or own:
         if len(own) != 1 or type_name(own[0][0].type) != "i8":
-            raise NotExact("the i32 residual is not requantized to int8 on its own before the add")
+            raise NotExact(f"the {res_t} residual is not requantized to int8 on its own before the add")
         (q_res, res_stage), = own
     rest = _rest(final, stage1 + (res_stage or []), acc, "residual add")
     if res_stage is not None and reads(rest, res):
-        raise NotExact("the residual add reads the i32 residual besides its int8 value")
+        raise NotExact(f"the residual add reads the {res_t} residual besides its int8 value")
     u, v = (g.ravel() for g in np.meshgrid(np.arange(-128, 128), np.arange(-128, 128), indexing="ij"))
     qs = Chain(rest, result, q1, host, extra=(q_res or res,)).contraction_variants(u, extra=(v,))
     lo, hi = INT_RANGE[q_type]
     fit = fit_sum(u, v, [np.asarray(q, np.int64) for q in qs], lo, hi)
     if fit.differing and mode is RequantMode.EXACT:
         raise NotExact(f"the residual add's integer rescale differs on {fit.differing} of {fit.pairs} input pairs")
-    return ResidualSplit(stage1, q1, fit, res_stage, q_res, qs)
+    return ResidualSplit(stage1, q1, fit, res_stage, q_res, qs, res_t)
 
 
 # How far (f32 ulps) llvm-cpu's polynomial exp / tanh / erf / log may be from the correctly

@@ -60,9 +60,11 @@ class RequantSummary:
     # those on which llvm-cpu's ways of contracting the float chain disagree.
     table_entries: int | None = None
     table_ambiguous: int | None = None
-    # An i32 residual's own rescale to int8, per channel as `differing` / `step_span`.
+    # The residual's own rescale to int8 before the add (an i32 residual, or an int8 one scaled
+    # per channel), per channel as `differing` / `step_span`.
     residual_differing: list[int] | None = None
     residual_step_span: list[int] | None = None
+    residual_type: str = "i32"
     # What the two-input rescale computes: "sum" (a residual add) or "product" (a gate).
     pair_kind: str = "sum"
     # A pooled f32 sum made integer (compiler/requant_elementwise.py): the sums within
@@ -129,7 +131,7 @@ class RequantSummary:
             (f"integer rescale, {_channels_text(self.differing, self.step_span)}" if self.differing
              else "integer arithmetic")
         if self.residual_differing is not None:
-            head += "; the i32 residual's own rescale to int8, " + \
+            head += f"; the {self.residual_type} residual's own rescale to int8, " + \
                 _channels_text(self.residual_differing, self.residual_step_span)
         if self.rest is not None:
             if self.rest.differing:
@@ -184,6 +186,7 @@ class RequantSummary:
                 "step_span": self.step_span, "sum_differing": self.sum_differing, "sum_pairs": self.sum_pairs,
                 "table_entries": self.table_entries, "table_ambiguous": self.table_ambiguous,
                 "residual_differing": self.residual_differing, "residual_step_span": self.residual_step_span,
+                "residual_type": self.residual_type,
                 "pair_kind": self.pair_kind, "pooled_ambiguous": self.pooled_ambiguous,
                 "pooled_sums": self.pooled_sums, "pooled_table_scale": self.pooled_table_scale,
                 "contraction_ambiguous": self.contraction_ambiguous,
