@@ -89,6 +89,11 @@ class ResidualSplit:
     res_type: str = "i8"  # the residual's element type
 
 
+def _reads_arguments(ops: list[ir.Operation], but: set) -> bool:
+    """Whether one of `ops` reads a block argument (a tensor the body is given) not in `but`."""
+    return any(isinstance(x, ir.BlockArgument) and x not in but for op in ops for x in op.operands)
+
+
 def _first_ints(ops, final, result) -> list[tuple[ir.Value, list]]:
     """(int8 value, its backward slice) for each float-to-int conversion before `result`."""
     return [(o.results[0], backward_slice(ops, o.results[0])) for o in final
@@ -112,7 +117,9 @@ def split_residual_add(ops, result, acc, res, host, q_type, mode: RequantMode) -
     res_stage = q_res = None
     own = [(q, s) for q, s in firsts if reads(s, res) and not reads(s, acc)]
     res_t = type_name(res.type)
-    if res_t == "i32" or own:
+    # An int8 residual's own rescale is split off only when it reads per-channel values (block
+    # arguments): with constants alone the pair fit takes it whole, one rounding instead of two.
+    if res_t == "i32" or any(_reads_arguments(s, {res}) for _, s in own):
         if len(own) != 1 or type_name(own[0][0].type) != "i8":
             raise NotExact(f"the {res_t} residual is not requantized to int8 on its own before the add")
         (q_res, res_stage), = own
