@@ -112,13 +112,7 @@ def lower_int8_arithmetic(func: ir.Operation, known, host, mode: RequantMode) ->
     generics, its = _forms(func)
     if len(generics) == 1 and "reduction" not in its[0]:
         op = generics[0]
-        variables, ranges = variable_inputs(op, known)
-        channels = Channels.of(op, known, set(variables))
-        body = region_ops(op)
-        stages = StageSplitter(body[:-1], channels, host, mode, ranges).split(body[-1].operands[0])
-        new = inline_function_text(elementwise_function(op, variables, stages, channels.dims), op,
-                      [op.operands[i] for i in variables])
-        summary = RequantSummary.of_stages("int8 elementwise", stages)
+        new, summary = _integer_elementwise(op, known, host, mode)
     elif len(generics) == 2 and "reduction" in its[0] and "reduction" not in its[1]:
         op = generics[1]
         new, summary = lower_pooling(generics[0], op, known, host, mode)
@@ -129,3 +123,49 @@ def lower_int8_arithmetic(func: ir.Operation, known, host, mode: RequantMode) ->
     erase_unused(lambda: func.regions[0].blocks[0].operations,
                  ("linalg.generic", "linalg.fill", "tensor.empty", "arith.constant"))
     return [summary]
+
+
+def _integer_elementwise(op: ir.Operation, known, host, mode: RequantMode) -> tuple[ir.Value, RequantSummary]:
+    """Form E: elementwise `op` from integer tensors to int8 through f32 as integer stages,
+    inserted before it (its value and summary); NotExact when a stage is not reproduced."""
+    variables, ranges = variable_inputs(op, known)
+    channels = Channels.of(op, known, set(variables))
+    body = region_ops(op)
+    stages = StageSplitter(body[:-1], channels, host, mode, ranges).split(body[-1].operands[0])
+    new = inline_function_text(elementwise_function(op, variables, stages, channels.dims), op,
+                               [op.operands[i] for i in variables])
+    return new, RequantSummary.of_stages("int8 elementwise", stages)
+
+
+def _requantizes_integers(op: ir.Operation, known) -> bool:
+    """Whether `op` is elementwise from integer tensors (and constants) to an int8 / i16 result
+    through f32: a requantization of int8 values."""
+    if op.name != "linalg.generic" or len(op.results) != 1 or any(it != "parallel" for it in iterator_types(op)):
+        return False
+    if type_name(ir.RankedTensorType(op.results[0].type).element_type) not in ("i8", "i16"):
+        return False
+    names = {o.name for o in region_ops(op)}
+    return "arith.sitofp" in names and "arith.fptosi" in names and all(
+        known(op.operands[i]) is not None or
+        type_name(ir.RankedTensorType(op.operands[i].type).element_type) in ("i8", "i16", "i32")
+        for i in range(n_inputs(op)))
+
+
+def lower_requantized_results(func: ir.Operation, known, host, mode: RequantMode) -> list:
+    """After compiler/requant.py has rescaled a contraction's requantization, the elementwise
+    generics left that requantize integer values again (GhostNet: the conv's int8 map
+    requantized to the concatenation's scale, a second result of the dispatch) become integer
+    stages (form E); their summaries. One no integer stage reproduces is left as it is (the
+    support check then decides, as before)."""
+    host = host() if callable(host) else host
+    out = []
+    for op in [o for o in region_ops(func) if _requantizes_integers(o, known)]:
+        try:
+            new, summary = _integer_elementwise(op, known, host, mode)
+        except NotExact:
+            continue
+        op.results[0].replace_all_uses_with(new)
+        op.erase()
+        out.append(summary)
+    erase_unused(lambda: func.regions[0].blocks[0].operations, ("tensor.empty", "arith.constant"))
+    return out

@@ -11,7 +11,11 @@ torch QDQ: the i32 accumulator scaled, rounded, offset and clamped in f32)
 is replaced by an integer rescale (`requant.lower_float_requantization`):
 the exact one, or with --torq-requant=nearest the nearest within one output
 step, measured (with --torq-requant=one-step a dispatch where a later step
-makes a value more than one output step off at the result is refused). A dispatch of int8 arithmetic alone (a residual add, a
+makes a value more than one output step off at the result is refused). A
+requantization that also yields its int8 value requantized again (GhostNet's
+conv quantized for its concatenation too) is split into one generic per
+result first, and the second becomes integer stages of the first
+(`requant_elementwise.lower_requantized_results`). A dispatch of int8 arithmetic alone (a residual add, a
 pooling) is lowered the same way (`requant_elementwise`); one in a form no
 integer rescale reproduces (a softmax, a layer norm: a float island) is left
 float with --torq-int8-float-ops=bf16 (summarized as such), else refused. A dequantize the
@@ -47,12 +51,13 @@ from ..ir_utils import constant_value, functions, static_shape, sync_function_ty
 from ..patterns import Unsupported
 from ..requant import lower_float_requantization, unused_arguments
 from ..requant_channels import Known
-from ..requant_elementwise import FloatIsland, is_int8_arithmetic, lower_int8_arithmetic
+from ..requant_elementwise import FloatIsland, is_int8_arithmetic, lower_int8_arithmetic, lower_requantized_results
 from ..requant_float_contraction import integer_contractions
 from ..requant_summary import RequantSummary
 from ..requant_tail import HostTail, split_input_quantizes
 from ..rescale_fit import NotExact
 from . import PassOptions, RequantMode
+from .split_elementwise_results import split_requantization_results
 
 NAME = "torq-lower-requantization"
 # Argument attribute (input): the argument's known value, dense or dense_resource elements.
@@ -124,8 +129,11 @@ def lower_function(func: ir.Operation, mode: RequantMode = RequantMode.NEAREST,
             del func.attributes[name]
     heads = split_input_quantizes(func, Known(constants))
     integer_contractions(func, Known(constants), host)
+    split_requantization_results(func)
     try:
         done = lower_float_requantization(func, constants, host, mode)
+        if done.rescaled:
+            done.rescaled += lower_requantized_results(func, Known(constants), host, mode)
         if not done.rescaled and is_int8_arithmetic(func, Known(constants)):
             try:
                 done.rescaled = lower_int8_arithmetic(func, Known(constants), host, mode)
