@@ -297,11 +297,12 @@ def _move_body(dispatch: ir.Operation, fblock: ir.Block, in_pos: dict, out_pos: 
 
 def _read_load(load: ir.Operation, arg: ir.Value, split: StrideSplit | None, fblock: ir.Block) -> None:
     """The users of `load` read function argument `arg`: itself (a full load), a strided box
-    folded into their maps, or a unit-stride box (of `arg` reshaped by `split`)."""
+    folded into their maps, or a unit-stride box (of `arg` reshaped by `split`; or all of
+    `arg` with its unit dims dropped, CoaT's residual: a box read of another rank)."""
     box = static_box(load)
     if split is not None:
         _replace_box_load(load, arg, split.box(box), fblock)
-    elif _is_full(load, static_shape(arg.type)):
+    elif _is_full(load, static_shape(arg.type)) and load.results[0].type == arg.type:
         load.results[0].replace_all_uses_with(arg)
     elif box.strided:
         fold_strided_box_read(load.results[0], arg, box_map(arg.type, box, load.results[0].type))
