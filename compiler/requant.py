@@ -125,8 +125,8 @@ from .requant_channels import (
 from .requant_compose import PairTail, following
 from .requant_emit import rescale_generic
 from .requant_float_contraction import F32_SUM_ERROR
-from .requant_split import ActivationTable, build_table, split_first_int, split_residual_add
-from .requant_stages import Channels, StageSplitter
+from .requant_split import ActivationTable, backward_slice, build_table, reads, split_first_int, split_residual_add
+from .requant_stages import Channels, StageSplitter, leaf_range
 from .requant_summary import Composition, RequantSummary
 from .requant_tail import HostTail, accumulator_tail, split_tail, tail_text
 from .requant_zero_point import ZeroPointCorrection, zero_point_correction
@@ -222,6 +222,8 @@ class _Plan:
     rest_leaf: ir.Value | None = None
     # Zero-point corrections by i32 tensors before the rescale (two int8 activations).
     correction: ZeroPointCorrection | None = None
+    # The residual, when `rest_stages` read it (`_LaterStages.with_residual`): no separate sum.
+    rest_other: ir.Value | None = None
 
 
 def _plan(op: ir.Operation, known: Known, host, mode: RequantMode) -> _Plan | None:
@@ -258,12 +260,18 @@ def _plan(op: ir.Operation, known: Known, host, mode: RequantMode) -> _Plan | No
         raise NotExact(f"the {kind} accumulator can wrap (i32 overflow)")
     residual = _residual_operand(op, skip, known)
     final_ops, final_result = ops, result
-    res_split = sum_fit = None
+    res_split = sum_fit = later = None
     if residual >= 0:
-        res_split = split_residual_add(ops, result, acc_v, block.arguments[residual], host, q_type, mode)
-        ops, result, sum_fit = res_split.stage1, res_split.q1, res_split.fit
-    later = _LaterStages.of(op, known, skip | ({residual} if residual >= 0 else set()), ops, result, acc_v, host,
-                            q_type, mode, residual >= 0)
+        try:
+            res_split = split_residual_add(ops, result, acc_v, block.arguments[residual], host, q_type, mode)
+            ops, result, sum_fit = res_split.stage1, res_split.q1, res_split.fit
+        except NotExact:
+            later = _LaterStages.with_residual(op, known, skip, residual, ops, result, acc_v, host, mode)
+            if later is None:
+                raise
+    if later is None:
+        later = _LaterStages.of(op, known, skip | ({residual} if residual >= 0 else set()), ops, result, acc_v,
+                                host, q_type, mode, residual >= 0)
     ops, result = later.ops, later.result
     chan, channels = _channel_values(op, skip, known, range_dims, acc_lo, acc_hi, acc_dims, residual)
     check_scales(ops, [vals for vals, _, _ in channels])
@@ -279,7 +287,8 @@ def _plan(op: ir.Operation, known: Known, host, mode: RequantMode) -> _Plan | No
     return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary,
                  residual, sum_fit.rescale if sum_fit else None, later.table,
                  [x.rescale for x in res_fits] if res_fits else None,
-                 rest_stages=later.stages, rest_leaf=result if later.stages else None, correction=corr)
+                 rest_stages=later.stages, rest_leaf=result if later.stages else None, correction=corr,
+                 rest_other=later.other)
 
 
 def _downstream(result: ir.Value, host, values: list, ops: list, final_ops: list, final_result: ir.Value,
@@ -289,7 +298,7 @@ def _downstream(result: ir.Value, host, values: list, ops: list, final_ops: list
     value added and then the add."""
     if res_split is None:
         return following("what follows the rescale", result, host, values, [o for o in final_ops if o not in ops],
-                         final_result, later.stages, later.table)
+                         final_result, later.stages, later.table, other=later.other)
     return following("what follows the rescale", result, host, values,
                      [o for o in res_split.stage1 if o not in ops], res_split.q1, later.stages,
                      tail=PairTail(sum_fit.rescale, res_split.variants, first=True))
@@ -373,6 +382,33 @@ class _LaterStages:
     stages: list | None = None
     channels: Channels | None = None
     table: ActivationTable | None = None
+    other: ir.Value | None = None  # the residual, when `stages` read it (`with_residual`)
+
+    @staticmethod
+    def with_residual(op: ir.Operation, known: Known, skip: set[int], residual: int, ops: list, result: ir.Value,
+                      acc_v: ir.Value, host, mode: RequantMode) -> "_LaterStages | None":
+        """A residual the body reads in more than one step, which `split_residual_add` refused:
+        RepVGG's conv + conv1x1(x) + x, a GELU after the add. Stage 1 is the accumulator's
+        first int value; all that follows, the residual's own steps included, is integer
+        stages of it and the residual. None when that fails too (no exception kept here: a
+        traceback holding IR handles past the function's erasure crashes the collector)."""
+        res = op.regions[0].blocks[0].arguments[residual]
+        final = backward_slice(ops, result)
+        firsts = [o.results[0] for o in final if o.name == "arith.fptosi" and o.results[0] != result]
+        own = [q for q in firsts if reads(backward_slice(ops, q), acc_v) and not reads(backward_slice(ops, q), res)]
+        if not own:
+            return None
+        stage1 = backward_slice(ops, own[0])
+        rest = [o for o in final if o not in stage1]
+        if reads(rest, acc_v):
+            return None
+        channels = Channels.of(op, known, skip | {residual})
+        ranges = {own[0]: INT_RANGE[type_name(own[0].type)], res: leaf_range(op.operands[residual])}
+        try:
+            stages = StageSplitter(rest, channels, host, mode, ranges).split(result)
+        except NotExact:
+            return None
+        return _LaterStages(stage1, own[0], stages, channels, other=res)
 
     @staticmethod
     def of(op: ir.Operation, known: Known, skip: set[int], ops: list, result: ir.Value, acc_v: ir.Value, host,

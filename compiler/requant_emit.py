@@ -190,10 +190,14 @@ def _rescale_body(plan, scalars: dict, res_scalars: dict, tensors: list, res_elt
         if corr else "%a"
     lines.append(f"%a64 = arith.extsi {acc} : i32 to i64")
     level = _rescale_lines("%a64", scalars, "", lines)
-    if plan.rest_stages:  # they precede the residual add (requant._plan)
-        level = stage_lines(plan.rest_stages, {plan.rest_leaf: level}, lines, tensors, "then")
-    if plan.residual_index >= 0:
-        lines.append(f"%r64 = arith.extsi %r : {res_elt} to i64")
+    residual = f"%r64 = arith.extsi %r : {res_elt} to i64"
+    if plan.rest_other is not None:  # the stages read the residual: no add of their own
+        lines.append(residual)
+    if plan.rest_stages:  # they precede the residual add, or read the residual (requant._plan)
+        leaves = {plan.rest_leaf: level} | ({plan.rest_other: "%r64"} if plan.rest_other is not None else {})
+        level = stage_lines(plan.rest_stages, leaves, lines, tensors, "then")
+    if plan.sum_rescale is not None:
+        lines.append(residual)
         r_level = _rescale_lines("%r64", res_scalars, "r_", lines) if plan.residual_rescales is not None else "%r64"
         lines += _sum_lines(plan.sum_rescale, level, r_level)
         level = "%sum_q"
