@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """Real architectures nobody here wrote, quantized as users quantize them (issue 11): torchvision
-classifiers through onnxruntime QDQ, compiled for Torq and run on the simulator, one table.
+classifiers and timm vision transformers / MetaFormers (named timm/<name>) through onnxruntime
+QDQ, compiled for Torq and run on the simulator, one table.
 
-    .venv/bin/pip install onnxruntime torchvision==0.28.0 --no-deps   # not test dependencies
+    .venv/bin/pip install onnxruntime timm torchvision==0.28.0 --no-deps   # not test dependencies
     nice -n 10 .venv/bin/python build_tools/benchmarks/int8_architectures.py   # -> RESULTS-int8-architectures.md
+
+timm's LeViT is not in the default list: at 224x224 IREE llvm-cpu, the reference, rejects it
+(its stack-allocation limit).
 
 Per model (random seeded weights, batch-norm statistics randomised, nothing downloaded),
 in its own child process: `torch.onnx.export`, onnxruntime `quantize_static`
@@ -48,31 +52,48 @@ from common import (  # noqa: E402
 # fail on ours, and the model code needs none of them (README).
 sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODELS = ["efficientnet_b0", "regnet_y_400mf", "shufflenet_v2_x1_0", "mnasnet1_0"]
+MODELS = ["efficientnet_b0", "regnet_y_400mf", "shufflenet_v2_x1_0", "mnasnet1_0", "timm/ghostnet_100",
+          "timm/convformer_s18", "timm/mobilevit_xxs", "timm/coat_lite_tiny", "timm/efficientvit_m0"]
 COLUMNS = ["model", "torq-compile s", "NPU share of MACs", "dispatches torq/host", "output levels", "rel L2 vs llvm-cpu",
            "rel L2 vs onnxruntime", "llvm-cpu vs onnxruntime", "llvm-cpu, one input step moved",
            "per layer vs llvm-cpu, same inputs", "level one off, carried", "simulated cycles"]
 
 
+def _size(name: str) -> int:
+    """The input's height and width: timm's default for a timm/<name> model, else 224."""
+    if not name.startswith("timm/"):
+        return 224
+    import timm
+
+    return timm.get_pretrained_cfg(name[len("timm/"):]).input_size[-1]
+
+
 def _model(name: str):
+    """(the model, its input): torchvision `name`, or timm's for timm/<name>."""
     import torch
-    import torchvision
 
     torch.manual_seed(0)
-    model = getattr(torchvision.models, name)(weights=None).eval()
+    if name.startswith("timm/"):
+        import timm
+
+        model = timm.create_model(name[len("timm/"):], pretrained=False).eval()
+    else:
+        import torchvision
+
+        model = getattr(torchvision.models, name)(weights=None).eval()
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for m in model.modules():  # non-trivial batch norms, as samples/models.py's: signals stay alive
-            if isinstance(m, torch.nn.BatchNorm2d):
+            if isinstance(m, (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d)):
                 m.running_mean.uniform_(-0.1, 0.1, generator=g)
                 m.running_var.uniform_(0.5, 1.5, generator=g)
                 m.weight.uniform_(0.5, 1.5, generator=g)
                 m.bias.uniform_(-0.1, 0.1, generator=g)
-    return model, torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1))
+    return model, torch.randn(1, 3, _size(name), _size(name), generator=torch.Generator().manual_seed(1))
 
 
 def measure(spec: dict) -> dict:
-    """One row (in the worker process): spec {"model": torchvision name}."""
+    """One row (in the worker process): spec {"model": torchvision name or timm/<name>}."""
     from pathlib import Path
 
     import numpy as np
@@ -119,10 +140,10 @@ def markdown(rows: list[dict]) -> list[str]:
 
 
 def main(argv=None) -> int:
-    return table_main(argv, __file__, measure, markdown, doc=__doc__, models=MODELS, kind="torchvision",
+    return table_main(argv, __file__, measure, markdown, doc=__doc__, models=MODELS, kind="torchvision or timm/",
                       timeout=1800, output=os.path.join(HERE, "RESULTS-int8-architectures.md"),
-                      title="Real architectures quantized by onnxruntime (torchvision, random weights) on Torq",
-                      spec=lambda name: (f"{name} 1x3x224x224", {"model": name}))
+                      title="Real architectures quantized by onnxruntime (torchvision and timm, random weights) on Torq",
+                      spec=lambda name: (f"{name} 1x3x{_size(name)}x{_size(name)}", {"model": name}))
 
 
 if __name__ == "__main__":
