@@ -125,8 +125,16 @@ from .requant_channels import (
 from .requant_compose import PairTail, following
 from .requant_emit import rescale_generic
 from .requant_float_contraction import F32_SUM_ERROR
-from .requant_split import ActivationTable, backward_slice, build_table, reads, split_first_int, split_residual_add
-from .requant_stages import Channels, StageSplitter, leaf_range
+from .requant_split import (
+    ActivationTable,
+    backward_slice,
+    build_table,
+    first_ints,
+    reads,
+    split_first_int,
+    split_residual_add,
+)
+from .requant_stages import Channels, StageSplitter
 from .requant_summary import Composition, RequantSummary
 from .requant_tail import HostTail, accumulator_tail, split_tail, tail_text
 from .requant_zero_point import ZeroPointCorrection, zero_point_correction
@@ -393,22 +401,22 @@ class _LaterStages:
         stages of it and the residual. None when that fails too (no exception kept here: a
         traceback holding IR handles past the function's erasure crashes the collector)."""
         res = op.regions[0].blocks[0].arguments[residual]
+        if type_name(res.type) != "i8":  # stage 1 is priced on every int8 residual level only
+            return None
         final = backward_slice(ops, result)
-        firsts = [o.results[0] for o in final if o.name == "arith.fptosi" and o.results[0] != result]
-        own = [q for q in firsts if reads(backward_slice(ops, q), acc_v) and not reads(backward_slice(ops, q), res)]
+        own = [(q, s) for q, s in first_ints(ops, final, result) if reads(s, acc_v) and not reads(s, res)]
         if not own:
             return None
-        stage1 = backward_slice(ops, own[0])
-        rest = [o for o in final if o not in stage1]
+        (q1, stage1), rest = own[0], [o for o in final if o not in own[0][1]]
         if reads(rest, acc_v):
             return None
-        channels = Channels.of(op, known, skip | {residual})
-        ranges = {own[0]: INT_RANGE[type_name(own[0].type)], res: leaf_range(op.operands[residual])}
         try:
-            stages = StageSplitter(rest, channels, host, mode, ranges).split(result)
+            channels = Channels.of(op, known, skip | {residual})
+            stages = StageSplitter(rest, channels, host, mode, {q1: INT_RANGE[type_name(q1.type)],
+                                                                 res: INT_RANGE["i8"]}).split(result)
         except NotExact:
             return None
-        return _LaterStages(stage1, own[0], stages, channels, other=res)
+        return _LaterStages(stage1, q1, stages, channels, other=res)
 
     @staticmethod
     def of(op: ir.Operation, known: Known, skip: set[int], ops: list, result: ir.Value, acc_v: ir.Value, host,

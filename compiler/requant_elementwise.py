@@ -1,4 +1,6 @@
-"""Float requantization in dispatches without a contraction: int8 arithmetic in QDQ form.
+"""Float requantization in dispatches without a contraction: int8 arithmetic in QDQ form
+(and, after a contraction's own requantization, int8 values requantized again:
+`lower_requantized_results`).
 
 ONNX Runtime's QDQ form leaves f32 arithmetic between int8 tensors wherever
 no integer contraction absorbs it: squeeze-excite (the gate's i32

@@ -94,7 +94,7 @@ def _reads_arguments(ops: list[ir.Operation], but: set) -> bool:
     return any(isinstance(x, ir.BlockArgument) and x not in but for op in ops for x in op.operands)
 
 
-def _first_ints(ops, final, result) -> list[tuple[ir.Value, list]]:
+def first_ints(ops, final, result) -> list[tuple[ir.Value, list]]:
     """(int8 value, its backward slice) for each float-to-int conversion before `result`."""
     return [(o.results[0], backward_slice(ops, o.results[0])) for o in final
             if o.name == "arith.fptosi" and o.results[0] != result]
@@ -106,7 +106,7 @@ def split_residual_add(ops, result, acc, res, host, q_type, mode: RequantMode) -
     adds them and requantizes the sum. The add is evaluated on every pair of int8 values
     (every way llvm-cpu may contract it) and fitted by `fit_sum`."""
     final = backward_slice(ops, result)
-    firsts = _first_ints(ops, final, result)
+    firsts = first_ints(ops, final, result)
     # The int values computed from the accumulator alone (with their ops): one, or a chain of
     # them (a bias added after the matmul's own quantization), whose last is added.
     stages = [(q, s) for q, s in firsts if not reads(s, res)]

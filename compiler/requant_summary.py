@@ -64,7 +64,7 @@ class RequantSummary:
     # per channel), per channel as `differing` / `step_span`.
     residual_differing: list[int] | None = None
     residual_step_span: list[int] | None = None
-    residual_type: str = "i32"
+    residual_type: str | None = None
     # What the two-input rescale computes: "sum" (a residual add) or "product" (a gate).
     pair_kind: str = "sum"
     # A pooled f32 sum made integer (compiler/requant_elementwise.py): the sums within

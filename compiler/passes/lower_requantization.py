@@ -132,7 +132,9 @@ def lower_function(func: ir.Operation, mode: RequantMode = RequantMode.NEAREST,
     split_requantization_results(func)
     try:
         done = lower_float_requantization(func, constants, host, mode)
-        if done.rescaled:
+        # A second result's table is not priced against the first's levels one off: with
+        # --torq-requant=one-step only after exact rescales.
+        if done.rescaled and (mode is not RequantMode.ONE_STEP or not any(s.approximate for s in done.rescaled)):
             done.rescaled += lower_requantized_results(func, Known(constants), host, mode)
         if not done.rescaled and is_int8_arithmetic(func, Known(constants)):
             try:

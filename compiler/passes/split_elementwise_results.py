@@ -119,8 +119,21 @@ def split_requantization_results(func: ir.Operation) -> None:
     accumulator: a requantization with a second result computed from its int8 value (GhostNet:
     the conv's map quantized, and that requantized to the concatenation's scale), which
     torq-lower-requantization, running before this pass, then lowers one result at a time."""
-    for op in [o for o in walk_ops(func) if _splittable(o) and _reads_integer_accumulator(o)]:
+    for op in [o for o in walk_ops(func)
+               if _splittable(o) and _reads_integer_accumulator(o) and _later_results_from_earlier(o)]:
         _split(op)
+
+
+def _later_results_from_earlier(op: ir.Operation) -> bool:
+    """Whether each result after the first reads the generic's i32 inputs only through earlier
+    yielded values (split otherwise, the accumulator would have two readers, which the
+    requantization refuses)."""
+    block = op.regions[0].blocks[0]
+    body = [o.operation for o in block.operations]
+    yields = list(body[-1].operands)
+    wide = [a for a in list(block.arguments)[:n_inputs(op)] if str(a.type) == "i32"]
+    return not any(x in wide for k in range(1, len(yields))
+                   for o in _slice(yields[k], body[:-1], set(yields[:k])) for x in o.operands)
 
 
 def run(module: ir.Module, options: PassOptions) -> None:

@@ -8,9 +8,13 @@
 // CHECK-LABEL: func.func @requantized_twice(
 // CHECK-NOT: arith.sitofp
 // CHECK: %[[MM:.+]] = linalg.generic
+// CHECK-NOT: arith.sitofp
 // CHECK: %[[Q1:.+]] = linalg.generic {{.*}} ins(%[[MM]] : tensor<16x4xi32>)
+// CHECK-NOT: arith.sitofp
 // CHECK: arith.shrsi {{.*}} : i64
+// CHECK-NOT: arith.sitofp
 // CHECK: %[[Q2:.+]] = linalg.generic {{.*}} ins(%[[Q1]] : tensor<16x4xi8>)
+// CHECK-NOT: arith.sitofp
 // CHECK: tensor.extract {{.*}} : tensor<256xi8>
 // CHECK-NOT: arith.sitofp
 // CHECK: return %[[Q1]], %[[Q2]]
