@@ -40,8 +40,15 @@ def is_int8_arithmetic(func: ir.Operation, known) -> bool:
     folds both factors into it) is f32 arithmetic like any other."""
     from .patterns import classify_contraction
     ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-    if not ftype.results or any(type_name(ir.RankedTensorType(t).element_type) not in ("i8", "i16")
-                                for t in ftype.results if isinstance(t, ir.RankedTensorType)):
+    results = [type_name(ir.RankedTensorType(t).element_type) for t in ftype.results
+               if isinstance(t, ir.RankedTensorType)]
+    if not {"i8", "i16"} & set(results) or not set(results) <= {"i8", "i16", "i32"}:
+        return False
+    # An i32 result beside them is left as it is when integers alone compute it (the row sums
+    # of an int8 result that the next matmul's zero point correction reads).
+    ret = list(func.regions[0].blocks[0].operations)[-1]
+    if any(str(v.type).endswith("xi32>") and (isinstance(v.owner, ir.Block) or v.owner.name != "linalg.generic"
+                                              or not _integer_only(v.owner)) for v in ret.operands):
         return False
     for a in func.regions[0].blocks[0].arguments:
         if isinstance(a.type, ir.RankedTensorType) and known(a) is None and \
@@ -58,10 +65,16 @@ def _integer_inputs(op: ir.Operation) -> bool:
 
 
 def _forms(func: ir.Operation) -> tuple[list, list]:
-    """The generics of `func` that read something (one without inputs is a fill, generalized:
-    a reduction's init) and their iterator types."""
-    generics = [o for o in region_ops(func) if o.name == "linalg.generic" and n_inputs(o)]
+    """The generics of `func` that compute in float (not a fill, generalized, nor an integer sum
+    of int8 values: those stay as they are) and their iterator types."""
+    generics = [o for o in region_ops(func) if o.name == "linalg.generic" and n_inputs(o) and not _integer_only(o)]
     return generics, [iterator_types(g) for g in generics]
+
+
+def _integer_only(op: ir.Operation) -> bool:
+    """Whether generic `op` reads, computes and writes integers only."""
+    return all(str(v.type).startswith("i") for v in op.regions[0].blocks[0].arguments) and \
+        all(str(r.type).startswith("i") for o in region_ops(op) for r in o.results)
 
 
 def _fuse_elementwise(func: ir.Operation) -> None:

@@ -10,7 +10,8 @@ remainders take the dividend's sign, casts wrap, an i1 true is -1 when read as s
 which the NSS program copies into the result with DMAs (patterns: a constant result
 is a copy). Only all-parallel generics with one result that does not read its init and
 writes it in loop order (identity map), at most `MAX_ELEMENTS` elements, whose body uses only the ops in `_EVAL` are folded;
-anything else is unchanged.
+anything else is unchanged, and so is a generic another linalg op accumulates into (a
+generalized fill: the NPU patterns read it as that op's init).
 
 A generic that also reads inputs may compute a float from its indices alone inside
 its body: torch's average pooling with count_include_pad=False divides each window
@@ -39,6 +40,7 @@ from ..ir_utils import (
     iterator_types,
     loop_ranges,
     map_dims,
+    n_inputs,
     region_ops,
     replace_with_op,
     static_shape,
@@ -222,8 +224,21 @@ def _rebuild(op: ir.Operation, n_in: int, consts: list, maps: list, roots: list)
     op.erase()
 
 
+def _is_init(op: ir.Operation) -> bool:
+    """Whether a linalg op accumulates into `op`'s result: a fill the patterns read as a
+    reduction's init (linalg's elementwise fusion leaves a generalized fill yielding its
+    constant, which `evaluate` would fold)."""
+    for use in op.results[0].uses:
+        user = use.owner
+        if user.name.startswith("linalg.") and use.operand_number >= n_inputs(user):
+            return True
+    return False
+
+
 def fold_function(func: ir.Operation) -> None:
     for op in [o for o in walk_ops(func) if o.name == "linalg.generic"]:
+        if _is_init(op):
+            continue
         value = evaluate(op)
         if value is None:
             _with_constant_inputs(op)
