@@ -249,7 +249,9 @@ class NssBuilder(DdrViews):
                     tile = self.start_tile(block)
                 self.run_reduction_loop(op, local_buffers, tile)
             elif name == "scf.for":
+                first = len(self.buffers)
                 self.run_for(op)
+                self._reload_overwritten(local_buffers, first)
             elif is_torq_hl(op):
                 if tile is None:
                     tile = self.start_tile(block)
@@ -258,6 +260,16 @@ class NssBuilder(DdrViews):
                 continue  # a result the gather DMAs write after the computes (nss_gathers)
             else:
                 raise CompileError(f"unexpected op {name} in a Torq tile")
+
+    def _reload_overwritten(self, local: dict, first: int) -> None:
+        """A tile loop's body is planned on its own, from LRAM offset 0: a DDR value the
+        computes around it loaded (`local`) where the loop's buffers (from `first` on) went
+        is loaded again when read after it."""
+        written = [(b.offset, b.offset + b.size) for b in self.buffers[first:]]
+        for v, buf in list(local.items()):
+            b = self.buffers[buf]
+            if buf in self.buffer_view and any(lo < b.offset + b.size and b.offset < hi for lo, hi in written):
+                del local[v]
 
     def _block_ops(self, block: ir.Block) -> list[tuple[str, ir.Operation]]:
         """(name, op) of the block's ops, read from the IR once per block."""
