@@ -57,6 +57,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .onnx_fold import fold_shape_computations
+
 
 def _initializer(model, name: str) -> np.ndarray | None:
     from onnx import numpy_helper
@@ -225,12 +227,26 @@ def _shapes(model) -> dict[str, list[int | None]]:
     (an exporter's dynamic batch); {} when it fails. With data propagation, as the import's
     own inference: a Reshape to a shape the graph computes from Shape / Gather / Concat of
     static tensors (LeViT's flatten(2).transpose(1, 2)) is known, so its readers' MatMuls
-    are rewritten (without it, LeViT's Linears stayed f32 on the host)."""
+    are rewritten (without it, LeViT's Linears stayed f32 on the host). Dims data propagation
+    leaves unknown (TinyViT's window partition: a Reshape to a shape computed with Mod and
+    Div) are known once the shape computations are folded, on an inferred copy of the model
+    (compiler/onnx_fold.py; without it, TinyViT's attention matmuls stayed f32 on the host)."""
     import onnx
     try:
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception:  # the import's own shape inference reports a broken model
         return {}
+    out = _inferred_shapes(inferred)
+    if any(None in shape for shape in out.values()):
+        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+        try:
+            out = _inferred_shapes(fold_shape_computations(onnx, inferred, opset))
+        except Exception:  # a second inference that fails: the shapes as first inferred
+            pass
+    return out
+
+
+def _inferred_shapes(inferred) -> dict[str, list[int | None]]:
     out = {}
     for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
         if v.type.tensor_type.HasField("shape"):
