@@ -425,14 +425,12 @@ class _LaterStages:
         if split is None:
             return _LaterStages(ops, result)
         channels = Channels.of(op, known, skip)
-        if any(x in channels.per_channel for o in split[2] for x in o.operands):
-            # Its stages, a per-channel rescale of the int8 level and so on, before the
-            # residual add when there is one.
+        if residual or any(x in channels.per_channel for o in split[2] for x in o.operands):
+            # Its stages, a per-channel rescale of the int8 level or a table, before the
+            # residual add when there is one (CoaT's attention scaled after its requantization).
             stages = StageSplitter(split[2], channels, host, mode,
                                    {split[1]: INT_RANGE[type_name(split[1].type)]}).split(result)
             return _LaterStages(split[0], split[1], stages, channels)
-        if residual:
-            raise NotExact("the int8 value added to the residual is requantized twice without per-channel values")
         scalars = channels.values[0] if channels.values else None  # scalars passed as tensors
         table = build_table(split[2], result, split[1], host, q_type, mode, scalars=scalars)
         return _LaterStages(split[0], split[1], channels=channels, table=None if table.is_identity() else table)

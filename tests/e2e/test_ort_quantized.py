@@ -238,6 +238,16 @@ def compiled_against_llvm_cpu(tmp_path, model_class=ConvBnRelu, shape=(1, 8, 24,
     return path, cm, cm(x), ref, remarks
 
 
+def random_batchnorm(c):
+    """A BatchNorm2d in eval mode with random statistics and scale (a fresh one is the
+    identity, which quantization would fold away)."""
+    bn = torch.nn.BatchNorm2d(c)
+    bn.running_mean.uniform_(-0.1, 0.1)
+    bn.running_var.uniform_(0.5, 1.5)
+    bn.weight.data.uniform_(0.5, 1.5)
+    return bn
+
+
 def assert_within_one_step(y, ref):
     """Every output within one output step of llvm-cpu's (the distance between its levels:
     the output is dequantized on the host)."""

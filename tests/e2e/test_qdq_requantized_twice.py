@@ -20,17 +20,10 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime.quantization")
 sys.path.insert(0, os.path.dirname(__file__))
 from llvm_cpu import llvm_cpu  # noqa: E402
-from test_ort_quantized import assert_within_one_step, ort_quantized_model  # noqa: E402
+from test_ort_quantized import assert_within_one_step, ort_quantized_model, random_batchnorm  # noqa: E402
 
 import torq  # noqa: E402
 from torq.compiler.onnx_import import import_onnx  # noqa: E402
-
-
-def _bn(c):
-    bn = nn.BatchNorm2d(c)
-    bn.running_mean.uniform_(-0.1, 0.1)
-    bn.running_var.uniform_(0.5, 1.5)
-    return bn
 
 
 class GhostModule(nn.Module):
@@ -39,8 +32,8 @@ class GhostModule(nn.Module):
     def __init__(self, cin, cout, relu):
         super().__init__()
         half, act = cout // 2, (nn.ReLU() if relu else nn.Identity())
-        self.primary = nn.Sequential(nn.Conv2d(cin, half, 1, bias=False), _bn(half), act)
-        self.cheap = nn.Sequential(nn.Conv2d(half, half, 3, padding=1, groups=half, bias=False), _bn(half), act)
+        self.primary = nn.Sequential(nn.Conv2d(cin, half, 1, bias=False), random_batchnorm(half), act)
+        self.cheap = nn.Sequential(nn.Conv2d(half, half, 3, padding=1, groups=half, bias=False), random_batchnorm(half), act)
         self.cout = cout
 
     def forward(self, x):
@@ -55,13 +48,13 @@ class GhostBottleneck(nn.Module):
     def __init__(self, cin, mid, cout, stride=1, se=False):
         super().__init__()
         self.ghost1, self.ghost2 = GhostModule(cin, mid, True), GhostModule(mid, cout, False)
-        self.down = nn.Sequential(nn.Conv2d(mid, mid, 5, stride, 2, groups=mid, bias=False), _bn(mid)) \
+        self.down = nn.Sequential(nn.Conv2d(mid, mid, 5, stride, 2, groups=mid, bias=False), random_batchnorm(mid)) \
             if stride > 1 else nn.Identity()
         self.se = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(mid, 20, 1), nn.ReLU(), nn.Conv2d(20, mid, 1),
                                 nn.Hardsigmoid()) if se else None
         self.shortcut = nn.Identity() if cin == cout and stride == 1 else nn.Sequential(
-            nn.Conv2d(cin, cin, 5, stride, 2, groups=cin, bias=False), _bn(cin), nn.Conv2d(cin, cout, 1, bias=False),
-            _bn(cout))
+            nn.Conv2d(cin, cin, 5, stride, 2, groups=cin, bias=False), random_batchnorm(cin), nn.Conv2d(cin, cout, 1, bias=False),
+            random_batchnorm(cout))
 
     def forward(self, x):
         y = self.down(self.ghost1(x))
