@@ -26,10 +26,12 @@ from .f32_chain import type_name
 from .ir_utils import erase_unused, inline_function_text, iterator_types, n_inputs, region_ops
 from .pass_managers import run_pipeline
 from .passes import RequantMode
+from .requant_channels import RESIDUAL_I32_BOUND
 from .requant_emit import elementwise_function
 from .requant_pooling import lower_pooling
 from .requant_stages import Channels, StageSplitter, variable_inputs
 from .requant_summary import RequantSummary
+from .requant_zero_point import separate_correction
 from .rescale_fit import NotExact
 
 
@@ -146,8 +148,17 @@ def _integer_elementwise(op: ir.Operation, known, host, mode: RequantMode) -> tu
     variables, ranges = variable_inputs(op, known)
     channels = Channels.of(op, known, set(variables))
     body = region_ops(op)
-    stages = StageSplitter(body[:-1], channels, host, mode, ranges).split(body[-1].operands[0])
-    new = inline_function_text(elementwise_function(op, variables, stages, channels.dims), op,
+    ops, result = body[:-1], body[-1].operands[0]
+    args = op.regions[0].blocks[0].arguments
+    correction = separate_correction(op, known, RESIDUAL_I32_BOUND)
+    if correction is not None:  # a' = acc - c in i32, the one leaf of what follows
+        acc_index, corr = correction
+        ops = [o for o in ops if o not in corr.ops]
+        for i in (acc_index, *corr.operands):
+            del ranges[args[i]]
+        ranges[corr.corrected] = (-corr.bound, corr.bound)
+    stages = StageSplitter(ops, channels, host, mode, ranges).split(result)
+    new = inline_function_text(elementwise_function(op, variables, stages, channels.dims, correction), op,
                                [op.operands[i] for i in variables])
     return new, RequantSummary.of_stages("int8 elementwise", stages)
 

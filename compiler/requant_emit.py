@@ -253,9 +253,11 @@ def _leaf_lines(variables: list[ir.Value], block_values: list[ir.Value], names: 
     return args, lines
 
 
-def elementwise_function(op: ir.Operation, variables: list[int], stages, chan: tuple[int, ...]) -> str:
+def elementwise_function(op: ir.Operation, variables: list[int], stages, chan: tuple[int, ...],
+                         correction: tuple | None = None) -> str:
     """A module whose function @int8 computes generic `op` (E in compiler/requant_elementwise.py)
-    as `stages`, from the inputs `variables` (operand indices, the function's arguments)."""
+    as `stages`, from the inputs `variables` (operand indices, the function's arguments); with
+    `correction` (requant_zero_point.separate_correction), a' is computed first, in i32."""
     maps = indexing_maps(op)
     out_t = str(op.results[0].type)
     q_type = str(ir.RankedTensorType(op.results[0].type).element_type)
@@ -263,6 +265,12 @@ def elementwise_function(op: ir.Operation, variables: list[int], stages, chan: t
     block = op.regions[0].blocks[0]
     names: dict = {}
     args, lines = _leaf_lines([op.operands[i] for i in variables], [block.arguments[i] for i in variables], names)
+    if correction is not None:
+        acc_index, corr = correction
+        arg_of = {i: f"%x{k}" for k, i in enumerate(variables)}
+        corrected = prologue_lines(corr, op, arg_of[acc_index], {i: arg_of[i] for i in corr.operands}, lines)
+        lines.append(f"%corrected64 = arith.extsi {corrected} : i32 to i64")
+        names[corr.corrected] = "%corrected64"
     tensors: list = []
     level = stage_lines(stages, names, lines, tensors)
     lines += [f"%q = arith.trunci {level} : i64 to {q_type}", f"linalg.yield %q : {q_type}"]

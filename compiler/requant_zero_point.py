@@ -51,6 +51,24 @@ class ZeroPointCorrection:
 def zero_point_correction(op: ir.Operation, acc_index: int, con: ir.Operation, known) -> ZeroPointCorrection | None:
     """The correction prologue of requantization `op` (after contraction `con`), or None when
     the accumulator is not corrected by tensors (constants are the float chain's business)."""
+    n = math.prod(r for r, it in zip(loop_ranges(con), iterator_types(con)) if it == "reduction")
+    return _correction(op, acc_index, known, 255 * 255 * n)
+
+
+def separate_correction(op: ir.Operation, known, bound: int) -> tuple[int, ZeroPointCorrection] | None:
+    """(the accumulator's operand index, the correction) of an elementwise requantization `op`
+    that reads the accumulator another dispatch wrote (IREE leaves p.v's requantization out of
+    the matmul's dispatch when it transposes the result), or None. The contraction is out of
+    sight: a' is fitted on |a'| <= `bound`, as an i32 residual is."""
+    for i in range(n_inputs(op)):
+        if known(op.operands[i]) is None and str(ir.RankedTensorType(op.operands[i].type).element_type) == "i32":
+            corr = _correction(op, i, known, bound)
+            if corr is not None:
+                return i, corr
+    return None
+
+
+def _correction(op: ir.Operation, acc_index: int, known, bound: int) -> ZeroPointCorrection | None:
     block = op.regions[0].blocks[0]
     acc = block.arguments[acc_index]
     users = [u.owner for u in acc.uses]
@@ -76,8 +94,7 @@ def zero_point_correction(op: ir.Operation, acc_index: int, con: ir.Operation, k
             return None
     if not tensors:
         return None
-    n = math.prod(r for r, it in zip(loop_ranges(con), iterator_types(con)) if it == "reduction")
-    return ZeroPointCorrection(sorted(tensors), prologue + [sub], constants, sub.results[0], 255 * 255 * n)
+    return ZeroPointCorrection(sorted(tensors), prologue + [sub], constants, sub.results[0], bound)
 
 
 def prologue_lines(corr: ZeroPointCorrection, op: ir.Operation, acc_name: str, operand_names: dict,
