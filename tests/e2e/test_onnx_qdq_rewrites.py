@@ -239,18 +239,6 @@ class PatchAttention(torch.nn.Module):
         return self.proj((scores.softmax(-1) @ v).transpose(2, 3).reshape(b, p, n, c))
 
 
-def test_attention_over_patches_runs_its_matmuls_on_int8(tmp_path):
-    """Every MAC on the NPU (before the collapse, both attention matmuls stayed f32 on the host:
-    MobileViT-XXS 88.7% of its MACs on the NPU), within one step of llvm-cpu."""
-    path, x = ort_quantized_model(tmp_path, PatchAttention, shape=(1, 4, 16, 32))
-    ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
-    cm = torq.compile(str(path), remarks=io.StringIO())
-    y = cm(x)
-    assert cm.report.npu_mac_share == 1.0, [(d.executor, d.macs, d.reason) for d in cm.report.dispatches]
-    step = np.diff(np.unique(ref)).min()
-    assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
-
-
 class WindowAttention(torch.nn.Module):
     """TinyViT's attention over 4x4 windows: the window partition reshapes to a shape computed
     from the input's (padding by `%`, windows by `//`), which ONNX shape inference leaves
@@ -272,13 +260,14 @@ class WindowAttention(torch.nn.Module):
         return self.proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(b * nh * nw, ws * ws, c))
 
 
-def test_window_attention_over_computed_shapes_runs_its_matmuls_on_int8(tmp_path):
-    """The shapes the rewrites need are known once the shape computations are folded (on a copy
-    of the model); before, both attention matmuls stayed f32 on the host (timm TinyViT-5M:
-    99.15% of its MACs on the NPU). The head split's requantizations, with the row sums the
-    next matmul's zero point needs, run on the NPU too. Every MAC on the NPU, within one step
-    of llvm-cpu."""
-    path, x = ort_quantized_model(tmp_path, WindowAttention, shape=(1, 8, 8, 16))
+@pytest.mark.parametrize("model_class,shape", [(PatchAttention, (1, 4, 16, 32)), (WindowAttention, (1, 8, 8, 16))],
+                         ids=["patches", "windows"])
+def test_attention_runs_its_matmuls_on_int8(tmp_path, model_class, shape):
+    """Every MAC on the NPU, within one step of llvm-cpu. Before the batch dims were collapsed,
+    both attention matmuls stayed f32 on the host (MobileViT-XXS: 88.7% of its MACs on the
+    NPU); before the shape computations were folded (on a copy of the model) for the shapes
+    the rewrite reads, the windows' did (timm TinyViT-5M: 99.15%)."""
+    path, x = ort_quantized_model(tmp_path, model_class, shape=shape)
     ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
     cm = torq.compile(str(path), remarks=io.StringIO())
     y = cm(x)
