@@ -237,7 +237,8 @@ def _shapes(model) -> dict[str, list[int | None]]:
     except Exception:  # the import's own shape inference reports a broken model
         return {}
     out = _inferred_shapes(inferred)
-    if any(None in shape for shape in out.values()):
+    static_inputs = all(None not in out.get(i.name, [None]) for i in model.graph.input)
+    if static_inputs and any(None in shape for shape in out.values()):  # a dynamic batch never folds
         opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
         try:
             out = _inferred_shapes(fold_shape_computations(onnx, inferred, opset))

@@ -382,9 +382,9 @@ def _quantized_result(op: ir.Operation, body: list[ir.Operation]) -> tuple[ir.Va
 
 @dataclass
 class _LaterStages:
-    """What follows the first integer level of a requantization: per-channel stages (a bias
-    added after the matmul's own quantization), or an activation table, or nothing; `ops` and
-    `result` are then stage 1's."""
+    """What follows the first integer level of a requantization: integer stages (a bias added
+    per channel after the matmul's own quantization; before a residual add, any requantization
+    of that level), or an activation table, or nothing; `ops` and `result` are then stage 1's."""
     ops: list
     result: ir.Value
     stages: list | None = None
@@ -426,8 +426,9 @@ class _LaterStages:
             return _LaterStages(ops, result)
         channels = Channels.of(op, known, skip)
         if residual or any(x in channels.per_channel for o in split[2] for x in o.operands):
-            # Its stages, a per-channel rescale of the int8 level or a table, before the
-            # residual add when there is one (CoaT's attention scaled after its requantization).
+            # Its stages (a per-channel rescale of the int8 level, a table of it), before the
+            # residual add when there is one (CoaT: the attention scaled after its requantization);
+            # the pair fit of the add reads their level, not a table's.
             stages = StageSplitter(split[2], channels, host, mode,
                                    {split[1]: INT_RANGE[type_name(split[1].type)]}).split(result)
             return _LaterStages(split[0], split[1], stages, channels)

@@ -49,8 +49,9 @@ def is_int8_arithmetic(func: ir.Operation, known) -> bool:
     # An i32 result beside them is left as it is when integers alone compute it (the row sums
     # of an int8 result that the next matmul's zero point correction reads).
     ret = list(func.regions[0].blocks[0].operations)[-1]
-    if any(str(v.type).endswith("xi32>") and (isinstance(v.owner, ir.Block) or v.owner.name != "linalg.generic"
-                                              or not _integer_only(v.owner)) for v in ret.operands):
+    if any(str(ir.RankedTensorType(v.type).element_type) == "i32" and
+           (isinstance(v.owner, ir.Block) or v.owner.name != "linalg.generic" or not _integer_only(v.owner))
+           for v in ret.operands):
         return False
     for a in func.regions[0].blocks[0].arguments:
         if isinstance(a.type, ir.RankedTensorType) and known(a) is None and \

@@ -23,6 +23,12 @@ bound takes the i32 tensors to be the operands' sums, which this dispatch
 cannot see: the prologue's form (integer add / sub / mul of i32 tensors and
 scalars, subtracted from the accumulator) is what IREE's
 ConvertQDQToIntegerMath emits, and nothing else in the pipeline writes it.
+
+When IREE leaves the requantization out of the matmul's dispatch (p.v transposed
+back to tokens x heads), the accumulator is one more i32 input
+(`separate_correction`) and N is out of sight: a' is fitted on |a'| <= 2^30, as
+an i32 residual is, which covers 255^2 * N for N <= 16,513 (attention's p.v sums
+over the tokens: 16K tokens).
 """
 
 from __future__ import annotations

@@ -263,13 +263,20 @@ class NssBuilder(DdrViews):
 
     def _reload_overwritten(self, local: dict, first: int) -> None:
         """A tile loop's body is planned on its own, from LRAM offset 0: a DDR value the
-        computes around it loaded (`local`) where the loop's buffers (from `first` on) went
-        is loaded again when read after it."""
+        computes around it loaded (`local`, or kept resident) where the loop's buffers (from
+        `first` on) went is loaded again when read after it. A computed value there is left
+        as it is (it has no DDR copy to reload): the program validator refuses the overlap."""
         written = [(b.offset, b.offset + b.size) for b in self.buffers[first:]]
-        for v, buf in list(local.items()):
+
+        def overwritten(buf: int) -> bool:
             b = self.buffers[buf]
-            if buf in self.buffer_view and any(lo < b.offset + b.size and b.offset < hi for lo, hi in written):
+            return any(lo < b.offset + b.size and b.offset < hi for lo, hi in written)
+
+        for v, buf in list(local.items()):
+            computed = not isinstance(v.owner, ir.Block) and (is_torq_hl(v.owner) or v.owner.name == "scf.for")
+            if not computed and overwritten(buf):
                 del local[v]
+        self.resident = {key: buf for key, buf in self.resident.items() if not overwritten(buf)}
 
     def _block_ops(self, block: ir.Block) -> list[tuple[str, ir.Operation]]:
         """(name, op) of the block's ops, read from the IR once per block."""

@@ -46,6 +46,7 @@ from ..ir_utils import (
     static_shape,
     walk_ops,
 )
+from ..patterns.inits import fill_value
 from . import PassOptions
 
 NAME = "torq-fold-index-constants"
@@ -225,12 +226,14 @@ def _rebuild(op: ir.Operation, n_in: int, consts: list, maps: list, roots: list)
 
 
 def _is_init(op: ir.Operation) -> bool:
-    """Whether a linalg op accumulates into `op`'s result: a fill the patterns read as a
-    reduction's init (linalg's elementwise fusion leaves a generalized fill yielding its
+    """Whether `op` is a fill a linalg generic accumulates into: the patterns read it as that
+    generic's init (linalg's elementwise fusion leaves a generalized fill yielding its
     constant, which `evaluate` would fold)."""
+    if fill_value(op) is None:
+        return False
     for use in op.results[0].uses:
         user = use.owner
-        if user.name.startswith("linalg.") and use.operand_number >= n_inputs(user):
+        if user.name == "linalg.generic" and use.operand_number >= n_inputs(user):
             return True
     return False
 
