@@ -222,15 +222,17 @@ def _int8_data_movement(model) -> int:
     return done
 
 
-def _shapes(model) -> dict[str, list[int | None]]:
+def _shapes(model, fold: bool = False) -> dict[str, list[int | None]]:
     """Shapes of the model's tensors by ONNX shape inference, None for a dim it leaves symbolic
     (an exporter's dynamic batch); {} when it fails. With data propagation, as the import's
     own inference: a Reshape to a shape the graph computes from Shape / Gather / Concat of
     static tensors (LeViT's flatten(2).transpose(1, 2)) is known, so its readers' MatMuls
     are rewritten (without it, LeViT's Linears stayed f32 on the host). Dims data propagation
     leaves unknown (TinyViT's window partition: a Reshape to a shape computed with Mod and
-    Div) are known once the shape computations are folded, on an inferred copy of the model
-    (compiler/onnx_fold.py; without it, TinyViT's attention matmuls stayed f32 on the host)."""
+    Div) are known with `fold`, once the shape computations are folded, on an inferred copy of
+    the model (compiler/onnx_fold.py; without it, TinyViT's attention matmuls stayed f32 on
+    the host). Only the batch-matmul rewrite asks for it: with folded shapes the flattening
+    rewrite took a Linear of timm's CoaT-Lite that IREE then failed to import."""
     import onnx
     try:
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
@@ -238,7 +240,7 @@ def _shapes(model) -> dict[str, list[int | None]]:
         return {}
     out = _inferred_shapes(inferred)
     static_inputs = all(None not in out.get(i.name, [None]) for i in model.graph.input)
-    if static_inputs and any(None in shape for shape in out.values()):  # a dynamic batch never folds
+    if fold and static_inputs and any(None in shape for shape in out.values()):  # a dynamic batch never folds
         opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
         try:
             out = _inferred_shapes(fold_shape_computations(onnx, inferred, opset))
@@ -292,7 +294,7 @@ def _collapse_batch_matmul_inputs(model) -> int:
         if len(dqs) != 2 or any(d is None or d.op_type != "DequantizeLinear" or _quant_params(model, d) is None
                                 for d in dqs):
             continue
-        shapes = _shapes(model) if shapes is None else shapes
+        shapes = _shapes(model, fold=True) if shapes is None else shapes
         a, b, y = (shapes.get(t) for t in (*mm.input, mm.output[0]))
         if a is None or b is None or y is None or None in a + b + y or len(a) != len(b) or len(a) < 4 or \
                 a[:-2] != b[:-2] or sum(d != 1 for d in a[:-2]) < 2:
