@@ -344,10 +344,10 @@ def _count_f32_rounding(summary: RequantSummary, fits: list, channels: list, mod
     summary.contraction_accumulators = sum(hi - lo + 1 for _, lo, hi in channels)
 
 
-def _accumulator_of(op: ir.Operation) -> tuple[int, ir.Operation, str] | None:
-    """(operand index, contraction, its kind) of the i32 integer contraction `op` requantizes,
-    or None; raises NotExact when that accumulator has other users or a nonzero start."""
-    from .patterns import classify_contraction, is_zero_fill
+def integer_contraction_input(op: ir.Operation) -> tuple[int, ir.Operation, str] | None:
+    """(operand index, contraction, its kind) of the first input of `op` that is the i32
+    result of an integer contraction in the same function, or None."""
+    from .patterns import classify_contraction
 
     for i in range(n_inputs(op)):
         v = op.operands[i]
@@ -355,15 +355,26 @@ def _accumulator_of(op: ir.Operation) -> tuple[int, ir.Operation, str] | None:
         if con is None or con.name != "linalg.generic" or str(ir.RankedTensorType(v.type).element_type) != "i32":
             continue
         c = classify_contraction(con)
-        if c is None:
-            continue
-        if len(list(con.results[0].uses)) != 1:
-            raise NotExact(f"the {c.kind} accumulator has other users")
-        init = con.operands[n_inputs(con)]
-        if isinstance(init.owner, ir.Block) or not is_zero_fill(init.owner):
-            raise NotExact(f"the {c.kind} accumulator does not start from zero")
-        return i, con, c.kind
+        if c is not None:
+            return i, con, c.kind
     return None
+
+
+def _accumulator_of(op: ir.Operation) -> tuple[int, ir.Operation, str] | None:
+    """(operand index, contraction, its kind) of the i32 integer contraction `op` requantizes,
+    or None; raises NotExact when that accumulator has other users or a nonzero start."""
+    from .patterns import is_zero_fill
+
+    found = integer_contraction_input(op)
+    if found is None:
+        return None
+    _, con, kind = found
+    if len(list(con.results[0].uses)) != 1:
+        raise NotExact(f"the {kind} accumulator has other users")
+    init = con.operands[n_inputs(con)]
+    if isinstance(init.owner, ir.Block) or not is_zero_fill(init.owner):
+        raise NotExact(f"the {kind} accumulator does not start from zero")
+    return found
 
 
 def _quantized_result(op: ir.Operation, body: list[ir.Operation]) -> tuple[ir.Value, list, str | None, int]:

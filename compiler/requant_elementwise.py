@@ -41,17 +41,14 @@ def is_int8_arithmetic(func: ir.Operation, known) -> bool:
     f32 operands (a pooled sum of x * hardsigmoid(x), x dequantized, before elementwise fusion
     folds both factors into it) is f32 arithmetic like any other."""
     from .patterns import classify_contraction
-    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-    results = [type_name(ir.RankedTensorType(t).element_type) for t in ftype.results
-               if isinstance(t, ir.RankedTensorType)]
-    if not {"i8", "i16"} & set(results) or not set(results) <= {"i8", "i16", "i32"}:
-        return False
+    results = list(list(func.regions[0].blocks[0].operations)[-1].operands)
+    elements = [type_name(ir.RankedTensorType(v.type).element_type) for v in results]
     # An i32 result beside them is left as it is when integers alone compute it (the row sums
     # of an int8 result that the next matmul's zero point correction reads).
-    ret = list(func.regions[0].blocks[0].operations)[-1]
-    if any(str(ir.RankedTensorType(v.type).element_type) == "i32" and
-           (isinstance(v.owner, ir.Block) or v.owner.name != "linalg.generic" or not _integer_only(v.owner))
-           for v in ret.operands):
+    if not {"i8", "i16"} & set(elements) or any(
+            t not in ("i8", "i16") and (t != "i32" or isinstance(v.owner, ir.Block) or
+                                        v.owner.name != "linalg.generic" or not _integer_only(v.owner))
+            for v, t in zip(results, elements)):
         return False
     for a in func.regions[0].blocks[0].arguments:
         if isinstance(a.type, ir.RankedTensorType) and known(a) is None and \

@@ -106,21 +106,15 @@ def split_function(func: ir.Operation) -> None:
         _split(op)
 
 
-def _reads_integer_accumulator(op: ir.Operation) -> bool:
-    from ..patterns import classify_contraction
-
-    return any(not isinstance(v.owner, ir.Block) and v.owner.name == "linalg.generic" and
-               str(ir.RankedTensorType(v.type).element_type) == "i32" and classify_contraction(v.owner) is not None
-               for v in list(op.operands)[:n_inputs(op)])
-
-
 def split_requantization_results(func: ir.Operation) -> None:
     """Splits, as this pass does, only the generics that read an integer contraction's i32
     accumulator: a requantization with a second result computed from its int8 value (GhostNet:
     the conv's map quantized, and that requantized to the concatenation's scale), which
     torq-lower-requantization, running before this pass, then lowers one result at a time."""
-    for op in [o for o in walk_ops(func)
-               if _splittable(o) and _reads_integer_accumulator(o) and _later_results_from_earlier(o)]:
+    from ..requant import integer_contraction_input
+
+    for op in [o for o in walk_ops(func) if _splittable(o) and integer_contraction_input(o) is not None
+               and _later_results_from_earlier(o)]:
         _split(op)
 
 
