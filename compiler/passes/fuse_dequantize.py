@@ -13,8 +13,8 @@ fuses the dequantize into the epilogue's body, which the requantization reads
 as an int8 residual.
 
 A dequantize here is an all-parallel generic with one result whose output map
-is the identity, whose first input is an integer tensor read through the
-identity, whose other inputs (per-channel scales, zero points) are read
+is the identity, whose first input is an integer tensor read through a
+permutation of the loops (EdgeNeXt's transposed residual), whose other inputs (per-channel scales, zero points) are read
 through projections, and whose body converts that integer to f32 (arith ops
 only, a sitofp / uitofp among them, nothing read from its output). Each
 elementwise generic that reads its result as an input and is a float
@@ -53,6 +53,11 @@ def _is_identity(m: ir.AffineMap) -> bool:
     return map_dims(m) == list(range(m.n_dims))
 
 
+def _is_permutation(m: ir.AffineMap) -> bool:
+    dims = map_dims(m)
+    return dims is not None and sorted(dims) == list(range(m.n_dims))
+
+
 def _composed(inner: ir.AffineMap, outer: ir.AffineMap) -> ir.AffineMap | None:
     """inner after outer: the consumer's loops -> the dequantize's input dims, where `outer`
     takes the consumer's loops to the dequantize's loops (its result's dims) and `inner`, a
@@ -74,7 +79,7 @@ def _is_dequantize(op: ir.Operation) -> bool:
     if any(it != "parallel" for it in iterator_types(op)):
         return False
     maps = indexing_maps(op)
-    if not (_is_identity(maps[-1]) and _is_identity(maps[0])):
+    if not (_is_identity(maps[-1]) and _is_permutation(maps[0])):
         return False
     if any(_composed(m, maps[-1]) is None for m in maps[1:-1]):
         return False
