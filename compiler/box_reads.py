@@ -107,6 +107,12 @@ def generic_can_read(source: ir.Type, box: Box, result: ir.Type) -> bool:
 
 def box_read_generic(source: ir.Value, box: Box, result: ir.Type) -> ir.Value:
     """A copy generic reading the unit-stride `box` (`box_map`) of `source`, at the insertion point."""
+    return copy_generic(source, box_map(source.type, box, result), result)
+
+
+def copy_generic(source: ir.Value, read_map: ir.AffineMap, result: ir.Type) -> ir.Value:
+    """A copy generic writing `result` (identity map) from `source` read through `read_map`,
+    at the insertion point."""
     res = static_shape(result)
     elt = ir.RankedTensorType(result).element_type
     dims = ", ".join(f"d{k}" for k in range(len(res)))
@@ -114,7 +120,7 @@ def box_read_generic(source: ir.Value, box: Box, result: ir.Type) -> ir.Value:
     template = ir.Module.parse(f"""
 func.func @box(%src: {source.type}) -> {result} {{
   %e = tensor.empty() : {result}
-  %r = linalg.generic {{indexing_maps = [{ir.AffineMapAttr.get(box_map(source.type, box, result))},
+  %r = linalg.generic {{indexing_maps = [{ir.AffineMapAttr.get(read_map)},
                                          affine_map<({dims}) -> ({dims})>],
                         iterator_types = [{parallel}]}}
       ins(%src : {source.type}) outs(%e : {result}) {{

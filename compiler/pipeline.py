@@ -30,6 +30,7 @@ from .passes import (
     mark_in_place_updates,
     mark_patterns_for_super_tiling,
     serialize_executable,
+    split_box_reads,
     split_elementwise_results,
     split_fused_gathers,
     super_tiling,
@@ -39,7 +40,8 @@ from .patterns import Unsupported
 
 PASSES: dict[str, ModuleType] = {m.NAME: m for m in (
     decompose_attention, fuse_dequantize, lower_requantization, mark_in_place_updates, split_elementwise_results,
-    fold_index_constants, split_fused_gathers, unroll_index_dims, fold_unit_dims, check_npu_support, convert_dtypes,
+    fold_index_constants, split_fused_gathers, unroll_index_dims, fold_unit_dims, split_box_reads, check_npu_support,
+    convert_dtypes,
     fold_padding, mark_patterns_for_super_tiling, super_tiling, lower_to_torq_hl, assign_lram_addresses,
     build_nss_program, serialize_executable)}
 
@@ -56,7 +58,7 @@ PRE_PASSES = ("func.func(iree-codegen-decompose-softmax{use-fusion=false}),"
 DISPATCH_PIPELINE = [decompose_attention.NAME, PRE_PASSES, fuse_dequantize.NAME, lower_requantization.NAME,
                      mark_in_place_updates.NAME, split_elementwise_results.NAME, fold_index_constants.NAME,
                      split_fused_gathers.NAME,
-                     unroll_index_dims.NAME, fold_unit_dims.NAME,
+                     unroll_index_dims.NAME, fold_unit_dims.NAME, split_box_reads.NAME,
                      check_npu_support.NAME, convert_dtypes.NAME,
                      fold_padding.NAME,
                      mark_patterns_for_super_tiling.NAME, super_tiling.NAME, lower_to_torq_hl.NAME,

@@ -239,6 +239,19 @@ class PatchAttention(torch.nn.Module):
         return self.proj((scores.softmax(-1) @ v).transpose(2, 3).reshape(b, p, n, c))
 
 
+class PatchSdpa(PatchAttention):
+    """MobileViT's attention as timm writes it, with scaled_dot_product_attention: the ONNX
+    export scales q and k by the head dim's -1/4 power, each taken from the one qkv tensor
+    (k transposed) and requantized: a slice fused into an int8 table
+    (torq-split-box-reads)."""
+
+    def forward(self, x):
+        b, p, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, p, n, 3, self.heads, c // self.heads).permute(3, 0, 1, 4, 2, 5)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.proj(a.transpose(2, 3).reshape(b, p, n, c))
+
+
 class WindowAttention(torch.nn.Module):
     """TinyViT's attention over 4x4 windows: the window partition reshapes to a shape computed
     from the input's (padding by `%`, windows by `//`), which ONNX shape inference leaves
@@ -260,13 +273,16 @@ class WindowAttention(torch.nn.Module):
         return self.proj((scores.softmax(-1) @ v).transpose(1, 2).reshape(b * nh * nw, ws * ws, c))
 
 
-@pytest.mark.parametrize("model_class,shape", [(PatchAttention, (1, 4, 16, 32)), (WindowAttention, (1, 8, 8, 16))],
-                         ids=["patches", "windows"])
+@pytest.mark.parametrize("model_class,shape", [(PatchAttention, (1, 4, 16, 32)), (PatchSdpa, (1, 4, 16, 32)),
+                                               (WindowAttention, (1, 8, 8, 16))],
+                         ids=["patches", "patches-sdpa", "windows"])
 def test_attention_runs_its_matmuls_on_int8(tmp_path, model_class, shape):
     """Every MAC on the NPU, within one step of llvm-cpu. Before the batch dims were collapsed,
     both attention matmuls stayed f32 on the host (MobileViT-XXS: 88.7% of its MACs on the
     NPU); before the shape computations were folded (on a copy of the model) for the shapes
-    the rewrite reads, the windows' did (timm TinyViT-5M: 99.15%)."""
+    the rewrite reads, the windows' did (timm TinyViT-5M: 99.15%). The scaled q and k
+    slices of scaled_dot_product_attention stayed on host, 0 MACs, before
+    torq-split-box-reads ("no Torq pattern": MobileViT-XXS's 18 such dispatches)."""
     path, x = ort_quantized_model(tmp_path, model_class, shape=shape)
     ref = llvm_cpu(import_onnx(path.read_bytes(), "m_q.onnx"), x, function="main_graph")
     cm = torq.compile(str(path), remarks=io.StringIO())
@@ -275,6 +291,7 @@ def test_attention_runs_its_matmuls_on_int8(tmp_path, model_class, shape):
     # p.v's requantization, left out of its matmul's dispatch, reads the accumulator and the
     # two zero points' sums: integer arithmetic on the NPU (requant_zero_point.separate_correction).
     assert not [d.reason for d in cm.report.dispatches if d.executor != "torq" and "integer values" in d.reason]
+    assert not [d.reason for d in cm.report.dispatches if d.executor != "torq" and "no Torq pattern" in d.reason]
     step = np.diff(np.unique(ref)).min()
     assert np.abs(y - ref).max() <= step * 1.0001, (np.abs(y - ref).max(), step)
 

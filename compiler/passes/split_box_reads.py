@@ -1,0 +1,114 @@
+"""torq-split-box-reads: an elementwise op that reads part of an input reads a box read of it.
+
+Contract: takes Torq dispatch functions (generic linalg ops) after the requantization
+lowering and the unit-dim folds, before the support check. A slice IREE fuses into an
+elementwise op (MobileViT's q, k and v taken from the one qkv tensor, then transposed
+for k; EdgeNeXt's channel split before its convs), or a box read of dispatch extraction
+that linalg's elementwise fusion folded into the rescale after it
+(torq-lower-requantization), leaves an all-parallel generic reading an input through a
+map of constants and `d + c` offsets. That is neither a box read (it computes, or
+transposes) nor an elementwise op (its map has no dim there), so the dispatch had no NPU
+pattern ("no Torq pattern (loops 4x4x64x20: p p p p)").
+
+Such a generic (all parallel, one result, not itself a box read, every input read
+through a map whose results are dims `d`, offsets `d + c` or constants `c`, each dim
+once, inside the input) reads, for each input with an offset or a constant, a box read
+of it instead (`box_reads.copy_generic`: the box in the input's dim order, the constant
+dims dropped) through the map of the dims alone, so a transposed slice is a box read
+followed by a permuted elementwise read. The generic then is an elementwise op the patterns
+know, and the box read joins its group as a DMA box (patterns.groups._box_reads_of).
+What the function computes is unchanged.
+"""
+
+from __future__ import annotations
+
+from iree.compiler import ir
+
+from ..box_reads import copy_generic
+from ..ir_utils import functions, indexing_maps, iterator_types, loop_ranges, n_inputs, static_shape, walk_ops
+from ..patterns import box_read, is_elementwise
+from . import PassOptions
+
+NAME = "torq-split-box-reads"
+
+
+def _term(e: ir.AffineExpr) -> tuple[int | None, int] | None:
+    """(loop dim or None, offset) of a map result `d`, `d + c` or `c`; None for any other."""
+    if isinstance(e, ir.AffineDimExpr):
+        return ir.AffineDimExpr(e).position, 0
+    if isinstance(e, ir.AffineConstantExpr):
+        return None, ir.AffineConstantExpr(e).value
+    if isinstance(e, ir.AffineAddExpr):
+        lhs, rhs = ir.AffineAddExpr(e).lhs, ir.AffineAddExpr(e).rhs
+        if isinstance(lhs, ir.AffineDimExpr) and isinstance(rhs, ir.AffineConstantExpr):
+            return ir.AffineDimExpr(lhs).position, ir.AffineConstantExpr(rhs).value
+    return None
+
+
+def _box(read: ir.AffineMap, source: ir.Type, ranges: list[int]) -> tuple[list[tuple[int | None, int]], list[int]] | None:
+    """(each source dim's (loop dim or None, offset), the shape of the box without its
+    constant dims) of an input read through `read`, or None when the read is no box a
+    copy generic can take."""
+    src = static_shape(source)
+    terms = [_term(e) for e in read.results]
+    if src is None or None in terms:
+        return None
+    dims = [d for d, _ in terms if d is not None]
+    if len(set(dims)) != len(dims):
+        return None
+    shape = []
+    for (d, c), extent in zip(terms, src):
+        size = 1 if d is None else ranges[d]
+        if c < 0 or c + size > extent:
+            return None
+        if d is not None:
+            shape.append(size)
+    return terms, shape
+
+
+def _split(op: ir.Operation) -> bool:
+    """Rewrites `op` (module docstring) if it is such a generic; whether it was."""
+    if op.name != "linalg.generic" or len(op.results) != 1 or box_read(op) is not None or \
+            any(it != "parallel" for it in iterator_types(op)) or is_elementwise(op):
+        return False
+    maps, ranges = indexing_maps(op), loop_ranges(op)
+    if any(_term(e) is None or _term(e)[1] for e in maps[-1].results):
+        return False  # the result is written whole, along dims
+    boxes = {}
+    for k in range(n_inputs(op)):
+        if all(isinstance(e, ir.AffineDimExpr) for e in maps[k].results):
+            continue
+        found = _box(maps[k], op.operands[k].type, ranges)
+        if found is None:
+            return False
+        boxes[k] = found
+    if not boxes:
+        return False
+    for k, (terms, shape) in boxes.items():
+        source = op.operands[k]
+        elt = ir.RankedTensorType(source.type).element_type
+        kept = [d for d, _ in terms if d is not None]
+        exprs, j = [], 0
+        for d, c in terms:  # the box read's own map: its dim j where the source keeps a loop dim
+            e = ir.AffineExpr.get_constant(c)
+            if d is not None:
+                e = ir.AffineExpr.get_add(ir.AffineExpr.get_dim(j), e) if c else ir.AffineExpr.get_dim(j)
+                j += 1
+            exprs.append(e)
+        with ir.InsertionPoint(op), op.location:
+            piece = copy_generic(source, ir.AffineMap.get(len(shape), 0, exprs),
+                                 ir.RankedTensorType.get(shape, elt))
+        op.operands[k] = piece
+        maps[k] = ir.AffineMap.get(maps[k].n_dims, 0, [ir.AffineExpr.get_dim(d) for d in kept])
+    op.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in maps])
+    return True
+
+
+def split_function(func: ir.Operation) -> int:
+    """Splits the box reads out of `func`'s generics; returns how many generics changed."""
+    return sum(_split(op) for op in [o for o in walk_ops(func) if o.name == "linalg.generic"])
+
+
+def run(module: ir.Module, options: PassOptions) -> None:
+    for func in functions(module):
+        split_function(func)
