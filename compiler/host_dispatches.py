@@ -50,11 +50,11 @@ util.func private @torq_host_tail(%x: {src}) -> {result_type} {{
         linalg.yield {tail.result} : {tail.result_type}
     }} -> {result_type}
     iree_tensor_ext.dispatch.tensor.store %g, %b, offsets = [{zeros}], sizes = [{sizes}], strides = [{ones}] : {result_type} -> {wo}
-{_dispatch_end(result_type)}"""
+{dispatch_end(result_type)}"""
     return clone_host_dispatch(text, [value])
 
 
-def _dispatch_end(result_type) -> str:
+def dispatch_end(result_type) -> str:
     """The end of a host dispatch's text after its stores: the workgroup count IREE derives
     from the slice, and the util.func's return of the dispatch's result %r."""
     return f"""    flow.return
@@ -221,13 +221,13 @@ def _hoist_pad(dispatch: ir.Operation, plan: _PadHoist) -> None:
         rank = len(static_shape(padded_type))
         padded_box = Box([0] * rank, list(static_shape(padded_type)), [1] * rank)
     plan.pad.results[0].replace_all_uses_with(
-        _dispatch_load(plan.binding, padded_box, plan.pad.results[0].type, plan.pad))
+        dispatch_load(plan.binding, padded_box, plan.pad.results[0].type, plan.pad))
     plan.pad.erase()
     for load in readers:
         if list(load.results[0].uses):  # another read of the unpadded input: the same box, shifted
             b = static_box(load)
             shifted = Box([o + lo for o, lo in zip(b.offsets, plan.low)], b.sizes, b.strides)
-            load.results[0].replace_all_uses_with(_dispatch_load(plan.binding, shifted, load.results[0].type, load))
+            load.results[0].replace_all_uses_with(dispatch_load(plan.binding, shifted, load.results[0].type, load))
         load.erase()
 
 
@@ -258,11 +258,11 @@ util.func private @torq_box_copy(%src: {st}, %dest: {dt}) -> {dt} {{
       (%a: {ro}, %b: {rw}) {{
     %v = iree_tensor_ext.dispatch.tensor.load %a, offsets = [{ints(box.offsets)}], sizes = [{ints(box.sizes)}], strides = [{ints(box.strides)}] : {ro} -> {box_type}
     iree_tensor_ext.dispatch.tensor.store %v, %b, offsets = [{ints(offsets)}], sizes = [{ints(dest_sizes or static_shape(box_type))}], strides = [{ints([1] * rank)}] : {box_type} -> {rw}
-{_dispatch_end(dt)}"""
+{dispatch_end(dt)}"""
     return clone_host_dispatch(text, [source, dest])
 
 
-def _dispatch_load(binding: ir.Value, box: Box, result: ir.Type, before: ir.Operation) -> ir.Value:
+def dispatch_load(binding: ir.Value, box: Box, result: ir.Type, before: ir.Operation) -> ir.Value:
     """`dispatch.tensor.load` of the static `box` of `binding` as `result`, inserted before `before`."""
     with ir.InsertionPoint(before), before.location:
         return iree_tensor_ext.DispatchTensorLoadOp(result, binding, [], [], [], [], box.offsets, box.sizes,

@@ -46,6 +46,7 @@ from torq.contract.module_abi import MODULE_NAME, export_name
 
 from . import dispatch_check
 from .box_reads import dispatch_arguments
+from .dequantize_dispatches import move_dequantizes_into_consumers
 from .dispatch_check import export_view, import_view
 from .dispatch_compile import (
     Compiled,
@@ -361,6 +362,7 @@ class TorqTarget:
         pipeline = dispatch_pipeline(self.stop_after_phase)
         declared: set = set()
         load_time = LoadTimeViews(module_op)
+        move_dequantizes_into_consumers(module_op)
         jobs = self._extract_all(module_op, report)
         if self.stop_after_phase:
             report.stopped_ir = self._stop(jobs, pipeline, report)

@@ -87,11 +87,17 @@ def _is_dequantize(op: ir.Operation) -> bool:
         return False
     if str(element_type(op.results[0])) != "f32" or not isinstance(element_type(op.operands[0]), ir.IntegerType):
         return False
-    names = [o.name for o in region_ops(op)]
-    if not set(names) <= _DEQUANTIZE_OPS or not {"arith.sitofp", "arith.uitofp"} & set(names):
+    if not computes_a_dequantize(op):
         return False
     out_arg = op.regions[0].blocks[0].arguments[n_inputs(op)]
     return not list(out_arg.uses)
+
+
+def computes_a_dequantize(op: ir.Operation) -> bool:
+    """Whether the body of generic `op` converts integers to f32 with arith ops only (a
+    sitofp / uitofp among them: no f32 compute of its own)."""
+    names = {o.name for o in region_ops(op)}
+    return names <= _DEQUANTIZE_OPS and bool({"arith.sitofp", "arith.uitofp"} & names)
 
 
 def _reads_as_input(consumer: ir.Operation, value: ir.Value) -> list[int]:
