@@ -28,11 +28,13 @@ from dataclasses import dataclass
 from iree.compiler import ir
 from iree.compiler.dialects import flow, tensor
 
-from .box_reads import Box, static_box
+from .box_reads import Box, argument_index, binding_tensor, dispatch_arguments, static_box
+from .dispatch_extraction import STORE
 from .host_dispatches import LOAD, clone_host_dispatch, dispatch_end, dispatch_load
 from .ir_utils import (
     block_ops,
     clone_remapped,
+    element_type,
     indexing_maps,
     iterator_types,
     map_dims,
@@ -41,9 +43,7 @@ from .ir_utils import (
     static_shape,
     walk_ops,
 )
-from .passes.fuse_dequantize import computes_a_dequantize
-
-STORE = "iree_tensor_ext.dispatch.tensor.store"
+from .passes.fuse_dequantize import is_dequantize
 
 
 @dataclass
@@ -80,14 +80,9 @@ def _dequantize_dispatch(op: ir.Operation) -> _Dequantize | None:
         return None
     g = generics[0]
     load = g.operands[0].owner
-    maps = indexing_maps(g)
-    if n_inputs(g) != 1 or isinstance(load, ir.Block) or load.name != LOAD or not _whole(load, static_shape(src)):
-        return None
-    if any(it != "parallel" for it in iterator_types(g)) or map_dims(maps[1]) != list(range(maps[1].n_dims)) or \
-            sorted(map_dims(maps[0]) or [-1]) != list(range(maps[0].n_dims)):
-        return None
-    if not computes_a_dequantize(g):
-        return None
+    if n_inputs(g) != 1 or not is_dequantize(g) or isinstance(load, ir.Block) or load.name != LOAD or \
+            load.results[0].type != src or not _whole(load, static_shape(src)) or g.results[0].type != res:
+        return None  # the types compared: a load or store may drop unit dims
     stores = [o for o in body if o.name == STORE]
     if len(stores) != 1 or stores[0].operands[0] != g.results[0] or not _whole(stores[0], static_shape(res)):
         return None
@@ -95,9 +90,11 @@ def _dequantize_dispatch(op: ir.Operation) -> _Dequantize | None:
 
 
 def _has_integer_contraction(dispatch: ir.Operation) -> bool:
-    return any(o.name == "linalg.generic" and "reduction" in iterator_types(o) and
-               str(ir.RankedTensorType(o.results[0].type).element_type) == "i32"
-               for o in walk_ops(dispatch) if o.name == "linalg.generic" and o.results)
+    """Whether `dispatch` sums int8 products into i32 (a generic reducing into i32 that reads i8)."""
+    return any(o.name == "linalg.generic" and len(o.results) == 1 and "reduction" in iterator_types(o) and
+               str(element_type(o.results[0])) == "i32" and
+               any(str(element_type(o.operands[i])) == "i8" for i in range(n_inputs(o)))
+               for o in walk_ops(dispatch))
 
 
 def _readers(value: ir.Value) -> list[_Reader] | None:
@@ -114,14 +111,15 @@ def _readers(value: ir.Value) -> list[_Reader] | None:
             continue
         if user.name != "flow.dispatch.workgroups":
             return None
-        sizes = list(ir.DenseI32ArrayAttr(user.attributes["operandSegmentSizes"]))
-        k = use.operand_number - sizes[0]
-        if not 0 <= k < sizes[1]:
-            return None
+        k = use.operand_number - argument_index(user, 0)
+        if not 0 <= k < len(dispatch_arguments(user)):
+            return None  # a workload operand
         binding = user.regions[0].blocks[0].arguments[k]
         shape = static_shape(value.type)
-        if any(u.owner.name != LOAD or not _whole(u.owner, shape) for u in binding.uses):
-            return None
+        if shape is None or binding_tensor(binding.type)[0] != "readonly" or \
+                any(u.owner.name != LOAD or u.owner.results[0].type != value.type or not _whole(u.owner, shape)
+                    for u in binding.uses):
+            return None  # a read-write (tied) binding, or a load of a part or without unit dims
         out.append(_Reader(user, use.operand_number, binding))
     return out
 
@@ -211,8 +209,11 @@ def move_dequantizes_into_consumers(module_op: ir.Operation) -> int:
         chosen = [r for r in readers or () if _has_integer_contraction(r.dispatch)]
         if not chosen:
             continue
-        with ir.InsertionPoint(op), op.location:
-            int8 = _permute_dispatch(dq)
+        if map_dims(indexing_maps(dq.generic)[0]) == list(range(len(static_shape(op.results[0].type)))):
+            int8 = op.operands[0]  # read as it is: nothing to permute
+        else:
+            with ir.InsertionPoint(op), op.location:
+                int8 = _permute_dispatch(dq)
         for reader in chosen:
             _dequantize_in(reader, dq, int8)
             moved += 1

@@ -327,7 +327,8 @@ class TorqTarget:
 
     With `stop_after_phase` (a key of `pipeline.TORQ_PHASES`), NPU dispatches
     are compiled only to that phase, printed into `report.stopped_ir`, and
-    the flow module is left unchanged.
+    the flow module is left unchanged but for the dequantize dispatches moved
+    into their readers first (`dequantize_dispatches`: what the compile does).
     """
 
     def __init__(self, options: PassOptions, remarks=sys.stderr, print_after_all=None,

@@ -14,8 +14,8 @@ as an int8 residual.
 
 A dequantize here is an all-parallel generic with one result whose output map
 is the identity, whose first input is an integer tensor read through a
-permutation of the loops (EdgeNeXt's transposed residual), whose other inputs (per-channel scales, zero points) are read
-through projections, and whose body converts that integer to f32 (arith ops
+permutation of the loops (EdgeNeXt's transposed residual), whose other inputs
+(per-channel scales, zero points) are read through projections, and whose body converts that integer to f32 (arith ops
 only, a sitofp / uitofp among them, nothing read from its output). Each
 elementwise generic that reads its result as an input and is a float
 requantization (`requant.is_float_requant`) reads the dequantize's inputs
@@ -73,7 +73,8 @@ def _composed(inner: ir.AffineMap, outer: ir.AffineMap) -> ir.AffineMap | None:
     return ir.AffineMap.get(outer.n_dims, 0, exprs)
 
 
-def _is_dequantize(op: ir.Operation) -> bool:
+def is_dequantize(op: ir.Operation) -> bool:
+    """Whether `op` is a dequantize of the module docstring's form."""
     if op.name != "linalg.generic" or len(op.results) != 1 or n_inputs(op) < 1:
         return False
     if any(it != "parallel" for it in iterator_types(op)):
@@ -163,7 +164,7 @@ def fuse_function(func: ir.Operation) -> int:
     """Fuses the function's dequantizes into the requantizations reading them; returns how many
     requantizations now compute a dequantize."""
     done = 0
-    for dq in [o for o in walk_ops(func) if _is_dequantize(o)]:
+    for dq in [o for o in walk_ops(func) if is_dequantize(o)]:
         consumers = [u.owner for u in dq.results[0].uses]
         for consumer in {c.operation: None for c in consumers}:
             if _fusable(consumer, dq):

@@ -48,7 +48,8 @@ def _term(e: ir.AffineExpr) -> tuple[int | None, int] | None:
 def _box(read: ir.AffineMap, source: ir.Type, ranges: list[int]) -> tuple[list[tuple[int | None, int]], list[int]] | None:
     """(each source dim's (loop dim or None, offset), the shape of the box without its
     constant dims) of an input read through `read`, or None when the read is no box a
-    copy generic can take."""
+    copy generic can take, or all of the input (unit dims read at 0, dims maybe permuted:
+    no box read, and left to the patterns as it is)."""
     src = static_shape(source)
     terms = [_term(e) for e in read.results]
     if src is None or None in terms:
@@ -56,14 +57,15 @@ def _box(read: ir.AffineMap, source: ir.Type, ranges: list[int]) -> tuple[list[t
     dims = [d for d, _ in terms if d is not None]
     if len(set(dims)) != len(dims):
         return None
-    shape = []
+    shape, whole = [], True
     for (d, c), extent in zip(terms, src):
         size = 1 if d is None else ranges[d]
         if c < 0 or c + size > extent:
             return None
+        whole = whole and c == 0 and size == extent
         if d is not None:
             shape.append(size)
-    return terms, shape
+    return None if whole else (terms, shape)  # a whole source (unit dims read at 0): no box
 
 
 def _split(op: ir.Operation) -> bool:
@@ -71,8 +73,10 @@ def _split(op: ir.Operation) -> bool:
     if op.name != "linalg.generic" or len(op.results) != 1 or box_read(op) is not None or \
             any(it != "parallel" for it in iterator_types(op)) or is_elementwise(op):
         return False
+    if any(static_shape(v.type) is None for v in list(op.operands) + list(op.results)):
+        return False  # a loop's range is known from static shapes only
     maps, ranges = indexing_maps(op), loop_ranges(op)
-    if any(_term(e) is None or _term(e)[1] for e in maps[-1].results):
+    if not all(isinstance(e, ir.AffineDimExpr) for e in maps[-1].results):
         return False  # the result is written whole, along dims
     boxes = {}
     for k in range(n_inputs(op)):

@@ -86,3 +86,4 @@ func.func @whole_read_untouched(%arg0: tensor<4x16x8xi8>) -> tensor<4x8x16xi8> a
   } -> tensor<4x8x16xi8>
   return %r : tensor<4x8x16xi8>
 }
+
