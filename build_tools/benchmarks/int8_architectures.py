@@ -54,7 +54,7 @@ sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torc
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = ["efficientnet_b0", "regnet_y_400mf", "shufflenet_v2_x1_0", "mnasnet1_0", "timm/ghostnet_100",
           "timm/convformer_s18", "timm/mobilevit_xxs", "timm/coat_lite_tiny", "timm/efficientvit_m0",
-          "timm/tiny_vit_5m_224"]
+          "timm/tiny_vit_5m_224", "timm/edgenext_xx_small"]
 COLUMNS = ["model", "torq-compile s", "NPU share of MACs", "dispatches torq/host", "output levels", "rel L2 vs llvm-cpu",
            "rel L2 vs onnxruntime", "llvm-cpu vs onnxruntime", "llvm-cpu, one input step moved",
            "per layer vs llvm-cpu, same inputs", "level one off, carried", "simulated cycles"]
