@@ -33,6 +33,14 @@ class Box:
         return any(st != 1 for st, sz in zip(self.strides, self.sizes) if sz > 1)
 
 
+def is_whole(op: ir.Operation, shape: tuple[int, ...]) -> bool:
+    """Whether the `dispatch.tensor.load` / `store` `op` reads or writes all of a tensor of `shape`
+    (static, at 0, unit strides; its own type may still drop unit dims)."""
+    box = static_box(op)
+    return box is not None and not any(box.offsets) and all(s == 1 for s in box.strides) \
+        and tuple(box.sizes) == tuple(shape)
+
+
 def argument_index(dispatch: ir.Operation, i: int) -> int:
     """The operand index of argument `i` of a `flow.dispatch.workgroups` (its operands start
     with the workload, which a dispatch of static shapes has not: an index operand's has)."""

@@ -11,7 +11,7 @@ tensor"; 3 of timm mobilevit_xxs's matmuls, 6.4M MACs).
 
 `move_dequantizes_into_consumers` finds such a dispatch: one int8 input read whole through
 a permutation, one f32 result written whole by one generic that dequantizes
-(passes/fuse_dequantize.computes_a_dequantize). Its readers are dispatches (directly or through
+(passes/fuse_dequantize.is_dequantize). Its readers are dispatches (directly or through
 `flow.tensor.reshape`s) that load the value whole; those with an integer contraction (a
 reduction into i32) read instead the int8 tensor permuted by a copy dispatch (an int8
 transpose, which the NPU runs as an elementwise copy) and dequantize it themselves with a
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from iree.compiler import ir
 from iree.compiler.dialects import flow, tensor
 
-from .box_reads import Box, argument_index, binding_tensor, dispatch_arguments, static_box
+from .box_reads import Box, argument_index, binding_tensor, dispatch_arguments, is_whole
 from .dispatch_extraction import STORE
-from .host_dispatches import LOAD, clone_host_dispatch, dispatch_end, dispatch_load
+from .host_dispatches import LOAD, clone_host_dispatch, dispatch_end, dispatch_load, ints_text
 from .ir_utils import (
     block_ops,
     clone_remapped,
@@ -59,12 +59,6 @@ class _Reader:
     binding: ir.BlockArgument
 
 
-def _whole(op: ir.Operation, shape: tuple[int, ...]) -> bool:
-    box = static_box(op)
-    return box is not None and box.offsets == [0] * len(shape) and list(box.sizes) == list(shape) and \
-        box.strides == [1] * len(shape)
-
-
 def _dequantize_dispatch(op: ir.Operation) -> _Dequantize | None:
     """The dequantize of a dispatch that is one (module docstring), or None."""
     if op.name != "flow.dispatch.workgroups" or len(op.operands) != 1 or len(op.results) != 1:
@@ -81,10 +75,10 @@ def _dequantize_dispatch(op: ir.Operation) -> _Dequantize | None:
     g = generics[0]
     load = g.operands[0].owner
     if n_inputs(g) != 1 or not is_dequantize(g) or isinstance(load, ir.Block) or load.name != LOAD or \
-            load.results[0].type != src or not _whole(load, static_shape(src)) or g.results[0].type != res:
+            load.results[0].type != src or not is_whole(load, static_shape(src)) or g.results[0].type != res:
         return None  # the types compared: a load or store may drop unit dims
     stores = [o for o in body if o.name == STORE]
-    if len(stores) != 1 or stores[0].operands[0] != g.results[0] or not _whole(stores[0], static_shape(res)):
+    if len(stores) != 1 or stores[0].operands[0] != g.results[0] or not is_whole(stores[0], static_shape(res)):
         return None
     return _Dequantize(op, g)
 
@@ -117,7 +111,7 @@ def _readers(value: ir.Value) -> list[_Reader] | None:
         binding = user.regions[0].blocks[0].arguments[k]
         shape = static_shape(value.type)
         if shape is None or binding_tensor(binding.type)[0] != "readonly" or \
-                any(u.owner.name != LOAD or u.owner.results[0].type != value.type or not _whole(u.owner, shape)
+                any(u.owner.name != LOAD or u.owner.results[0].type != value.type or not is_whole(u.owner, shape)
                     for u in binding.uses):
             return None  # a read-write (tied) binding, or a load of a part or without unit dims
         out.append(_Reader(user, use.operand_number, binding))
@@ -135,13 +129,11 @@ def _permute_dispatch(dq: _Dequantize) -> ir.Value:
     maps = indexing_maps(dq.generic)
     rank_s, rank_r = len(static_shape(st)), len(static_shape(rt))
 
-    def ints(values):
-        return ", ".join(str(v) for v in values)
     text = f"""
 util.func private @torq_int8_permute(%src: {st}) -> {rt} {{
   %r = flow.dispatch.workgroups(%src) : ({st}) -> {rt} =
       (%a: {ro}, %b: {wo}) {{
-    %v = iree_tensor_ext.dispatch.tensor.load %a, offsets = [{ints([0] * rank_s)}], sizes = [{ints(static_shape(st))}], strides = [{ints([1] * rank_s)}] : {ro} -> {st}
+    %v = iree_tensor_ext.dispatch.tensor.load %a, offsets = [{ints_text([0] * rank_s)}], sizes = [{ints_text(static_shape(st))}], strides = [{ints_text([1] * rank_s)}] : {ro} -> {st}
     %e = tensor.empty() : {rt}
     %t = linalg.generic {{indexing_maps = [{ir.AffineMapAttr.get(maps[0])}, {ir.AffineMapAttr.get(maps[1])}],
                           iterator_types = [{", ".join(['"parallel"'] * rank_r)}]}}
@@ -149,7 +141,7 @@ util.func private @torq_int8_permute(%src: {st}) -> {rt} {{
     ^bb0(%in: i8, %out: i8):
       linalg.yield %in : i8
     }} -> {rt}
-    iree_tensor_ext.dispatch.tensor.store %t, %b, offsets = [{ints([0] * rank_r)}], sizes = [{ints(static_shape(rt))}], strides = [{ints([1] * rank_r)}] : {rt} -> {wo}
+    iree_tensor_ext.dispatch.tensor.store %t, %b, offsets = [{ints_text([0] * rank_r)}], sizes = [{ints_text(static_shape(rt))}], strides = [{ints_text([1] * rank_r)}] : {rt} -> {wo}
 {dispatch_end(rt)}"""
     return clone_host_dispatch(text, [src])
 

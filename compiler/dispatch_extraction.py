@@ -75,6 +75,7 @@ from .box_reads import (
     fold_strided_box_read,
     folds_into_readers,
     generic_can_read,
+    is_whole,
     static_box,
     stride_split,
 )
@@ -94,12 +95,6 @@ from .passes.mark_in_place_updates import RESULT_UPDATES
 from .patterns import Unsupported
 from .requant_summary import RequantSummary
 from .requant_tail import HostTail
-
-
-def _is_full(op: ir.Operation, shape: tuple[int, ...]) -> bool:
-    box = static_box(op)
-    return box is not None and not any(box.offsets) and all(s == 1 for s in box.strides) \
-        and tuple(box.sizes) == tuple(shape)
 
 
 @dataclass
@@ -302,7 +297,7 @@ def _read_load(load: ir.Operation, arg: ir.Value, split: StrideSplit | None, fbl
     box = static_box(load)
     if split is not None:
         _replace_box_load(load, arg, split.box(box), fblock)
-    elif _is_full(load, static_shape(arg.type)) and load.results[0].type == arg.type:
+    elif is_whole(load, static_shape(arg.type)) and load.results[0].type == arg.type:
         load.results[0].replace_all_uses_with(arg)
     elif box.strided:
         fold_strided_box_read(load.results[0], arg, box_map(arg.type, box, load.results[0].type))
@@ -452,7 +447,7 @@ def _check_loads_and_stores(block: ir.Block, kinds, in_pos: dict, out_pos: dict,
             pos = src.arg_number if isinstance(src.owner, ir.Block) else None
             if pos not in in_pos:
                 raise Unsupported("dispatch loads a tensor it does not take as input")
-            if pos in splits or _is_full(op, static_shape(kinds[pos][1])):
+            if pos in splits or is_whole(op, static_shape(kinds[pos][1])):
                 continue
             box = static_box(op)
             if box is None or box_map(kinds[pos][1], box, op.results[0].type) is None:
@@ -477,7 +472,7 @@ def _check_loads_and_stores(block: ir.Block, kinds, in_pos: dict, out_pos: dict,
                     raise Unsupported("dispatch updates a strided box")
                 updates[out_pos[pos]] = (pos, box.offsets)
                 sizes[out_pos[pos]] = box.sizes
-            elif not _is_full(op, static_shape(op.operands[0].type)):
+            elif not is_whole(op, static_shape(op.operands[0].type)):
                 raise Unsupported("dispatch stores part of an output")
     if len(stored) != len(out_pos):
         raise Unsupported("dispatch output never stored")

@@ -54,6 +54,11 @@ util.func private @torq_host_tail(%x: {src}) -> {result_type} {{
     return clone_host_dispatch(text, [value])
 
 
+def ints_text(values) -> str:
+    """Integers as an MLIR list's elements: `1, 2, 3`."""
+    return ", ".join(str(v) for v in values)
+
+
 def dispatch_end(result_type) -> str:
     """The end of a host dispatch's text after its stores: the workgroup count IREE derives
     from the slice, and the util.func's return of the dispatch's result %r."""
@@ -250,14 +255,12 @@ def box_copy_dispatch(source: ir.Value, dest: ir.Value, offsets: list[int], box:
     ro = f"!iree_tensor_ext.dispatch.tensor<readonly:{st}>"
     rw = f"!iree_tensor_ext.dispatch.tensor<readwrite:{dt}>"
 
-    def ints(values):
-        return ", ".join(str(v) for v in values)
     text = f"""
 util.func private @torq_box_copy(%src: {st}, %dest: {dt}) -> {dt} {{
   %r = flow.dispatch.workgroups(%src, %dest) : ({st}, {dt}) -> %dest =
       (%a: {ro}, %b: {rw}) {{
-    %v = iree_tensor_ext.dispatch.tensor.load %a, offsets = [{ints(box.offsets)}], sizes = [{ints(box.sizes)}], strides = [{ints(box.strides)}] : {ro} -> {box_type}
-    iree_tensor_ext.dispatch.tensor.store %v, %b, offsets = [{ints(offsets)}], sizes = [{ints(dest_sizes or static_shape(box_type))}], strides = [{ints([1] * rank)}] : {box_type} -> {rw}
+    %v = iree_tensor_ext.dispatch.tensor.load %a, offsets = [{ints_text(box.offsets)}], sizes = [{ints_text(box.sizes)}], strides = [{ints_text(box.strides)}] : {ro} -> {box_type}
+    iree_tensor_ext.dispatch.tensor.store %v, %b, offsets = [{ints_text(offsets)}], sizes = [{ints_text(dest_sizes or static_shape(box_type))}], strides = [{ints_text([1] * rank)}] : {box_type} -> {rw}
 {dispatch_end(dt)}"""
     return clone_host_dispatch(text, [source, dest])
 

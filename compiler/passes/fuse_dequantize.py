@@ -88,13 +88,13 @@ def is_dequantize(op: ir.Operation) -> bool:
         return False
     if str(element_type(op.results[0])) != "f32" or not isinstance(element_type(op.operands[0]), ir.IntegerType):
         return False
-    if not computes_a_dequantize(op):
+    if not _computes_a_dequantize(op):
         return False
     out_arg = op.regions[0].blocks[0].arguments[n_inputs(op)]
     return not list(out_arg.uses)
 
 
-def computes_a_dequantize(op: ir.Operation) -> bool:
+def _computes_a_dequantize(op: ir.Operation) -> bool:
     """Whether the body of generic `op` converts integers to f32 with arith ops only (a
     sitofp / uitofp among them: no f32 compute of its own)."""
     names = {o.name for o in region_ops(op)}
