@@ -33,8 +33,13 @@ class Traffic:
 
 
 def dma_bytes(c: DmaIn | DmaOut, dtype: str) -> int:
-    """DDR bytes DMA command `c` moves, its box of a tensor of `dtype` (a gather's or scatter's rows too)."""
-    return math.prod(c.sizes) * DTYPE_BYTES[dtype]
+    """DDR bytes DMA command `c` moves, its box of a tensor of `dtype` (a gather's or scatter's
+    rows too). A box strided along the tensor's last (contiguous) dim counts the span of each
+    row: DDR bursts read the elements between the ones kept."""
+    sizes = c.sizes
+    if isinstance(c, DmaIn) and c.strided and c.strides[-1] != 1:
+        sizes = (*sizes[:-1], c.read_box()[1][-1])
+    return math.prod(sizes) * DTYPE_BYTES[dtype]
 
 
 def program_traffic(p: Program) -> Traffic:
@@ -69,6 +74,9 @@ def box_union(p: Program, tensor: int, command_type: type, maybe: bool = True) -
     for c in p.commands:
         if isinstance(c, command_type) and c.tensor == tensor:
             if not maybe and (c.gathers if isinstance(c, DmaIn) else c.scatters):
+                continue
+            if isinstance(c, DmaIn) and not c.gathers:
+                mask[c.read_index()] = True  # a strided box: every stride-th element
                 continue
             offsets, sizes = c.read_box() if isinstance(c, DmaIn) else c.write_box()
             mask[tuple(slice(o, o + s) for o, s in zip(offsets, sizes))] = True

@@ -20,8 +20,10 @@ Model:
   unpadded elements, its `size` counts the padded bytes.
 - `commands` have program order (the functional meaning): `DmaIn` copies a
   box of a DDR tensor into a buffer (contiguous row-major of the box's
-  sizes), or in its gather form (`DmaIn.index_buffer` >= 0, an embedding
-  lookup) rows of the tensor chosen at run time by integers in LRAM,
+  sizes), every `DmaIn.strides`-th element of it in its strided form (DDR
+  bytes count each row's span when the last dim is strided), or in its gather
+  form (`DmaIn.index_buffer` >= 0, an embedding lookup) rows of the tensor
+  chosen at run time by integers in LRAM,
   `Compute` runs one TorqHL op on slice `Compute.slice` with LRAM
   operands, `DmaOut` copies a buffer into a box of a DDR tensor, or in its
   scatter form (`DmaOut.index_buffer` >= 0, a KV-cache row written at a
@@ -239,17 +241,33 @@ class DmaIn:
     index_buffer: int = -1
     index_dtype: str = ""
     index_bound: int = 0
+    # Strided form (not with a gather): box element j of dim d is tensor element
+    # offsets[d] + j * strides[d] (a strided read of an elementwise operand, FastViT's 1x1
+    # stride-2 branch). Empty: every stride 1.
+    strides: tuple[int, ...] = ()
 
     @property
     def gathers(self) -> bool:
         return self.index_buffer >= 0
 
+    @property
+    def strided(self) -> bool:
+        return any(st != 1 for st in self.strides)
+
     def read_box(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(offsets, sizes) of the part of the tensor the DMA may read: a gather may read any
-        of its `index_bound` rows."""
-        if not self.gathers:
-            return self.offsets, self.sizes
-        return self.offsets, (self.index_bound, *self.sizes[1:])
+        of its `index_bound` rows; a strided box spans (size - 1) * stride + 1 elements."""
+        if self.gathers:
+            return self.offsets, (self.index_bound, *self.sizes[1:])
+        if self.strided:
+            return self.offsets, tuple((s - 1) * st + 1 if s else 0 for s, st in zip(self.sizes, self.strides))
+        return self.offsets, self.sizes
+
+    def read_index(self) -> tuple[slice, ...]:
+        """The numpy index of the elements a plain or strided box reads."""
+        steps = self.strides or (1,) * len(self.sizes)
+        return tuple(slice(o, o + (s - 1) * st + 1 if s else o, st)
+                     for o, s, st in zip(self.offsets, self.sizes, steps))
 
 
 @dataclass

@@ -230,6 +230,9 @@ class _Validator:
                 f"command {i}: {kind} box of rank {len(c.offsets)}/{len(c.sizes)} "
                 f"on tensor {t.index} of rank {rank}"
             )
+        if isinstance(c, DmaIn) and c.strides and (len(c.strides) != rank or min(c.strides) < 1 or c.gathers):
+            self.fail(f"command {i}: DmaIn strides {tuple(c.strides)} on tensor {t.index} of rank {rank} "
+                      f"(one stride >= 1 per dim, not with a gather)")
         if isinstance(c, DmaOut) and c.scatters and not 0 <= c.index_dim < rank:
             self.fail(f"command {i}: DmaOut scatter along dim {c.index_dim} of tensor {t.index} of rank {rank}")
         offsets, sizes = c.read_box() if isinstance(c, DmaIn) else c.write_box()
@@ -255,7 +258,7 @@ class _Validator:
             if not c.scatters:
                 written.append((tuple(c.offsets), tuple(c.sizes)))
             return
-        box = (tuple(c.offsets), tuple(c.sizes))
+        box = c.read_box()  # a strided read: its span was written
         if c.gathers or union_volume(t.shape, written + [box]) != union_volume(t.shape, written):
             self.fail(f"command {i}: DmaIn reads output tensor {t.index} where no earlier DmaOut wrote")
 

@@ -91,9 +91,10 @@ from fractions import Fraction
 
 import numpy as np
 
+from . import measures
 from .hw import TorqHw
 from .ops import OPS, CycleRule
-from .program import DTYPE_BYTES, Compute, DmaIn, DmaOut, Program
+from .program import Compute, DmaIn, DmaOut, Program
 
 DMA_IN = "dma_in"
 DMA_OUT = "dma_out"
@@ -165,7 +166,7 @@ def dma_bytes(c: DmaIn | DmaOut, program: Program) -> int:
     ts = program.tensors
     t = ts[c.tensor] if c.tensor < len(ts) and ts[c.tensor].index == c.tensor else \
         next(x for x in ts if x.index == c.tensor)
-    return math.prod(c.sizes) * DTYPE_BYTES[t.dtype]
+    return measures.dma_bytes(c, t.dtype)
 
 
 def compute_work_cycles(c: Compute, hw: TorqHw) -> int:

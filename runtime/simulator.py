@@ -374,8 +374,8 @@ class Simulator:
                 steps.append(("scatter", i, c, where, index, self._box(c.offsets, c.sizes)))
             elif isinstance(c, (DmaIn, DmaOut)):
                 where = self._lram_range(buffers[c.buffer], tuple(c.sizes), tensors[c.tensor].dtype)
-                kind = "in" if isinstance(c, DmaIn) else "out"
-                steps.append((kind, c.tensor, self._box(c.offsets, c.sizes), where))
+                box = c.read_index() if isinstance(c, DmaIn) else self._box(c.offsets, c.sizes)
+                steps.append(("in" if isinstance(c, DmaIn) else "out", c.tensor, box, where))
             else:
                 ops = [self._lram_range(buffers[o.buffer], tuple(o.shape), o.dtype) for o in c.operands]
                 res = self._lram_range(buffers[c.result.buffer], tuple(c.result.shape), c.result.dtype)
@@ -469,7 +469,8 @@ class Simulator:
             if isinstance(c, (DmaIn, DmaOut)):
                 e.update(kind="dma_in" if isinstance(c, DmaIn) else "dma_out", tensor=c.tensor, buffer=c.buffer,
                          bytes=dma_bytes(c, program), transfer_start=t.transfer_start,
-                         box=[[o, o + s] for o, s in zip(c.offsets, c.sizes)])
+                         box=[[o, o + s] for o, s in zip(*(c.read_box() if isinstance(c, DmaIn) else
+                                                            (c.offsets, c.sizes)))])
             else:
                 e.update(kind=c.op, tile=c.tile, slice=c.slice, macs=c.macs, buffer=c.result.buffer)
                 if c.split > 1:

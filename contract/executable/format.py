@@ -35,11 +35,14 @@ FILE_IDENTIFIER = b"TORQ"
 #    reader would read a scatter as a plain box. Only a program with a scatter is written
 #    as version 4; every other blob is written as before (3 with a gather or an i64 tensor,
 #    else 2), byte for byte.
-FORMAT_VERSION = 4
+# 5: DmaIn's strided form (strides); a version 4 reader would read a strided box as a
+#    plain one. Only a program with a strided DmaIn is written as version 5; every other
+#    blob is written as before, byte for byte.
+FORMAT_VERSION = 5
 # Versions this reader parses: a version 1 blob is a version 2 blob without aliases, a
 # version 2 blob a version 3 blob without gathers, a version 3 blob a version 4 blob
-# without scatters.
-READABLE_VERSIONS = (1, 2, 3, 4)
+# without scatters, a version 4 blob a version 5 blob without strided DMA.
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 SCHEMA_PATH = Path(__file__).parent.parent / "schemas" / "torq_executable.fbs"
 
 HEADER_BYTES = 8  # root offset + file identifier
@@ -47,11 +50,13 @@ HEADER_BYTES = 8  # root offset + file identifier
 
 # What each version from 3 on added, as a reader names it when a blob of an older version
 # holds it.
-VERSION_CONTENT = {3: "gather DMA or i64 tensor", 4: "scatter DMA"}
+VERSION_CONTENT = {3: "gather DMA or i64 tensor", 4: "scatter DMA", 5: "strided DMA"}
 
 
 def blob_version(p: Program) -> int:
     """The version a blob of `p` is written as: the oldest whose readers read it right."""
+    if any(isinstance(c, DmaIn) and c.strided for c in p.commands):
+        return 5
     if any(isinstance(c, DmaOut) and c.scatters for c in p.commands):
         return 4
     gathers = any(isinstance(c, DmaIn) and c.gathers for c in p.commands)

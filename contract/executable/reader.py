@@ -266,7 +266,7 @@ class _Reader:
             raise ExecutableError(f"corrupted Torq executable: command {i} has no valid type ({kind})")
         if name == "DmaIn":
             dma = DmaIn(table.scalar("tensor"), table.scalars("offsets"), table.scalars("sizes"),
-                        table.scalar("buffer"), table.scalar("index_buffer"))
+                        table.scalar("buffer"), table.scalar("index_buffer"), strides=table.scalars("strides"))
             if dma.gathers:
                 self.index_fields(dma, table, i)
             return dma

@@ -244,6 +244,7 @@ class _Writer:
         b = self.b
         if isinstance(c, DmaIn):
             offsets, sizes = self.longs(c.offsets), self.longs(c.sizes)
+            strides = self.longs(c.strides) if c.strided else 0
             fbDmaIn.Start(b)
             fbDmaIn.AddTensor(b, c.tensor)
             fbDmaIn.AddOffsets(b, offsets)
@@ -251,6 +252,8 @@ class _Writer:
             fbDmaIn.AddBuffer(b, c.buffer)
             if c.gathers:
                 self.index_fields(fbDmaIn, c)
+            if strides:
+                fbDmaIn.AddStrides(b, strides)
             body = fbDmaIn.End(b)
         elif isinstance(c, DmaOut):
             offsets, sizes = self.longs(c.offsets), self.longs(c.sizes)

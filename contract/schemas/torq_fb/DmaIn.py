@@ -117,7 +117,34 @@ class DmaIn(object):
             return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
         return 0
 
-def DmaInStart(builder): builder.StartObject(7)
+    # DmaIn
+    def Strides(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # DmaIn
+    def StridesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Int64Flags, o)
+        return 0
+
+    # DmaIn
+    def StridesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # DmaIn
+    def StridesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        return o == 0
+
+def DmaInStart(builder): builder.StartObject(8)
 def Start(builder):
     return DmaInStart(builder)
 def DmaInAddTensor(builder, tensor): builder.PrependInt64Slot(0, tensor, 0)
@@ -147,6 +174,12 @@ def AddIndexDtype(builder, indexDtype):
 def DmaInAddIndexBound(builder, indexBound): builder.PrependInt64Slot(6, indexBound, 0)
 def AddIndexBound(builder, indexBound):
     return DmaInAddIndexBound(builder, indexBound)
+def DmaInAddStrides(builder, strides): builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(strides), 0)
+def AddStrides(builder, strides):
+    return DmaInAddStrides(builder, strides)
+def DmaInStartStridesVector(builder, numElems): return builder.StartVector(8, numElems, 8)
+def StartStridesVector(builder, numElems):
+    return DmaInStartStridesVector(builder, numElems)
 def DmaInEnd(builder): return builder.EndObject()
 def End(builder):
     return DmaInEnd(builder)
