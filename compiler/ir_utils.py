@@ -98,17 +98,48 @@ def region_ops(op: ir.Operation) -> list[ir.Operation]:
     return block_ops(op.regions[0].blocks[0])
 
 
-def _static_box_attributes(offsets: list[int], sizes: list[int], segments: list[int]) -> dict:
-    """The attributes of a static unit-stride slice op (no dynamic offsets, sizes or strides)."""
+def box_term(e: ir.AffineExpr) -> tuple[int | None, int, int] | None:
+    """(loop dim or None, stride, offset) of an indexing map result `d`, `d * s`, `d + c`,
+    `d * s + c` or `c` (s >= 1, c >= 0: an element of a box read every s-th), else None."""
+    offset = 0
+    if isinstance(e, ir.AffineAddExpr) and isinstance(ir.AffineAddExpr(e).rhs, ir.AffineConstantExpr):
+        offset, e = ir.AffineConstantExpr(ir.AffineAddExpr(e).rhs).value, ir.AffineAddExpr(e).lhs
+    elif isinstance(e, ir.AffineConstantExpr):
+        return None, 1, ir.AffineConstantExpr(e).value
+    stride = 1
+    if isinstance(e, ir.AffineMulExpr) and isinstance(ir.AffineMulExpr(e).rhs, ir.AffineConstantExpr):
+        stride, e = ir.AffineConstantExpr(ir.AffineMulExpr(e).rhs).value, ir.AffineMulExpr(e).lhs
+    if not isinstance(e, ir.AffineDimExpr) or stride < 1 or offset < 0:
+        return None
+    return ir.AffineDimExpr(e).position, stride, offset
+
+
+def box_term_expr(dim: int | None, stride: int, offset: int) -> ir.AffineExpr:
+    """The map result `box_term` reads as (dim, stride, offset)."""
+    if dim is None:
+        return ir.AffineExpr.get_constant(offset)
+    e = ir.AffineExpr.get_dim(dim)
+    if stride != 1:
+        e = ir.AffineExpr.get_mul(e, ir.AffineExpr.get_constant(stride))
+    return ir.AffineExpr.get_add(e, ir.AffineExpr.get_constant(offset)) if offset else e
+
+
+def _static_box_attributes(offsets: list[int], sizes: list[int], segments: list[int],
+                           strides: list[int] | None = None) -> dict:
+    """The attributes of a static slice op (no dynamic offsets, sizes or strides; unit
+    strides unless given)."""
     i64 = ir.DenseI64ArrayAttr.get
     return {"static_offsets": i64(list(offsets)), "static_sizes": i64(list(sizes)),
-            "static_strides": i64([1] * len(sizes)), "operandSegmentSizes": ir.DenseI32ArrayAttr.get(segments)}
+            "static_strides": i64(list(strides or [1] * len(sizes))),
+            "operandSegmentSizes": ir.DenseI32ArrayAttr.get(segments)}
 
 
-def static_slice(source: ir.Value, offsets: list[int], sizes: list[int], result: ir.Type) -> ir.Value:
-    """A static unit-stride `tensor.extract_slice` of `source` (a DMA box), at the insertion point."""
+def static_slice(source: ir.Value, offsets: list[int], sizes: list[int], result: ir.Type,
+                 strides: list[int] | None = None) -> ir.Value:
+    """A static `tensor.extract_slice` of `source` (a DMA box, unit-stride unless `strides`),
+    at the insertion point."""
     return ir.Operation.create("tensor.extract_slice", results=[result], operands=[source],
-                               attributes=_static_box_attributes(offsets, sizes, [1, 0, 0, 0])).results[0]
+                               attributes=_static_box_attributes(offsets, sizes, [1, 0, 0, 0], strides)).results[0]
 
 
 def static_insert(source: ir.Value, dest: ir.Value, offsets: list[int], sizes: list[int]) -> ir.Value:

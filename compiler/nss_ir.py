@@ -54,6 +54,8 @@ def _spec(obj, epilogues: dict, drop=()) -> ir.Attribute:
     if isinstance(obj, DmaIn) and not obj.gathers:  # only gathers show their indices
         for k in ("index_buffer", "index_dtype", "index_bound"):
             del d[k]
+    if isinstance(obj, DmaIn) and not obj.strided:  # only strided boxes show their strides
+        del d["strides"]
     if isinstance(obj, DmaOut) and not obj.scatters:  # only scatters show their indices
         for k in ("index_buffer", "index_dtype", "index_bound", "index_dim"):
             del d[k]
@@ -98,7 +100,7 @@ def _operand(attr: ir.DictAttr) -> Operand:
 def _command(kind: str, d: dict, epilogues: dict):
     if kind == "dma_in":
         return DmaIn(d["tensor"], tuple(d["offsets"]), tuple(d["sizes"]), d["buffer"], d.get("index_buffer", -1),
-                     d.get("index_dtype", ""), d.get("index_bound", 0))
+                     d.get("index_dtype", ""), d.get("index_bound", 0), tuple(d.get("strides", ())))
     if kind == "dma_out":
         return DmaOut(d["buffer"], d["tensor"], tuple(d["offsets"]), tuple(d["sizes"]), d.get("index_buffer", -1),
                       d.get("index_dtype", ""), d.get("index_bound", 0), d.get("index_dim", 0))

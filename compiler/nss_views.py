@@ -31,11 +31,13 @@ class SliceFacts(NamedTuple):
     operands: tuple[ir.Value, ...]  # an extract's source / an insert's source and destination first
     result: ir.Value
     result_shape: tuple[int, ...]
+    strides: tuple[int, ...]
 
 
 class DdrViews:
     """The DDR side of `NssBuilder`: its `tensors`, `tensor_of` (value -> tensor), `views`
-    (box of a tensor), `view_dims` (a rank-reducing slice's dims in its tensor), `valid`
+    (box of a tensor), `view_dims` (a rank-reducing slice's dims in its tensor),
+    `view_strides` (a strided slice's step per tensor dim: only a DMA-in reads it), `valid`
     (a padded view's real data) and `slice_attrs` (each slice op's attrs, read once); and
     `index` (compile-time index values) from the builder."""
 
@@ -45,9 +47,12 @@ class DdrViews:
                                        mlir_dtype(element_type(host_t)), arg_index, data))
         return idx
 
-    def ddr(self, v: ir.Value) -> tuple[int, tuple, tuple]:
-        """DDR box (tensor, offsets, sizes) that value `v` reads."""
+    def ddr(self, v: ir.Value, strided: bool = False) -> tuple[int, tuple, tuple]:
+        """DDR box (tensor, offsets, sizes) that value `v` reads; a strided box (`view_strides`)
+        only where the caller takes its strides (`strided`)."""
         if v in self.views:
+            if not strided and v in self.view_strides:
+                raise CompileError("a strided box of a DDR tensor is read other than by a DMA-in")
             return self.views[v]
         if v not in self.tensor_of:
             c = constant_of(v)
@@ -86,7 +91,8 @@ class DdrViews:
             operands, result = tuple(op.operands), op.results[0]
             facts = self.slice_attrs[op] = SliceFacts(int_array(op.attributes["static_offsets"]), sizes,
                                                       operands[first_dynamic:], operands, result,
-                                                      static_shape(result.type))
+                                                      static_shape(result.type),
+                                                      tuple(int_array(op.attributes["static_strides"])))
         return facts
 
     # -- execution ------------------------------------------------------------------
@@ -97,13 +103,19 @@ class DdrViews:
         slice drops unit dims: `view_dims` keeps which tensor dims its result's are)."""
         facts = self._slice_facts(op, 1)
         source, res, shape = facts.operands[0], facts.result, facts.result_shape
-        tensor, base, base_sizes = self.ddr(source)
+        tensor, base, base_sizes = self.ddr(source, strided=True)
         offsets, sizes = self._slice_params(facts)
         dims = self.view_dims.get(source, range(len(base)))
+        steps = list(self.view_strides.get(source, (1,) * len(base)))
         box_off, box_sizes = list(base), list(base_sizes)
         for i, t in zip(range(len(offsets)), dims):
-            box_off[t], box_sizes[t] = base[t] + offsets[i], sizes[i]
+            box_off[t], box_sizes[t] = base[t] + offsets[i] * steps[t], sizes[i]
+            steps[t] *= facts.strides[i] if sizes[i] > 1 else 1
         self.views[res] = (tensor, tuple(box_off), tuple(box_sizes))
+        if any(st != 1 for st in steps):
+            if source in self.valid:
+                raise CompileError(f"{op.name}: a strided box of a padded view")
+            self.view_strides[res] = tuple(steps)
         kept = []
         for i, s in enumerate(sizes):
             if len(kept) < len(shape) and s == shape[len(kept)]:
@@ -133,8 +145,9 @@ class DdrViews:
 
     def _clipped(self, v: ir.Value, op: ir.Operation, k: int):
         """(tensor, offsets, sizes, (pad attr, pad value) or None, operand shape or None) of the
-        DMA box operand k of `op` reads (the shape: of the part inside a padded view)."""
-        tensor, off, sizes = self.ddr(v)
+        DMA box operand k of `op` reads (the shape: of the part inside a padded view); a strided
+        box's strides are `view_strides[v]`."""
+        tensor, off, sizes = self.ddr(v, strided=True)
         if v not in self.valid:
             return tensor, off, sizes, None, None
         lo_v, size_v, value = self.valid[v]

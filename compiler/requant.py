@@ -101,6 +101,7 @@ from iree.compiler import ir
 
 from .f32_chain import INT_RANGE, Chain, type_name
 from .ir_utils import (
+    box_term,
     indexing_maps,
     inline_function_text,
     iterator_types,
@@ -502,10 +503,20 @@ def _residual_operand(op: ir.Operation, skip: set[int], known: Known) -> int:
         raise NotExact(f"operands {tensors} of the requantization are tensors (one int8 residual is supported)")
     if elt not in ("i8", "i32"):
         raise NotExact(f"operand {i} of the requantization is an {elt} tensor, not an int8 or i32 residual")
-    if sorted(map(str, maps[i].results)) != sorted(map(str, maps[-1].results)):
+    if not _reads_along_result_dims(maps[i], maps[-1]):
         raise NotExact(f"operand {i} of the requantization (a residual) is read through {maps[i]}, "
-                       f"not as a permutation of the result's dims ({maps[-1]})")
+                       f"not along a permutation of the result's dims ({maps[-1]})")
     return i
+
+
+def _reads_along_result_dims(read: ir.AffineMap, result: ir.AffineMap) -> bool:
+    """Whether `read` reads each result dim once, in any order, maybe at a stride and offset
+    (`ir_utils.box_term`: a strided residual, FastViT's 1x1 stride-2 branch, becomes a
+    strided box read in torq-split-box-reads)."""
+    terms = [box_term(e) for e in read.results]
+    return None not in terms and sorted(d for d, _, _ in terms if d is not None) == \
+        sorted(ir.AffineDimExpr(e).position for e in result.results if isinstance(e, ir.AffineDimExpr)) and \
+        all(d is not None for d, _, _ in terms)
 
 
 def lower_float_requantization(func: ir.Operation, arg_constants, host,

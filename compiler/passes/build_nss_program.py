@@ -4,7 +4,8 @@ Contract: takes a function after torq-assign-lram-addresses. Executes its
 control structure at compile time (tile loops have static bounds; index
 arithmetic is evaluated), and emits, per tile, the commands of
 `tile_schedule.body_events`: DMA-in of each operand box from its DDR tensor
-(function argument, constant, or scratch), the compute on LRAM at the
+(function argument, constant, or scratch; a box a strided `tensor.extract_slice`
+reads is a strided DMA-in, `DmaIn.strides`), the compute on LRAM at the
 assigned offsets, DMA-out of results into their DDR tensor box. The
 function body is replaced by one `torq_nss.*` op per tensor, buffer and
 command (see `nss_ir`), with the program-level facts on the function
@@ -122,6 +123,7 @@ class NssBuilder(DdrViews):
         self.env: dict = {}  # index values
         self.views: dict = {}  # extract_slice results -> (tensor, offsets, sizes)
         self.view_dims: dict = {}  # a rank-reducing slice's result -> the tensor dim of each of its dims
+        self.view_strides: dict = {}  # a strided slice's result -> its step along each tensor dim
         # Views of a padded tensor -> (offsets, sizes) of the real data in the view's tensor, pad value.
         self.valid: dict = {}
         # Gathered views and boxes of them (patterns.GATHER_VIEW) -> (view op, offsets, sizes)
@@ -431,7 +433,8 @@ class NssBuilder(DdrViews):
                     shape = clipped or f.operand_shapes[k]  # the part inside a padded view, if clipped
                     buf = self._buffer(off if keep else off + shift, v, op, k, shape)
                     self._keep_layout(buf, tuple(box_sizes))
-                    self.commands.append(DmaIn(tensor, tuple(box_off), tuple(box_sizes), buf))
+                    self.commands.append(DmaIn(tensor, tuple(box_off), tuple(box_sizes), buf,
+                                               strides=self.view_strides.get(v, ())))
                     self.buffer_view[buf] = (shape, box_pad)
                     local[v] = buf
                     if keep:

@@ -119,7 +119,7 @@ def lower_box_reads(func: ir.Operation) -> None:
     boxes = [(op, b) for op in walk_ops(func) if (b := box_read(op)) is not None]
     for op, b in boxes:
         with ir.InsertionPoint(op), op.location:
-            view = static_slice(op.operands[0], b.offsets, b.sizes, op.results[0].type)
+            view = static_slice(op.operands[0], b.offsets, b.sizes, op.results[0].type, b.strides)
         op.results[0].replace_all_uses_with(view)
         op.erase()
 

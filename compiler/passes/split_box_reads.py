@@ -10,14 +10,20 @@ map of constants and `d + c` offsets. That is neither a box read (it computes, o
 transposes) nor an elementwise op (its map has no dim there), so the dispatch had no NPU
 pattern ("no Torq pattern (loops 4x4x64x20: p p p p)").
 
+A strided read is the same case: FastViT's and MobileOne's 1x1 stride-2 depthwise
+branch, which IREE folds into the elementwise consumer of the 3x3 stride-2 conv beside
+it as x[c, 2y, 2x] * w[c] (IREE's own llvm-cpu then fails on the dispatch), or into a
+requantization as its residual.
+
 Such a generic (all parallel, one result, not itself a box read, every input read
-through a map whose results are dims `d`, offsets `d + c` or constants `c`, each dim
-once, inside the input) reads, for each input with an offset or a constant, a box read
-of it instead (`box_reads.copy_generic`: the box in the input's dim order, the constant
-dims dropped) through the map of the dims alone, so a transposed slice is a box read
-followed by a permuted elementwise read. The generic then is an elementwise op the patterns
-know, and the box read joins its group as a DMA box (patterns.groups._box_reads_of).
-What the function computes is unchanged.
+through a map whose results are dims `d`, strided offsets `d * s + c` or constants `c`
+(`ir_utils.box_term`), each dim once, inside the input) reads, for each input with a
+stride, an offset or a constant, a box read of it instead (`box_reads.copy_generic`: the
+box in the input's dim order, the constant dims dropped) through the map of the dims
+alone, so a transposed slice is a box read followed by a permuted elementwise read. The
+generic then is an elementwise op the patterns know, and the box read joins its group as
+a DMA box (patterns.groups._box_reads_of), a strided one (`DmaIn.strides`) where the map
+had a stride. What the function computes is unchanged.
 """
 
 from __future__ import annotations
@@ -25,42 +31,39 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from ..box_reads import copy_generic
-from ..ir_utils import functions, indexing_maps, iterator_types, loop_ranges, n_inputs, static_shape, walk_ops
+from ..ir_utils import (
+    box_term,
+    box_term_expr,
+    functions,
+    indexing_maps,
+    iterator_types,
+    loop_ranges,
+    n_inputs,
+    static_shape,
+    walk_ops,
+)
 from ..patterns import box_read, is_elementwise
 from . import PassOptions
 
 NAME = "torq-split-box-reads"
 
 
-def _term(e: ir.AffineExpr) -> tuple[int | None, int] | None:
-    """(loop dim or None, offset) of a map result `d`, `d + c` or `c`; None for any other."""
-    if isinstance(e, ir.AffineDimExpr):
-        return ir.AffineDimExpr(e).position, 0
-    if isinstance(e, ir.AffineConstantExpr):
-        return None, ir.AffineConstantExpr(e).value
-    if isinstance(e, ir.AffineAddExpr):
-        lhs, rhs = ir.AffineAddExpr(e).lhs, ir.AffineAddExpr(e).rhs
-        if isinstance(lhs, ir.AffineDimExpr) and isinstance(rhs, ir.AffineConstantExpr):
-            return ir.AffineDimExpr(lhs).position, ir.AffineConstantExpr(rhs).value
-    return None
-
-
-def _box(read: ir.AffineMap, source: ir.Type, ranges: list[int]) -> tuple[list[tuple[int | None, int]], list[int]] | None:
-    """(each source dim's (loop dim or None, offset), the shape of the box without its
-    constant dims) of an input read through `read`, or None when the read is no box a
-    copy generic can take, or all of the input (unit dims read at 0, dims maybe permuted:
-    no box read, and left to the patterns as it is)."""
+def _box(read: ir.AffineMap, source: ir.Type, ranges: list[int]) -> tuple[list[tuple[int | None, int, int]], list[int]] | None:
+    """(each source dim's (loop dim or None, stride, offset): `ir_utils.box_term`, the shape
+    of the box without its constant dims) of an input read through `read`, or None when the
+    read is no box a copy generic can take, or all of the input (unit dims read at 0, dims
+    maybe permuted: no box read, and left to the patterns as it is)."""
     src = static_shape(source)
-    terms = [_term(e) for e in read.results]
+    terms = [box_term(e) for e in read.results]
     if src is None or None in terms:
         return None
-    dims = [d for d, _ in terms if d is not None]
+    dims = [d for d, _, _ in terms if d is not None]
     if len(set(dims)) != len(dims):
         return None
     shape, whole = [], True
-    for (d, c), extent in zip(terms, src):
+    for (d, st, c), extent in zip(terms, src):
         size = 1 if d is None else ranges[d]
-        if c < 0 or c + size > extent:
+        if size < 1 or c + (size - 1) * st >= extent:
             return None
         whole = whole and c == 0 and size == extent
         if d is not None:
@@ -91,14 +94,11 @@ def _split(op: ir.Operation) -> bool:
     for k, (terms, shape) in boxes.items():
         source = op.operands[k]
         elt = ir.RankedTensorType(source.type).element_type
-        kept = [d for d, _ in terms if d is not None]
+        kept = [d for d, _, _ in terms if d is not None]
         exprs, j = [], 0
-        for d, c in terms:  # the box read's own map: its dim j where the source keeps a loop dim
-            e = ir.AffineExpr.get_constant(c)
-            if d is not None:
-                e = ir.AffineExpr.get_add(ir.AffineExpr.get_dim(j), e) if c else ir.AffineExpr.get_dim(j)
-                j += 1
-            exprs.append(e)
+        for d, st, c in terms:  # the box read's own map: its dim j where the source keeps a loop dim
+            exprs.append(box_term_expr(None if d is None else j, st, c))
+            j += d is not None
         with ir.InsertionPoint(op), op.location:
             piece = copy_generic(source, ir.AffineMap.get(len(shape), 0, exprs),
                                  ir.RankedTensorType.get(shape, elt))

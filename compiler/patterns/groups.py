@@ -11,7 +11,7 @@ from iree.compiler import ir
 from torq.contract.ops import OPS
 from torq.contract.program import EPILOGUE_INT_TYPES, Epilogue, EpilogueStep, Ref
 
-from ..ir_utils import constant_of, indexing_maps, n_inputs, region_ops, static_shape
+from ..ir_utils import box_term, constant_of, indexing_maps, n_inputs, region_ops, static_shape
 from ..ir_utils import iterator_types as _iterators
 from ..ir_utils import loop_ranges as _loop_ranges
 from .contraction import dim_of
@@ -229,11 +229,16 @@ def prologue_of(op: ir.Operation) -> tuple[list[ir.Value], Epilogue, ir.Type]:
 @dataclass
 class BoxRead:
     """A copy generic that reads a box of its input: `sizes` at `offsets`
-    (per input dim), keeping the input dims in `kept` in order (the others
-    have size 1 and are dropped)."""
+    (per input dim), every `strides`-th element, keeping the input dims in `kept` in
+    order (the others have size 1 and are dropped)."""
     offsets: list[int]
     sizes: list[int]
     kept: list[int]
+    strides: list[int]
+
+    @property
+    def strided(self) -> bool:
+        return any(st != 1 for st in self.strides)
 
 
 def box_read(op: ir.Operation) -> BoxRead | None:
@@ -241,11 +246,11 @@ def box_read(op: ir.Operation) -> BoxRead | None:
 
     A box read (made by dispatch extraction for a load of part of an input)
     has one in, all loops parallel, a body that yields the in, an identity
-    result map, and an input map whose results are `d`, `d + c` or a
-    constant `c` (c >= 0), the dims in loop order, each once, that is not
-    the whole input (a whole copy is an elementwise group). It computes
-    nothing: lowering makes it a `tensor.extract_slice`, which the NSS
-    program reads as a DMA box.
+    result map, and an input map whose results are `d`, `d * s + c` or a
+    constant `c` (c >= 0, s >= 1: `ir_utils.box_term`), the dims in loop order,
+    each once, that is not the whole input (a whole copy is an elementwise
+    group). It computes nothing: lowering makes it a `tensor.extract_slice`,
+    which the NSS program reads as a DMA box (a strided one when some s > 1).
     """
     if op.name != "linalg.generic" or n_inputs(op) != 1 or len(op.results) != 1:
         return None
@@ -261,29 +266,25 @@ def box_read(op: ir.Operation) -> BoxRead | None:
     src, res = static_shape(op.operands[0].type), static_shape(op.results[0].type)
     if src is None or res is None:
         return None
-    offsets, sizes, kept = [], [], []
+    offsets, sizes, kept, strides = [], [], [], []
     for i, e in enumerate(in_map.results):
-        if isinstance(e, ir.AffineConstantExpr):
-            d, c = None, ir.AffineConstantExpr(e).value
-        elif isinstance(e, ir.AffineDimExpr):
-            d, c = dim_of(e), 0
-        elif isinstance(e, ir.AffineAddExpr) and isinstance(ir.AffineAddExpr(e).lhs, ir.AffineDimExpr) \
-                and isinstance(ir.AffineAddExpr(e).rhs, ir.AffineConstantExpr):
-            d, c = dim_of(ir.AffineAddExpr(e).lhs), ir.AffineConstantExpr(ir.AffineAddExpr(e).rhs).value
-        else:
+        term = box_term(e)
+        if term is None:
             return None
+        d, st, c = term
         if d is not None:
             if d != len(kept):
                 return None  # dims in loop order, each once: no transpose
             kept.append(i)
         size = 1 if d is None else res[d]
-        if c < 0 or c + size > src[i]:
+        if size and c + (size - 1) * st >= src[i]:
             return None
         offsets.append(c)
         sizes.append(size)
+        strides.append(st if size > 1 else 1)
     if len(kept) != len(res) or (not any(offsets) and tuple(sizes) == src):
         return None  # a whole-tensor copy is an elementwise op
-    return BoxRead(offsets, sizes, kept)
+    return BoxRead(offsets, sizes, kept, strides)
 
 
 def _box_reads_of(values: list, ops: list[ir.Operation]) -> list[ir.Operation]:
