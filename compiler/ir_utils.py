@@ -105,7 +105,8 @@ def box_term(e: ir.AffineExpr) -> tuple[int | None, int, int] | None:
     if isinstance(e, ir.AffineAddExpr) and isinstance(ir.AffineAddExpr(e).rhs, ir.AffineConstantExpr):
         offset, e = ir.AffineConstantExpr(ir.AffineAddExpr(e).rhs).value, ir.AffineAddExpr(e).lhs
     elif isinstance(e, ir.AffineConstantExpr):
-        return None, 1, ir.AffineConstantExpr(e).value
+        c = ir.AffineConstantExpr(e).value
+        return (None, 1, c) if c >= 0 else None
     stride = 1
     if isinstance(e, ir.AffineMulExpr) and isinstance(ir.AffineMulExpr(e).rhs, ir.AffineConstantExpr):
         stride, e = ir.AffineConstantExpr(ir.AffineMulExpr(e).rhs).value, ir.AffineMulExpr(e).lhs

@@ -18,9 +18,10 @@ how far apart the two are.
 from __future__ import annotations
 
 MODULE_NAME = "torq"
-# 32: IREE's own CPU dispatch takes at most 32 bindings, so no dispatch IREE forms needs
-# more; MobileOne's and FastViT's train-time blocks (branches and BatchNorm vectors as
-# inputs of their own) need 17 to 21.
+# 32: IREE's own CPU dispatch runs at most 32 bindings (inputs and results), so a dispatch
+# with more inputs would not run on the host either (its host copy under
+# --torq-check-dispatches needs inputs + results <= 32). MobileOne's and FastViT's
+# train-time blocks (branches and BatchNorm vectors as inputs of their own) need 17 to 21.
 MAX_INPUTS = 32
 MAX_RESULTS = 4
 CHECK_EXPORT = "check"

@@ -469,8 +469,9 @@ class Simulator:
             if isinstance(c, (DmaIn, DmaOut)):
                 e.update(kind="dma_in" if isinstance(c, DmaIn) else "dma_out", tensor=c.tensor, buffer=c.buffer,
                          bytes=dma_bytes(c, program), transfer_start=t.transfer_start,
-                         box=[[o, o + s] for o, s in zip(*(c.read_box() if isinstance(c, DmaIn) else
-                                                            (c.offsets, c.sizes)))])
+                         box=[[o, o + s] for o, s in zip(c.offsets, c.sizes)])
+                if isinstance(c, DmaIn) and c.strided:
+                    e["strides"] = list(c.strides)
             else:
                 e.update(kind=c.op, tile=c.tile, slice=c.slice, macs=c.macs, buffer=c.result.buffer)
                 if c.split > 1:

@@ -4,8 +4,10 @@ IREE slices the input of a 1x1 stride-2 convolution that shares its input with
 another op (ResNet's downsample branch) as a strided `dispatch.tensor.load`
 (`x[:, ::2, ::2]`) followed by a 1x1 stride-1 convolution. Dispatch extraction
 folds the stride into the convolution's input map, so the dispatch runs on the
-NPU as a stride-2 conv2d. Checked against torch fp32 within the bf16 bounds of
-DESIGN section 7, at the default LRAM and at a budget that forces tiling.
+NPU as a stride-2 conv2d. An elementwise op that reads an input strided (MobileOne's
+and FastViT's 1x1 stride-2 branch) reads it with a strided DMA (`StridedBranches`).
+Checked against torch fp32 within the bf16 bounds of DESIGN section 7, at the default
+LRAM and at a budget that forces tiling; the int8 form against onnxruntime.
 """
 
 import os

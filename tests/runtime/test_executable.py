@@ -110,7 +110,7 @@ def test_bad_version(monkeypatch):
     monkeypatch.setattr(executable.writer, "blob_version", lambda p: 99)
     blob = serialize_program(conv_tiled_program())
     monkeypatch.undo()
-    with pytest.raises(ExecutableError, match=r"unsupported Torq executable version 99 \(this runtime reads versions 1, 2, 3, 4\)"):
+    with pytest.raises(ExecutableError, match=r"unsupported Torq executable version 99 \(this runtime reads versions 1, 2, 3, 4, 5\)"):
         parse_executable(blob)
 
 
