@@ -514,9 +514,8 @@ def _reads_along_result_dims(read: ir.AffineMap, result: ir.AffineMap) -> bool:
     (`ir_utils.box_term`: a strided residual, FastViT's 1x1 stride-2 branch, becomes a
     strided box read in torq-split-box-reads)."""
     terms = [box_term(e) for e in read.results]
-    return None not in terms and sorted(d for d, _, _ in terms if d is not None) == \
-        sorted(ir.AffineDimExpr(e).position for e in result.results if isinstance(e, ir.AffineDimExpr)) and \
-        all(d is not None for d, _, _ in terms)
+    dims, out = [t[0] if t is not None else None for t in terms], map_dims(result)
+    return out is not None and None not in dims and sorted(dims) == sorted(out)
 
 
 def lower_float_requantization(func: ir.Operation, arg_constants, host,

@@ -76,7 +76,7 @@ def box_union(p: Program, tensor: int, command_type: type, maybe: bool = True) -
             if not maybe and (c.gathers if isinstance(c, DmaIn) else c.scatters):
                 continue
             if isinstance(c, DmaIn) and not c.gathers:
-                mask[c.read_index()] = True  # a strided box: every stride-th element
+                mask[c.read_index()] = True  # a plain or strided box
                 continue
             offsets, sizes = c.read_box() if isinstance(c, DmaIn) else c.write_box()
             mask[tuple(slice(o, o + s) for o, s in zip(offsets, sizes))] = True
@@ -95,8 +95,10 @@ def compulsory_bytes(p: Program) -> int:
     DMA-outs write, the rest being the input left in place) each element of its box
     counts as written (what it moves), as if no two of its indices were equal and none
     fell in another DMA-out's box; an output not in place counts whole anyway, and a
-    scatter into scratch not at all. A strided DMA-in needs only the elements it reads
-    (a mask of the tensor, `_read_elements`). So compulsory bytes stay <= the bytes moved."""
+    scatter into scratch not at all. A strided DMA-in needs only the elements it reads:
+    its tensor is counted by `box_union`'s mask (strided reads are rare, and two can
+    interleave, which no union of boxes expresses). So compulsory bytes stay <= the bytes
+    moved."""
     boxes: dict[tuple[int, type], list] = {}
     strided = {c.tensor for c in p.commands if isinstance(c, DmaIn) and c.strided}
     dtype = {t.index: t.dtype for t in p.tensors}
@@ -116,21 +118,10 @@ def compulsory_bytes(p: Program) -> int:
         elif t.kind == "output":
             total += union_volume(t.shape, boxes.get((t.index, DmaOut), [])) * DTYPE_BYTES[t.dtype]
         elif t.kind in ("input", "constant") and t.index in strided:
-            total += _read_elements(p, t) * DTYPE_BYTES[t.dtype]
+            total += int(box_union(p, t.index, DmaIn, maybe=False).sum()) * DTYPE_BYTES[t.dtype]
         elif t.kind in ("input", "constant") and (t.index, DmaIn) in boxes:
             total += union_volume(t.shape, boxes[(t.index, DmaIn)]) * DTYPE_BYTES[t.dtype]
     return total
-
-
-def _read_elements(p: Program, t) -> int:
-    """Elements of tensor `t` some plain or strided DMA-in of `p` reads (no gather reads it:
-    a gather's rows count as moved). A mask of the tensor: strided reads are rare, and two
-    of them can interleave, which no union of boxes expresses."""
-    mask = np.zeros(t.shape, dtype=bool)
-    for c in p.commands:
-        if isinstance(c, DmaIn) and c.tensor == t.index and not c.gathers:
-            mask[c.read_index()] = True
-    return int(mask.sum())
 
 
 def union_volume(shape: tuple[int, ...], boxes: list[tuple[tuple, tuple]]) -> int:

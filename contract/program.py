@@ -260,7 +260,7 @@ class DmaIn:
         if self.gathers:
             return self.offsets, (self.index_bound, *self.sizes[1:])
         if self.strided:
-            return self.offsets, tuple((s - 1) * st + 1 if s else 0 for s, st in zip(self.sizes, self.strides))
+            return self.offsets, tuple(x.stop - x.start for x in self.read_index())
         return self.offsets, self.sizes
 
     def read_index(self) -> tuple[slice, ...]:
