@@ -36,7 +36,9 @@ again) becomes a lookup in a 256-entry table built from the float chain
 (attention's q.k^T and p.v) reaches here with IREE's zero-point correction
 by the operands' row and column sums (i32 tensors): it stays integer steps
 before the rescale, which is fitted to the corrected accumulator
-(compiler/requant_zero_point.py). The f32 chain itself is evaluated by
+(compiler/requant_zero_point.py). A residual added before the only quantize
+(PT2E's conv + add + relu) is added to the accumulator in its units first
+(compiler/requant_acc_residual.py). The f32 chain itself is evaluated by
 compiler/f32_chain.py. With --torq-requant=exact, or
 when even the nearest rescale is more than one step off, the dispatch stays
 on host with a remark naming the channel (`Unsupported`). A dequantize tail after the int8 value (f32 compute) is cut off and left to a
@@ -113,6 +115,7 @@ from .ir_utils import (
     sync_function_type,
 )
 from .passes import RequantMode
+from .requant_acc_residual import fit_accumulator_residual, has_accumulator_value
 from .requant_channels import (
     RESIDUAL_I32_BOUND,
     Known,
@@ -233,6 +236,9 @@ class _Plan:
     correction: ZeroPointCorrection | None = None
     # The residual, when `rest_stages` read it (`_LaterStages.with_residual`): no separate sum.
     rest_other: ir.Value | None = None
+    # The residual added to the accumulator before its rescale (requant_acc_residual): its
+    # per-channel rescale to accumulator units; `rescales` then apply to that sum.
+    accumulator_residual: list[Rescale] | None = None
 
 
 def _plan(op: ir.Operation, known: Known, host, mode: RequantMode) -> _Plan | None:
@@ -268,6 +274,14 @@ def _plan(op: ir.Operation, known: Known, host, mode: RequantMode) -> _Plan | No
     if max(abs(int(np.min(acc_lo))), abs(int(np.max(acc_hi)))) >= 1 << 31:
         raise NotExact(f"the {kind} accumulator can wrap (i32 overflow)")
     residual = _residual_operand(op, skip, known)
+    if residual >= 0 and not has_accumulator_value(ops, acc_v, block.arguments[residual]):
+        if _f32_sum_error(con):
+            raise NotExact("an f32 contraction with the residual added before its int8 value")
+        chan, channels = _channel_values(op, skip, known, range_dims, acc_lo, acc_hi, acc_dims, residual)
+        check_scales(ops, [vals for vals, _, _ in channels])
+        fit = fit_accumulator_residual(ops, result, acc_v, block.arguments[residual], host, channels, chan, kind, mode)
+        return _Plan(op, acc_index, chan, fit.rescales, q_type, tail, result_index, fit.summary(kind), residual,
+                     residual_rescales=fit.stage_rescales(), correction=corr, accumulator_residual=fit.residual_rescales)
     final_ops, final_result = ops, result
     res_split = sum_fit = later = None
     if residual >= 0:

@@ -172,7 +172,7 @@ def distinct_channels(channels: list) -> tuple[list[int], list[int]]:
 def _fit_distinct(chain: Chain, channels: list, numbers: list[int], chan, kind: str, mode: RequantMode,
                   sum_error: float, downstream) -> list[ChannelFit]:
     """`fit_channels` of distinct channels, `numbers` their channel numbers (for messages)."""
-    steps = _batched_step_points(chain, channels, kind)
+    steps = batched_step_points(chain, channels, kind)
     ends = [(lo, hi) if direction >= 0 else (-hi, -lo) for (_, lo, hi), (direction, _) in zip(channels, steps)]
     fits = fit_many([st for _, st in steps], [g[0] for g in ends], [g[1] for g in ends],
                     [direction < 0 for direction, _ in steps], mode is not RequantMode.EXACT, downstream)
@@ -202,7 +202,7 @@ def ambiguous_accumulators(step_points: np.ndarray, lo: int, hi: int, error: flo
     return int(np.maximum(0, np.minimum(ts + e - 1, hi) - np.maximum(ts - e, lo) + 1).sum())
 
 
-def _batched_step_points(chain: Chain, channels: list, kind: str) -> list:
+def batched_step_points(chain: Chain, channels: list, kind: str) -> list:
     """Per channel: (direction, step points of the chain made non-decreasing: of a -> f(-a) on
     [-hi, -lo] when it decreases), all channels of one direction bisected together
     (`channel_step_points`)."""

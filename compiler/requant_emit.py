@@ -189,8 +189,16 @@ def _rescale_body(plan, scalars: dict, res_scalars: dict, tensors: list, res_elt
     acc = prologue_lines(plan.correction, op, "%a", {i: f"%z{j}" for j, i in enumerate(corr)}, lines) \
         if corr else "%a"
     lines.append(f"%a64 = arith.extsi {acc} : i32 to i64")
-    level = _rescale_lines("%a64", scalars, "", lines)
     residual = f"%r64 = arith.extsi %r : {res_elt} to i64"
+    acc = "%a64"
+    if plan.accumulator_residual is not None:  # the residual in accumulator units, added first
+        lines.append(residual)
+        r_level = _rescale_lines("%r64", res_scalars, "r_", lines) if plan.residual_rescales is not None else "%r64"
+        h_scalars, h_tensors = _split_params(plan.accumulator_residual, "h_")
+        tensors += h_tensors
+        lines.append(f"%ah64 = arith.addi %a64, {_rescale_lines(r_level, h_scalars, 'h_', lines)} : i64")
+        acc = "%ah64"
+    level = _rescale_lines(acc, scalars, "", lines)
     if plan.rest_other is not None:  # the stages read the residual: no add of their own
         lines.append(residual)
     if plan.rest_stages:  # they precede the residual add, or read the residual (requant._plan)

@@ -65,6 +65,10 @@ class RequantSummary:
     residual_differing: list[int] | None = None
     residual_step_span: list[int] | None = None
     residual_type: str | None = None
+    # The residual added to the accumulator before it is quantized (requant_acc_residual):
+    # `differing` and `step_span` then count (accumulator, residual level) pairs over this many
+    # residual levels.
+    residual_levels: int | None = None
     # What the two-input rescale computes: "sum" (a residual add) or "product" (a gate).
     pair_kind: str = "sum"
     # A pooled f32 sum made integer (compiler/requant_elementwise.py): the sums within
@@ -130,6 +134,9 @@ class RequantSummary:
         head = f"{self.kind}: f32 requantization -> " + \
             (f"integer rescale, {_channels_text(self.differing, self.step_span)}" if self.differing
              else "integer arithmetic")
+        if self.residual_levels:
+            head += (f", of the accumulator plus the int8 residual in its units (rescaled per channel), measured on "
+                     f"every (accumulator, residual) pair of the {self.residual_levels} residual levels")
         if self.residual_differing is not None:
             head += f"; the {self.residual_type} residual's own rescale to int8, " + \
                 _channels_text(self.residual_differing, self.residual_step_span)
@@ -186,7 +193,7 @@ class RequantSummary:
                 "step_span": self.step_span, "sum_differing": self.sum_differing, "sum_pairs": self.sum_pairs,
                 "table_entries": self.table_entries, "table_ambiguous": self.table_ambiguous,
                 "residual_differing": self.residual_differing, "residual_step_span": self.residual_step_span,
-                "residual_type": self.residual_type,
+                "residual_type": self.residual_type, "residual_levels": self.residual_levels,
                 "pair_kind": self.pair_kind, "pooled_ambiguous": self.pooled_ambiguous,
                 "pooled_sums": self.pooled_sums, "pooled_table_scale": self.pooled_table_scale,
                 "contraction_ambiguous": self.contraction_ambiguous,

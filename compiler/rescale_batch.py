@@ -39,13 +39,13 @@ from .rescale_fit import (
     NotExact,
     Rescale,
     _clamp,
-    _rescale_step_points,
     checked_fit,
     closed_form_holds,
     closed_form_step_points,
     fits_i64,
     rescale_at,
     rescale_in_interval,
+    rescale_step_points,
     shift_candidates,
     slope_bounds,
     slope_top,
@@ -241,7 +241,7 @@ def _hold_steep(steps: list, glos: list[int], ghis: list[int], rescales: list, e
     the fewest is taken)."""
     todo = [c for c in range(len(steps)) if out[c] is None and not exact[c]]
     levels = [np.arange(steps[c][0] + 1, steps[c][1] + 1) for c in todo]
-    us = [_rescale_step_points(rescales[c], ks, glos[c], ghis[c]) for c, ks in zip(todo, levels)]
+    us = [rescale_step_points(rescales[c], ks, glos[c], ghis[c]) for c, ks in zip(todo, levels)]
     missed = [ks[u != steps[c][2]] for c, ks, u in zip(todo, levels, us)]
     try:  # first only where the rescale is off, then every transition where that is steep
         devs = downstream.deviations(todo, missed)
@@ -257,7 +257,7 @@ def _hold_steep(steps: list, glos: list[int], ghis: list[int], rescales: list, e
     for (i, devs_i, sides), r in zip(refit, constrained_many([(steps[todo[i]], glos[todo[i]], ghis[todo[i]], sides)
                                                               for i, _, sides in refit])):
         c, ts = todo[i], steps[todo[i]][2]
-        u = None if isinstance(r, NotExact) else _rescale_step_points(r, levels[i], glos[c], ghis[c])
+        u = None if isinstance(r, NotExact) else rescale_step_points(r, levels[i], glos[c], ghis[c])
         if u is None or not _within_one(ts, u[None])[0]:  # none, or more than one level off its own chain
             unheld.append((i, devs_i, sides))
         elif steep_mismatches(ts, u, sides):
@@ -268,7 +268,7 @@ def _hold_steep(steps: list, glos: list[int], ghis: list[int], rescales: list, e
     for i, devs_i, sides in unheld:  # the fewest steep mismatches its multiplier allows, measured
         c, ts = todo[i], steps[todo[i]][2]
         rescales[c] = _fewest_steep_off(steps[c], glos[c], ghis[c], sides, rescales[c])
-        u = _rescale_step_points(rescales[c], levels[i], glos[c], ghis[c])
+        u = rescale_step_points(rescales[c], levels[i], glos[c], ghis[c])
         worst = max(int(d[m].max(initial=0)) for d, m in zip(devs_i, (u > ts, u < ts)))
         held[c] = (0, steep_mismatches(ts, u, sides), worst)
     return held
@@ -487,7 +487,7 @@ def disagreements(channels: list[int], steps: list, glos: list[int], ghis: list[
     """`rescale_fit.disagreement` of each channel's rescale with its step points, for the
     channels where it is found for many at once (the others are left to `checked_fit`).
 
-    With the rescale's step points U_k in closed form (`_rescale_step_points`, where i64
+    With the rescale's step points U_k in closed form (`rescale_step_points`, where i64
     holds it) beside the chain's T_k, both non-decreasing: the functions differ exactly on
     [min(T_k, U_k), max(T_k, U_k)) for each k, so where those intervals do not overlap they
     differ on sum |U_k - T_k| accumulator values, by at most one step."""
@@ -511,7 +511,7 @@ def disagreements(channels: list[int], steps: list, glos: list[int], ghis: list[
 
 
 def _closed_form(steps: tuple, r: Rescale) -> bool:
-    """Whether `_rescale_step_points` of `r` on these levels is its closed form, with the
+    """Whether `rescale_step_points` of `r` on these levels is its closed form, with the
     levels all inside the rescale's clamp (none pinned to an end)."""
     qlo, qhi, ts = steps
     return len(ts) > 0 and r.qmin <= qlo and qhi <= r.qmax and closed_form_holds(r, qlo + 1, qhi)

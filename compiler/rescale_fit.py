@@ -352,7 +352,7 @@ def checked_fit(steps: tuple[int, int, np.ndarray], glo: int, ghi: int, mirrored
     qlo, qhi, ts = steps
     span = int(ts[-1] - ts[0] + 1) if len(ts) else 0
     differing, worst = measured if measured is not None else \
-        disagreement(ts, _rescale_step_points(r, np.arange(qlo + 1, qhi + 1), glo, ghi), glo, ghi)
+        disagreement(ts, rescale_step_points(r, np.arange(qlo + 1, qhi + 1), glo, ghi), glo, ghi)
     if exact and differing:  # cannot happen if fit_rescale is right: never emit it unchecked
         raise NotExact(f"internal check failed: the exact rescale differs on {differing} accumulator values")
     if worst > 1:
@@ -367,7 +367,7 @@ def first_reaching(f, ks: np.ndarray, lo: int, hi: int) -> np.ndarray:
     return _bisect(f, ks, left, right, np.full(ks.shape, lo, np.int64))
 
 
-def _rescale_step_points(r: Rescale, ks: np.ndarray, lo: int, hi: int) -> np.ndarray:
+def rescale_step_points(r: Rescale, ks: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """`first_reaching` of a non-decreasing rescale, in closed form where i64 holds it."""
     if len(ks) == 0 or not closed_form_holds(r, int(ks[0]), int(ks[-1])):
         return first_reaching(r, ks, lo, hi)

@@ -81,3 +81,63 @@ def test_pt2e_conv_block_on_npu(pt2e_mlir):
     exact = torq.compile(text, remarks=io.StringIO(), flags=("--torq-requant=exact",))
     assert np.array_equal(exact(x), ref)
     assert [d.executor for d in exact.report.dispatches if d.macs][1] == "torq"
+
+
+class ResidualBlocks(torch.nn.Module):
+    """torchvision ResNet's two block forms: an identity BasicBlock and a downsampling one (a
+    1x1 stride-2 conv + BatchNorm on the residual), then a 1x1 conv so both adds are quantized.
+    X86InductorQuantizer quantizes conv + BatchNorm + add + relu as one pattern: the
+    accumulator and the dequantized residual are added in f32 before the only quantize."""
+
+    def __init__(self, c=16):
+        super().__init__()
+        conv_bn = lambda i, o, k, s: torch.nn.Sequential(  # noqa: E731
+            torch.nn.Conv2d(i, o, k, stride=s, padding=k // 2, bias=False), torch.nn.BatchNorm2d(o))
+        self.stem = conv_bn(8, c, 3, 1)
+        self.a1, self.a2 = conv_bn(c, c, 3, 1), conv_bn(c, c, 3, 1)
+        self.b1, self.b2 = conv_bn(c, 2 * c, 3, 2), conv_bn(2 * c, 2 * c, 3, 1)
+        self.down = conv_bn(c, 2 * c, 1, 2)
+        self.head = torch.nn.Conv2d(2 * c, 8, 1)
+        g = torch.Generator().manual_seed(0)
+        for m in self.modules():  # BatchNorms as trained ones: statistics away from 0 / 1
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.2, 0.2, generator=g)
+                m.running_var.uniform_(0.5, 1.5, generator=g)
+                m.weight.data.uniform_(0.5, 1.5, generator=g)
+                m.bias.data.uniform_(-0.2, 0.2, generator=g)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x))
+        x = torch.relu(self.a2(torch.relu(self.a1(x))) + x)
+        x = torch.relu(self.b2(torch.relu(self.b1(x))) + self.down(x))
+        return self.head(x)
+
+
+def test_pt2e_residual_adds_run_on_the_npu():
+    """Both adds (an int8 residual; the downsample conv's i32 accumulator, requantized on its
+    own) are integer rescales of the accumulator plus the residual in its units
+    (compiler/requant_acc_residual.py); every conv on the NPU, each NPU dispatch within one
+    output step of its llvm-cpu copy on the same inputs, the model close to llvm-cpu."""
+    from iree.turbine import aot
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 8, 16, 16)
+    graph = torch.export.export(ResidualBlocks().eval(), (x,)).module()
+    quantizer = xiq.X86InductorQuantizer().set_global(xiq.get_default_x86_inductor_quantization_config())
+    prepared = prepare_pt2e(graph, quantizer)
+    for _ in range(4):
+        prepared(torch.randn(1, 8, 16, 16))
+    text = str(aot.export(convert_pt2e(prepared), x).mlir_module)
+    ref = llvm_cpu(text, x.numpy())
+    remarks = io.StringIO()
+    cm = torq.compile(text, remarks=remarks, flags=("--torq-check-dispatches",))
+    convs = [d for d in cm.report.dispatches if d.macs]
+    assert all(d.executor == "torq" for d in convs), [(d.executor, d.reason) for d in convs]
+    assert remarks.getvalue().count("plus the int8 residual in its units") == 2, remarks.getvalue()
+    assert "the i32 residual's own rescale" in remarks.getvalue()
+    y = cm(x.numpy())
+    checks = [c for c in cm.last_checks if c["max_steps"] is not None]
+    assert len(checks) >= 5 and max(c["max_steps"] for c in checks) <= 1, checks
+    assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < REL_L2_LIMIT

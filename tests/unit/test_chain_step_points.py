@@ -2,7 +2,7 @@
 for every (channel, level) pair, and searches on only from the pairs off it (`_off_line`, on
 `Chain.channel_rows` of those channels). The step points T_k = min{a : f(a) >= k} are unique,
 so the reference is f evaluated on every accumulator (`brute_force_step_points`): on noisy
-synthetic channels and on an f32 QDQ chain of both directions (requant_channels._batched_step_points)."""
+synthetic channels and on an f32 QDQ chain of both directions (requant_channels.batched_step_points)."""
 
 import numpy as np
 import pytest
@@ -67,7 +67,7 @@ def test_batched_step_points_of_a_chain_equal_brute_force():
         module, chain, args = _chain_and_args(ctx)
         channels = [({args[1]: np.float32(s), args[2]: np.float32(0.25 * i - 1)}, -60_000 + 999 * i, 50_000 - 77 * i)
                     for i, s in enumerate(scales)]
-        got = requant_channels._batched_step_points(chain, channels, "test")
+        got = requant_channels.batched_step_points(chain, channels, "test")
         for d in (1, -1, 0):
             idx = [c for c, (dc, _) in enumerate(got) if dc == d]
 

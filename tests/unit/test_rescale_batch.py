@@ -81,7 +81,7 @@ def test_disagreements_equal_the_per_channel_measure():
     with their own rescale and with rescales of other scales (step points far apart, where
     the intervals overlap and the channel is left to the per-channel measure)."""
     from torq.compiler.rescale_batch import disagreements
-    from torq.compiler.rescale_fit import Rescale, _rescale_step_points, disagreement
+    from torq.compiler.rescale_fit import Rescale, disagreement, rescale_step_points
 
     rng = np.random.default_rng(11)
     chans = channels(5, 30)
@@ -97,7 +97,7 @@ def test_disagreements_equal_the_per_channel_measure():
     assert len(got) > len(chans) // 2 and any(d for d, _ in got.values())
     for c, (differing, worst) in got.items():
         qlo, qhi, ts = steps[c]
-        us = _rescale_step_points(rescales[c], np.arange(qlo + 1, qhi + 1), lo[c], hi[c])
+        us = rescale_step_points(rescales[c], np.arange(qlo + 1, qhi + 1), lo[c], hi[c])
         assert (differing, worst) == disagreement(ts, us, lo[c], hi[c]), c
     assert len(got) < len(chans)  # some channels left to the per-channel measure
 

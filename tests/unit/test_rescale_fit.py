@@ -174,7 +174,7 @@ def test_slope_interval_matches_every_pair():
 @pytest.mark.parametrize("r", [Rescale(3, 5, 2, 4, -7, 9), Rescale(-40, 123457, 99, 20, -128, 127),
                                Rescale(0, 1, 0, 0, -3, 3)])
 def test_closed_form_step_points_match_bisection(r):
-    from torq.compiler.rescale_fit import _rescale_step_points
+    from torq.compiler.rescale_fit import rescale_step_points
 
     ks = np.arange(-10, 12)
-    assert np.array_equal(_rescale_step_points(r, ks, -3000, 3000), first_reaching(r, ks, -3000, 3000))
+    assert np.array_equal(rescale_step_points(r, ks, -3000, 3000), first_reaching(r, ks, -3000, 3000))

@@ -18,7 +18,7 @@ from torq.compiler.rescale_batch import (
     fit_many,
     steep_mismatches,
 )
-from torq.compiler.rescale_fit import _MAX_MULTIPLIER, NotExact, Rescale, _clamp, _rescale_step_points, step_points
+from torq.compiler.rescale_fit import _MAX_MULTIPLIER, NotExact, Rescale, _clamp, rescale_step_points, step_points
 from torq.compiler.rescale_nearest import (
     _NEAREST_MULTIPLIERS,
     INFEASIBLE,
@@ -87,7 +87,7 @@ def reference_hold_steep(steps, glos, ghis, rescales, exact, out, downstream):
     """The per-channel loop `_hold_steep` was."""
     todo = [c for c in range(len(steps)) if out[c] is None and not exact[c]]
     levels = [np.arange(steps[c][0] + 1, steps[c][1] + 1) for c in todo]
-    us = [_rescale_step_points(rescales[c], ks, glos[c], ghis[c]) for c, ks in zip(todo, levels)]
+    us = [rescale_step_points(rescales[c], ks, glos[c], ghis[c]) for c, ks in zip(todo, levels)]
     missed = [ks[u != steps[c][2]] for c, ks, u in zip(todo, levels, us)]
     devs = downstream.deviations(todo, missed)
     steep = [i for i, (b, a) in enumerate(devs) if np.any((b > 1) | (a > 1))]
@@ -100,15 +100,15 @@ def reference_hold_steep(steps, glos, ghis, rescales, exact, out, downstream):
             continue
         try:
             refit = reference_constrained(steps[c], glos[c], ghis[c], sides)
-            if not _within_one(ts, _rescale_step_points(refit, ks, glos[c], ghis[c])[None])[0]:
+            if not _within_one(ts, rescale_step_points(refit, ks, glos[c], ghis[c])[None])[0]:
                 raise NotExact("the refit is more than one level off its own chain")
         except NotExact:
             rescales[c] = reference_fewest(steps[c], glos[c], ghis[c], sides, rescales[c])
-            u = _rescale_step_points(rescales[c], ks, glos[c], ghis[c])
+            u = rescale_step_points(rescales[c], ks, glos[c], ghis[c])
             worst = max(int(d[m].max(initial=0)) for d, m in zip(devs_i, (u > ts, u < ts)))
             held[c] = (0, steep_mismatches(ts, u, sides), worst)
             continue
-        if steep_mismatches(ts, _rescale_step_points(refit, ks, glos[c], ghis[c]), sides):
+        if steep_mismatches(ts, rescale_step_points(refit, ks, glos[c], ghis[c]), sides):
             out[c] = NotExact("internal check failed: the refitted rescale misses a steep transition")
             continue
         rescales[c] = refit

@@ -1,0 +1,241 @@
+"""A requantization that adds an int8 residual to the accumulator before quantizing.
+
+PT2E's X86InductorQuantizer quantizes ResNet's conv + add (+ relu) as one
+pattern: the conv's accumulator is dequantized (a * sx * sw_c + bias_c), the
+int8 residual r too ((r - zr) * sr), they are added and only the sum is
+quantized. ONNX Runtime quantizes the conv's output first, which
+requant_split.split_residual_add takes apart; here there is no int8 value
+of the accumulator alone, so the chain is a function q_c(a, r) of both.
+
+For a fixed r, q_c(., r) is a monotone step function of a, and r shifts it:
+its step points move by kappa_c (r - r0) accumulator units, kappa_c the
+residual's step in the accumulator's scale (sr / (sx sw_c)). The NPU computes,
+per output channel c, in 64-bit integers:
+
+    h = ((r - r0) * Mh_c + Rh) >> Sh        kappa_c (r - r0), rounded
+    q = G_c(a + h)                          G_c: the rescale of q_c(., r0)
+
+The fit (`fit_accumulator_residual`): kappa_c is the least-squares shift of
+the step points of five residual levels; G_c the rescale of the row r0 = 0,
+fitted by requant_channels.fit_channels on the accumulator range widened by
+h's reach (exact where one exists, else the nearest). The measure: every
+channel on all 256 residual levels, the step points of q_c(., r)
+(rescale_fit.channel_step_points) against G_c(. + h): the (accumulator,
+residual) pairs on which they differ, counted exactly (two monotone step
+functions with the same levels differ, by one step, on the union of the
+intervals between their k-th step points when those are disjoint; an
+overlap is a value two steps off, which refuses).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from iree.compiler import ir
+
+from .f32_chain import Chain, type_name
+from .passes import RequantMode
+from .requant_channels import RESIDUAL_I32_BOUND, batched_step_points, fit_channels
+from .requant_split import backward_slice, first_ints, reads
+from .requant_summary import RequantSummary
+from .rescale_fit import NotExact, Rescale, _bisect, rescale_step_points
+
+# Residual levels whose step points give each channel's kappa.
+_KAPPA_LEVELS = (-128, -64, 0, 64, 127)
+# The residual level G_c is fitted at (h = 0 there).
+_R0 = 0
+# Rows (channel, residual level) measured at once: bounds the (rows, levels) arrays.
+_ROWS_PER_BATCH = 4096
+
+
+@dataclass
+class AccumulatorResidualFit:
+    """Per channel: the rescale G_c of a + h, the residual's h_c, and how far they are from the
+    chain, over every (accumulator, residual level) pair."""
+    rescales: list[Rescale]
+    residual_rescales: list[Rescale]
+    differing: list[int]  # (accumulator, residual level) pairs where the level differs
+    step_span: list[int]  # summed over residual levels: accumulators from first to last step point
+    residual_fits: list | None = None  # an i32 residual's own rescale to int8 (ChannelFit per channel)
+
+    def summary(self, kind: str) -> RequantSummary:
+        res = self.residual_fits or []
+        return RequantSummary(kind, self.differing, self.step_span,
+                              residual_differing=[f.differing for f in res] or None,
+                              residual_step_span=[f.step_span for f in res] or None,
+                              residual_type="i32" if res else None, residual_levels=256)
+
+    def stage_rescales(self) -> list[Rescale] | None:
+        """The i32 residual's own rescales to int8, or None."""
+        return [f.rescale for f in self.residual_fits] if self.residual_fits else None
+
+
+def has_accumulator_value(ops: list[ir.Operation], acc: ir.Value, res: ir.Value) -> bool:
+    """Whether the chain converts a value of the accumulator alone to an integer (then it is
+    stage 1 of an ONNX Runtime form, not this one)."""
+    return any(o.name == "arith.fptosi" and reads(s := backward_slice(ops, o.results[0]), acc) and not reads(s, res)
+               for o in ops)
+
+
+def fit_accumulator_residual(ops: list[ir.Operation], result: ir.Value, acc: ir.Value, res: ir.Value, host,
+                             channels: list, chan, kind: str, mode: RequantMode) -> AccumulatorResidualFit:
+    """The rescales of a chain computing `result` from the accumulator `acc` and an int8 residual
+    `res` added before any int value (module docstring); `channels` as fit_channels'.
+    Raises NotExact when the result is not int8, the chain decreases in the accumulator, or
+    anything is more than one output step off (with `mode` EXACT: any difference)."""
+    if type_name(result.type) != "i8":
+        raise NotExact("the sum of the accumulator and the residual is not quantized to int8")
+    ops, res, res_fits = _residual_stage(ops, result, acc, res, host, channels, chan, kind, mode)
+    chain = Chain(ops, result, acc, host)
+    kappas = [_kappa(*s) for s in _rows_steps(chain, channels, res, _KAPPA_LEVELS, kind)]
+    hs = [_residual_rescale(k) for k in kappas]
+    wide = [({**vals, res: _R0}, lo + h.qmin, hi + h.qmax) for (vals, lo, hi), h in zip(channels, hs)]
+    if any(max(abs(lo), abs(hi)) >= 1 << 31 for _, lo, hi in wide):
+        raise NotExact(f"the {kind} accumulator plus the residual in its units can wrap (i32 overflow)")
+    fits = fit_channels(chain, wide, chan, f"{kind} with the residual added", mode)
+    gs = [f.rescale for f in fits]
+    if any(g.multiplier < 0 for g in gs):
+        raise NotExact(f"the {kind} requantization decreases in the accumulator")
+    differing, span = _measure(chain, channels, res, gs, hs, kind)
+    if mode is RequantMode.EXACT and sum(differing):
+        raise NotExact(f"the {kind} requantization with the residual added differs on {sum(differing)} "
+                       f"(accumulator, residual) pairs")
+    return AccumulatorResidualFit(gs, hs, differing, span, res_fits)
+
+
+def _residual_stage(ops: list[ir.Operation], result: ir.Value, acc: ir.Value, res: ir.Value, host, channels: list,
+                    chan, kind: str, mode: RequantMode) -> tuple[list, ir.Value, list | None]:
+    """(the chain's ops after the residual's own requantization, the residual's int8 value, that
+    requantization's fits): an i32 residual (another conv's accumulator: IREE fuses ResNet's
+    downsample conv into this dispatch) is requantized to int8 on its own first, fitted on
+    |r| <= 2^30 as requant.py fits one; an int8 residual is its own value."""
+    if type_name(res.type) == "i8":
+        return ops, res, None
+    final = backward_slice(ops, result)
+    own = [(q, s) for q, s in first_ints(ops, final, result) if reads(s, res) and not reads(s, acc)]
+    if type_name(res.type) != "i32" or len(own) != 1 or type_name(own[0][0].type) != "i8":
+        raise NotExact(f"the {type_name(res.type)} residual added to the accumulator is not requantized to int8 "
+                       f"on its own first")
+    (q_res, stage), = own
+    rest = [o for o in ops if o not in stage]
+    if reads(rest, res):
+        raise NotExact("the requantization reads the i32 residual besides its int8 value")
+    fits = fit_channels(Chain(stage, q_res, res, host), [(v, -RESIDUAL_I32_BOUND, RESIDUAL_I32_BOUND)
+                                                        for v, _, _ in channels], chan, f"{kind} residual (i32)", mode)
+    if mode is RequantMode.ONE_STEP and any(f.differing for f in fits):
+        # A residual level one off moves the sum by the residual's step, which may be more than
+        # one output step: not priced here (requant_compose does it for ONNX Runtime's form).
+        raise NotExact("the i32 residual's own rescale is not exact, and its level one off is not priced at the result")
+    return rest, q_res, fits
+
+
+def _rows_steps(chain: Chain, channels: list, res: ir.Value, levels, kind: str):
+    """Per channel: (steps, genuine), (len(levels), 255) arrays: the step points of q_c(., r) for
+    each residual level r of `levels`, level k (-127..127) at column k + 127 (lo where the level
+    is reached at the start of the range, hi + 1 where never), and where they are step points
+    inside the range."""
+    per = max(1, _ROWS_PER_BATCH // len(levels))
+    for first in range(0, len(channels), per):
+        batch = channels[first:first + per]
+        rows = [({**vals, res: r}, lo, hi) for vals, lo, hi in batch for r in levels]
+        steps = np.empty((len(rows), 255), np.int64)
+        genuine = np.zeros((len(rows), 255), bool)
+        for i, ((direction, (qlo, qhi, ts)), (_, lo, hi)) in enumerate(zip(batched_step_points(chain, rows, kind),
+                                                                           rows)):
+            if direction < 0:
+                raise NotExact(f"the {kind} requantization decreases in the accumulator")
+            steps[i] = np.where(np.arange(-127, 128) <= qlo, lo, hi + 1)
+            steps[i, qlo + 128:qhi + 128] = ts
+            genuine[i, qlo + 128:qhi + 128] = True
+        shape = (len(batch), len(levels), 255)
+        yield from zip(steps.reshape(shape), genuine.reshape(shape))
+
+
+def _kappa(steps: np.ndarray, genuine: np.ndarray) -> float:
+    """The step points' shift per residual level (T_k(r) ~ tau_k - kappa r), least squares over
+    the levels at least two of the residual levels reach inside the range."""
+    n = genuine.sum(0)
+    use = n >= 2
+    if not use.any():
+        return 0.0
+    r = np.asarray(_KAPPA_LEVELS, np.float64)[:, None]
+    t, w = steps[:, use].astype(np.float64), genuine[:, use]
+    r_dev = r - (r * w).sum(0) / n[use]
+    t_dev = t - (t * w).sum(0) / n[use]
+    den = (w * r_dev ** 2).sum()
+    return float(-(w * r_dev * t_dev).sum() / den) if den else 0.0
+
+
+def _residual_rescale(kappa: float) -> Rescale:
+    """h(r) = round(kappa (r - r0)) as a rescale of r, its clamp the values it takes."""
+    shift = int(np.clip(30 - int(np.ceil(np.log2(abs(kappa) + 1))), 0, 40))
+    m = int(round(kappa * (1 << shift)))
+    h = Rescale(-_R0, m, (1 << shift) >> 1, shift, -(1 << 62), 1 << 62)
+    vals = h(np.arange(-128, 128))
+    return Rescale(h.offset, m, h.rounding, shift, int(vals.min()), int(vals.max()))
+
+
+def _measure(chain: Chain, channels: list, res: ir.Value, gs: list[Rescale], hs: list[Rescale],
+             kind: str) -> tuple[list[int], list[int]]:
+    """Per channel: the (accumulator, residual level) pairs on which G_c(a + h_c(r)) differs from
+    the chain, and the summed step spans; NotExact where a pair is more than one step off."""
+    differing, spans = [], []
+    per = max(1, _ROWS_PER_BATCH // 256)
+    for first in range(0, len(channels), per):
+        batch = list(range(first, min(first + per, len(channels))))
+        steps, genuine, ours = _chain_step_points(chain, [channels[c] for c in batch], res,
+                                                  [gs[c] for c in batch], [hs[c] for c in batch])
+        for i, c in enumerate(batch):
+            t, u, g = steps[i], ours[i], genuine[i]
+            first_pt, last_pt = np.minimum(t, u), np.maximum(t, u)
+            overlap = np.any(last_pt[:, :-1] > first_pt[:, 1:], 1)
+            if overlap.any():
+                raise NotExact(f"{kind} with the residual added, channel {c}, residual level "
+                               f"{int(np.argmax(overlap)) - 128}: the nearest integer rescale is more than one "
+                               f"output step off")
+            differing.append(int((last_pt - first_pt).sum()))
+            _, lo, hi = channels[c]
+            top = np.where(g, t, lo - 1).max(1)
+            bottom = np.where(g, t, hi + 1).min(1)
+            spans.append(int(np.where(g.any(1), top - bottom + 1, 0).sum()))
+    return differing, spans
+
+
+def _chain_step_points(chain: Chain, channels: list, res: ir.Value, gs: list[Rescale], hs: list[Rescale]):
+    """(steps, genuine, ours), (channels, 256, 255) arrays as `_rows_steps`' for every residual
+    level of `channels`, and the same of G_c(. + h_c(r)). The chain's step points are
+    searched from ours: T_k = U_k where f(U_k - 1) < k <= f(U_k) (f non-decreasing), which
+    holds at most (row, level) pairs; the others are bisected."""
+    levels, ks = np.arange(-128, 128), np.arange(-127, 128)
+    n = len(channels)
+    lo = np.repeat([c[1] for c in channels], 256)[:, None].astype(np.int64)
+    hi = np.repeat([c[2] for c in channels], 256)[:, None].astype(np.int64)
+    ours = np.concatenate([np.clip(rescale_step_points(g, ks, c[1] + h.qmin, c[2] + h.qmax)[None, :]
+                                   - h(levels)[:, None], c[1], c[2] + 1) for g, h, c in zip(gs, hs, channels)])
+    f = chain.for_channels([{**vals, res: r} for vals, _, _ in channels for r in levels])
+    ends = f(np.concatenate([lo, hi], 1)).astype(np.int64)
+    qlo, qhi = ends[:, :1], ends[:, 1:]
+    at = f(np.concatenate([np.maximum(ours - 1, lo), np.minimum(ours, hi)], 1)).astype(np.int64)
+    below, reached = at[:, :255], at[:, 255:]
+    k = ks[None, :]
+    holds = np.where(ours == lo, qlo >= k, np.where(ours > hi, qhi < k, (below < k) & (reached >= k)))
+    steps = ours.copy()
+    rows, cols = np.nonzero(~holds)
+    if len(rows):  # one unit off first (f32 rounding), then bisected
+        g = f.channel_rows(rows)
+        fg = lambda a: g(a[:, None])[:, 0]  # noqa: E731
+        u, kk, r_lo, r_hi = ours[rows, cols], ks[cols], lo[rows, 0], hi[rows, 0]
+        up = (u <= hi[rows, 0]) & (reached[rows, cols] < kk)
+        near = np.clip(np.where(up, u + 1, u - 2), r_lo, r_hi)
+        at_near = fg(near)
+        one_off = np.where(up, (u + 1 <= r_hi) & (at_near >= kk), (u - 1 > r_lo) & (at_near < kk))
+        steps[rows, cols] = np.where(up, u + 1, u - 1)
+        far = np.nonzero(~one_off)[0]
+        if len(far):
+            g2 = f.channel_rows(rows[far])
+            steps[rows[far], cols[far]] = _bisect(lambda a: g2(a[:, None])[:, 0], kk[far], r_lo[far] - 1,
+                                                  r_hi[far] + 1, r_lo[far])
+    genuine = (k > qlo) & (k <= qhi)
+    shape = (n, 256, 255)
+    return steps.reshape(shape), genuine.reshape(shape), ours.reshape(shape)

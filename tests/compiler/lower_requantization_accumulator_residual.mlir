@@ -1,0 +1,80 @@
+// torq-lower-requantization on PT2E's conv + add + relu (X86InductorQuantizer
+// quantizes them as one pattern): the accumulator is dequantized, the int8
+// residual too, they are added and only the sum is quantized, so there is no
+// int8 value of the accumulator alone. The integer form adds the residual in
+// accumulator units (its own per-channel rescale, i64) to the accumulator,
+// then rescales the sum (compiler/requant_acc_residual.py); lowered to TorqHL,
+// the residual is an epilogue operand of the matmul.
+// RUN: torq-opt %s --pass-pipeline='builtin.module(torq-lower-requantization)' | FileCheck %s
+// RUN: torq-opt %s --pass-pipeline='builtin.module(torq-lower-requantization,torq-lower-to-torq-hl)' | FileCheck %s --check-prefix=HL
+
+// CHECK-LABEL: func.func @accumulator_residual(
+// CHECK-NOT: arith.sitofp
+// CHECK: linalg.generic {{.*}} ins(%{{.*}}, %arg1,
+// CHECK: ^bb0(%[[A:[^:]+]]: i32, %[[R:[^:]+]]: i8
+// CHECK: %[[A64:.+]] = arith.extsi %[[A]] : i32 to i64
+// CHECK: %[[R64:.+]] = arith.extsi %[[R]] : i8 to i64
+// CHECK: %[[H:.+]] = arith.minsi
+// CHECK: %[[SUM:.+]] = arith.addi %[[A64]], %[[H]] : i64
+// CHECK: arith.muli
+// CHECK: arith.shrsi {{.*}} : i64
+// CHECK: arith.trunci {{.*}} : i64 to i8
+// HL: torq_hl.matmul
+// HL-SAME: {axes = [0, 1], operand = 2 : i64}
+
+#lhs = affine_map<(d0, d1, d2) -> (d0, d2)>
+#rhs = affine_map<(d0, d1, d2) -> (d1, d2)>
+#acc = affine_map<(d0, d1, d2) -> (d0, d1)>
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#ch = affine_map<(d0, d1) -> (d1)>
+func.func @accumulator_residual(%arg0: tensor<16x8xi8>, %arg1: tensor<16x4xi8>) -> tensor<16x4xi8>
+    attributes {torq.dispatch, torq.host_fma = true} {
+  %w = arith.constant dense<[[1, 127, -3, 5, 9, -100, 17, 2], [-1, 127, 3, 8, -9, 50, 1, -2],
+                             [1, -128, 33, -5, 9, 10, -17, 20], [-1, 100, 7, 65, -40, 0, 11, -2]]> : tensor<4x8xi8>
+  %sw = arith.constant dense<[6.13e-03, 4.2e-03, 7.7e-03, 5.1e-03]> : tensor<4xf32>
+  %bias = arith.constant dense<[0.25, -0.5, 0.125, 0.0]> : tensor<4xf32>
+  %sx = arith.constant 2.130000e-02 : f32
+  %sr = arith.constant 3.070000e-02 : f32
+  %sy = arith.constant 4.130000e-02 : f32
+  %zy = arith.constant -1.280000e+02 : f32
+  %zero = arith.constant 0.000000e+00 : f32
+  %hi = arith.constant 1.270000e+02 : f32
+  %zr = arith.constant 15 : i16
+  %c0 = arith.constant 0 : i32
+  %out = tensor.empty() : tensor<16x4xi8>
+  %e = tensor.empty() : tensor<16x4xi32>
+  %init = linalg.fill ins(%c0 : i32) outs(%e : tensor<16x4xi32>) -> tensor<16x4xi32>
+  %mm = linalg.generic {indexing_maps = [#lhs, #rhs, #acc], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%arg0, %w : tensor<16x8xi8>, tensor<4x8xi8>) outs(%init : tensor<16x4xi32>) {
+  ^bb0(%a: i8, %b: i8, %o: i32):
+    %a32 = arith.extsi %a : i8 to i32
+    %b32 = arith.extsi %b : i8 to i32
+    %p = arith.muli %a32, %b32 : i32
+    %s = arith.addi %o, %p : i32
+    linalg.yield %s : i32
+  } -> tensor<16x4xi32>
+  %q = linalg.generic {indexing_maps = [#id, #ch, #ch, #id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%mm, %sw, %bias, %arg1 : tensor<16x4xi32>, tensor<4xf32>, tensor<4xf32>, tensor<16x4xi8>)
+      outs(%out : tensor<16x4xi8>) {
+  ^bb0(%acc_v: i32, %swc: f32, %bc: f32, %res: i8, %o: i8):
+    %r16 = arith.extsi %res : i8 to i16
+    %rz = arith.subi %r16, %zr : i16
+    %rf = arith.sitofp %rz : i16 to f32
+    %rd = arith.mulf %rf, %sr : f32
+    %f = arith.sitofp %acc_v : i32 to f32
+    %m1 = arith.mulf %f, %sx : f32
+    %m2 = arith.mulf %m1, %swc : f32
+    %y = arith.addf %m2, %bc : f32
+    %sum = arith.addf %y, %rd : f32
+    %pos = arith.cmpf ugt, %sum, %zero : f32
+    %relu = arith.select %pos, %sum, %zero : f32
+    %d = arith.divf %relu, %sy : f32
+    %rq = math.roundeven %d : f32
+    %t = arith.addf %rq, %zy : f32
+    %c1 = arith.maxnumf %t, %zy : f32
+    %c2 = arith.minnumf %c1, %hi : f32
+    %qv = arith.fptosi %c2 : f32 to i8
+    linalg.yield %qv : i8
+  } -> tensor<16x4xi8>
+  return %q : tensor<16x4xi8>
+}
