@@ -141,7 +141,7 @@ from .requant_split import (
 from .requant_stages import Channels, StageSplitter
 from .requant_summary import Composition, RequantSummary
 from .requant_tail import HostTail, accumulator_tail, split_tail, tail_text
-from .requant_zero_point import ZeroPointCorrection, zero_point_correction
+from .requant_zero_point import ZeroPointCorrection, fold_zero_products, zero_point_correction
 from .rescale_fit import NotExact, Rescale
 from .rescale_pairs import SumRescale
 
@@ -260,7 +260,8 @@ def _plan(op: ir.Operation, known: Known, host, mode: RequantMode) -> _Plan | No
     block = op.regions[0].blocks[0]
     corr = zero_point_correction(op, acc_index, con, known)
     acc_v = corr.corrected if corr else block.arguments[acc_index]
-    skip = {acc_index, *(corr.operands if corr else ())}
+    skip = {acc_index, *(corr.operands if corr else ()), *(a.arg_number for a in block.arguments[:n_inputs(op)]
+                                                             if not list(a.uses))}
     if not any(o.name == "arith.fptosi" for o in body):
         return _accumulator_tail_plan(op, acc_index, known, kind)
     result, ops, tail, result_index = _quantized_result(op, body)
@@ -550,6 +551,7 @@ def lower_float_requantization(func: ir.Operation, arg_constants, host,
     plans = []
     for op in [o.operation for o in block.operations]:
         if is_float_requant(op):
+            fold_zero_products(op, known)
             plan = _plan(op, known, host, mode)
             if plan is not None:
                 plans.append(plan)

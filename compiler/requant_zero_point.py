@@ -117,3 +117,38 @@ def prologue_lines(corr: ZeroPointCorrection, op: ir.Operation, acc_name: str, o
         names[o.results[0]] = f"%zp{j}"
         lines.append(f"%zp{j} = arith.{_INT_OPS[o.name]} {names[o.operands[0]]}, {names[o.operands[1]]} : i32")
     return names[corr.corrected]
+
+
+def fold_zero_products(op: ir.Operation, known) -> int:
+    """Replaces, in requantization `op`'s body, each integer product by a block argument whose
+    known value is all zeros (read through trunci / extsi) with a zero, erasing what only it
+    read; returns how many. PT2E's per-channel weights carry int64 zero points, all 0: IREE's
+    correction of a 1x1 conv after a padded buffer multiplies them by the input's sums per
+    position (an i32 tensor another dispatch computes: ResNet-50's and MobileNetV2's last
+    convs), which then looks like a second tensor the requantization reads. 0 * x is 0 in
+    wrapping i32 arithmetic, so the body computes what it did."""
+    block = op.regions[0].blocks[0]
+    args = list(block.arguments)
+
+    def zeros(v: ir.Value) -> bool:
+        while not isinstance(v.owner, ir.Block) and v.owner.name in ("arith.trunci", "arith.extsi"):
+            v = v.owner.operands[0]
+        if v not in args or args.index(v) >= n_inputs(op):
+            return False
+        c = known(op.operands[args.index(v)])
+        return c is not None and c.size > 0 and not c.any()
+
+    folded = 0
+    for o in [o for o in region_ops(op) if o.name == "arith.muli" and any(zeros(x) for x in o.operands)]:
+        with ir.InsertionPoint(o), o.location:
+            zero = ir.Operation.create("arith.constant", results=[o.results[0].type],
+                                       attributes={"value": ir.IntegerAttr.get(o.results[0].type, 0)})
+        o.results[0].replace_all_uses_with(zero.results[0])
+        dead = [o]
+        while dead:
+            d = dead.pop()
+            feeders = [x.owner for x in d.operands if not isinstance(x.owner, ir.Block)]
+            d.erase()
+            dead += [f for f in feeders if f.name in ("arith.trunci", "arith.extsi") and not list(f.results[0].uses)]
+        folded += 1
+    return folded

@@ -141,3 +141,46 @@ def test_pt2e_residual_adds_run_on_the_npu():
     checks = [c for c in cm.last_checks if c["max_steps"] is not None]
     assert len(checks) >= 5 and max(c["max_steps"] for c in checks) <= 1, checks
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < REL_L2_LIMIT
+
+
+class WideHead(torch.nn.Module):
+    """MobileNetV2's head: a 320 -> 1280 1x1 conv + BatchNorm + ReLU6 on a 7x7 map, then the
+    average pool and the classifier. At this size IREE writes the conv's result into a padded
+    buffer for the pool and corrects its accumulator by the weights' int64 zero points (all 0)
+    times the input's sums per position, an i32 tensor of another dispatch."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Sequential(torch.nn.Conv2d(8, 320, 3, padding=1), torch.nn.BatchNorm2d(320))
+        self.last = torch.nn.Sequential(torch.nn.Conv2d(320, 1280, 1), torch.nn.BatchNorm2d(1280), torch.nn.ReLU6())
+        self.fc = torch.nn.Linear(1280, 10)
+
+    def forward(self, x):
+        y = self.last(self.conv(x))
+        return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(y, 1), 1))
+
+
+def test_pt2e_zero_point_product_folds():
+    """The product of the all-zero weight zero points and the sums folds to 0
+    (requant_zero_point.fold_zero_products): the 1x1 conv runs on the NPU, within one output
+    step of its llvm-cpu copy, the model close to llvm-cpu."""
+    from iree.turbine import aot
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 8, 7, 7)
+    graph = torch.export.export(WideHead().eval(), (x,)).module()
+    quantizer = xiq.X86InductorQuantizer().set_global(xiq.get_default_x86_inductor_quantization_config())
+    prepared = prepare_pt2e(graph, quantizer)
+    for _ in range(4):
+        prepared(torch.randn(1, 8, 7, 7))
+    text = str(aot.export(convert_pt2e(prepared), x).mlir_module)
+    ref = llvm_cpu(text, x.numpy())
+    cm = torq.compile(text, remarks=io.StringIO(), flags=("--torq-check-dispatches",))
+    wide = [d for d in cm.report.dispatches if d.macs == 320 * 1280 * 49]
+    assert len(wide) == 1 and wide[0].executor == "torq", [(d.executor, d.macs, d.reason) for d in cm.report.dispatches]
+    y = cm(x.numpy())
+    checks = [c for c in cm.last_checks if c["max_steps"] is not None]
+    assert checks and max(c["max_steps"] for c in checks) <= 1, checks
+    assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < REL_L2_LIMIT
