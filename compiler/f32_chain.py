@@ -342,8 +342,10 @@ class _Evaluation:
 
     def __init__(self, chain: Chain, a: np.ndarray, check: bool, extra: tuple, constants: list | None):
         self.chain, self.check, self.constants = chain, check, constants
-        if chain.acc_scale is None:
-            self.env: dict = {chain.acc: _Val(np.asarray(a, np.int64), 1, type_name(chain.acc.type))}
+        if chain.acc_scale is None and type_name(chain.acc.type) == "f32":  # an f32 value as it is
+            self.env: dict = {chain.acc: _Val(np.asarray(a, np.float32), 1, "f32")}
+        elif chain.acc_scale is None:
+            self.env = {chain.acc: _Val(np.asarray(a, np.int64), 1, type_name(chain.acc.type))}
         else:  # S * scale is exact in f64 (|S| < 2^29, a 24-bit scale), then rounded once
             self.env = {chain.acc: _Val((np.asarray(a, np.float64) * chain.acc_scale).astype(np.float32),
                                         _sign(chain.acc_scale), "f32")}

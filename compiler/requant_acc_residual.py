@@ -30,6 +30,7 @@ overlap is a value two steps off, which refuses).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from iree.compiler import ir
@@ -97,7 +98,10 @@ def fit_accumulator_residual(ops: list[ir.Operation], result: ir.Value, acc: ir.
     gs = [f.rescale for f in fits]
     if any(g.multiplier < 0 for g in gs):
         raise NotExact(f"the {kind} requantization decreases in the accumulator")
-    differing, span = _measure(chain, channels, res, gs, hs, kind)
+    split = _split_at_join(ops, result, acc, res, host, channels)
+    step_points = partial(_chain_step_points, chain=chain) if split is None else \
+        partial(_threshold_step_points, **split)
+    differing, span = _measure(step_points, channels, res, gs, hs, kind)
     if mode is RequantMode.EXACT and sum(differing):
         raise NotExact(f"the {kind} requantization with the residual added differs on {sum(differing)} "
                        f"(accumulator, residual) pairs")
@@ -176,7 +180,7 @@ def _residual_rescale(kappa: float) -> Rescale:
     return Rescale(h.offset, m, h.rounding, shift, int(vals.min()), int(vals.max()))
 
 
-def _measure(chain: Chain, channels: list, res: ir.Value, gs: list[Rescale], hs: list[Rescale],
+def _measure(step_points, channels: list, res: ir.Value, gs: list[Rescale], hs: list[Rescale],
              kind: str) -> tuple[list[int], list[int]]:
     """Per channel: the (accumulator, residual level) pairs on which G_c(a + h_c(r)) differs from
     the chain, and the summed step spans; NotExact where a pair is more than one step off."""
@@ -184,8 +188,8 @@ def _measure(chain: Chain, channels: list, res: ir.Value, gs: list[Rescale], hs:
     per = max(1, _ROWS_PER_BATCH // 256)
     for first in range(0, len(channels), per):
         batch = list(range(first, min(first + per, len(channels))))
-        steps, genuine, ours = _chain_step_points(chain, [channels[c] for c in batch], res,
-                                                  [gs[c] for c in batch], [hs[c] for c in batch])
+        steps, genuine, ours = step_points([channels[c] for c in batch], res, [gs[c] for c in batch],
+                                           [hs[c] for c in batch])
         for i, c in enumerate(batch):
             t, u, g = steps[i], ours[i], genuine[i]
             first_pt, last_pt = np.minimum(t, u), np.maximum(t, u)
@@ -202,7 +206,14 @@ def _measure(chain: Chain, channels: list, res: ir.Value, gs: list[Rescale], hs:
     return differing, spans
 
 
-def _chain_step_points(chain: Chain, channels: list, res: ir.Value, gs: list[Rescale], hs: list[Rescale]):
+def _ours(channels: list, gs: list[Rescale], hs: list[Rescale]) -> np.ndarray:
+    """(channels * 256, 255): the step points of G_c(. + h_c(r)) on each channel's range."""
+    levels, ks = np.arange(-128, 128), np.arange(-127, 128)
+    return np.concatenate([np.clip(rescale_step_points(g, ks, c[1] + h.qmin, c[2] + h.qmax)[None, :]
+                                   - h(levels)[:, None], c[1], c[2] + 1) for g, h, c in zip(gs, hs, channels)])
+
+
+def _chain_step_points(channels: list, res: ir.Value, gs: list[Rescale], hs: list[Rescale], chain: Chain):
     """(steps, genuine, ours), (channels, 256, 255) arrays as `_rows_steps`' for every residual
     level of `channels`, and the same of G_c(. + h_c(r)). The chain's step points are
     searched from ours: T_k = U_k where f(U_k - 1) < k <= f(U_k) (f non-decreasing), which
@@ -211,8 +222,7 @@ def _chain_step_points(chain: Chain, channels: list, res: ir.Value, gs: list[Res
     n = len(channels)
     lo = np.repeat([c[1] for c in channels], 256)[:, None].astype(np.int64)
     hi = np.repeat([c[2] for c in channels], 256)[:, None].astype(np.int64)
-    ours = np.concatenate([np.clip(rescale_step_points(g, ks, c[1] + h.qmin, c[2] + h.qmax)[None, :]
-                                   - h(levels)[:, None], c[1], c[2] + 1) for g, h, c in zip(gs, hs, channels)])
+    ours = _ours(channels, gs, hs)
     f = chain.for_channels([{**vals, res: r} for vals, _, _ in channels for r in levels])
     ends = f(np.concatenate([lo, hi], 1)).astype(np.int64)
     qlo, qhi = ends[:, :1], ends[:, 1:]
@@ -237,5 +247,107 @@ def _chain_step_points(chain: Chain, channels: list, res: ir.Value, gs: list[Res
             steps[rows[far], cols[far]] = _bisect(lambda a: g2(a[:, None])[:, 0], kk[far], r_lo[far] - 1,
                                                   r_hi[far] + 1, r_lo[far])
     genuine = (k > qlo) & (k <= qhi)
+    shape = (n, 256, 255)
+    return steps.reshape(shape), genuine.reshape(shape), ours.reshape(shape)
+
+
+def _split_at_join(ops: list[ir.Operation], result: ir.Value, acc: ir.Value, res: ir.Value, host,
+                   channels: list) -> dict | None:
+    """The chain as Q_r(B_c(a)): B_c the f32 value of the accumulator alone that the first op
+    reading both the accumulator and the residual adds, Q_r what follows, reading no per-channel
+    value and non-decreasing in B (checked per residual level). Then q(a, r) >= k iff
+    B_c(a) >= theta[r, k], a threshold no channel changes (`_thresholds`), and step points
+    need B alone: {"b_chain": B's chain, "theta": the thresholds}; None when the chain is not
+    of that form (B a product llvm-cpu may fuse into the add's FMA either way, say)."""
+    acc_dep, res_dep = _dependents(ops, acc), _dependents(ops, res)
+    join = next((o for o in ops if any(v in acc_dep for v in o.operands) and any(v in res_dep for v in o.operands)),
+                None)
+    if join is None:
+        return None
+    b = next(v for v in join.operands if v in acc_dep)
+    if b in res_dep or type_name(b.type) != "f32" or b.owner.name == "arith.mulf":
+        return None
+    b_ops = backward_slice(ops, b)
+    q_ops = [o for o in ops if o not in b_ops]
+    inside = {r for o in q_ops for r in o.results}
+    reads = [v for o in q_ops for v in o.operands if v not in inside]
+    if any(v in acc_dep and v != b for v in reads) or \
+            any(v in vals for v in reads for vals, _, _ in channels[:1]):  # per-channel values
+        return None
+    b_chain = Chain(b_ops, b, acc, host)
+    ends = b_chain.for_channels([vals for vals, _, _ in channels])(np.array([[lo, hi] for _, lo, hi in channels]))
+    theta = _thresholds(Chain(q_ops, result, b, host), res, np.float32(ends.min()), np.float32(ends.max()))
+    return None if theta is None else {"b_chain": b_chain, "theta": theta}
+
+
+def _dependents(ops: list[ir.Operation], v: ir.Value) -> set:
+    """`v` and the values of `ops` computed from it."""
+    out = {v}
+    for o in ops:
+        if any(x in out for x in o.operands):
+            out.update(o.results)
+    return out
+
+
+def _key(v: np.ndarray) -> np.ndarray:
+    """f32 values as integers in the same order (-0 and +0 one key)."""
+    bits = np.asarray(v, np.float32).view(np.int32).astype(np.int64)
+    return np.where(bits >= 0, bits, -(bits & 0x7FFFFFFF))
+
+
+def _from_key(k: np.ndarray) -> np.ndarray:
+    k = np.asarray(k, np.int64)
+    return np.where(k >= 0, k, (-k) | 0x80000000).astype(np.uint32).view(np.float32)
+
+
+def _thresholds(q_chain: Chain, res: ir.Value, vlo: np.float32, vhi: np.float32) -> np.ndarray | None:
+    """(256, 255): per residual level r and output level k (-127..127), the least f32 value v
+    in [vlo, vhi] with Q_r(v) >= k (+inf where none), bisected on the f32 order; None unless
+    every Q_r is non-decreasing on [vlo, vhi] (the chain's direction analysis)."""
+    levels = np.arange(-128, 128)
+    for r in levels:
+        try:
+            if q_chain.for_channel({res: r}).evaluate(np.array([vlo, vhi], np.float32), check=True).dir not in (0, 1):
+                return None
+        except NotExact:
+            return None
+    q = q_chain.for_channels([{res: r} for r in levels])
+    ks = np.broadcast_to(np.arange(-127, 128), (256, 255))
+    first, last = int(_key(vlo)), int(_key(vhi))
+    t = _bisect(lambda k: q(_from_key(k)), ks, np.full(ks.shape, first - 1), np.full(ks.shape, last + 1),
+                np.full(ks.shape, first))
+    return np.where(t > last, np.float32(np.inf), _from_key(np.minimum(t, last)))
+
+
+def _threshold_step_points(channels: list, res: ir.Value, gs: list[Rescale], hs: list[Rescale], b_chain: Chain,
+                           theta: np.ndarray):
+    """`_chain_step_points` from the thresholds: T_k = min{a : B_c(a) >= theta[r, k]}, searched
+    from ours as there, with B alone evaluated (once per channel, not per residual level)."""
+    n = len(channels)
+    lo = np.array([c[1] for c in channels], np.int64)[:, None]
+    hi = np.array([c[2] for c in channels], np.int64)[:, None]
+    ours = _ours(channels, gs, hs).reshape(n, 256 * 255)
+    b = b_chain.for_channels([vals for vals, _, _ in channels])
+    th = np.tile(theta.reshape(1, -1), (n, 1))
+    ends = b(np.concatenate([lo, hi], 1))
+    at = b(np.concatenate([np.maximum(ours - 1, lo), np.minimum(ours, hi)], 1))
+    below, reached = at[:, :ours.shape[1]], at[:, ours.shape[1]:]
+    holds = np.where(ours == lo, ends[:, :1] >= th, np.where(ours > hi, ends[:, 1:] < th, (below < th) & (reached >= th)))
+    steps = ours.copy()
+    rows, cols = np.nonzero(~holds)
+    if len(rows):  # one unit off first (f32 rounding), then bisected
+        u, t, r_lo, r_hi = ours[rows, cols], th[rows, cols], lo[rows, 0], hi[rows, 0]
+        up = (u <= r_hi) & (reached[rows, cols] < t)
+        near = np.clip(np.where(up, u + 1, u - 2), r_lo, r_hi)
+        at_near = b.channel_rows(rows)(near[:, None])[:, 0]
+        one_off = np.where(up, (u + 1 <= r_hi) & (at_near >= t), (u - 1 > r_lo) & (at_near < t))
+        steps[rows, cols] = np.where(up, u + 1, u - 1)
+        far = np.nonzero(~one_off)[0]
+        if len(far):
+            g = b.channel_rows(rows[far])
+            reach = lambda a: (g(a[:, None])[:, 0] >= t[far]).astype(np.int64)  # noqa: E731
+            steps[rows[far], cols[far]] = _bisect(reach, np.ones(len(far), np.int64), r_lo[far] - 1, r_hi[far] + 1,
+                                                  r_lo[far])
+    genuine = (ends[:, :1] < th) & (th <= ends[:, 1:])
     shape = (n, 256, 255)
     return steps.reshape(shape), genuine.reshape(shape), ours.reshape(shape)
