@@ -43,11 +43,18 @@ one.
 The fit of a tiling (super tiling, the address pass's error) is the footprint
 with one set and one placement of the step operands: resident bytes + one
 set's extent. Extra sets and step placements only use room that is left.
+
+A tile loop between the commands of another body (`host_body`: the function
+body, or an outer loop's body holding a peeled inner loop's last tile) is
+planned on its own, from the same base, except that it goes above the buffers
+that body computes before the loop and reads after it (`kept_across`: they
+have no DDR copy to load again from, and stay live while the loop runs); its
+footprint counts the bytes below it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from iree.compiler import ir
 
@@ -304,7 +311,8 @@ def plan_body(block: ir.Block, alignment: int, budget: int, slices: int, nbytes=
     requests = buffer_requests(events, nbytes, alias)
     # A body that also holds a tile loop (the last tile of a peeled inner loop runs after
     # it, in the outer loop's body) keeps nothing resident: the inner loop's plan places
-    # its buffers from the same base, so only buffers live between its own commands fit.
+    # its buffers from the same base (above only what it computes and keeps across the
+    # loop, `kept_across`), so only buffers live between its own commands fit.
     holds_loop = any(op.operation.name == "scf.for" and not is_reduction_loop(op.operation)
                      for op in block.operations)
     resident = {} if holds_loop else {r.key: k for r in requests if (k := invariant_loops(r.key, block))}
@@ -338,3 +346,45 @@ def plan_body(block: ir.Block, alignment: int, budget: int, slices: int, nbytes=
     # hold the same operand at once: the single placement's.
     return BodyPlan(offsets, resident, sets, stride, footprint, end,
                     res_alloc.peak + single.peak, events, chosen.step_offsets, requests)
+
+
+# -- bodies nested in a body -----------------------------------------------------
+
+def host_body(block: ir.Block, bodies) -> tuple[ir.Block, ir.Operation] | None:
+    """The nearest tile body (in `bodies`) around tile body `block`, and its op the
+    loop nest of `block` is in (a tile loop, run between that body's commands)."""
+    op = block.owner.operation if block.owner is not None else None
+    while op is not None and op.name != "func.func":
+        if op.block in bodies:
+            return op.block, op
+        op = op.block.owner.operation if op.block.owner is not None else None
+    return None
+
+
+def kept_across(plan: BodyPlan, block: ir.Block, loop: ir.Operation) -> list[BufferRequest]:
+    """The buffers of body `block` that its computes write before its op `loop` (a tile
+    loop nest) and that are read after it: they stay in LRAM while the loop runs, as
+    there is no DDR copy to load them again from (a DDR value is loaded again,
+    build_nss_program._reload_overwritten)."""
+    def top(op: ir.Operation) -> ir.Operation:  # the op of `block` holding `op`
+        while op.block != block:
+            op = op.block.owner.operation
+        return op
+
+    after, nxt = [], None
+    for e in reversed(plan.events):  # a DMA-in is at its compute's place
+        nxt = e.op if e.op is not None else nxt
+        after.append(not top(nxt).is_before_in_block(loop))
+    split = after[::-1].index(True) if True in after else len(after)
+    return [r for r in plan.requests
+            if r.start < split <= r.end and plan.events[r.start].kind == "compute"]
+
+
+def raised(plan: BodyPlan, floor: int, kept_bytes: int) -> BodyPlan:
+    """`plan` (made with the budget less `floor`) moved up by `floor` bytes, above the
+    buffers of the bodies around it that stay live while it runs (`kept_bytes` of them)."""
+    if not floor and not kept_bytes:
+        return plan
+    return replace(plan, offsets={v: o + floor for v, o in plan.offsets.items()},
+                   step_offsets={v: o + floor for v, o in plan.step_offsets.items()},
+                   footprint=plan.footprint + floor, end=plan.end + floor, peak=plan.peak + kept_bytes)

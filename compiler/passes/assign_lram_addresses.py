@@ -16,10 +16,13 @@ on each `torq_hl` op:
   (k mod sets) x stride to its per-tile offsets);
 - in a reduction loop whose steps are double-buffered: `torq.lram_step_operands`
   (per operand: the offset odd steps load it at, -1 for an operand loaded once).
-The function gets `torq.lram_peak` (highest sum of live bytes, program
-order) and `torq.lram_end` (highest byte used, all sets). A body whose
-footprint with one set does not fit `TorqHw.available_lram_bytes` is a
-compile error naming its first op.
+A tile loop's body placed between the commands of another body goes above
+the values that body computes before the loop and reads after it
+(`tile_schedule.kept_across`). The function gets `torq.lram_peak` (highest
+sum of live bytes, program order) and `torq.lram_end` (highest byte used,
+all sets). A body whose footprint with one set (the bytes below it
+included) does not fit `TorqHw.available_lram_bytes` is a compile error
+naming its first op.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ import functools
 from iree.compiler import ir
 
 from ..ir_utils import CompileError, functions, location_str, set_int_array
-from ..tile_schedule import BodyPlan, enclosing_loops, plan_body, tile_bodies
+from ..lram_allocator import align
+from ..tile_schedule import BodyPlan, enclosing_loops, host_body, kept_across, plan_body, raised, tile_bodies
 from ..vector_layout import padded_value_nbytes
 from . import PassOptions
 
@@ -37,11 +41,28 @@ NAME = "torq-assign-lram-addresses"
 
 
 def plan_bodies(func: ir.Operation, options: PassOptions, nbytes=None) -> list[tuple[ir.Block, BodyPlan]]:
-    """Each tile body's plan; `nbytes(value)` sizes its buffers (default: padded_value_nbytes)."""
+    """Each tile body's plan; `nbytes(value)` sizes its buffers (default: padded_value_nbytes).
+    A body nested in another (a tile loop between that body's commands) is placed above
+    the buffers that body keeps across the loop (`tile_schedule.kept_across`), and above
+    those the bodies around that one keep."""
     hw = options.hw
     nbytes = nbytes or functools.partial(padded_value_nbytes, hw=hw)
-    return [(b, plan_body(b, hw.lram_alignment, hw.available_lram_bytes, hw.slices, nbytes))
-            for b in tile_bodies(func)]
+    plans: dict = {}
+    below: dict = {}  # body -> (floor, bytes kept live under it)
+    for b in tile_bodies(func):
+        floor, kept_bytes = 0, 0
+        if (host := host_body(b, plans)) is not None:
+            hplan = plans[host[0]]
+            kept = kept_across(hplan, *host)
+            floor, kept_bytes = below[host[0]]
+            if kept:  # a host with several sets keeps them in each set's bytes
+                top = max(hplan.offsets[r.key] + r.size for r in kept) + (hplan.sets - 1) * hplan.set_stride
+                floor = max(floor, align(top, hw.lram_alignment))
+                kept_bytes += sum(r.size for r in kept)
+        below[b] = (floor, kept_bytes)
+        plans[b] = raised(plan_body(b, hw.lram_alignment, hw.available_lram_bytes - floor, hw.slices, nbytes),
+                          floor, kept_bytes)
+    return list(plans.items())
 
 
 def lram_footprint(func: ir.Operation, options: PassOptions) -> int:

@@ -266,8 +266,8 @@ class NssBuilder(DdrViews):
     def _reload_overwritten(self, local: dict, first: int) -> None:
         """A tile loop's body is planned on its own, from LRAM offset 0: a DDR value the
         computes around it loaded (`local`, or kept resident) where the loop's buffers (from
-        `first` on) went is loaded again when read after it. A computed value there is left
-        as it is (it has no DDR copy to reload): the program validator refuses the overlap."""
+        `first` on) went is loaded again when read after it. A computed value read after it
+        has no DDR copy to reload: the loop's plan went above it (tile_schedule.kept_across)."""
         written = [(b.offset, b.offset + b.size) for b in self.buffers[first:]]
 
         def overwritten(buf: int) -> bool:

@@ -17,7 +17,8 @@ vector_layout.roles_nbytes) and allocating them
 
 What it counts: the tile bodies inside every tile loop (full tiles). The last
 tile of a peeled loop is smaller than a full one and is left out, as is a body
-outside the loops (an op run once), which the final probe still checks. It
+outside the loops (an op run once) and what a body keeps below a loop
+(tile_schedule.kept_across), which the final probe still checks. It
 predicts only when the fit reproduces every probe of the family
 exactly, the point lies in the span of the probes (along the line of a 1-D
 search's probes; a 2-D family needs three probes not on one line), and every
