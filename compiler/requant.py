@@ -495,6 +495,8 @@ def _accumulator_tail_plan(op: ir.Operation, acc_index: int, known: Known, kind:
     users = [u.owner for u in op.results[0].uses]
     if len(users) != 1 or users[0].name != "func.return":
         raise NotExact(f"the f32 dequantize of the {kind} accumulator is not only the dispatch's result")
+    if indexing_maps(op)[acc_index] != indexing_maps(op)[-1]:  # the host tail reads the NPU result as it is
+        raise NotExact(f"the f32 dequantize of the {kind} accumulator writes it transposed")
     _, per = per_channel_constants(op, known, (acc_index,))
     tail = accumulator_tail(op, acc_index, per)
     return _Plan(op, acc_index, (), [], "i32", tail, next(u.operand_number for u in op.results[0].uses),

@@ -184,3 +184,41 @@ def test_pt2e_zero_point_product_folds():
     checks = [c for c in cm.last_checks if c["max_steps"] is not None]
     assert checks and max(c["max_steps"] for c in checks) <= 1, checks
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < REL_L2_LIMIT
+
+
+class PatchEmbed(torch.nn.Module):
+    """ViT's patch embedding: a stride-4 conv whose f32 output (the last quantized op's, left
+    unquantized by X86InductorQuantizer) is read as tokens, flatten(2).transpose(1, 2). IREE
+    writes the conv's dequantize transposed, in the conv's dispatch."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Conv2d(3, 16, 4, stride=4)
+        self.norm = torch.nn.LayerNorm(16)
+
+    def forward(self, x):
+        return self.norm(self.proj(x).flatten(2).transpose(1, 2))
+
+
+def test_pt2e_transposed_accumulator_dequantize_is_correct():
+    """The host computes an int8 conv's f32 dequantize from the accumulator the NPU writes, as
+    it is: one that writes the accumulator transposed stays on host whole (it was reshaped, not
+    transposed: rel L2 1.44 vs llvm-cpu on DeiT's patch embedding)."""
+    from iree.turbine import aot
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
+
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 32, 32)
+    graph = torch.export.export(PatchEmbed().eval(), (x,)).module()
+    quantizer = xiq.X86InductorQuantizer().set_global(xiq.get_default_x86_inductor_quantization_config())
+    prepared = prepare_pt2e(graph, quantizer)
+    for _ in range(4):
+        prepared(torch.randn(1, 3, 32, 32))
+    text = str(aot.export(convert_pt2e(prepared), x).mlir_module)
+    ref = llvm_cpu(text, x.numpy())
+    cm = torq.compile(text, remarks=io.StringIO())
+    conv = [d for d in cm.report.dispatches if d.macs == 16 * 48 * 64]
+    assert len(conv) == 1 and "writes it transposed" in conv[0].reason, cm.report.dispatches
+    y = cm(x.numpy())
+    assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < REL_L2_LIMIT
