@@ -127,7 +127,7 @@ from .requant_channels import (
     weight_rows,
 )
 from .requant_compose import PairTail, following
-from .requant_emit import rescale_generic
+from .requant_emit import permuted_copy, rescale_generic
 from .requant_float_contraction import F32_SUM_ERROR
 from .requant_split import (
     ActivationTable,
@@ -495,8 +495,6 @@ def _accumulator_tail_plan(op: ir.Operation, acc_index: int, known: Known, kind:
     users = [u.owner for u in op.results[0].uses]
     if len(users) != 1 or users[0].name != "func.return":
         raise NotExact(f"the f32 dequantize of the {kind} accumulator is not only the dispatch's result")
-    if indexing_maps(op)[acc_index] != indexing_maps(op)[-1]:  # the host tail reads the NPU result as it is
-        raise NotExact(f"the f32 dequantize of the {kind} accumulator writes it transposed")
     _, per = per_channel_constants(op, known, (acc_index,))
     tail = accumulator_tail(op, acc_index, per)
     return _Plan(op, acc_index, (), [], "i32", tail, next(u.operand_number for u in op.results[0].uses),
@@ -560,8 +558,13 @@ def lower_float_requantization(func: ir.Operation, arg_constants, host,
     # Everything is decided; only now is IR changed (no handles into erased IR survive).
     done = RequantLowering()
     for plan in plans:
-        if plan.accumulator_only:
-            _leave_tail_to_host(func, plan, plan.op.operands[plan.acc_index], done)
+        if plan.accumulator_only:  # the host tail reads the NPU's accumulator in the result's layout
+            acc = plan.op.operands[plan.acc_index]
+            maps = indexing_maps(plan.op)
+            if maps[plan.acc_index] != maps[-1]:
+                acc = inline_function_text(permuted_copy(acc.type, plan.op.results[0].type, maps[plan.acc_index],
+                                                         maps[-1]), plan.op, [acc])
+            _leave_tail_to_host(func, plan, acc, done)
             continue
         contraction = plan.op.operands[plan.acc_index].owner
         if F32_SUM_ERROR in contraction.attributes:  # consumed: the summary reports it

@@ -327,3 +327,22 @@ def pooling_function(red: ir.Operation, variables: list[int], pooled, red_chan: 
                       f"  %se = tensor.empty() : {sum_t}",
                       f"  %init = linalg.fill ins(%zero : i32) outs(%se : {sum_t}) -> {sum_t}", reduction,
                       f"  %e = tensor.empty() : {out_t}", quantize, f"  return %g : {out_t}", "}"])
+
+
+def permuted_copy(src_t: ir.Type, result_t: ir.Type, read: ir.AffineMap, write: ir.AffineMap) -> str:
+    """A module whose function @copy writes its i32 argument (`src_t`) read through `read` into
+    the layout of `result_t` through `write` (an accumulator the NPU writes transposed, for the
+    host's dequantize tail, which reads it as it is)."""
+    shape = static_shape(result_t)
+    out_t = f"tensor<{'x'.join(map(str, shape))}xi32>"
+    parallel = ", ".join(['"parallel"'] * read.n_dims)
+    return f"""
+func.func @copy(%acc: {src_t}) -> {out_t} {{
+  %e = tensor.empty() : {out_t}
+  %g = linalg.generic {{indexing_maps = [{ir.AffineMapAttr.get(read)}, {ir.AffineMapAttr.get(write)}],
+                       iterator_types = [{parallel}]}} ins(%acc : {src_t}) outs(%e : {out_t}) {{
+  ^bb0(%a: i32, %o: i32):
+    linalg.yield %a : i32
+  }} -> {out_t}
+  return %g : {out_t}
+}}"""
