@@ -592,27 +592,6 @@ def _leave_tail_to_host(func: ir.Operation, plan: _Plan, value: ir.Value, done: 
     plan.op.erase()
 
 
-def io_conversion_reason(func: ir.Operation) -> str:
-    """Why a dispatch that only quantizes an f32 tensor to int8, or dequantizes an int8 tensor
-    to f32 (a model's input QuantizeLinear, its output DequantizeLinear, or one IREE left
-    between f32 data movement ops), stays on host; "" for
-    any other dispatch. The slices compute no f32: in bf16 such a conversion would move values
-    by a step, so the host does it in f32 as the model states it."""
-    generics = [o for o in region_ops(func) if o.name == "linalg.generic"]
-    if len(generics) != 1 or n_inputs(generics[0]) != 1:
-        return ""
-    op = generics[0]
-    src = str(ir.RankedTensorType(op.operands[0].type).element_type)
-    dst = str(ir.RankedTensorType(op.results[0].type).element_type)
-    names = {o.name for o in region_ops(op)}
-    if src == "f32" and dst in ("i8", "ui8", "i16") and "arith.fptosi" in names:
-        return (f"quantize of an f32 tensor to {dst} (a QuantizeLinear): the slices compute no f32 "
-                f"and bf16 would move values by a step")
-    if src in ("i8", "ui8", "i16") and dst == "f32" and "arith.sitofp" in names and "arith.fptosi" not in names:
-        return f"dequantize of an {src} tensor to f32 (a DequantizeLinear): the slices produce no f32"
-    return ""
-
-
 def unused_arguments(func: ir.Operation) -> list[int]:
     """Indices of `func`'s arguments nothing reads."""
     return [a.arg_number for a in func.regions[0].blocks[0].arguments if not list(a.uses)]

@@ -33,7 +33,7 @@ from ..patterns import (
 )
 from ..patterns.model import steps_reduction
 from ..patterns.row_gather import GATHER_VIEW, INDEX_ELEMENT_TYPES
-from ..requant import io_conversion_reason
+from ..requant_tail import io_conversion_reason
 from . import PassOptions, convert_dtypes
 from .mark_in_place_updates import IN_PLACE_RESULTS
 

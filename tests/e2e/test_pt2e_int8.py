@@ -23,6 +23,21 @@ import torq
 from torq.compiler.torch_qdq import rewrite_uint8_activations
 
 
+def pt2e_export(model: torch.nn.Module, x: torch.Tensor) -> str:
+    """`model` quantized as torch users do (X86InductorQuantizer's default config, 4 random
+    calibration inputs of x's shape), exported by iree-turbine: MLIR text."""
+    from iree.turbine import aot
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
+
+    graph = torch.export.export(model.eval(), (x,)).module()
+    quantizer = xiq.X86InductorQuantizer().set_global(xiq.get_default_x86_inductor_quantization_config())
+    prepared = prepare_pt2e(graph, quantizer)
+    for _ in range(4):  # calibration
+        prepared(torch.randn(x.shape))
+    return str(aot.export(convert_pt2e(prepared), x).mlir_module)
+
+
 class ConvBlock(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -35,18 +50,9 @@ class ConvBlock(torch.nn.Module):
 
 @pytest.fixture(scope="module")
 def pt2e_mlir():
-    from iree.turbine import aot
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
-
     torch.manual_seed(0)
     x = torch.randn(1, 8, 24, 24)
-    graph = torch.export.export(ConvBlock().eval(), (x,)).module()
-    quantizer = xiq.X86InductorQuantizer().set_global(xiq.get_default_x86_inductor_quantization_config())
-    prepared = prepare_pt2e(graph, quantizer)
-    for _ in range(4):  # calibration
-        prepared(torch.randn(1, 8, 24, 24))
-    return str(aot.export(convert_pt2e(prepared), x).mlir_module), x.numpy()
+    return pt2e_export(ConvBlock(), x), x.numpy()
 
 
 def test_pt2e_uint8_rewrite_is_exact(pt2e_mlir):
@@ -118,18 +124,9 @@ def test_pt2e_residual_adds_run_on_the_npu():
     own) are integer rescales of the accumulator plus the residual in its units
     (compiler/requant_acc_residual.py); every conv on the NPU, each NPU dispatch within one
     output step of its llvm-cpu copy on the same inputs, the model close to llvm-cpu."""
-    from iree.turbine import aot
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
-
     torch.manual_seed(0)
     x = torch.randn(1, 8, 16, 16)
-    graph = torch.export.export(ResidualBlocks().eval(), (x,)).module()
-    quantizer = xiq.X86InductorQuantizer().set_global(xiq.get_default_x86_inductor_quantization_config())
-    prepared = prepare_pt2e(graph, quantizer)
-    for _ in range(4):
-        prepared(torch.randn(1, 8, 16, 16))
-    text = str(aot.export(convert_pt2e(prepared), x).mlir_module)
+    text = pt2e_export(ResidualBlocks(), x)
     ref = llvm_cpu(text, x.numpy())
     remarks = io.StringIO()
     cm = torq.compile(text, remarks=remarks, flags=("--torq-check-dispatches",))
@@ -164,18 +161,9 @@ def test_pt2e_zero_point_product_folds():
     """The product of the all-zero weight zero points and the sums folds to 0
     (requant_zero_point.fold_zero_products): the 1x1 conv runs on the NPU, within one output
     step of its llvm-cpu copy, the model close to llvm-cpu."""
-    from iree.turbine import aot
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
-
     torch.manual_seed(0)
     x = torch.randn(1, 8, 7, 7)
-    graph = torch.export.export(WideHead().eval(), (x,)).module()
-    quantizer = xiq.X86InductorQuantizer().set_global(xiq.get_default_x86_inductor_quantization_config())
-    prepared = prepare_pt2e(graph, quantizer)
-    for _ in range(4):
-        prepared(torch.randn(1, 8, 7, 7))
-    text = str(aot.export(convert_pt2e(prepared), x).mlir_module)
+    text = pt2e_export(WideHead(), x)
     ref = llvm_cpu(text, x.numpy())
     cm = torq.compile(text, remarks=io.StringIO(), flags=("--torq-check-dispatches",))
     wide = [d for d in cm.report.dispatches if d.macs == 320 * 1280 * 49]
@@ -205,18 +193,9 @@ def test_pt2e_transposed_accumulator_dequantize_is_correct():
     it is: one that writes the accumulator transposed has the NPU write it transposed (an i32
     copy after the conv). It was reshaped, not transposed: rel L2 1.44 vs llvm-cpu here, 1.41 on
     DeiT's patch embedding."""
-    from iree.turbine import aot
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
-
     torch.manual_seed(0)
     x = torch.randn(1, 3, 32, 32)
-    graph = torch.export.export(PatchEmbed().eval(), (x,)).module()
-    quantizer = xiq.X86InductorQuantizer().set_global(xiq.get_default_x86_inductor_quantization_config())
-    prepared = prepare_pt2e(graph, quantizer)
-    for _ in range(4):
-        prepared(torch.randn(1, 3, 32, 32))
-    text = str(aot.export(convert_pt2e(prepared), x).mlir_module)
+    text = pt2e_export(PatchEmbed(), x)
     ref = llvm_cpu(text, x.numpy())
     cm = torq.compile(text, remarks=io.StringIO())
     conv = [d for d in cm.report.dispatches if d.macs == 16 * 48 * 64]
