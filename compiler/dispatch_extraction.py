@@ -59,6 +59,7 @@ padding it does not fuse) and the dispatch reads the padded tensor.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -134,8 +135,10 @@ class ExtractedDispatch:
         (a cache hit keeps the name of the dispatch that filled it)."""
         lowering = _the_function_entry(reports.get(lower_requantization.NAME))
         if lowering is not None:
-            self.input_operands = [self.input_operands[k] for k in lowering.kept_arguments]
-            self.host_tails = dict(lowering.host_tails)
+            inputs = self.input_operands  # per original function argument
+            self.input_operands = [inputs[k] for k in lowering.kept_arguments]
+            self.host_tails = {k: dataclasses.replace(t, tensor_operands=[inputs[a] for a, _ in t.tensors])
+                               for k, t in lowering.host_tails.items()}
             self.host_heads = {j: lowering.host_heads[k] for j, k in enumerate(lowering.kept_arguments)
                                if k in lowering.host_heads}
             self.requant = list(lowering.rescaled)

@@ -15,9 +15,10 @@ from .ir_utils import block_ops, int_array, region_ops, static_shape, walk_ops
 from .requant_tail import HostTail
 
 
-def host_tail_dispatch(value: ir.Value, tail: HostTail, element_type: ir.Type) -> ir.Value:
+def host_tail_dispatch(value: ir.Value, tail: HostTail, element_type: ir.Type, tensors=()) -> ir.Value:
     """A host dispatch computing `tail` elementwise from `value` (a tensor of `element_type`
-    results, the same shape), at the insertion point."""
+    results, the same shape) and `tensors` (the tail's `%x<j>`, of the result's shape), at the
+    insertion point."""
     src = value.type
     shape = static_shape(src)
     result_type = ir.RankedTensorType.get(list(shape), element_type)
@@ -37,11 +38,23 @@ def host_tail_dispatch(value: ir.Value, tail: HostTail, element_type: ir.Type) -
     in_types = "".join(f", tensor<{len(values)}x{t}>" for _, t, values in tail.channel_values)
     maps = "".join(f", affine_map<({dims}) -> (d{dim})>" for dim, _, _ in tail.channel_values)
     args = "".join(f", %p{k}: {t}" for k, (_, t, _) in enumerate(tail.channel_values))
+    # Tensors of the result's shape, read elementwise (loaded like %x).
+    x_types = [str(t.type) for t in tensors]
+    x_ro = [f"!iree_tensor_ext.dispatch.tensor<readonly:{t}>" for t in x_types]
+    x_args = "".join(f", %xt{j}: {t}" for j, t in enumerate(x_types))
+    x_bind = "".join(f", %a{j}: {t}" for j, t in enumerate(x_ro))
+    x_loads = "".join(f"\n    %v{j} = iree_tensor_ext.dispatch.tensor.load %a{j}, offsets = [{zeros}], sizes = [{sizes}], "
+                      f"strides = [{ones}] : {r} -> {t}" for j, (t, r) in enumerate(zip(x_types, x_ro)))
+    ins += "".join(f", %v{j}" for j in range(len(x_types)))
+    in_types += "".join(f", {t}" for t in x_types)
+    maps += f", {ident}" * len(x_types)
+    args += "".join(f", %x{j}: {elt}" for j, (_, elt) in enumerate(tail.tensors))
+    operands = ", ".join(["%x"] + [f"%xt{j}" for j in range(len(x_types))])
     text = f"""
-util.func private @torq_host_tail(%x: {src}) -> {result_type} {{
-  %r = flow.dispatch.workgroups(%x) : ({src}) -> {result_type} =
-      (%a: {ro}, %b: {wo}) {{
-    %v = iree_tensor_ext.dispatch.tensor.load %a, offsets = [{zeros}], sizes = [{sizes}], strides = [{ones}] : {ro} -> {src}
+util.func private @torq_host_tail(%x: {src}{x_args}) -> {result_type} {{
+  %r = flow.dispatch.workgroups({operands}) : ({", ".join([str(src)] + x_types)}) -> {result_type} =
+      (%a: {ro}{x_bind}, %b: {wo}) {{
+    %v = iree_tensor_ext.dispatch.tensor.load %a, offsets = [{zeros}], sizes = [{sizes}], strides = [{ones}] : {ro} -> {src}{x_loads}
     %e = tensor.empty() : {result_type}{consts}
     %g = linalg.generic {{indexing_maps = [{ident}{maps}, {ident}], iterator_types = [{parallel}]}}
         ins(%v{ins} : {src}{in_types}) outs(%e : {result_type}) {{
@@ -51,7 +64,7 @@ util.func private @torq_host_tail(%x: {src}) -> {result_type} {{
     }} -> {result_type}
     iree_tensor_ext.dispatch.tensor.store %g, %b, offsets = [{zeros}], sizes = [{sizes}], strides = [{ones}] : {result_type} -> {wo}
 {dispatch_end(result_type)}"""
-    return clone_host_dispatch(text, [value])
+    return clone_host_dispatch(text, [value, *tensors])
 
 
 def ints_text(values) -> str:

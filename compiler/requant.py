@@ -140,7 +140,7 @@ from .requant_split import (
 )
 from .requant_stages import Channels, StageSplitter
 from .requant_summary import Composition, RequantSummary
-from .requant_tail import HostTail, accumulator_tail, split_tail, tail_text
+from .requant_tail import HostTail, accumulator_tail, result_layout_tensors, split_tail, tail_text
 from .requant_zero_point import ZeroPointCorrection, fold_zero_products, zero_point_correction
 from .rescale_fit import NotExact, Rescale
 from .rescale_pairs import SumRescale
@@ -495,12 +495,12 @@ def _accumulator_tail_plan(op: ir.Operation, acc_index: int, known: Known, kind:
     users = [u.owner for u in op.results[0].uses]
     if len(users) != 1 or users[0].name != "func.return":
         raise NotExact(f"the f32 dequantize of the {kind} accumulator is not only the dispatch's result")
-    _, per = per_channel_constants(op, known, (acc_index,))
-    tail = accumulator_tail(op, acc_index, per)
+    tensors = result_layout_tensors(op, acc_index, known)  # an f32 residual the host adds
+    args = list(op.regions[0].blocks[0].arguments)
+    _, per = per_channel_constants(op, known, (acc_index, *(args.index(a) for a in tensors)))
+    tail = accumulator_tail(op, acc_index, per, tensors)
     return _Plan(op, acc_index, (), [], "i32", tail, next(u.operand_number for u in op.results[0].uses),
                  RequantSummary(kind, [], []), accumulator_only=True)
-
-
 
 
 def _residual_operand(op: ir.Operation, skip: set[int], known: Known) -> int:

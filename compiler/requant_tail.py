@@ -46,6 +46,11 @@ class HostTail:
     result_type: str
     # Per-channel constants the tail reads: (result dim they vary along, element type, values).
     channel_values: list[tuple[int, str, list]] = field(default_factory=list)
+    # Tensors of the result's shape the tail reads elementwise as `%x<j>` (an f32 residual
+    # added to a dequantized accumulator): (function argument number, element type), and,
+    # once the target knows them, their dispatch operand indices.
+    tensors: list[tuple[int, str]] = field(default_factory=list)
+    tensor_operands: list[int] = field(default_factory=list)
 
 
 def split_tail(op: ir.Operation) -> tuple[ir.Operation, list[ir.Operation]]:
@@ -66,10 +71,13 @@ def split_tail(op: ir.Operation) -> tuple[ir.Operation, list[ir.Operation]]:
     return q, tail
 
 
-def tail_text(q: ir.Value, tail: list[ir.Operation], per_channel: dict | None = None) -> HostTail:
+def tail_text(q: ir.Value, tail: list[ir.Operation], per_channel: dict | None = None,
+              tensors: dict | None = None) -> HostTail:
     """The tail ops in generic form, renamed: `%q` is the value `q`, scalar constants are
-    re-created, the block arguments in `per_channel` ({arg: (dim, values)}) become `%p<k>`."""
-    names = {q: "%q"}
+    re-created, the block arguments in `per_channel` ({arg: (dim, values)}) become `%p<k>`,
+    those in `tensors` ({arg: function argument number}) `%x<j>`."""
+    tensors = tensors or {}
+    names = {q: "%q"} | {v: f"%x{j}" for j, v in enumerate(tensors)}
     lines = []
     channel_values = []
     per_channel = per_channel or {}
@@ -105,22 +113,43 @@ def tail_text(q: ir.Value, tail: list[ir.Operation], per_channel: dict | None = 
                      f'({", ".join(str(v.type) for v in o.operands)}) -> {o.results[0].type}')
         names[o.results[0]] = res
     return HostTail("\n".join(lines), names[tail[-1].results[0]], str(q.type), str(tail[-1].results[0].type),
-                    channel_values)
+                    channel_values, [(n, str(v.type)) for v, n in tensors.items()])
 
 
-def accumulator_tail(op: ir.Operation, acc_index: int, per_channel: dict) -> HostTail:
+def accumulator_tail(op: ir.Operation, acc_index: int, per_channel: dict, tensors: dict | None = None) -> HostTail:
     """The whole body of `op` (no float-to-int conversion: a dequantize of the accumulator to
-    f32) as the host's tail, reading the accumulator and `per_channel` constants."""
+    f32) as the host's tail, reading the accumulator, `per_channel` constants and `tensors`
+    (block argument -> function argument number: tensors of the result's layout)."""
     body = region_ops(op)
     args = op.regions[0].blocks[0].arguments
+    tensors = tensors or {}
     for o in body[:-1]:
         for v in o.operands:
-            if isinstance(v.owner, ir.Block) and v != args[acc_index] and v not in per_channel:
+            if isinstance(v.owner, ir.Block) and v != args[acc_index] and v not in per_channel and v not in tensors:
                 raise NotExact("the dequantize of the accumulator reads a tensor that is not a constant")
             if not isinstance(v.owner, ir.Block) and v.owner.name == "arith.constant" and constant_of(v) is not None \
                     and constant_of(v).size != 1:
                 raise NotExact("the dequantize of the accumulator reads a constant tensor")
-    return tail_text(args[acc_index], body[:-1], per_channel)
+    return tail_text(args[acc_index], body[:-1], per_channel, tensors)
+
+
+def result_layout_tensors(op: ir.Operation, acc_index: int, known) -> dict:
+    """{block argument: function argument number} of the tensors a dequantize of the accumulator
+    (`op`) reads besides it and constants: function arguments of the result's shape, read through
+    the result's map (an f32 residual added to it: DeiT's fc2 + x under PT2E), which the host
+    tail reads as they are; NotExact for any other tensor."""
+    maps, block = indexing_maps(op), op.regions[0].blocks[0]
+    out = {}
+    for i in range(n_inputs(op)):
+        v = op.operands[i]
+        if i == acc_index or known(v) is not None:
+            continue
+        if not isinstance(v.owner, ir.Block) or v.owner.owner.operation.name != "func.func":
+            raise NotExact(f"operand {i} of the dequantize of the accumulator is computed in the dispatch")
+        if maps[i] != maps[-1] or v.type != op.results[0].type:
+            raise NotExact(f"operand {i} of the dequantize of the accumulator is not read as the result is written")
+        out[block.arguments[i]] = ir.BlockArgument(v).arg_number
+    return out
 
 
 def split_input_quantizes(func: ir.Operation, known) -> dict[int, HostTail]:

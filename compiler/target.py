@@ -178,7 +178,9 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
             # The function may have dropped unit dims (torq-fold-unit-dims) or expanded a dim.
             value = reshaped(import_view(v, t), static_shape(r.type))
             if k in ex.host_tails:  # the dequantize after an int8 NPU result runs on the host
-                value = host_tail_dispatch(value, ex.host_tails[k], ir.RankedTensorType(r.type).element_type)
+                tail = ex.host_tails[k]
+                value = host_tail_dispatch(value, tail, ir.RankedTensorType(r.type).element_type,
+                                           [arguments[i] for i in tail.tensor_operands])
             if tied >= 0 and k not in ex.in_place:  # the host writes the finished box into the operand
                 value = box_copy_dispatch(value, arguments[tied], offsets,
                                           dest_sizes=ex.result_update_sizes[k])

@@ -202,3 +202,33 @@ def test_pt2e_transposed_accumulator_dequantize_is_correct():
     assert len(conv) == 1 and conv[0].executor == "torq", cm.report.dispatches
     y = cm(x.numpy())
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < REL_L2_LIMIT
+
+
+class ResidualMlp(torch.nn.Module):
+    """A transformer's MLP on an f32 residual stream (DeiT's x + fc2(act(fc1(norm(x))))): PT2E
+    leaves fc2's output and the stream in f32, and IREE adds them in fc2's dispatch."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(32)
+        self.fc1 = torch.nn.Linear(32, 64)
+        self.fc2 = torch.nn.Linear(64, 32)
+
+    def forward(self, x):
+        return x + self.fc2(torch.relu(self.fc1(self.norm(x))))
+
+
+def test_pt2e_f32_residual_added_to_a_dequantized_accumulator():
+    """fc2 runs on the NPU and the host adds the f32 residual in the dequantize it computes from
+    the accumulator (HostTail.tensors); it stayed on host ('operand 0 of the requantization is
+    not a constant'). Both Linears on the NPU, the output close to llvm-cpu."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 10, 32)
+    text = pt2e_export(ResidualMlp(), x)
+    ref = llvm_cpu(text, x.numpy())
+    cm = torq.compile(text, remarks=io.StringIO())
+    linears = [d for d in cm.report.dispatches if d.macs == 10 * 32 * 64]
+    assert len(linears) == 2 and all(d.executor == "torq" for d in linears), \
+        [(d.executor, d.macs, d.reason) for d in cm.report.dispatches]
+    y = cm(x.numpy())
+    assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < REL_L2_LIMIT
