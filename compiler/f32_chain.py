@@ -19,11 +19,30 @@ from dataclasses import dataclass
 import numpy as np
 from iree.compiler import ir
 
+from .f32_bounds import Val as _Val
+from .f32_bounds import combine as _combine
+from .f32_bounds import div_dir as _div_dir
+from .f32_bounds import enclose, enclose_fma
+from .f32_bounds import mul_dir as _mul_dir
+from .f32_bounds import neg as _neg
+from .f32_bounds import sign as _sign
 from .ir_utils import constant_of
 from .rescale_fit import NotExact
 
 INT_RANGE = {"i1": (0, 1), "i8": (-128, 127), "i16": (-(1 << 15), (1 << 15) - 1), "i32": (-(1 << 31), (1 << 31) - 1),
              "i64": (-(1 << 63), (1 << 63) - 1)}
+
+
+def order_key(v: np.ndarray) -> np.ndarray:
+    """f32 values as integers in the same order (-0 and +0 one key): bisection on f32 values."""
+    bits = np.asarray(v, np.float32).view(np.int32).astype(np.int64)
+    return np.where(bits >= 0, bits, -(bits & 0x7FFFFFFF))
+
+
+def from_order_key(k: np.ndarray) -> np.ndarray:
+    """The f32 values of `order_key`s."""
+    k = np.asarray(k, np.int64)
+    return np.where(k >= 0, k, (-k) | 0x80000000).astype(np.uint32).view(np.float32)
 
 
 # --- host float semantics -------------------------------------------------------
@@ -96,37 +115,6 @@ def fma_f32(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
 
 _F32_NORMAL = float(np.finfo(np.float32).tiny)
 _F32_MAX = float(np.finfo(np.float32).max)
-
-
-@dataclass
-class _Val:
-    v: np.ndarray
-    dir: int | None  # +1 / -1: monotone in a; 0: constant; None: not monotone
-    t: str  # "f32" or an integer type name
-
-
-def _combine(d1, d2):
-    if d1 is None or d2 is None:
-        return None
-    if d1 == 0 or d2 == 0 or d1 == d2:
-        return d1 or d2
-    return None
-
-
-def _sign(x) -> int:
-    x = float(np.asarray(x).reshape(-1)[0])
-    return (x > 0) - (x < 0)
-
-
-def _mul_dir(x: "_Val", y: "_Val") -> int | None:
-    """Direction of x * y: monotone only when one factor is a constant."""
-    if x.dir is None or y.dir is None or (x.dir and y.dir):
-        return None
-    return x.dir * _sign(y.v) if y.dir == 0 else y.dir * _sign(x.v)
-
-
-def _neg(d: int | None) -> int | None:
-    return None if d is None else -d
 
 
 def _erf(x):
@@ -366,8 +354,17 @@ class _Evaluation:
         if handler is None:
             raise NotExact(f"'{name}' in the chain")
         handler(self, op, t)
-        if t == "f32" and self.check and np.any(~np.isfinite(self.env[res].v)):
+        val = self.env.get(res)  # (a comparison's outcome is kept apart, in `cmps`)
+        if val is None:
+            return
+        if t == "f32" and self.check and np.any(~np.isfinite(val.v)):
             raise NotExact("the chain overflows f32 on the accumulator range")
+        if val.dir and np.ndim(val.v) and np.all(val.v == np.asarray(val.v).reshape(-1)[0]):
+            val.dir = 0  # monotone and equal at the range's ends: one constant on the whole range
+        if val.dir is None and self.check:
+            operands = op.operands[1:] if name == "arith.select" else op.operands
+            val.lo, val.hi = enclose(name, [self.ref(v) for v in operands], _UNARY.get(name),
+                                     _ENCLOSURE_ULPS if name in _TRANSCENDENTAL else 0) or (None, None)
 
     def ref(self, v: "_ChainValue") -> _Val:
         if v in self.env:
@@ -416,14 +413,14 @@ class _Evaluation:
         x, y = self.ref(p.operands[0]), self.ref(p.operands[1])
         self.factors(x, y)
         z = self.ref(op.operands[1] if op.operands[0] == single[0] else op.operands[0])
-        pd = _mul_dir(x, y)
         if op.name == "arith.subf" and op.operands[0] == single[0]:  # x*y - z
-            r, d = fma_f32(x.v, y.v, -z.v), _combine(pd, _neg(z.dir))
+            x, y, z = x, y, _negated(z)
         elif op.name == "arith.subf":  # z - x*y
-            r, d = fma_f32(-x.v, y.v, z.v), _combine(_neg(pd), z.dir)
-        else:
-            r, d = fma_f32(x.v, y.v, z.v), _combine(pd, z.dir)
-        env[op.results[0]] = _Val(r, d, t)
+            x, y, z = _negated(x), y, z
+        d = _combine(_mul_dir(x, y), z.dir)
+        env[op.results[0]] = _Val(fma_f32(x.v, y.v, z.v), d, t)
+        if d is None and self.check:
+            env[op.results[0]].lo, env[op.results[0]].hi = enclose_fma(x, y, z, fma_f32) or (None, None)
         return True
 
     def float_binary(self, op, t):
@@ -440,8 +437,8 @@ class _Evaluation:
             d = _combine(x.dir, _neg(y.dir))
         elif name == "arith.mulf":
             d = _mul_dir(x, y)
-        else:  # x / c only
-            d = None if x.dir is None or y.dir != 0 else x.dir * _sign(y.v)
+        else:
+            d = _div_dir(x, y)
         self.env[op.results[0]] = _Val(r, d, t)
 
     def negate(self, op, t):
@@ -531,6 +528,19 @@ class _Evaluation:
         maxmin = {op.operands[1], op.operands[2]} == {cx, cy}
         d = _combine(tv.dir, fv.dir) if maxmin else (0 if tv.dir == fv.dir == 0 and cond_fixed else None)
         self.env[op.results[0]] = _Val(np.where(cond, tv.v, fv.v), d, t)
+
+
+def _negated(x: _Val) -> _Val:
+    return _Val(-x.v, _neg(x.dir), x.t, None if x.hi is None else -x.hi, None if x.lo is None else -x.lo)
+
+
+# Unary ops monotone in their argument, for enclosures (f32_bounds.enclose): the function.
+_UNARY = {**_ROUND, **{n: f for n, (f, _) in _TRANSCENDENTAL.items()}, "arith.fptosi": np.trunc,
+          "arith.sitofp": lambda v: v.astype(np.float32), "arith.extsi": lambda v: v, "arith.trunci": lambda v: v,
+          "math.round": lambda v: np.sign(v) * np.floor(np.abs(v) + 0.5)}
+# A transcendental result's enclosure is widened by this many ulps either way (llvm-cpu's
+# approximations; see _TRANSCENDENTAL).
+_ENCLOSURE_ULPS = 8
 
 
 # How `_Evaluation.step` evaluates each op it knows.

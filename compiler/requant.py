@@ -38,7 +38,10 @@ by the operands' row and column sums (i32 tensors): it stays integer steps
 before the rescale, which is fitted to the corrected accumulator
 (compiler/requant_zero_point.py). A residual added before the only quantize
 (PT2E's conv + add + relu) is added to the accumulator in its units first
-(compiler/requant_acc_residual.py). The f32 chain itself is evaluated by
+(compiler/requant_acc_residual.py). An activation before the only quantize
+(PT2E's conv + hardswish: the chain is not monotone in the accumulator) becomes
+table segments of a grid level the NPU makes of the dequantized accumulator
+(compiler/requant_fused_activation.py). The f32 chain itself is evaluated by
 compiler/f32_chain.py. With --torq-requant=exact, or
 when even the nearest rescale is more than one step off, the dispatch stays
 on host with a remark naming the channel (`Unsupported`). A dequantize tail after the int8 value (f32 compute) is cut off and left to a
@@ -63,9 +66,11 @@ Exactness argument:
    cmpf + select of its own operands) and fptosi preserve (or, for s < 0,
    reverse) the order of their variable operand; integer add / sub / mul by
    constants are monotone as long as they do not wrap, which is checked at
-   both ends of the range (a monotone value is extreme there). The analysis
-   tracks the direction of every value and refuses anything else. So per
-   channel q = f(a) is a monotone step function of a.
+   both ends of the range (a monotone value is extreme there). A product or
+   quotient of two monotone values, each of one sign on the range, is
+   monotone where the directions of their magnitudes agree (compiler/
+   f32_bounds.py). The analysis tracks the direction of every value and
+   refuses anything else. So per channel q = f(a) is a monotone step function of a.
 3. The reachable range of a: with x in the input dtype's range (i8:
    [-128, 127], padding included) and the weights known constants (resolved
    from the dispatch's operands), a(p) = sum_r x * w lies in
@@ -129,6 +134,7 @@ from .requant_channels import (
 from .requant_compose import PairTail, following
 from .requant_emit import permuted_copy, rescale_generic
 from .requant_float_contraction import F32_SUM_ERROR
+from .requant_fused_activation import fit_fused_activation
 from .requant_split import (
     ActivationTable,
     backward_slice,
@@ -139,7 +145,7 @@ from .requant_split import (
     split_residual_add,
 )
 from .requant_stages import Channels, StageSplitter
-from .requant_summary import Composition, RequantSummary
+from .requant_summary import RequantSummary, plan_summary
 from .requant_tail import HostTail, accumulator_tail, result_layout_tensors, split_tail, tail_text
 from .requant_zero_point import ZeroPointCorrection, fold_zero_products, zero_point_correction
 from .rescale_fit import NotExact, Rescale
@@ -239,6 +245,9 @@ class _Plan:
     # The residual added to the accumulator before its rescale (requant_acc_residual): its
     # per-channel rescale to accumulator units; `rescales` then apply to that sum.
     accumulator_residual: list[Rescale] | None = None
+    # An activation before the only quantize (requant_fused_activation): `rescales` make a
+    # grid level u, and the result is the sum of these tables' entries at their segment of u.
+    activation_tables: list[ActivationTable] | None = None
 
 
 def _plan(op: ir.Operation, known: Known, host, mode: RequantMode) -> _Plan | None:
@@ -304,10 +313,18 @@ def _plan(op: ir.Operation, known: Known, host, mode: RequantMode) -> _Plan | No
     sum_error = _f32_sum_error(con)
     downstream = _downstream(result, host, [vals for vals, _, _ in channels], ops, final_ops, final_result, later,
                              res_split, sum_fit)
-    fits = fit_channels(Chain(ops, result, acc_v, host), channels, chan, kind, mode, sum_error, downstream)
+    try:
+        fits = fit_channels(Chain(ops, result, acc_v, host), channels, chan, kind, mode, sum_error, downstream)
+    except NotExact as e:  # PT2E's conv + hardswish: the activation before the only quantize
+        if residual >= 0 or later.stages or later.table is not None or "not monotone" not in str(e):
+            raise
+        fit = fit_fused_activation(ops, result, acc_v, host, channels, kind, mode)
+        return _Plan(op, acc_index, chan, fit.level_rescales, q_type, tail, result_index, fit.summary(kind),
+                     correction=corr, activation_tables=fit.tables)
     res_fits = _residual_fits(res_split, block.arguments[residual] if residual >= 0 else None, channels, chan,
                               kind, host, mode)
-    summary = _plan_summary(kind, fits, res_split, later, res_fits, sum_error, channels, mode)
+    summary = plan_summary(kind, fits, res_split.fit if res_split else None, later.table, res_fits,
+                           res_split.res_type if res_fits else None, later.stages, sum_error, channels, mode)
     return _Plan(op, acc_index, chan, [x.rescale for x in fits], q_type, tail, result_index, summary,
                  residual, sum_fit.rescale if sum_fit else None, later.table,
                  [x.rescale for x in res_fits] if res_fits else None,
@@ -328,36 +345,10 @@ def _downstream(result: ir.Value, host, values: list, ops: list, final_ops: list
                      tail=PairTail(sum_fit.rescale, res_split.variants, first=True))
 
 
-def _plan_summary(kind: str, fits: list, res_split, later: _LaterStages, res_fits: list | None, sum_error: float,
-                  channels: list, mode: RequantMode) -> RequantSummary:
-    """The requantization's summary for the compile report: its fits, what their levels one off
-    become at the result, the f32 rounding counted, the later stages."""
-    summary = _summary(kind, fits, res_split.fit if res_split else None, later.table, res_fits)
-    if res_fits:
-        summary.residual_type = res_split.res_type
-    summary.composition = Composition.of_fits(fits + (res_fits or []))
-    if sum_error:
-        _count_f32_rounding(summary, fits, channels, mode)
-    if later.stages:
-        summary.rest = RequantSummary.of_stages("rest", later.stages)
-    return summary
-
-
 def _f32_sum_error(con: ir.Operation) -> float:
     """The f32 rounding of the float contraction `con` replaces, in accumulator units (0: none,
     an integer contraction from the start); see compiler/requant_float_contraction.py."""
     return ir.FloatAttr(con.attributes[F32_SUM_ERROR]).value if F32_SUM_ERROR in con.attributes else 0.0
-
-
-def _count_f32_rounding(summary: RequantSummary, fits: list, channels: list, mode: RequantMode) -> None:
-    """Records in `summary` the accumulators llvm-cpu's f32 contraction may put a step off;
-    with --torq-requant=exact, any refuses."""
-    ambiguous = sum(f.ambiguous for f in fits)
-    if ambiguous and mode is RequantMode.EXACT:
-        raise NotExact(f"{ambiguous} accumulator values lie within llvm-cpu's f32 rounding of the {summary.kind} "
-                       f"of a step (its result there depends on the order it adds in)")
-    summary.contraction_ambiguous = ambiguous
-    summary.contraction_accumulators = sum(hi - lo + 1 for _, lo, hi in channels)
 
 
 def integer_contraction_input(op: ir.Operation) -> tuple[int, ir.Operation, str] | None:
@@ -479,14 +470,6 @@ def _residual_fits(res_split, residual_arg: ir.Value | None, channels: list, cha
     downstream = following("the residual add", res_split.q_res, host, [vals for vals, _, _ in channels], [],
                            res_split.q_res, tail=PairTail(res_split.fit.rescale, res_split.variants, first=False))
     return fit_channels(res_chain, res_channels, chan, f"{kind} residual ({res_t})", mode, downstream=downstream)
-
-
-def _summary(kind: str, fits: list, sum_fit, table: ActivationTable | None, res_fits: list | None) -> RequantSummary:
-    return RequantSummary(kind, [x.differing for x in fits], [x.step_span for x in fits],
-                          sum_fit.differing if sum_fit else None, sum_fit.pairs if sum_fit else None,
-                          len(table.entries) if table else None, table.ambiguous if table else None,
-                          [x.differing for x in res_fits] if res_fits else None,
-                          [x.step_span for x in res_fits] if res_fits else None)
 
 
 def _accumulator_tail_plan(op: ir.Operation, acc_index: int, known: Known, kind: str) -> _Plan:

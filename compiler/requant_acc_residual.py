@@ -35,10 +35,10 @@ from functools import partial
 import numpy as np
 from iree.compiler import ir
 
-from .f32_chain import Chain, type_name
+from .f32_chain import Chain, from_order_key, order_key, type_name
 from .passes import RequantMode
 from .requant_channels import RESIDUAL_I32_BOUND, batched_step_points, fit_channels
-from .requant_split import backward_slice, first_ints, reads
+from .requant_split import backward_slice, dependents, first_ints, reads
 from .requant_summary import RequantSummary
 from .rescale_fit import NotExact, Rescale, _bisect, rescale_step_points
 
@@ -259,7 +259,7 @@ def _split_at_join(ops: list[ir.Operation], result: ir.Value, acc: ir.Value, res
     B_c(a) >= theta[r, k], a threshold no channel changes (`_thresholds`), and step points
     need B alone: {"b_chain": B's chain, "theta": the thresholds}; None when the chain is not
     of that form (B a product llvm-cpu may fuse into the add's FMA either way, say)."""
-    acc_dep, res_dep = _dependents(ops, acc), _dependents(ops, res)
+    acc_dep, res_dep = dependents(ops, acc), dependents(ops, res)
     join = next((o for o in ops if any(v in acc_dep for v in o.operands) and any(v in res_dep for v in o.operands)),
                 None)
     if join is None:
@@ -280,26 +280,6 @@ def _split_at_join(ops: list[ir.Operation], result: ir.Value, acc: ir.Value, res
     return None if theta is None else {"b_chain": b_chain, "theta": theta}
 
 
-def _dependents(ops: list[ir.Operation], v: ir.Value) -> set:
-    """`v` and the values of `ops` computed from it."""
-    out = {v}
-    for o in ops:
-        if any(x in out for x in o.operands):
-            out.update(o.results)
-    return out
-
-
-def _key(v: np.ndarray) -> np.ndarray:
-    """f32 values as integers in the same order (-0 and +0 one key)."""
-    bits = np.asarray(v, np.float32).view(np.int32).astype(np.int64)
-    return np.where(bits >= 0, bits, -(bits & 0x7FFFFFFF))
-
-
-def _from_key(k: np.ndarray) -> np.ndarray:
-    k = np.asarray(k, np.int64)
-    return np.where(k >= 0, k, (-k) | 0x80000000).astype(np.uint32).view(np.float32)
-
-
 def _thresholds(q_chain: Chain, res: ir.Value, vlo: np.float32, vhi: np.float32) -> np.ndarray | None:
     """(256, 255): per residual level r and output level k (-127..127), the least f32 value v
     in [vlo, vhi] with Q_r(v) >= k (+inf where none), bisected on the f32 order; None unless
@@ -313,10 +293,10 @@ def _thresholds(q_chain: Chain, res: ir.Value, vlo: np.float32, vhi: np.float32)
             return None
     q = q_chain.for_channels([{res: r} for r in levels])
     ks = np.broadcast_to(np.arange(-127, 128), (256, 255))
-    first, last = int(_key(vlo)), int(_key(vhi))
-    t = _bisect(lambda k: q(_from_key(k)), ks, np.full(ks.shape, first - 1), np.full(ks.shape, last + 1),
+    first, last = int(order_key(vlo)), int(order_key(vhi))
+    t = _bisect(lambda k: q(from_order_key(k)), ks, np.full(ks.shape, first - 1), np.full(ks.shape, last + 1),
                 np.full(ks.shape, first))
-    return np.where(t > last, np.float32(np.inf), _from_key(np.minimum(t, last)))
+    return np.where(t > last, np.float32(np.inf), from_order_key(np.minimum(t, last)))
 
 
 def _threshold_step_points(channels: list, res: ir.Value, gs: list[Rescale], hs: list[Rescale], b_chain: Chain,

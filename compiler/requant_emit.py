@@ -101,6 +101,26 @@ def _table_lines(t: ActivationTable, level: str, q_type: str, p: str = "t_", out
             f"{out} = tensor.extract %{p}table[%{p}index] : tensor<{n}x{q_type}>"]
 
 
+def _segment_lines(tables: list[ActivationTable], level: str) -> list[str]:
+    """Body lines summing the segment tables of requant_fused_activation at grid level `level`
+    (i64) into %q (i8): segment i looks up clamp(level - 255 i + 1, 0, 255)."""
+    lines, terms = [], []
+    for i, t in enumerate(tables):
+        p = f"seg{i}_"
+        lines += [f"%{p}off = arith.constant {1 - 255 * i + t.first} : i64",
+                  f"%{p}lo = arith.constant {t.first} : i64", f"%{p}hi = arith.constant {t.first + 255} : i64",
+                  f"%{p}u = arith.addi {level}, %{p}off : i64", f"%{p}above = arith.maxsi %{p}u, %{p}lo : i64",
+                  f"%{p}j = arith.minsi %{p}above, %{p}hi : i64"]
+        lines += _table_lines(t, f"%{p}j", "i16", p, f"%{p}e")
+        lines.append(f"%{p}e64 = arith.extsi %{p}e : i16 to i64")
+        terms.append(f"%{p}e64")
+    total = terms[0]
+    for k, term in enumerate(terms[1:]):
+        lines.append(f"%segsum{k} = arith.addi {total}, {term} : i64")
+        total = f"%segsum{k}"
+    return lines + [f"%q = arith.trunci {total} : i64 to i8"]
+
+
 def stage_lines(stages, names: dict, lines: list[str], tensors: list, prefix: str = "s") -> str:
     """Appends the integer arithmetic of `stages` (requant_elementwise.Stage) to `lines`, reading
     each leaf by its i64 name in `names` (extended with each stage's value); per-channel
@@ -209,7 +229,9 @@ def _rescale_body(plan, scalars: dict, res_scalars: dict, tensors: list, res_elt
         r_level = _rescale_lines("%r64", res_scalars, "r_", lines) if plan.residual_rescales is not None else "%r64"
         lines += _sum_lines(plan.sum_rescale, level, r_level)
         level = "%sum_q"
-    if plan.table is not None:
+    if plan.activation_tables is not None:  # the grid level's segments looked up and summed
+        lines += _segment_lines(plan.activation_tables, level)
+    elif plan.table is not None:
         lines += _table_lines(plan.table, level, plan.q_type)
     else:
         lines.append(f"%q = arith.trunci {level} : i64 to {plan.q_type}")

@@ -58,6 +58,15 @@ def backward_slice(ops: list[ir.Operation], v: ir.Value) -> list[ir.Operation]:
     return slice_until(ops, v, set())
 
 
+def dependents(ops: list[ir.Operation], v: ir.Value) -> set:
+    """`v` and the values of `ops` computed from it."""
+    out = {v}
+    for o in ops:
+        if any(x in out for x in o.operands):
+            out.update(o.results)
+    return out
+
+
 def reads(ops: list[ir.Operation], v: ir.Value) -> bool:
     """Whether one of `ops` reads `v`."""
     return any(x == v for op in ops for x in op.operands)

@@ -12,6 +12,9 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from .passes import RequantMode
+from .rescale_fit import NotExact
+
 
 @dataclass
 class Composition:
@@ -92,6 +95,9 @@ class RequantSummary:
     # Nearest rescales whose level goes on through further steps (this summary's, `rest`'s
     # included only in its own).
     composition: Composition = field(default_factory=Composition)
+    # An activation before the only quantize (requant_fused_activation): its table segments over
+    # a grid level of the dequantized accumulator; `differing` then counts the whole form.
+    activation_segments: int | None = None
 
     @classmethod
     def float_island(cls, kind: str) -> "RequantSummary":
@@ -172,7 +178,10 @@ class RequantSummary:
             text += (f"; the f32 {self.kind} is an exact i32 one: {self.contraction_ambiguous} of "
                      f"{self.contraction_accumulators} accumulator values lie within llvm-cpu's f32 rounding of "
                      f"a step (one output step)")
-        if self.table_entries:
+        if self.activation_segments:
+            text += (f"; the activation before the only quantize through {self.activation_segments} table segments "
+                     f"of a grid level of the dequantized accumulator (counted above)")
+        elif self.table_entries:
             tables = f"a {self.table_entries}-entry table" if self.table_entries <= 256 else \
                 f"tables of {self.table_entries} entries in all"
             text += f"; then an activation through {tables}"
@@ -192,6 +201,7 @@ class RequantSummary:
                 "differing_share": self.differing_share, "differing": self.differing,
                 "step_span": self.step_span, "sum_differing": self.sum_differing, "sum_pairs": self.sum_pairs,
                 "table_entries": self.table_entries, "table_ambiguous": self.table_ambiguous,
+                "activation_segments": self.activation_segments,
                 "residual_differing": self.residual_differing, "residual_step_span": self.residual_step_span,
                 "residual_type": self.residual_type, "residual_levels": self.residual_levels,
                 "pair_kind": self.pair_kind, "pooled_ambiguous": self.pooled_ambiguous,
@@ -212,3 +222,36 @@ def _channels_text(differing: list[int], step_span: list[int]) -> str:
         text += (f", the others nearest (one output step off on {sum(differing)} of {span} accumulator values "
                  f"where the level changes, {100 * sum(differing) / span:.3g}%; worst channel {100 * worst:.3g}%)")
     return text
+
+
+def plan_summary(kind: str, fits: list, sum_fit, table, res_fits: list | None, res_type: str | None, stages,
+                 sum_error: float, channels: list, mode: RequantMode) -> RequantSummary:
+    """A contraction requantization's summary (compiler/requant.py) from its fits (ChannelFit,
+    the residual's own too), the residual add's (`sum_fit`), its activation table and later
+    stages: what the fits' levels one off become at the result, the f32 rounding counted."""
+    summary = RequantSummary(kind, [x.differing for x in fits], [x.step_span for x in fits],
+                             sum_differing=sum_fit.differing if sum_fit else None,
+                             sum_pairs=sum_fit.pairs if sum_fit else None,
+                             table_entries=len(table.entries) if table else None,
+                             table_ambiguous=table.ambiguous if table else None,
+                             residual_differing=[x.differing for x in res_fits] if res_fits else None,
+                             residual_step_span=[x.step_span for x in res_fits] if res_fits else None)
+    if res_fits:
+        summary.residual_type = res_type
+    summary.composition = Composition.of_fits(fits + (res_fits or []))
+    if sum_error:
+        _count_f32_rounding(summary, fits, channels, mode)
+    if stages:
+        summary.rest = RequantSummary.of_stages("rest", stages)
+    return summary
+
+
+def _count_f32_rounding(summary: RequantSummary, fits: list, channels: list, mode: RequantMode) -> None:
+    """Records in `summary` the accumulators llvm-cpu's f32 contraction may put a step off;
+    with --torq-requant=exact, any refuses."""
+    ambiguous = sum(f.ambiguous for f in fits)
+    if ambiguous and mode is RequantMode.EXACT:
+        raise NotExact(f"{ambiguous} accumulator values lie within llvm-cpu's f32 rounding of the {summary.kind} "
+                       f"of a step (its result there depends on the order it adds in)")
+    summary.contraction_ambiguous = ambiguous
+    summary.contraction_accumulators = sum(hi - lo + 1 for _, lo, hi in channels)

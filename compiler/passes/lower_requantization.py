@@ -11,7 +11,10 @@ torch QDQ: the i32 accumulator scaled, rounded, offset and clamped in f32)
 is replaced by an integer rescale (`requant.lower_float_requantization`):
 the exact one, or with --torq-requant=nearest the nearest within one output
 step, measured (with --torq-requant=one-step a dispatch where a later step
-makes a value more than one output step off at the result is refused). A
+makes a value more than one output step off at the result is refused). An
+activation quantized with its contraction (PT2E's conv + hardswish) becomes
+table segments of a grid level of the dequantized accumulator, within one
+output step, measured (`requant_fused_activation`). A
 requantization that also yields its int8 value requantized again (GhostNet's
 conv quantized for its concatenation too) is split into one generic per
 result first, and the second becomes integer stages of the first

@@ -232,3 +232,47 @@ def test_pt2e_f32_residual_added_to_a_dequantized_accumulator():
         [(d.executor, d.macs, d.reason) for d in cm.report.dispatches]
     y = cm(x.numpy())
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < REL_L2_LIMIT
+
+
+class ActivationBlock(torch.nn.Module):
+    """MobileNetV3's (EfficientNet's) conv + BatchNorm + hardswish (SiLU), a depthwise one after
+    it, then a 1x1 conv so both activations are quantized. X86InductorQuantizer quantizes each
+    conv with its activation as one pattern: the dequantized accumulator goes through the
+    activation before the only quantize, and the chain is not monotone in the accumulator."""
+
+    def __init__(self, act):
+        super().__init__()
+        bn = lambda c: torch.nn.BatchNorm2d(c)  # noqa: E731
+        self.c1 = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), bn(16), act())
+        self.c2 = torch.nn.Sequential(torch.nn.Conv2d(16, 16, 3, padding=1, groups=16), bn(16), act())
+        self.c3 = torch.nn.Conv2d(16, 8, 1)
+        for m in self.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):  # statistics as a trained net's, not the identity
+                m.running_mean.uniform_(-0.5, 0.5)
+                m.running_var.uniform_(0.5, 2)
+                m.weight.data.uniform_(0.5, 1.5)
+                m.bias.data.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        return self.c3(self.c2(self.c1(x)))
+
+
+@pytest.mark.parametrize("act", [torch.nn.Hardswish, torch.nn.SiLU])
+def test_pt2e_activation_fused_into_the_conv_runs_on_the_npu(act):
+    """Both conv + activation dispatches run on the NPU as segment tables of a grid level
+    (compiler/requant_fused_activation.py); they stayed on host ('the chain is not monotone in
+    the accumulator'). Each NPU dispatch is within one output step of its llvm-cpu copy on the
+    same inputs (SiLU's exp is llvm-cpu's own there), and the model close to llvm-cpu."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 8, 16, 16)
+    text = pt2e_export(ActivationBlock(act).eval(), x)
+    ref = llvm_cpu(text, x.numpy())
+    remarks = io.StringIO()
+    cm = torq.compile(text, remarks=remarks, flags=("--torq-check-dispatches",))
+    convs = [d for d in cm.report.dispatches if d.macs]
+    assert len(convs) == 3 and all(d.executor == "torq" for d in convs), [(d.executor, d.reason) for d in convs]
+    y = cm(x.numpy())
+    checks = [c for c in cm.last_checks if c["max_steps"] is not None]
+    assert len(checks) == 2 and max(c["max_steps"] for c in checks) <= 1, checks
+    assert all(c["differing"] < 0.1 * c["elements"] for c in checks), checks
+    assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < REL_L2_LIMIT

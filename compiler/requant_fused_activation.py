@@ -1,0 +1,378 @@
+"""An activation quantized with its contraction: tables of an integer level the NPU makes.
+
+PT2E's X86InductorQuantizer quantizes conv + hardswish as one pattern: the
+accumulator is dequantized, put through the activation and only then
+quantized, q_c(a) = g(B_c(a)): B_c the dequantized accumulator (per channel,
+increasing), g the activation and the quantize, one function of an f32 value
+for every channel. g is not monotone (hardswish dips to -0.375 at -1.5), so
+no rescale reproduces q_c. ONNX Runtime quantizes the conv's output first and
+requant_split builds a table of that level; here the NPU makes such a level
+itself, on a grid of step h over x = B_c(a), per channel c in 64-bit integers:
+
+    u = R_c(a)                          round((x - x_lo) / h), clamped to [-1, 255 n - 1]
+    q = E_0[j_0] + ... + E_{n-1}[j_{n-1}],   j_i = clamp(u - 255 i + 1, 0, 255)
+
+- x_lo is where g first changes level and h the narrowest level's width
+  (`_grid`, from g on a dense sample), so a grid cell holds at most one level
+  change; n segments of 255 cells cover g up to its last change. A segment's
+  table is one slice lookup (256 entries; int8 is too coarse for the slope of
+  g at the output's step).
+- Segment i's table holds g at its cells' points, less the level its
+  predecessors end on: below the segment (j_i = 0) it adds 0, above it
+  (j_i = 255) its own last level. E_0[0] is g's level left of the grid.
+
+A transcendental activation (SiLU's exp, GELU's erf) is measured against the
+correctly rounded chain, and also with those results moved by
+TRANSCENDENTAL_ULPS either way (llvm-cpu's approximations): no value more
+than one step off either.
+
+The measure (`_measure`) is exact on every accumulator value of each
+channel's range. g's direction is proven piecewise on the f32 axis
+(f32_chain's analysis; a piece where it fails is halved while wider than a
+cell). On a monotone piece g's level changes at thresholds, bisected once on
+the f32 order; a channel's chain changes level where B_c first reaches one,
+bisected per channel on B alone. Pieces with no proof (hardswish on [-3, 0])
+are evaluated on every accumulator they hold, within a budget. Both functions
+are then step functions known on all of [lo, hi]: the values where they
+differ are counted, and any more than one step apart refuses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from iree.compiler import ir
+
+from .f32_chain import Chain, from_order_key, order_key, type_name
+from .passes import RequantMode
+from .requant_split import TRANSCENDENTAL_ULPS, ActivationTable, backward_slice, dependents
+from .requant_summary import RequantSummary
+from .rescale_fit import NotExact, Rescale, _bisect, intercept_rescale, rescale_step_points
+
+# Points g is sampled on to place the grid.
+_SAMPLES = 1 << 20
+# Accumulator values evaluated one by one where g's direction is not proven, per dispatch.
+EXHAUSTIVE_BUDGET = 1 << 26
+# Halvings of a piece of the f32 axis where g's direction is not proven, and proofs asked at most.
+_SPLITS = 40
+_PROOFS = 20_000
+# Table segments (slice lookups per element) the NPU spends on one activation at most.
+MAX_SEGMENTS = 16
+_CELLS = 255  # grid cells per segment: t = -127..127; t = -128 is "below the segment"
+# Grid cells across the narrowest level, the most first: the share of accumulators one step
+# off falls with it (about 1 / (4 cells) at that level).
+_CELLS_PER_LEVEL = (4, 2, 1)
+
+
+@dataclass
+class FusedActivationFit:
+    """The NPU's form of the chain (module docstring) and how far it is from it."""
+    level_rescales: list[Rescale]  # R_c, clamped to [-1, 255 n - 1]
+    tables: list[ActivationTable]  # E_i, indexed by j_i - 128
+    differing: list[int]  # per channel: accumulator values where the level differs
+    step_span: list[int]  # per channel: accumulators from the chain's first level change to its last
+    exhaustive: int  # accumulator values evaluated one by one (g's direction unproven there)
+
+    def summary(self, kind: str) -> RequantSummary:
+        return RequantSummary(kind, self.differing, self.step_span,
+                              table_entries=sum(len(t.entries) for t in self.tables), table_ambiguous=0,
+                              activation_segments=len(self.tables))
+
+
+def composite(r: Rescale, tables: list[ActivationTable], a: np.ndarray) -> np.ndarray:
+    """The NPU's level of accumulators `a`: the sum of the segments' lookups."""
+    u = r(a)
+    return sum(t.entries[segment_index(u, i)] for i, t in enumerate(tables))
+
+
+def segment_index(u: np.ndarray, i: int) -> np.ndarray:
+    """Segment i's table index of level u: 0 below the segment, 255 from its last cell on."""
+    return np.clip(u - _CELLS * i + 1, 0, _CELLS)
+
+
+def split_dequantized(ops: list[ir.Operation], result: ir.Value, acc: ir.Value, channels: list, host
+                      ) -> tuple[Chain, Chain] | None:
+    """(B, g): the chain as g(B_c(a)), B the earliest f32 value of the accumulator after which
+    nothing reads a per-channel value (g a function of B alone); None when it has no such form
+    or B is a product llvm-cpu may fuse into g's first add."""
+    per_channel = set(channels[0][0]) if channels else set()
+    acc_dep = dependents(ops, acc)
+    for o in ops:
+        b = o.results[0] if len(o.results) == 1 else None
+        if b is None or b not in acc_dep or type_name(b.type) != "f32":
+            continue
+        b_ops = backward_slice(ops, b)
+        g_ops = [x for x in ops if x not in b_ops]
+        inside = {r for x in g_ops for r in x.results}
+        outside = [v for x in g_ops for v in x.operands if v not in inside]
+        if any(v in per_channel or (v in acc_dep and v != b) for v in outside):
+            continue
+        if o.name == "arith.mulf":
+            return None
+        return Chain(b_ops, b, acc, host), Chain(g_ops, result, b, host)
+    return None
+
+
+def fit_fused_activation(ops: list[ir.Operation], result: ir.Value, acc: ir.Value, host, channels: list,
+                         kind: str, mode: RequantMode) -> FusedActivationFit:
+    """The form of the module docstring for a chain computing int8 `result` from accumulator
+    `acc` that is not monotone in it; `channels` as fit_channels'. Raises NotExact when the
+    chain is not g(B_c(a)) with B_c increasing, or anything is more than one step off (with
+    `mode` EXACT: any difference)."""
+    if type_name(result.type) != "i8":
+        raise NotExact("an activation quantized with its contraction to another type than int8")
+    split = split_dequantized(ops, result, acc, channels, host)
+    if split is None:
+        raise NotExact("the chain is not monotone in the accumulator, and not an activation of its dequantized "
+                       "value")
+    b_chain, g_chain = split
+    ends = b_chain.for_channels([v for v, _, _ in channels])(np.array([[lo, hi] for _, lo, hi in channels]))
+    if any(b_chain.for_channel(v).direction(lo, hi) != 1 for v, lo, hi in _sign_groups(channels)):
+        raise NotExact("the dequantized accumulator does not increase with it")
+    x_lo, step, n, left = _grid(g_chain, np.float32(ends.min()), np.float32(ends.max()))
+    r = [_level_rescale(float(b_lo), float(b_hi), lo, hi, x_lo, step, n)
+         for (_, lo, hi), (b_lo, b_hi) in zip(channels, ends)]
+    tables = _tables(g_chain, x_lo, step, n, left)
+    chain = Chain(ops, result, acc, host)
+    differing, spans, exhaustive = _measure(chain, b_chain, g_chain, channels, r, tables, kind)
+    if g_chain.transcendental:  # llvm-cpu's exp / erf, a few ulps off the correctly rounded ones
+        for ulps in (-TRANSCENDENTAL_ULPS, TRANSCENDENTAL_ULPS):
+            exhaustive += _measure(chain.with_ulps(ulps), b_chain, g_chain.with_ulps(ulps), channels, r, tables,
+                                   f"{kind} (its transcendental function {ulps:+d} ulps)")[2]
+    if mode is RequantMode.EXACT and sum(differing):
+        raise NotExact(f"the {kind} requantization through the activation tables differs on {sum(differing)} "
+                       f"accumulator values")
+    return FusedActivationFit(r, tables, differing, spans, exhaustive)
+
+
+def _sign_groups(channels: list) -> list:
+    """Channels whose B direction is asked: the first of each sign pattern of their constants
+    (B_c = (a - z_c) s w_c + bias_c increases with a where s w_c > 0)."""
+    seen, out = set(), []
+    for vals, lo, hi in channels:
+        key = tuple(bool(np.all(np.asarray(v) > 0)) for v in vals.values())
+        if key not in seen:
+            seen.add(key)
+            out.append((vals, lo, hi))
+    return out
+
+
+def _grid(g: Chain, x_min: np.float32, x_max: np.float32) -> tuple[float, float, int, int]:
+    """(x_lo, h, n, g's level left of x_lo) from g sampled on [x_min, x_max], then on the span
+    where it changes: x_lo its first change, h the narrowest level's width there, n the
+    segments that cover the span."""
+    xs = np.linspace(float(x_min), float(x_max), _SAMPLES).astype(np.float32)
+    q = np.asarray(g(xs), np.int64)
+    changes = np.nonzero(q[1:] != q[:-1])[0]
+    if not len(changes):
+        raise NotExact("the activation is constant on the accumulator range")
+    left = int(q[0])
+    lo_x, hi_x = xs[max(changes[0], 0)], xs[min(changes[-1] + 1, len(xs) - 1)]
+    xs = np.linspace(float(lo_x), float(hi_x), _SAMPLES).astype(np.float32)
+    q = np.asarray(g(xs), np.int64)
+    at = xs[1:][q[1:] != q[:-1]]
+    x_lo = float(at[0])
+    widths = np.diff(at)
+    narrowest = max(float(widths.min()) if len(widths) else float(hi_x - lo_x), float(xs[1] - xs[0]))
+    for cells in _CELLS_PER_LEVEL:  # the finest the segments allow
+        step = narrowest / cells
+        n = int((float(at[-1]) - x_lo) / (_CELLS * step)) + 1
+        if n <= MAX_SEGMENTS:
+            return x_lo, step, n, left
+    raise NotExact(f"the activation needs {n} table segments at its narrowest level's width (at most {MAX_SEGMENTS})")
+
+
+def _tables(g: Chain, x_lo: float, step: float, n: int, left: int) -> list[ActivationTable]:
+    """E_i: g at segment i's cells less the level before the segment; 0 below it."""
+    points = (x_lo + step * np.arange(_CELLS * n)).astype(np.float32)
+    levels = np.asarray(g(points), np.int64).reshape(n, _CELLS)
+    before = np.concatenate([[left], levels[:-1, -1]])
+    return [ActivationTable(-128, np.concatenate([[left if i == 0 else 0], levels[i] - (before[i] if i else 0)]), 0)
+            for i in range(n)]
+
+
+def _level_rescale(b_lo: float, b_hi: float, lo: int, hi: int, x_lo: float, step: float, n: int) -> Rescale:
+    """R of one channel: u = round((B(a) - x_lo) / h), clamped to [-1, 255 n - 1], with B(a)
+    taken as its straight line through the range's ends (B(lo), B(hi))."""
+    slope = (b_hi - b_lo) / max(hi - lo, 1)
+    m_real = slope / step  # cells per accumulator unit
+    if not m_real > 0:
+        raise NotExact("the dequantized accumulator is constant on its range")
+    u = (b_lo - slope * lo - x_lo) / step  # u at a = 0
+    shift = int(np.clip(30 - int(np.ceil(np.log2(m_real))), 0, 62))
+    m = int(round(m_real * (1 << shift)))
+    r = intercept_rescale(-1, _CELLS * n - 1, lo, hi, shift, m, int(np.floor((u + 0.5) * (1 << shift))))
+    if m <= 0 or r is None:
+        raise NotExact("the activation table's level does not fit the rescale arithmetic")
+    return r
+
+
+# --- the measure ---------------------------------------------------------------------------
+
+def _measure(chain: Chain, b_chain: Chain, g_chain: Chain, channels: list, rs: list[Rescale],
+             tables: list[ActivationTable], kind: str) -> tuple[list[int], list[int], int]:
+    """Per channel: the accumulator values of [lo, hi] where `composite` differs from the chain,
+    and the chain's step span; the values evaluated one by one. NotExact where one is more than
+    one step off, or the unproven pieces hold more than `EXHAUSTIVE_BUDGET` values."""
+    bs = b_chain.for_channels([v for v, _, _ in channels])
+    lo = np.array([c[1] for c in channels], np.int64)
+    hi = np.array([c[2] for c in channels], np.int64)
+    ends = bs(np.stack([lo, hi], 1))
+    finest = 4 * float(np.min((ends[:, 1].astype(np.float64) - ends[:, 0]) / np.maximum(hi - lo, 1)))
+    starts, dirs = _pieces(g_chain, np.float32(ends.min()), np.float32(ends.max()), finest)
+    breaks = np.unique(np.concatenate([starts, _thresholds(g_chain, starts, dirs, np.float32(ends.max()))]))
+    levels = np.asarray(g_chain(breaks), np.int64)
+    reach = _first_reaching(bs, breaks, lo, hi, ends)  # (channels, breaks)
+    spans = {p: _piece_ends(reach, starts, breaks, p, hi) for p in np.nonzero(dirs == 2)[0]}
+    total = sum(int(np.sum(stop - first)) for first, stop in spans.values())
+    if total > EXHAUSTIVE_BUDGET:
+        raise NotExact(f"the activation's direction is unproven on {total} accumulator values, more than the "
+                       f"{EXHAUSTIVE_BUDGET} evaluated one by one")
+    one_by_one = _one_by_one(chain, channels, spans)
+    differing, step_spans = [], []
+    for c in range(len(channels)):
+        at, value = one_by_one[c]  # after the breaks' entries: they win at equal accumulators
+        d, s = _compare(np.concatenate([reach[c], at]), np.concatenate([levels, value]), rs[c], tables,
+                        int(lo[c]), int(hi[c]))
+        if d < 0:
+            raise NotExact(f"{kind} through the activation table, channel {c}: more than one output step off")
+        differing.append(d)
+        step_spans.append(s)
+    return differing, step_spans, total
+
+
+def _one_by_one(chain: Chain, channels: list, spans: dict) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per channel: (accumulators, the chain's levels there) of the unproven pieces, `spans`
+    their [first, stop) per channel; evaluated in batches of all channels."""
+    out: list[tuple[list, list]] = [([], []) for _ in channels]
+    pieces = list(spans.values())
+    full = chain.for_channels([v for v, _, _ in channels])
+    for k in range(0, len(pieces), 64):
+        first = np.stack([f for f, _ in pieces[k:k + 64]], 1)  # (channels, pieces)
+        count = np.maximum(np.stack([s for _, s in pieces[k:k + 64]], 1) - first, 0)
+        rows = np.repeat(np.arange(len(channels)), count.sum(1))
+        starts = np.repeat(first.reshape(-1), count.reshape(-1))
+        offsets = np.arange(len(starts)) - np.repeat(np.cumsum(count.reshape(-1)) - count.reshape(-1),
+                                                       count.reshape(-1))
+        a = starts + offsets
+        q = np.asarray(full.channel_rows(rows)(a[:, None])[:, 0], np.int64) if len(a) else a
+        bounds = np.searchsorted(rows, np.arange(len(channels) + 1))
+        for c in range(len(channels)):
+            out[c][0].append(a[bounds[c]:bounds[c + 1]])
+            out[c][1].append(q[bounds[c]:bounds[c + 1]])
+    empty = np.zeros(0, np.int64)
+    return [(np.concatenate(a) if a else empty, np.concatenate(v) if v else empty) for a, v in out]
+
+
+def _piece_ends(reach: np.ndarray, starts: np.ndarray, breaks: np.ndarray, p: int, hi: np.ndarray):
+    """Per channel: the accumulators [first, stop) whose B falls in piece p."""
+    first = reach[:, int(np.searchsorted(breaks, starts[p]))]
+    stop = reach[:, int(np.searchsorted(breaks, starts[p + 1]))] if p + 1 < len(starts) else hi + 1
+    return first, stop
+
+
+def _compare(at: np.ndarray, value: np.ndarray, r: Rescale, tables: list[ActivationTable], lo: int,
+             hi: int) -> tuple[int, int]:
+    """(values of [lo, hi] where the chain, the step function taking `value` from `at` (the
+    later entry of equal ones), differs from `composite`, -1 if two steps or more; the chain's
+    step span)."""
+    order = np.argsort(at, kind="stable")
+    at, value = at[order], value[order]
+    keep = np.append(at[1:] != at[:-1], True) & (at <= hi)
+    at, value = at[keep], value[keep]
+    ours = rescale_step_points(r, np.arange(r.qmin + 1, r.qmax + 1), lo, hi)
+    cuts = np.unique(np.concatenate([at, ours, [lo]]))
+    cuts = cuts[(cuts >= lo) & (cuts <= hi)]
+    idx = np.searchsorted(at, cuts, "right") - 1
+    q = np.where(idx >= 0, value[np.maximum(idx, 0)], value[0])
+    if np.any(idx < 0):  # the range starts below B's first break: g's level there is the first's
+        raise NotExact("the activation's pieces do not cover the accumulator range")
+    off = np.abs(composite(r, tables, cuts) - q)
+    if np.any(off > 1):
+        return -1, 0
+    length = np.diff(np.append(cuts, hi + 1))
+    changes = cuts[1:][q[1:] != q[:-1]]
+    span = int(changes[-1] - cuts[0] + 1) if len(changes) else 0
+    return int(length[off > 0].sum()), span
+
+
+def _first_reaching(bs: Chain, xs: np.ndarray, lo: np.ndarray, hi: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """(channels, len(xs)): the least a in [lo, hi + 1] with B_c(a) >= x (hi + 1: none). B_c is
+    all but a line through its `ends` (B at lo and hi): the line's a is checked (B below x one
+    unit before it, not below at it), and only the pairs it misses are bisected."""
+    m = len(xs)
+    slope = (ends[:, 1].astype(np.float64) - ends[:, 0]) / np.maximum(hi - lo, 1)
+    with np.errstate(all="ignore"):
+        guess = lo[:, None] + np.ceil((xs[None, :].astype(np.float64) - ends[:, :1]) / slope[:, None])
+    guess = np.clip(np.nan_to_num(guess, nan=0.0), lo[:, None], hi[:, None] + 1).astype(np.int64)
+    at = bs(np.concatenate([np.maximum(guess - 1, lo[:, None]), np.minimum(guess, hi[:, None])], 1))
+    below, reached = at[:, :m] < xs[None, :], at[:, m:] >= xs[None, :]
+    holds = ((guess == lo[:, None]) | below) & ((guess > hi[:, None]) | reached)
+    rows, cols = np.nonzero(~holds)
+    if len(rows):
+        b = bs.channel_rows(rows)
+        target = xs[cols]
+        reach = lambda a: (b(a[:, None])[:, 0] >= target).astype(np.int64)  # noqa: E731
+        guess[rows, cols] = _bisect(reach, np.ones(len(rows), np.int64), lo[rows] - 1, hi[rows] + 1, lo[rows])
+    return guess
+
+
+def _pieces(g: Chain, x_min: np.float32, x_max: np.float32, finest: float) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, dirs): the f32 axis over [x_min, x_max] cut into pieces, each from its start to
+    the next one's (the last to x_max), with g's direction proven on it (+1, -1, 0) or 2 when
+    not. Unproven pieces are halved (on the f32 values) while wider than `finest` (a few
+    accumulator units of the steepest channel: narrower, the accumulators are evaluated one by
+    one) and the proofs asked stay under `_PROOFS`: what stays unproven holds g's level
+    changes where its direction flips (hardswish's minimum) or f32 rounding wiggles."""
+    out: list[tuple[int, int]] = []
+    stack = [(int(order_key(x_min)), int(order_key(x_max)) + 1, 0)]
+    asked = 0
+    while stack:
+        k1, k2, depth = stack.pop()  # the piece [k1, k2 - 1] in keys
+        x1, x2 = from_order_key(np.array([k1, k2 - 1]))
+        d = _direction(g, x1, x2)
+        asked += 1
+        if d == 2 and depth < _SPLITS and asked < _PROOFS and k2 - k1 > 1 and float(x2) - float(x1) > finest:
+            mid = int(order_key(np.float32((np.float64(x1) + np.float64(x2)) / 2)))
+            mid = min(max(mid, k1 + 1), k2 - 1)
+            stack += [(mid, k2, depth + 1), (k1, mid, depth + 1)]
+            continue
+        out.append((k1, d))  # (not merged: two monotone pieces may step back where they meet)
+    return from_order_key(np.array([k for k, _ in out])), np.array([d for _, d in out])
+
+
+def _direction(g: Chain, x1: np.float32, x2: np.float32) -> int:
+    """g's direction on [x1, x2] (f32_chain's analysis): +1, -1, 0 (also when its enclosure is
+    one level: f32_bounds), 2 when unproven."""
+    try:
+        r = g.evaluate(np.array([x1, x2], np.float32), check=True)
+    except NotExact:
+        return 2
+    if r.dir is None:
+        return 0 if r.lo is not None and r.lo == r.hi else 2
+    return int(r.dir)
+
+
+def _thresholds(g: Chain, starts: np.ndarray, dirs: np.ndarray, x_max: np.float32) -> np.ndarray:
+    """The f32 values inside proven pieces where g's level changes: per piece and level k
+    between its ends' levels, the least x of the piece with g(x) >= k (increasing) or <= k
+    (decreasing), bisected on the f32 order."""
+    keys = order_key(starts)
+    last = np.append(keys[1:] - 1, order_key(x_max))
+    q1, q2 = (np.asarray(g(from_order_key(k)), np.int64) for k in (keys, last))
+    rows, ks, sense = [], [], []
+    for p, d in enumerate(dirs):
+        if d in (1, -1) and q1[p] != q2[p]:
+            lv = np.arange(min(q1[p], q2[p]) + 1, max(q1[p], q2[p]) + 1) if d == 1 else \
+                np.arange(min(q1[p], q2[p]), max(q1[p], q2[p]))
+            rows += [p] * len(lv)
+            ks += list(lv * d)
+            sense += [d] * len(lv)
+    if not rows:
+        return np.zeros(0, np.float32)
+    rows, ks, sense = np.array(rows), np.array(ks, np.int64), np.array(sense, np.int64)
+    f = lambda k: np.asarray(g(from_order_key(k)), np.int64) * sense  # noqa: E731
+    t = _bisect(f, ks, keys[rows] - 1, last[rows], keys[rows])
+    return from_order_key(t)
+
