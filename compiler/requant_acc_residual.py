@@ -40,7 +40,7 @@ from .passes import RequantMode
 from .requant_channels import RESIDUAL_I32_BOUND, batched_step_points, fit_channels
 from .requant_split import backward_slice, dependents, first_ints, reads
 from .requant_summary import RequantSummary
-from .rescale_fit import NotExact, Rescale, _bisect, rescale_step_points
+from .rescale_fit import NotExact, Rescale, _bisect, first_reaching_near, rescale_step_points
 
 # Residual levels whose step points give each channel's kappa.
 _KAPPA_LEVELS = (-128, -64, 0, 64, 127)
@@ -227,25 +227,16 @@ def _chain_step_points(channels: list, res: ir.Value, gs: list[Rescale], hs: lis
     ends = f(np.concatenate([lo, hi], 1)).astype(np.int64)
     qlo, qhi = ends[:, :1], ends[:, 1:]
     at = f(np.concatenate([np.maximum(ours - 1, lo), np.minimum(ours, hi)], 1)).astype(np.int64)
-    below, reached = at[:, :255], at[:, 255:]
     k = ks[None, :]
-    holds = np.where(ours == lo, qlo >= k, np.where(ours > hi, qhi < k, (below < k) & (reached >= k)))
-    steps = ours.copy()
-    rows, cols = np.nonzero(~holds)
-    if len(rows):  # one unit off first (f32 rounding), then bisected
-        g = f.channel_rows(rows)
-        fg = lambda a: g(a[:, None])[:, 0]  # noqa: E731
-        u, kk, r_lo, r_hi = ours[rows, cols], ks[cols], lo[rows, 0], hi[rows, 0]
-        up = (u <= hi[rows, 0]) & (reached[rows, cols] < kk)
-        near = np.clip(np.where(up, u + 1, u - 2), r_lo, r_hi)
-        at_near = fg(near)
-        one_off = np.where(up, (u + 1 <= r_hi) & (at_near >= kk), (u - 1 > r_lo) & (at_near < kk))
-        steps[rows, cols] = np.where(up, u + 1, u - 1)
-        far = np.nonzero(~one_off)[0]
-        if len(far):
-            g2 = f.channel_rows(rows[far])
-            steps[rows[far], cols[far]] = _bisect(lambda a: g2(a[:, None])[:, 0], kk[far], r_lo[far] - 1,
-                                                  r_hi[far] + 1, r_lo[far])
+    ks_flat = np.broadcast_to(k, ours.shape).reshape(-1)
+
+    def reach(pairs, a):
+        return f.channel_rows(pairs // 255)(a[:, None])[:, 0] >= ks_flat[pairs]
+
+    shape2 = ours.shape
+    steps = first_reaching_near(reach, ours.reshape(-1), np.broadcast_to(lo, shape2).reshape(-1),
+                                np.broadcast_to(hi, shape2).reshape(-1), (at[:, :255] >= k).reshape(-1),
+                                (at[:, 255:] >= k).reshape(-1)).reshape(shape2)
     genuine = (k > qlo) & (k <= qhi)
     shape = (n, 256, 255)
     return steps.reshape(shape), genuine.reshape(shape), ours.reshape(shape)
@@ -311,23 +302,14 @@ def _threshold_step_points(channels: list, res: ir.Value, gs: list[Rescale], hs:
     th = np.tile(theta.reshape(1, -1), (n, 1))
     ends = b(np.concatenate([lo, hi], 1))
     at = b(np.concatenate([np.maximum(ours - 1, lo), np.minimum(ours, hi)], 1))
-    below, reached = at[:, :ours.shape[1]], at[:, ours.shape[1]:]
-    holds = np.where(ours == lo, ends[:, :1] >= th, np.where(ours > hi, ends[:, 1:] < th, (below < th) & (reached >= th)))
-    steps = ours.copy()
-    rows, cols = np.nonzero(~holds)
-    if len(rows):  # one unit off first (f32 rounding), then bisected
-        u, t, r_lo, r_hi = ours[rows, cols], th[rows, cols], lo[rows, 0], hi[rows, 0]
-        up = (u <= r_hi) & (reached[rows, cols] < t)
-        near = np.clip(np.where(up, u + 1, u - 2), r_lo, r_hi)
-        at_near = b.channel_rows(rows)(near[:, None])[:, 0]
-        one_off = np.where(up, (u + 1 <= r_hi) & (at_near >= t), (u - 1 > r_lo) & (at_near < t))
-        steps[rows, cols] = np.where(up, u + 1, u - 1)
-        far = np.nonzero(~one_off)[0]
-        if len(far):
-            g = b.channel_rows(rows[far])
-            reach = lambda a: (g(a[:, None])[:, 0] >= t[far]).astype(np.int64)  # noqa: E731
-            steps[rows[far], cols[far]] = _bisect(reach, np.ones(len(far), np.int64), r_lo[far] - 1, r_hi[far] + 1,
-                                                  r_lo[far])
+    th_flat, width = th.reshape(-1), ours.shape[1]
+
+    def reach(pairs, a):
+        return b.channel_rows(pairs // width)(a[:, None])[:, 0] >= th_flat[pairs]
+
+    steps = first_reaching_near(reach, ours.reshape(-1), np.broadcast_to(lo, ours.shape).reshape(-1),
+                                np.broadcast_to(hi, ours.shape).reshape(-1), (at[:, :width] >= th).reshape(-1),
+                                (at[:, width:] >= th).reshape(-1)).reshape(ours.shape)
     genuine = (ends[:, :1] < th) & (th <= ends[:, 1:])
     shape = (n, 256, 255)
     return steps.reshape(shape), genuine.reshape(shape), ours.reshape(shape)

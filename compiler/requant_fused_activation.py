@@ -48,7 +48,7 @@ from .f32_chain import Chain, from_order_key, order_key, type_name
 from .passes import RequantMode
 from .requant_split import TRANSCENDENTAL_ULPS, ActivationTable, backward_slice, dependents
 from .requant_summary import RequantSummary
-from .rescale_fit import NotExact, Rescale, _bisect, intercept_rescale, rescale_step_points
+from .rescale_fit import NotExact, Rescale, _bisect, first_reaching_near, intercept_rescale, rescale_step_points
 
 # Points g is sampled on to place the grid.
 _SAMPLES = 1 << 20
@@ -298,24 +298,22 @@ def _compare(at: np.ndarray, value: np.ndarray, r: Rescale, tables: list[Activat
 
 
 def _first_reaching(bs: Chain, xs: np.ndarray, lo: np.ndarray, hi: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """(channels, len(xs)): the least a in [lo, hi + 1] with B_c(a) >= x (hi + 1: none). B_c is
-    all but a line through its `ends` (B at lo and hi): the line's a is checked (B below x one
-    unit before it, not below at it), and only the pairs it misses are bisected."""
+    """(channels, len(xs)): the least a in [lo, hi + 1] with B_c(a) >= x (hi + 1: none), from
+    the a of B_c's line through its `ends` (B at lo and hi), which B all but follows."""
     m = len(xs)
     slope = (ends[:, 1].astype(np.float64) - ends[:, 0]) / np.maximum(hi - lo, 1)
     with np.errstate(all="ignore"):
         guess = lo[:, None] + np.ceil((xs[None, :].astype(np.float64) - ends[:, :1]) / slope[:, None])
     guess = np.clip(np.nan_to_num(guess, nan=0.0), lo[:, None], hi[:, None] + 1).astype(np.int64)
     at = bs(np.concatenate([np.maximum(guess - 1, lo[:, None]), np.minimum(guess, hi[:, None])], 1))
-    below, reached = at[:, :m] < xs[None, :], at[:, m:] >= xs[None, :]
-    holds = ((guess == lo[:, None]) | below) & ((guess > hi[:, None]) | reached)
-    rows, cols = np.nonzero(~holds)
-    if len(rows):
-        b = bs.channel_rows(rows)
-        target = xs[cols]
-        reach = lambda a: (b(a[:, None])[:, 0] >= target).astype(np.int64)  # noqa: E731
-        guess[rows, cols] = _bisect(reach, np.ones(len(rows), np.int64), lo[rows] - 1, hi[rows] + 1, lo[rows])
-    return guess
+    targets = np.broadcast_to(xs[None, :], guess.shape).reshape(-1)
+
+    def reach(pairs, a):
+        return bs.channel_rows(pairs // m)(a[:, None])[:, 0] >= targets[pairs]
+
+    return first_reaching_near(reach, guess.reshape(-1), np.repeat(lo, m), np.repeat(hi, m),
+                               (at[:, :m] >= xs[None, :]).reshape(-1),
+                               (at[:, m:] >= xs[None, :]).reshape(-1)).reshape(guess.shape)
 
 
 def _pieces(g: Chain, x_min: np.float32, x_max: np.float32, finest: float) -> tuple[np.ndarray, np.ndarray]:

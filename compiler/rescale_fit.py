@@ -69,6 +69,31 @@ def _bisect(f, ks: np.ndarray, left: np.ndarray, right: np.ndarray, inside: np.n
     return right
 
 
+def first_reaching_near(reach, guess: np.ndarray, lo: np.ndarray, hi: np.ndarray, before: np.ndarray,
+                        at: np.ndarray) -> np.ndarray:
+    """Per pair: the least a in [lo, hi + 1] where a non-decreasing predicate holds (hi + 1:
+    nowhere), from a `guess` in [lo, hi + 1] and the predicate one unit before it (`before`,
+    at max(guess - 1, lo)) and at it (`at`, at min(guess, hi)): the guess where those say it is
+    right, else one unit either way (f32 rounding moves a predicted point by about one), else
+    bisected. `reach(pairs, a)` is the predicate of pairs `pairs` (indices) at points `a`."""
+    holds = ((guess == lo) | ~before) & ((guess > hi) | at)
+    out = guess.copy()
+    idx = np.nonzero(~holds)[0]
+    if not len(idx):
+        return out
+    g, p_lo, p_hi = guess[idx], lo[idx], hi[idx]
+    up = (g <= p_hi) & ~at[idx]  # the predicate fails at the guess: the point is above it
+    near = np.clip(np.where(up, g + 1, g - 2), p_lo, p_hi)
+    at_near = reach(idx, near)
+    one_off = np.where(up, (g + 1 <= p_hi) & at_near, (g - 1 > p_lo) & ~at_near)
+    out[idx] = np.where(up, g + 1, g - 1)
+    far = idx[~one_off]
+    if len(far):
+        out[far] = _bisect(lambda a: reach(far, a).astype(np.int64), np.ones(len(far), np.int64), lo[far] - 1,
+                           hi[far] + 1, lo[far])
+    return out
+
+
 def step_points(f, lo: int, hi: int) -> tuple[int, int, np.ndarray]:
     """(q(lo), q(hi), T) of a monotone non-decreasing integer function on [lo, hi]:
     T[i] = min{a in [lo, hi] : f(a) >= q(lo) + 1 + i}, by bisection."""
