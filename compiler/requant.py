@@ -248,6 +248,8 @@ class _Plan:
     # An activation before the only quantize (requant_fused_activation): `rescales` make a
     # grid level u, and the result is the sum of these tables' entries at their segment of u.
     activation_tables: list[ActivationTable] | None = None
+    # ... and above the grid, the result is these rescales of the accumulator (floored).
+    activation_floor: list[Rescale] | None = None
 
 
 def _plan(op: ir.Operation, known: Known, host, mode: RequantMode) -> _Plan | None:
@@ -320,7 +322,7 @@ def _plan(op: ir.Operation, known: Known, host, mode: RequantMode) -> _Plan | No
             raise
         fit = fit_fused_activation(ops, result, acc_v, host, channels, kind, mode)
         return _Plan(op, acc_index, chan, fit.level_rescales, q_type, tail, result_index, fit.summary(kind),
-                     correction=corr, activation_tables=fit.tables)
+                     correction=corr, activation_tables=fit.tables, activation_floor=fit.linear_rescales)
     res_fits = _residual_fits(res_split, block.arguments[residual] if residual >= 0 else None, channels, chan,
                               kind, host, mode)
     summary = plan_summary(kind, fits, res_split.fit if res_split else None, later.table, res_fits,

@@ -101,10 +101,10 @@ def _table_lines(t: ActivationTable, level: str, q_type: str, p: str = "t_", out
             f"{out} = tensor.extract %{p}table[%{p}index] : tensor<{n}x{q_type}>"]
 
 
-def _segment_lines(tables: list[ActivationTable], level: str) -> list[str]:
-    """Body lines summing the segment tables of requant_fused_activation at grid level `level`
-    (i64) into %q (i8): segment i looks up clamp(level - 255 i + 1, 0, 255)."""
-    lines, terms = [], []
+def _segment_lines(tables: list[ActivationTable], level: str, lines: list[str]) -> str:
+    """Appends to `lines` the sum of the segment tables of requant_fused_activation at grid level
+    `level` (i64), segment i looking up clamp(level - 255 i + 1, 0, 255); returns its name."""
+    terms = []
     for i, t in enumerate(tables):
         p = f"seg{i}_"
         lines += [f"%{p}off = arith.constant {1 - 255 * i + t.first} : i64",
@@ -118,7 +118,7 @@ def _segment_lines(tables: list[ActivationTable], level: str) -> list[str]:
     for k, term in enumerate(terms[1:]):
         lines.append(f"%segsum{k} = arith.addi {total}, {term} : i64")
         total = f"%segsum{k}"
-    return lines + [f"%q = arith.trunci {total} : i64 to i8"]
+    return total
 
 
 def stage_lines(stages, names: dict, lines: list[str], tensors: list, prefix: str = "s") -> str:
@@ -230,7 +230,13 @@ def _rescale_body(plan, scalars: dict, res_scalars: dict, tensors: list, res_elt
         lines += _sum_lines(plan.sum_rescale, level, r_level)
         level = "%sum_q"
     if plan.activation_tables is not None:  # the grid level's segments looked up and summed
-        lines += _segment_lines(plan.activation_tables, level)
+        total = _segment_lines(plan.activation_tables, level, lines)
+        if plan.activation_floor is not None:  # above the grid, the floored linear rescale decides
+            f_scalars, f_tensors = _split_params(plan.activation_floor, "f_")
+            tensors += f_tensors
+            lines.append(f"%floored = arith.minsi {total}, {_rescale_lines(acc, f_scalars, 'f_', lines)} : i64")
+            total = "%floored"
+        lines.append(f"%q = arith.trunci {total} : i64 to {plan.q_type}")
     elif plan.table is not None:
         lines += _table_lines(plan.table, level, plan.q_type)
     else:

@@ -11,6 +11,7 @@ itself, on a grid of step h over x = B_c(a), per channel c in 64-bit integers:
 
     u = R_c(a)                          round((x - x_lo) / h), clamped to [-1, 255 n - 1]
     q = E_0[j_0] + ... + E_{n-1}[j_{n-1}],   j_i = clamp(u - 255 i + 1, 0, 255)
+    q = min(q, max(R2_c(a), L))         where g has a linear part above the grid
 
 - x_lo is where g first changes level and h the narrowest level's width
   (`_grid`, from g on a dense sample), so a grid cell holds at most one level
@@ -20,6 +21,14 @@ itself, on a grid of step h over x = B_c(a), per channel c in 64-bit integers:
 - Segment i's table holds g at its cells' points, less the level its
   predecessors end on: below the segment (j_i = 0) it adds 0, above it
   (j_i = 255) its own last level. E_0[0] is g's level left of the grid.
+- Where g ends in a linear part (hardswish above 3, SiLU and GELU far right:
+  its level changes one up each, evenly spaced, `_linear_start`), the grid
+  stops below it and its top cell sums to 127; there R2_c, the nearest
+  rescale of the chain on those accumulators (requant_channels.fit_channels,
+  about 0.01% off as any monotone requantization), decides. Floored at L, the
+  largest level the segments sum to below the top, R2_c leaves the rest to
+  them. Without that part (or if its fit fails) the grid covers g to its last
+  change.
 
 A transcendental activation (SiLU's exp, GELU's erf) is measured against the
 correctly rounded chain, and also with those results moved by
@@ -46,6 +55,7 @@ from iree.compiler import ir
 
 from .f32_chain import Chain, from_order_key, order_key, type_name
 from .passes import RequantMode
+from .requant_channels import fit_channels
 from .requant_split import TRANSCENDENTAL_ULPS, ActivationTable, backward_slice, dependents
 from .requant_summary import RequantSummary
 from .rescale_fit import NotExact, Rescale, _bisect, first_reaching_near, intercept_rescale, rescale_step_points
@@ -60,6 +70,7 @@ _PROOFS = 20_000
 # Table segments (slice lookups per element) the NPU spends on one activation at most.
 MAX_SEGMENTS = 16
 _CELLS = 255  # grid cells per segment: t = -127..127; t = -128 is "below the segment"
+_TOP = 127  # the level the grid's top cell sums to when a linear rescale decides above it
 # Grid cells across the narrowest level, the most first: the share of accumulators one step
 # off falls with it (about 1 / (4 cells) at that level).
 _CELLS_PER_LEVEL = (4, 2, 1)
@@ -70,6 +81,7 @@ class FusedActivationFit:
     """The NPU's form of the chain (module docstring) and how far it is from it."""
     level_rescales: list[Rescale]  # R_c, clamped to [-1, 255 n - 1]
     tables: list[ActivationTable]  # E_i, indexed by j_i - 128
+    linear_rescales: list[Rescale] | None  # R2_c above the grid, floored at L (None: no linear part)
     differing: list[int]  # per channel: accumulator values where the level differs
     step_span: list[int]  # per channel: accumulators from the chain's first level change to its last
     exhaustive: int  # accumulator values evaluated one by one (g's direction unproven there)
@@ -80,10 +92,13 @@ class FusedActivationFit:
                               activation_segments=len(self.tables))
 
 
-def composite(r: Rescale, tables: list[ActivationTable], a: np.ndarray) -> np.ndarray:
-    """The NPU's level of accumulators `a`: the sum of the segments' lookups."""
+def composite(r: Rescale, tables: list[ActivationTable], a: np.ndarray, linear: Rescale | None = None
+              ) -> np.ndarray:
+    """The NPU's level of accumulators `a`: the sum of the segments' lookups, and its minimum
+    with the floored linear rescale where there is one."""
     u = r(a)
-    return sum(t.entries[segment_index(u, i)] for i, t in enumerate(tables))
+    q = sum(t.entries[segment_index(u, i)] for i, t in enumerate(tables))
+    return q if linear is None else np.minimum(q, linear(a))
 
 
 def segment_index(u: np.ndarray, i: int) -> np.ndarray:
@@ -130,20 +145,59 @@ def fit_fused_activation(ops: list[ir.Operation], result: ir.Value, acc: ir.Valu
     ends = b_chain.for_channels([v for v, _, _ in channels])(np.array([[lo, hi] for _, lo, hi in channels]))
     if any(b_chain.for_channel(v).direction(lo, hi) != 1 for v, lo, hi in _sign_groups(channels)):
         raise NotExact("the dequantized accumulator does not increase with it")
-    x_lo, step, n, left = _grid(g_chain, np.float32(ends.min()), np.float32(ends.max()))
-    r = [_level_rescale(float(b_lo), float(b_hi), lo, hi, x_lo, step, n)
-         for (_, lo, hi), (b_lo, b_hi) in zip(channels, ends)]
-    tables = _tables(g_chain, x_lo, step, n, left)
     chain = Chain(ops, result, acc, host)
-    differing, spans, exhaustive = _measure(chain, b_chain, g_chain, channels, r, tables, kind)
-    if g_chain.transcendental:  # llvm-cpu's exp / erf, a few ulps off the correctly rounded ones
+    x_min, x_max = np.float32(ends.min()), np.float32(ends.max())
+    for linear in (True, False):  # with a linear part above the grid where g has one, else the grid alone
+        grid = _grid(g_chain, x_min, x_max, linear)
+        if grid is None:
+            continue
+        x_lo, step, n, left, top = grid
+        r = [_level_rescale(float(b_lo), float(b_hi), lo, hi, x_lo, step, n)
+             for (_, lo, hi), (b_lo, b_hi) in zip(channels, ends)]
+        tables = _tables(g_chain, x_lo, step, n, left, top)
+        try:
+            r2 = _linear_rescales(chain, channels, r, tables, kind) if top else None
+        except NotExact:
+            continue
+        return _measured(chain, b_chain, g_chain, channels, r, tables, r2, kind, mode)
+    raise AssertionError("unreachable: the grid alone is always tried")
+
+
+def _measured(chain: Chain, b_chain: Chain, g_chain: Chain, channels: list, r: list[Rescale],
+              tables: list[ActivationTable], r2: list[Rescale] | None, kind: str, mode: RequantMode
+              ) -> FusedActivationFit:
+    """The fit with its measure; SiLU's / GELU's also with exp / erf a few ulps off (llvm-cpu's)."""
+    differing, spans, exhaustive = _measure(chain, b_chain, g_chain, channels, r, tables, r2, kind)
+    if g_chain.transcendental:
         for ulps in (-TRANSCENDENTAL_ULPS, TRANSCENDENTAL_ULPS):
             exhaustive += _measure(chain.with_ulps(ulps), b_chain, g_chain.with_ulps(ulps), channels, r, tables,
-                                   f"{kind} (its transcendental function {ulps:+d} ulps)")[2]
+                                   r2, f"{kind} (its transcendental function {ulps:+d} ulps)")[2]
     if mode is RequantMode.EXACT and sum(differing):
         raise NotExact(f"the {kind} requantization through the activation tables differs on {sum(differing)} "
                        f"accumulator values")
-    return FusedActivationFit(r, tables, differing, spans, exhaustive)
+    return FusedActivationFit(r, tables, r2, differing, spans, exhaustive)
+
+
+def _linear_rescales(chain: Chain, channels: list, r: list[Rescale], tables: list[ActivationTable], kind: str
+                     ) -> list[Rescale]:
+    """R2_c: the nearest rescale of the chain where u is the grid's top (a constant 127 for a
+    channel whose range does not get there), its clamp floored at L, the largest level the
+    segments sum to below the top."""
+    top = _CELLS * len(tables) - 1
+    sums = composite(Rescale(0, 1, 0, 0, -1, top), tables, np.arange(-1, top))
+    floor = int(sums.max())
+    starts = [int(rescale_step_points(x, np.array([top]), lo, hi)[0]) for x, (_, lo, hi) in zip(r, channels)]
+    rows = [c for c, (a, (_, _, hi)) in enumerate(zip(starts, channels)) if a <= hi]
+    out = [Rescale(0, 0, 0, 0, _TOP, _TOP)] * len(channels)
+    if rows:
+        fits = fit_channels(chain, [(channels[c][0], starts[c], channels[c][2]) for c in rows], (0,),
+                            f"{kind} above the activation's grid", RequantMode.NEAREST)
+        for c, f in zip(rows, fits):
+            x = f.rescale
+            if x.multiplier < 0:
+                raise NotExact(f"the {kind} requantization decreases above the activation's grid")
+            out[c] = Rescale(x.offset, x.multiplier, x.rounding, x.shift, max(x.qmin, floor), max(x.qmax, floor))
+    return out
 
 
 def _sign_groups(channels: list) -> list:
@@ -158,10 +212,13 @@ def _sign_groups(channels: list) -> list:
     return out
 
 
-def _grid(g: Chain, x_min: np.float32, x_max: np.float32) -> tuple[float, float, int, int]:
-    """(x_lo, h, n, g's level left of x_lo) from g sampled on [x_min, x_max], then on the span
-    where it changes: x_lo its first change, h the narrowest level's width there, n the
-    segments that cover the span."""
+def _grid(g: Chain, x_min: np.float32, x_max: np.float32, linear: bool
+          ) -> tuple[float, float, int, int, bool] | None:
+    """(x_lo, h, n, g's level left of x_lo, whether the grid's top cell stands for a linear part
+    above it) from g sampled on [x_min, x_max], then on the span where it changes: x_lo its
+    first change, h the narrowest level's width up to the linear part (`_linear_start`) or
+    the last change, n the segments that cover that. None when `linear` and g has no linear
+    part."""
     xs = np.linspace(float(x_min), float(x_max), _SAMPLES).astype(np.float32)
     q = np.asarray(g(xs), np.int64)
     changes = np.nonzero(q[1:] != q[:-1])[0]
@@ -171,22 +228,45 @@ def _grid(g: Chain, x_min: np.float32, x_max: np.float32) -> tuple[float, float,
     lo_x, hi_x = xs[max(changes[0], 0)], xs[min(changes[-1] + 1, len(xs) - 1)]
     xs = np.linspace(float(lo_x), float(hi_x), _SAMPLES).astype(np.float32)
     q = np.asarray(g(xs), np.int64)
-    at = xs[1:][q[1:] != q[:-1]]
+    moved = np.nonzero(q[1:] != q[:-1])[0]
+    at, rise = xs[1:][moved], q[1:][moved] - q[:-1][moved]
+    k = _linear_start(at, rise) if linear else len(at) - 1
+    if k is None:
+        return None
     x_lo = float(at[0])
-    widths = np.diff(at)
+    widths = np.diff(at[:k + 1])
     narrowest = max(float(widths.min()) if len(widths) else float(hi_x - lo_x), float(xs[1] - xs[0]))
     for cells in _CELLS_PER_LEVEL:  # the finest the segments allow
         step = narrowest / cells
-        n = int((float(at[-1]) - x_lo) / (_CELLS * step)) + 1
+        n = int((float(at[k]) - x_lo) / step + 1.5 * linear) // _CELLS + 1
         if n <= MAX_SEGMENTS:
-            return x_lo, step, n, left
+            return x_lo, step, n, left, linear
     raise NotExact(f"the activation needs {n} table segments at its narrowest level's width (at most {MAX_SEGMENTS})")
 
 
-def _tables(g: Chain, x_lo: float, step: float, n: int, left: int) -> list[ActivationTable]:
-    """E_i: g at segment i's cells less the level before the segment; 0 below it."""
+def _linear_start(at: np.ndarray, rise: np.ndarray) -> int | None:
+    """The first of g's level changes (at `at`, by `rise` levels) from which on every change is
+    one level up and they lie within 0.1 of a level of a line (a rescale's steps), at least 16
+    of them; None when there is no such tail."""
+    n = len(at)
+    for k in np.linspace(0, max(n - 16, 0), 48).astype(int):
+        if n - k < 16 or np.any(rise[k:] != 1):
+            continue
+        j = np.arange(n - k, dtype=np.float64)
+        line = np.polyfit(j, at[k:].astype(np.float64), 1)
+        if line[0] > 0 and np.max(np.abs(np.polyval(line, j) - at[k:])) <= 0.1 * line[0]:
+            return int(k)
+    return None
+
+
+def _tables(g: Chain, x_lo: float, step: float, n: int, left: int, top: bool) -> list[ActivationTable]:
+    """E_i: g at segment i's cells less the level before the segment; 0 below it. With `top`
+    the last cell sums to 127, so that the linear rescale decides there (`composite`)."""
     points = (x_lo + step * np.arange(_CELLS * n)).astype(np.float32)
-    levels = np.asarray(g(points), np.int64).reshape(n, _CELLS)
+    levels = np.asarray(g(points), np.int64)
+    if top:
+        levels[-1] = _TOP
+    levels = levels.reshape(n, _CELLS)
     before = np.concatenate([[left], levels[:-1, -1]])
     return [ActivationTable(-128, np.concatenate([[left if i == 0 else 0], levels[i] - (before[i] if i else 0)]), 0)
             for i in range(n)]
@@ -211,7 +291,8 @@ def _level_rescale(b_lo: float, b_hi: float, lo: int, hi: int, x_lo: float, step
 # --- the measure ---------------------------------------------------------------------------
 
 def _measure(chain: Chain, b_chain: Chain, g_chain: Chain, channels: list, rs: list[Rescale],
-             tables: list[ActivationTable], kind: str) -> tuple[list[int], list[int], int]:
+             tables: list[ActivationTable], r2: list[Rescale] | None, kind: str
+             ) -> tuple[list[int], list[int], int]:
     """Per channel: the accumulator values of [lo, hi] where `composite` differs from the chain,
     and the chain's step span; the values evaluated one by one. NotExact where one is more than
     one step off, or the unproven pieces hold more than `EXHAUSTIVE_BUDGET` values."""
@@ -234,7 +315,7 @@ def _measure(chain: Chain, b_chain: Chain, g_chain: Chain, channels: list, rs: l
     for c in range(len(channels)):
         at, value = one_by_one[c]  # after the breaks' entries: they win at equal accumulators
         d, s = _compare(np.concatenate([reach[c], at]), np.concatenate([levels, value]), rs[c], tables,
-                        int(lo[c]), int(hi[c]))
+                        r2[c] if r2 else None, int(lo[c]), int(hi[c]))
         if d < 0:
             raise NotExact(f"{kind} through the activation table, channel {c}: more than one output step off")
         differing.append(d)
@@ -272,8 +353,8 @@ def _piece_ends(reach: np.ndarray, starts: np.ndarray, breaks: np.ndarray, p: in
     return first, stop
 
 
-def _compare(at: np.ndarray, value: np.ndarray, r: Rescale, tables: list[ActivationTable], lo: int,
-             hi: int) -> tuple[int, int]:
+def _compare(at: np.ndarray, value: np.ndarray, r: Rescale, tables: list[ActivationTable], r2: Rescale | None,
+             lo: int, hi: int) -> tuple[int, int]:
     """(values of [lo, hi] where the chain, the step function taking `value` from `at` (the
     later entry of equal ones), differs from `composite`, -1 if two steps or more; the chain's
     step span)."""
@@ -281,14 +362,15 @@ def _compare(at: np.ndarray, value: np.ndarray, r: Rescale, tables: list[Activat
     at, value = at[order], value[order]
     keep = np.append(at[1:] != at[:-1], True) & (at <= hi)
     at, value = at[keep], value[keep]
-    ours = rescale_step_points(r, np.arange(r.qmin + 1, r.qmax + 1), lo, hi)
-    cuts = np.unique(np.concatenate([at, ours, [lo]]))
+    ours = [rescale_step_points(x, np.arange(x.qmin + 1, x.qmax + 1), lo, hi)
+            for x in (r, r2) if x is not None and x.multiplier > 0]
+    cuts = np.unique(np.concatenate([at, *ours, [lo]]))
     cuts = cuts[(cuts >= lo) & (cuts <= hi)]
     idx = np.searchsorted(at, cuts, "right") - 1
     q = np.where(idx >= 0, value[np.maximum(idx, 0)], value[0])
     if np.any(idx < 0):  # the range starts below B's first break: g's level there is the first's
         raise NotExact("the activation's pieces do not cover the accumulator range")
-    off = np.abs(composite(r, tables, cuts) - q)
+    off = np.abs(composite(r, tables, cuts, r2) - q)
     if np.any(off > 1):
         return -1, 0
     length = np.diff(np.append(cuts, hi + 1))
