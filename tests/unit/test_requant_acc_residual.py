@@ -6,6 +6,7 @@ the differing pairs it reports must be exactly those, none more than one step of
 import numpy as np
 import pytest
 from iree.compiler import ir
+from requant_body import parsed_body
 
 from torq.compiler import f32_chain
 from torq.compiler.passes import RequantMode
@@ -55,11 +56,7 @@ func.func @main(%acc: tensor<4xi32>, %w: tensor<4xf32>, %b: tensor<4xf32>, %res:
 
 
 def _parsed(ctx):
-    module = ir.Module.parse(BODY, ctx)
-    generic = [op.operation for op in module.body.operations[0].regions[0].blocks[0].operations
-               if op.operation.name == "linalg.generic"][0]
-    ops = [o.operation for o in generic.regions[0].blocks[0].operations]
-    return module, ops[:-1], ops[-2].results[0], generic.regions[0].blocks[0].arguments
+    return parsed_body(BODY, ctx)
 
 
 def _channels(args, seed: int, span: int):

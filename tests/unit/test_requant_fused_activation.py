@@ -7,6 +7,7 @@ off. And the direction rules that prove the activation monotone where it is."""
 import numpy as np
 import pytest
 from iree.compiler import ir
+from requant_body import parsed_body
 
 from torq.compiler import f32_chain, requant_fused_activation
 from torq.compiler.passes import RequantMode
@@ -70,11 +71,7 @@ SILU_BODY = BODY.replace("""    %4 = arith.addf %3, %three : f32
 
 
 def _parsed(ctx, body: str = BODY):
-    module = ir.Module.parse(body, ctx)
-    generic = [op.operation for op in module.body.operations[0].regions[0].blocks[0].operations
-               if op.operation.name == "linalg.generic"][0]
-    ops = [o.operation for o in generic.regions[0].blocks[0].operations]
-    return module, ops[:-1], ops[-2].results[0], generic.regions[0].blocks[0].arguments
+    return parsed_body(body, ctx)
 
 
 def _channels(args, seed: int, span: int):
