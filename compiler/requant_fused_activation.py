@@ -167,11 +167,11 @@ def _measured(chain: Chain, b_chain: Chain, g_chain: Chain, channels: list, r: l
               tables: list[ActivationTable], r2: list[Rescale] | None, kind: str, mode: RequantMode
               ) -> FusedActivationFit:
     """The fit with its measure; SiLU's / GELU's also with exp / erf a few ulps off (llvm-cpu's)."""
-    differing, spans, exhaustive = _measure(chain, b_chain, g_chain, channels, r, tables, r2, kind)
-    if g_chain.transcendental:
+    differing, spans, exhaustive, starts = _measure(chain, b_chain, g_chain, channels, r, tables, r2, kind)
+    if g_chain.transcendental:  # each variant proven on its own, from the pieces found first
         for ulps in (-TRANSCENDENTAL_ULPS, TRANSCENDENTAL_ULPS):
             exhaustive += _measure(chain.with_ulps(ulps), b_chain, g_chain.with_ulps(ulps), channels, r, tables,
-                                   r2, f"{kind} (its transcendental function {ulps:+d} ulps)")[2]
+                                   r2, f"{kind} (its transcendental function {ulps:+d} ulps)", starts)[2]
     if mode is RequantMode.EXACT and sum(differing):
         raise NotExact(f"the {kind} requantization through the activation tables differs on {sum(differing)} "
                        f"accumulator values")
@@ -291,8 +291,8 @@ def _level_rescale(b_lo: float, b_hi: float, lo: int, hi: int, x_lo: float, step
 # --- the measure ---------------------------------------------------------------------------
 
 def _measure(chain: Chain, b_chain: Chain, g_chain: Chain, channels: list, rs: list[Rescale],
-             tables: list[ActivationTable], r2: list[Rescale] | None, kind: str
-             ) -> tuple[list[int], list[int], int]:
+             tables: list[ActivationTable], r2: list[Rescale] | None, kind: str, seeds: np.ndarray | None = None
+             ) -> tuple[list[int], list[int], int, np.ndarray]:
     """Per channel: the accumulator values of [lo, hi] where `composite` differs from the chain,
     and the chain's step span; the values evaluated one by one. NotExact where one is more than
     one step off, or the unproven pieces hold more than `EXHAUSTIVE_BUDGET` values."""
@@ -301,7 +301,7 @@ def _measure(chain: Chain, b_chain: Chain, g_chain: Chain, channels: list, rs: l
     hi = np.array([c[2] for c in channels], np.int64)
     ends = bs(np.stack([lo, hi], 1))
     finest = 4 * float(np.min((ends[:, 1].astype(np.float64) - ends[:, 0]) / np.maximum(hi - lo, 1)))
-    starts, dirs = _pieces(g_chain, np.float32(ends.min()), np.float32(ends.max()), finest)
+    starts, dirs = _pieces(g_chain, np.float32(ends.min()), np.float32(ends.max()), finest, seeds)
     breaks = np.unique(np.concatenate([starts, _thresholds(g_chain, starts, dirs, np.float32(ends.max()))]))
     levels = np.asarray(g_chain(breaks), np.int64)
     reach = _first_reaching(bs, breaks, lo, hi, ends)  # (channels, breaks)
@@ -320,7 +320,7 @@ def _measure(chain: Chain, b_chain: Chain, g_chain: Chain, channels: list, rs: l
             raise NotExact(f"{kind} through the activation table, channel {c}: more than one output step off")
         differing.append(d)
         step_spans.append(s)
-    return differing, step_spans, total
+    return differing, step_spans, total, starts
 
 
 def _one_by_one(chain: Chain, channels: list, spans: dict) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -398,15 +398,19 @@ def _first_reaching(bs: Chain, xs: np.ndarray, lo: np.ndarray, hi: np.ndarray, e
                                (at[:, m:] >= xs[None, :]).reshape(-1)).reshape(guess.shape)
 
 
-def _pieces(g: Chain, x_min: np.float32, x_max: np.float32, finest: float) -> tuple[np.ndarray, np.ndarray]:
+def _pieces(g: Chain, x_min: np.float32, x_max: np.float32, finest: float, seeds: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray]:
     """(starts, dirs): the f32 axis over [x_min, x_max] cut into pieces, each from its start to
     the next one's (the last to x_max), with g's direction proven on it (+1, -1, 0) or 2 when
     not. Unproven pieces are halved (on the f32 values) while wider than `finest` (a few
     accumulator units of the steepest channel: narrower, the accumulators are evaluated one by
     one) and the proofs asked stay under `_PROOFS`: what stays unproven holds g's level
-    changes where its direction flips (hardswish's minimum) or f32 rounding wiggles."""
+    changes where its direction flips (hardswish's minimum) or f32 rounding wiggles. `seeds`:
+    the starts of pieces to begin from (another variant's), each proven again."""
+    keys = [int(k) for k in order_key(seeds)] if seeds is not None else [int(order_key(x_min))]
+    keys.append(int(order_key(x_max)) + 1)
     out: list[tuple[int, int]] = []
-    stack = [(int(order_key(x_min)), int(order_key(x_max)) + 1, 0)]
+    stack = [(k1, k2, 0) for k1, k2 in zip(keys[-2::-1], keys[:0:-1])]
     asked = 0
     while stack:
         k1, k2, depth = stack.pop()  # the piece [k1, k2 - 1] in keys
