@@ -27,7 +27,7 @@ from .f32_bounds import mul_dir as _mul_dir
 from .f32_bounds import neg as _neg
 from .f32_bounds import sign as _sign
 from .ir_utils import constant_of
-from .rescale_fit import NotExact
+from .rescale_fit import NotExact, NotMonotone
 
 INT_RANGE = {"i1": (0, 1), "i8": (-128, 127), "i16": (-(1 << 15), (1 << 15) - 1), "i32": (-(1 << 31), (1 << 31) - 1),
              "i64": (-(1 << 63), (1 << 63) - 1)}
@@ -250,7 +250,7 @@ class Chain:
         """+1 / -1 / 0 if the chain is monotone on [lo, hi] (checked at both ends); raises NotExact."""
         r = self.evaluate(np.array([lo, hi], np.int64), check=True)
         if r.dir is None:
-            raise NotExact("the chain is not monotone in the accumulator")
+            raise NotMonotone("the chain is not monotone in the accumulator")
         return r.dir
 
     def sign_signatures(self, ends: np.ndarray) -> list[bytes | None]:

@@ -148,7 +148,7 @@ from .requant_stages import Channels, StageSplitter
 from .requant_summary import RequantSummary, plan_summary
 from .requant_tail import HostTail, accumulator_tail, result_layout_tensors, split_tail, tail_text
 from .requant_zero_point import ZeroPointCorrection, fold_zero_products, zero_point_correction
-from .rescale_fit import NotExact, Rescale
+from .rescale_fit import NotExact, NotMonotone, Rescale
 from .rescale_pairs import SumRescale
 
 # --- the IR rewrite ---------------------------------------------------------------------
@@ -317,8 +317,8 @@ def _plan(op: ir.Operation, known: Known, host, mode: RequantMode) -> _Plan | No
                              res_split, sum_fit)
     try:
         fits = fit_channels(Chain(ops, result, acc_v, host), channels, chan, kind, mode, sum_error, downstream)
-    except NotExact as e:  # PT2E's conv + hardswish: the activation before the only quantize
-        if residual >= 0 or later.stages or later.table is not None or "not monotone" not in str(e):
+    except NotMonotone:  # PT2E's conv + hardswish: the activation before the only quantize
+        if residual >= 0 or later.stages or later.table is not None:
             raise
         fit = fit_fused_activation(ops, result, acc_v, host, channels, kind, mode)
         return _Plan(op, acc_index, chan, fit.level_rescales, q_type, tail, result_index, fit.summary(kind),

@@ -15,7 +15,7 @@ from .f32_chain import Chain
 from .ir_utils import constant_of, indexing_maps, iterator_types, loop_ranges, map_dims, n_inputs
 from .passes import RequantMode
 from .rescale_batch import fit_many
-from .rescale_fit import ChannelFit, NotExact, channel_step_points
+from .rescale_fit import ChannelFit, NotExact, NotMonotone, channel_step_points
 
 # The accumulator range an i32 residual (from another dispatch) is fitted on.
 RESIDUAL_I32_BOUND = 1 << 30
@@ -206,7 +206,7 @@ def batched_step_points(chain: Chain, channels: list, kind: str) -> list:
     """Per channel: (direction, step points of the chain made non-decreasing: of a -> f(-a) on
     [-hi, -lo] when it decreases), all channels of one direction bisected together
     (`channel_step_points`)."""
-    dirs = _directions(chain, channels, kind)
+    dirs = channel_directions(chain, channels, kind)
     out: list = [None] * len(channels)
     for d in (1, -1, 0):
         idx = [c for c in range(len(channels)) if dirs[c] == d]
@@ -227,7 +227,7 @@ def batched_step_points(chain: Chain, channels: list, kind: str) -> list:
     return out
 
 
-def _directions(chain: Chain, channels: list, kind: str) -> list[int]:
+def channel_directions(chain: Chain, channels: list, kind: str) -> list[int]:
     """Per channel: the direction of its chain on its accumulator range (`Chain.direction`),
     asked once per group of channels whose constants have the same signs."""
     keys: list = [None] * len(channels)
@@ -243,9 +243,9 @@ def _directions(chain: Chain, channels: list, kind: str) -> list[int]:
         if key is None or key not in known:
             try:
                 d = chain.for_channel(vals).direction(lo, hi)
-            except NotExact as e:
-                raise NotExact(f"{kind} float requantization, channel {ch} (accumulator range [{lo}, {hi}]): "
-                               f"{e}") from None
+            except NotExact as e:  # kept apart: a chain that is not monotone may have another form
+                kept = NotMonotone if isinstance(e, NotMonotone) else NotExact
+                raise kept(f"{kind} float requantization, channel {ch} (accumulator range [{lo}, {hi}]): {e}") from None
             if key is not None:
                 known[key] = d
         dirs.append(known[key] if key is not None else d)

@@ -55,7 +55,7 @@ from iree.compiler import ir
 
 from .f32_chain import Chain, from_order_key, order_key, type_name
 from .passes import RequantMode
-from .requant_channels import fit_channels
+from .requant_channels import channel_directions, fit_channels
 from .requant_split import TRANSCENDENTAL_ULPS, ActivationTable, backward_slice, dependents
 from .requant_summary import RequantSummary
 from .rescale_fit import NotExact, Rescale, _bisect, first_reaching_near, intercept_rescale, rescale_step_points
@@ -143,12 +143,12 @@ def fit_fused_activation(ops: list[ir.Operation], result: ir.Value, acc: ir.Valu
                        "value")
     b_chain, g_chain = split
     ends = b_chain.for_channels([v for v, _, _ in channels])(np.array([[lo, hi] for _, lo, hi in channels]))
-    if any(b_chain.for_channel(v).direction(lo, hi) != 1 for v, lo, hi in _sign_groups(channels)):
+    if any(d != 1 for d in channel_directions(b_chain, channels, f"{kind} dequantized accumulator")):
         raise NotExact("the dequantized accumulator does not increase with it")
     chain = Chain(ops, result, acc, host)
-    x_min, x_max = np.float32(ends.min()), np.float32(ends.max())
+    changes = _level_changes(g_chain, np.float32(ends.min()), np.float32(ends.max()))
     for linear in (True, False):  # with a linear part above the grid where g has one, else the grid alone
-        grid = _grid(g_chain, x_min, x_max, linear)
+        grid = _grid(changes, linear)
         if grid is None:
             continue
         x_lo, step, n, left, top = grid
@@ -200,47 +200,49 @@ def _linear_rescales(chain: Chain, channels: list, r: list[Rescale], tables: lis
     return out
 
 
-def _sign_groups(channels: list) -> list:
-    """Channels whose B direction is asked: the first of each sign pattern of their constants
-    (B_c = (a - z_c) s w_c + bias_c increases with a where s w_c > 0)."""
-    seen, out = set(), []
-    for vals, lo, hi in channels:
-        key = tuple(bool(np.all(np.asarray(v) > 0)) for v in vals.values())
-        if key not in seen:
-            seen.add(key)
-            out.append((vals, lo, hi))
-    return out
+@dataclass
+class _LevelChanges:
+    """g sampled densely over the span where it changes level: where it changes (`at`), by how
+    many levels (`rise`), its level left of the span, the span's width and the samples' spacing."""
+    at: np.ndarray
+    rise: np.ndarray
+    left: int
+    span: float
+    spacing: float
 
 
-def _grid(g: Chain, x_min: np.float32, x_max: np.float32, linear: bool
-          ) -> tuple[float, float, int, int, bool] | None:
-    """(x_lo, h, n, g's level left of x_lo, whether the grid's top cell stands for a linear part
-    above it) from g sampled on [x_min, x_max], then on the span where it changes: x_lo its
-    first change, h the narrowest level's width up to the linear part (`_linear_start`) or
-    the last change, n the segments that cover that. None when `linear` and g has no linear
-    part."""
+def _level_changes(g: Chain, x_min: np.float32, x_max: np.float32) -> _LevelChanges:
+    """g on `_SAMPLES` points of [x_min, x_max], then as many on the span where it changes."""
     xs = np.linspace(float(x_min), float(x_max), _SAMPLES).astype(np.float32)
     q = np.asarray(g(xs), np.int64)
     changes = np.nonzero(q[1:] != q[:-1])[0]
     if not len(changes):
         raise NotExact("the activation is constant on the accumulator range")
+    lo_x, hi_x = xs[changes[0]], xs[min(changes[-1] + 1, len(xs) - 1)]
     left = int(q[0])
-    lo_x, hi_x = xs[max(changes[0], 0)], xs[min(changes[-1] + 1, len(xs) - 1)]
     xs = np.linspace(float(lo_x), float(hi_x), _SAMPLES).astype(np.float32)
     q = np.asarray(g(xs), np.int64)
     moved = np.nonzero(q[1:] != q[:-1])[0]
-    at, rise = xs[1:][moved], q[1:][moved] - q[:-1][moved]
-    k = _linear_start(at, rise) if linear else len(at) - 1
+    return _LevelChanges(xs[1:][moved], q[1:][moved] - q[:-1][moved], left, float(hi_x - lo_x), float(xs[1] - xs[0]))
+
+
+def _grid(changes: _LevelChanges, linear: bool) -> tuple[float, float, int, int, bool] | None:
+    """(x_lo, h, n, g's level left of x_lo, whether the grid's top cell stands for a linear part
+    above it): x_lo g's first change, h the narrowest level's width up to the linear part
+    (`_linear_start`) or the last change, n the segments that cover that. None when `linear`
+    and g has no linear part."""
+    at = changes.at
+    k = _linear_start(at, changes.rise) if linear else len(at) - 1
     if k is None:
         return None
     x_lo = float(at[0])
     widths = np.diff(at[:k + 1])
-    narrowest = max(float(widths.min()) if len(widths) else float(hi_x - lo_x), float(xs[1] - xs[0]))
+    narrowest = max(float(widths.min()) if len(widths) else changes.span, changes.spacing)
     for cells in _CELLS_PER_LEVEL:  # the finest the segments allow
         step = narrowest / cells
         n = int((float(at[k]) - x_lo) / step + 1.5 * linear) // _CELLS + 1
         if n <= MAX_SEGMENTS:
-            return x_lo, step, n, left, linear
+            return x_lo, step, n, changes.left, linear
     raise NotExact(f"the activation needs {n} table segments at its narrowest level's width (at most {MAX_SEGMENTS})")
 
 

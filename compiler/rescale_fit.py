@@ -57,6 +57,11 @@ class NotExact(Exception):
     """The chain cannot be reproduced (exactly, or within one step); the message says why."""
 
 
+class NotMonotone(NotExact):
+    """The chain is not monotone in the accumulator (no rescale reproduces it; an activation
+    quantized with its contraction may still: compiler/requant_fused_activation.py)."""
+
+
 def _bisect(f, ks: np.ndarray, left: np.ndarray, right: np.ndarray, inside: np.ndarray) -> np.ndarray:
     """Per level k: the least a in (left, right] with f(a) >= k, for non-decreasing f with
     f(left) < k and f(right) >= k (either end may stand outside the range, for -inf / +inf).

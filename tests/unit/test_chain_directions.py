@@ -1,4 +1,4 @@
-"""Directions of a requantization chain over many channels (requant_channels._directions):
+"""Directions of a requantization chain over many channels (requant_channels.channel_directions):
 asked once per group of channels whose constants have the same signs, they must equal
 `Chain.direction` asked per channel, including channels whose scale is negative or zero."""
 
@@ -54,7 +54,7 @@ def test_grouped_directions_equal_per_channel_directions():
         channels = [({args[1]: np.float32(s), args[2]: np.float32(0.25 * i)}, -50_000, 50_000)
                     for i, s in enumerate(scales)]
         want = [chain.for_channel(v).direction(lo, hi) for v, lo, hi in channels]
-        got = requant_channels._directions(chain, channels, "test")
+        got = requant_channels.channel_directions(chain, channels, "test")
         keys = chain.for_channels([v for v, _, _ in channels]).sign_signatures(
             np.array([[lo, hi] for _, lo, hi in channels]))
     assert want == [1, -1, 0, 1, -1, 1, 0, -1]
@@ -71,4 +71,4 @@ def test_a_failing_channel_is_named():
         channels = [({args[1]: np.float32(s), args[2]: np.float32(0)}, -50_000, 50_000) for s in (0.003, 3e37)]
         channels[1] = (channels[1][0], -(1 << 31), (1 << 31) - 1)
         with pytest.raises(NotExact, match="channel 1 "):
-            requant_channels._directions(chain, channels, "test")
+            requant_channels.channel_directions(chain, channels, "test")
