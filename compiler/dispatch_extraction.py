@@ -115,11 +115,14 @@ class ExtractedDispatch:
     # Per dispatch result: the sizes of that box in the operand's rank (the stored value may
     # drop unit dims of it), else None.
     result_update_sizes: list[list[int] | None] = field(default_factory=list)
-    # Per function result: elementwise ops the host applies to the NPU result.
+    # Per dispatch result: elementwise ops the host applies to the NPU result (to another
+    # result's finished value when `HostTail.source` >= 0: the function does not return it).
     host_tails: dict[int, HostTail] = field(default_factory=dict)
+    # The dispatch result of each function result (None: the same index).
+    function_results: list[int] | None = None
     # Per function argument: the quantize the host applies to its operand before the call.
     host_heads: dict[int, HostTail] = field(default_factory=dict)
-    # Function results the NPU writes in place into their read-write operand,
+    # Dispatch results the NPU writes in place into their read-write operand,
     # in the order the call passes those operands.
     in_place: list[int] = field(default_factory=list)
     # One summary per float requantization compiled to an integer rescale.
@@ -142,7 +145,10 @@ class ExtractedDispatch:
             self.host_heads = {j: lowering.host_heads[k] for j, k in enumerate(lowering.kept_arguments)
                                if k in lowering.host_heads}
             self.requant = list(lowering.rescaled)
-        self.in_place = list(_the_function_entry(reports.get(mark_in_place_updates.NAME)) or [])
+            self.function_results = lowering.kept_results
+        results = self.function_results
+        self.in_place = [results[k] if results is not None else k
+                         for k in _the_function_entry(reports.get(mark_in_place_updates.NAME)) or []]
 
 
 def _the_function_entry(report: dict | None):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from iree.compiler import ir
 from iree.compiler.dialects import arith, flow, iree_tensor_ext
 
@@ -32,11 +33,13 @@ def host_tail_dispatch(value: ir.Value, tail: HostTail, element_type: ir.Type, t
     wo = f"!iree_tensor_ext.dispatch.tensor<writeonly:{result_type}>"
     body = "\n        ".join(tail.ops_text.splitlines())
     # Per-channel constants the tail reads, made inside the dispatch.
-    consts = "".join(f"\n    %p{k}_t = arith.constant dense<{values}> : tensor<{len(values)}x{t}>"
-                     for k, (_, t, values) in enumerate(tail.channel_values))
+    channel_types = [f"tensor<{'x'.join(map(str, np.shape(values)))}x{t}>" for _, t, values in tail.channel_values]
+    consts = "".join(f"\n    %p{k}_t = arith.constant dense<{values}> : {ct}"
+                     for k, ((_, _, values), ct) in enumerate(zip(tail.channel_values, channel_types)))
     ins = "".join(f", %p{k}_t" for k in range(len(tail.channel_values)))
-    in_types = "".join(f", tensor<{len(values)}x{t}>" for _, t, values in tail.channel_values)
-    maps = "".join(f", affine_map<({dims}) -> (d{dim})>" for dim, _, _ in tail.channel_values)
+    in_types = "".join(f", {ct}" for ct in channel_types)
+    maps = "".join(f", affine_map<({dims}) -> ({', '.join(f'd{d}' for d in along)})>"
+                   for along, _, _ in tail.channel_values)
     args = "".join(f", %p{k}: {t}" for k, (_, t, _) in enumerate(tail.channel_values))
     # Tensors of the result's shape, read elementwise (loaded like %x).
     x_types = [str(t.type) for t in tensors]

@@ -100,6 +100,7 @@ exactly puts every step point on a tie that f32 noise breaks either way).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -108,6 +109,7 @@ from iree.compiler import ir
 
 from .f32_chain import INT_RANGE, Chain, type_name
 from .ir_utils import (
+    block_ops,
     box_term,
     indexing_maps,
     inline_function_text,
@@ -146,7 +148,7 @@ from .requant_split import (
 )
 from .requant_stages import Channels, StageSplitter
 from .requant_summary import RequantSummary, plan_summary
-from .requant_tail import HostTail, accumulator_tail, result_layout_tensors, split_tail, tail_text
+from .requant_tail import HostTail, accumulator_tail, derived_tails, result_layout_tensors, split_tail, tail_text
 from .requant_zero_point import ZeroPointCorrection, fold_zero_products, zero_point_correction
 from .rescale_fit import NotExact, NotMonotone, Rescale
 from .rescale_pairs import SumRescale
@@ -158,6 +160,9 @@ class RequantLowering:
     """What `lower_float_requantization` did to one dispatch function."""
     rescaled: list["RequantSummary"] = field(default_factory=list)  # one per rewritten generic
     host_tails: dict[int, HostTail] = field(default_factory=dict)  # function result -> tail
+    # The function results removed because the host computes them (HostTail.source), as
+    # they were numbered before.
+    derived: list[int] = field(default_factory=list)
 
 
 def is_float_requant(op: ir.Operation) -> bool:
@@ -232,8 +237,10 @@ class _Plan:
     table: ActivationTable | None = None
     # An i32 residual: its own per-channel rescale to int8 before the add.
     residual_rescales: list[Rescale] | None = None
-    # No requantization: the accumulator is the NPU's result, `tail` all the host computes.
+    # No requantization: the accumulator is the NPU's result, `tail` all the host computes,
+    # and `derived` what the host computes from its value: (the reader, its result, its tail).
     accumulator_only: bool = False
+    derived: list = field(default_factory=list)
     # Steps after stage 1 that read per-channel values (requant_elementwise.Stage), from its
     # int8 value `rest_leaf`.
     rest_stages: list | None = None
@@ -477,15 +484,22 @@ def _residual_fits(res_split, residual_arg: ir.Value | None, channels: list, cha
 def _accumulator_tail_plan(op: ir.Operation, acc_index: int, known: Known, kind: str) -> _Plan:
     """A body that only dequantizes the accumulator to f32 (PT2E's float output after an int8
     contraction): the NPU writes the accumulator, the host computes the body from it."""
-    users = [u.owner for u in op.results[0].uses]
-    if len(users) != 1 or users[0].name != "func.return":
-        raise NotExact(f"the f32 dequantize of the {kind} accumulator is not only the dispatch's result")
+    uses = list(op.results[0].uses)
+    returned = [u.operand_number for u in uses if u.owner.name == "func.return"]
+    if len(returned) != 1:
+        raise NotExact(f"the f32 dequantize of the {kind} accumulator is not a result of the dispatch")
+    try:  # its other readers the host computes from it (f32 -> int8 for the SE's multiply)
+        derived = derived_tails(op, [u.owner for u in uses if u.owner.name != "func.return"])
+    except NotExact as e:
+        raise NotExact(f"the f32 dequantize of the {kind} accumulator is not only the dispatch's result: {e}") \
+            from None
     tensors = result_layout_tensors(op, acc_index, known)  # an f32 residual the host adds
     args = list(op.regions[0].blocks[0].arguments)
     _, per = per_channel_constants(op, known, (acc_index, *(args.index(a) for a in tensors)))
     tail = accumulator_tail(op, acc_index, per, tensors)
-    return _Plan(op, acc_index, (), [], "i32", tail, next(u.operand_number for u in op.results[0].uses),
-                 RequantSummary(kind, [], []), accumulator_only=True)
+    return _Plan(op, acc_index, (), [], "i32", tail, returned[0], RequantSummary(kind, [], []),
+                 accumulator_only=True,
+                 derived=[(g, k, dataclasses.replace(t, source=returned[0])) for g, k, t in derived])
 
 
 def _residual_operand(op: ir.Operation, skip: set[int], known: Known) -> int:
@@ -550,6 +564,9 @@ def lower_float_requantization(func: ir.Operation, arg_constants, host,
                 acc = inline_function_text(permuted_copy(acc.type, plan.op.results[0].type, maps[plan.acc_index],
                                                          maps[-1]), plan.op, [acc])
             _leave_tail_to_host(func, plan, acc, done)
+            for reader, k, tail in plan.derived:
+                done.host_tails[k] = tail
+                done.derived.append(k)
             continue
         contraction = plan.op.operands[plan.acc_index].owner
         if F32_SUM_ERROR in contraction.attributes:  # consumed: the summary reports it
@@ -560,6 +577,8 @@ def lower_float_requantization(func: ir.Operation, arg_constants, host,
         new = inline_function_text(rescale_generic(plan), plan.op, args)
         _leave_tail_to_host(func, plan, new, done)
         done.rescaled.append(plan.summary)
+    if done.derived:
+        _drop_results(func, [reader for plan in plans for reader, _, _ in plan.derived], done.derived)
     if plans:  # what only the float op read (f32 scalars, its f32 init) would look like f32 compute
         for op in [o.operation for o in block.operations]:
             if op.name in ("arith.constant", "tensor.empty") and not list(op.results[0].uses):
@@ -575,6 +594,19 @@ def _leave_tail_to_host(func: ir.Operation, plan: _Plan, value: ir.Value, done: 
         sync_function_type(func)
         done.host_tails[plan.result_index] = plan.tail
     plan.op.erase()
+
+
+def _drop_results(func: ir.Operation, readers: list[ir.Operation], results: list[int]) -> None:
+    """The function no longer returns `results` (the host computes them), and `readers`, the
+    generics that computed them, are erased."""
+    ret = block_ops(func.regions[0].blocks[0])[-1]
+    kept = [v for k, v in enumerate(ret.operands) if k not in set(results)]
+    with ir.InsertionPoint(ret), ret.location:
+        ir.Operation.create("func.return", operands=kept)
+    ret.erase()
+    for reader in readers:
+        reader.erase()
+    sync_function_type(func)
 
 
 def unused_arguments(func: ir.Operation) -> list[int]:

@@ -28,7 +28,15 @@ from dataclasses import dataclass, field
 import numpy as np
 from iree.compiler import ir
 
-from .ir_utils import constant_of, indexing_maps, iterator_types, n_inputs, region_ops, sync_function_type
+from .ir_utils import (
+    constant_of,
+    indexing_maps,
+    iterator_types,
+    n_inputs,
+    region_ops,
+    static_shape,
+    sync_function_type,
+)
 from .rescale_fit import NotExact
 
 
@@ -44,13 +52,17 @@ class HostTail:
     result: str
     in_type: str
     result_type: str
-    # Per-channel constants the tail reads: (result dim they vary along, element type, values).
-    channel_values: list[tuple[int, str, list]] = field(default_factory=list)
+    # Per-channel constants the tail reads: (result dims they vary along, element type, values:
+    # nested lists, one level per dim).
+    channel_values: list[tuple[tuple[int, ...], str, list]] = field(default_factory=list)
     # Tensors of the result's shape the tail reads elementwise as `%x<j>` (an f32 residual
     # added to a dequantized accumulator): (function argument number, element type), and,
     # once the target knows them, their dispatch operand indices.
     tensors: list[tuple[int, str]] = field(default_factory=list)
     tensor_operands: list[int] = field(default_factory=list)
+    # -1: `%q` is the NPU's result of the same index. k >= 0: a result the NPU does not write,
+    # `%q` the finished (tail applied) value of dispatch result k (`derived_tails`).
+    source: int = -1
 
 
 def split_tail(op: ir.Operation) -> tuple[ir.Operation, list[ir.Operation]]:
@@ -85,12 +97,9 @@ def tail_text(q: ir.Value, tail: list[ir.Operation], per_channel: dict | None = 
     def name(v):
         if v not in names:
             if v in per_channel and per_channel[v][0] is not None:
-                dims, values = per_channel[v]
-                if len(dims) != 1:
-                    raise NotExact("the dequantize on the host reads values that vary along several dims")
-                dim = dims[0]
+                dims, values = per_channel[v]  # a grouped conv's vary along groups x channels
                 names[v] = f"%p{len(channel_values)}"
-                channel_values.append((dim, str(v.type), np.asarray(values).reshape(-1).tolist()))
+                channel_values.append((tuple(dims), str(v.type), np.asarray(values).tolist()))
                 return names[v]
             if v in per_channel:  # one value for every channel
                 n = f"%c{len(names)}"
@@ -131,6 +140,32 @@ def accumulator_tail(op: ir.Operation, acc_index: int, per_channel: dict, tensor
                     and constant_of(v).size != 1:
                 raise NotExact("the dequantize of the accumulator reads a constant tensor")
     return tail_text(args[acc_index], body[:-1], per_channel, tensors)
+
+
+def derived_tails(op: ir.Operation, readers: list[ir.Operation]) -> list[tuple[ir.Operation, int, HostTail]]:
+    """(reader, the function result it is, its tail reading `op`'s f32 result) for each of
+    `readers`, the other users of a dequantized accumulator the function also returns:
+    MobileNetV3's SE input (the f32 activation, pooled on the host) quantized for the
+    multiply by its gate. IREE yields both from one generic, split into a chain by
+    torq-split-elementwise-results. The host computes the reader from the f32 value it
+    computes anyway, so the NPU writes the accumulator once. NotExact unless each reader
+    is an elementwise generic of that value alone (and scalar constants), in its layout,
+    whose result only the function returns."""
+    out = []
+    for g in readers:
+        uses = list(g.results[0].uses) if g.name == "linalg.generic" and len(g.results) == 1 else []
+        if len(uses) != 1 or uses[0].owner.name != "func.return" or n_inputs(g) != 1 or \
+                set(iterator_types(g)) != {"parallel"} or len(set(map(str, indexing_maps(g)))) != 1 or \
+                static_shape(g.results[0].type) != static_shape(op.results[0].type):
+            raise NotExact("the f32 dequantize of the accumulator has a reader other than an elementwise "
+                           "generic the dispatch returns")
+        arg = g.regions[0].blocks[0].arguments[0]
+        body = region_ops(g)[:-1]
+        inside = {arg} | {r for o in body for r in o.results}
+        if not body or any(v not in inside and not _scalar_constant(v) for o in body for v in o.operands):
+            raise NotExact("a reader of the f32 dequantize of the accumulator reads other values")
+        out.append((g, uses[0].operand_number, tail_text(arg, body)))
+    return out
 
 
 def result_layout_tensors(op: ir.Operation, acc_index: int, known) -> dict:

@@ -167,20 +167,26 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
         views = [_input_view(v, shape, i in ex.index_operands, load_time)
                  for v, shape, i in zip(operands, compiled.arg_shapes, ex.input_operands)]
         views += [export_view(arguments[i]) for i in passed[len(ex.input_operands):]]
-        call = ir.Operation.create("util.call", results=[bv] * len(dispatch.results),
+        returned = ex.function_results if ex.function_results is not None else range(len(dispatch.results))
+        call = ir.Operation.create("util.call", results=[bv] * len(returned),
                                    operands=[exe.result] + views,
                                    attributes={"callee": ir.FlatSymbolRefAttr.get(callee)})
-        out_types = [ir.Type.parse(t) for t in compiled.host_result_types]
-        for r, v, t, (tied, offsets) in zip(dispatch.results, call.results, out_types, ex.result_updates):
-            k = list(dispatch.results).index(r)
+        finished = {}  # dispatch result -> its value before a box copy
+        for k, v, t in zip(returned, call.results, compiled.host_result_types):
+            r = dispatch.results[k]
             # An in-place result is the whole updated operand, of the dispatch result's type.
-            t = r.type if k in ex.in_place else t
+            t = r.type if k in ex.in_place else ir.Type.parse(t)
             # The function may have dropped unit dims (torq-fold-unit-dims) or expanded a dim.
-            value = reshaped(import_view(v, t), static_shape(r.type))
+            finished[k] = reshaped(import_view(v, t), static_shape(r.type))
+        for k in [*returned, *sorted(set(range(len(dispatch.results))) - set(returned))]:
+            r, value = dispatch.results[k], finished.get(k)
             if k in ex.host_tails:  # the dequantize after an int8 NPU result runs on the host
                 tail = ex.host_tails[k]
-                value = host_tail_dispatch(value, tail, ir.RankedTensorType(r.type).element_type,
+                value = host_tail_dispatch(value if tail.source < 0 else finished[tail.source], tail,
+                                           ir.RankedTensorType(r.type).element_type,
                                            [arguments[i] for i in tail.tensor_operands])
+                finished[k] = value
+            tied, offsets = ex.result_updates[k]
             if tied >= 0 and k not in ex.in_place:  # the host writes the finished box into the operand
                 value = box_copy_dispatch(value, arguments[tied], offsets,
                                           dest_sizes=ex.result_update_sizes[k])
@@ -391,7 +397,7 @@ class TorqTarget:
                 self.remark(job, f"dispatch {job.name}: the quantize of its f32 input {j} to {head.result_type} (the "
                                  f"model input's QuantizeLinear, fused into it) runs on the host before it")
             callee = _declare(module_op, len(job.ex.input_operands) + len(job.ex.in_place),
-                              len(job.dispatch.results), declared)
+                              len(outcome.host_result_types), declared)
             if self.check_dispatches:
                 dispatch_check.declare_check(module_op, declared)
             _replace_with_call(job.dispatch, job.ex, outcome, callee, load_time, self.check_dispatches)

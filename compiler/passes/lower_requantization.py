@@ -24,7 +24,11 @@ integer rescale reproduces (a softmax, a layer norm: a float island) is left
 float with --torq-int8-float-ops=bf16 (summarized as such), else refused. A dequantize the
 NPU cannot finish (an f32 result) is cut off: the function returns the
 integer tensor and the tail is reported for the host (`HostTail`); those
-results are listed in `HOST_TAIL_RESULTS`. Likewise an f32 argument only
+results are listed in `HOST_TAIL_RESULTS`. A result that only reads such an f32 value
+(MobileNetV3's SE input, returned in f32 for the pooling and quantized for the
+multiply by its gate) is removed: the host computes it from the value it
+finishes (a tail whose `source` is that result; `RequantReport.kept_results`
+says which results are left). Likewise an f32 argument only
 quantized (the model's input QuantizeLinear fused into its consumer): the
 argument becomes the integer tensor and the quantize is reported for the
 host (a head, `requant_tail.split_input_quantizes`). Arguments the rewrite
@@ -60,6 +64,7 @@ from ..requant_summary import RequantSummary
 from ..requant_tail import HostTail, split_input_quantizes
 from ..rescale_fit import NotExact
 from . import PassOptions, RequantMode
+from .mark_in_place_updates import HOST_TAIL_RESULTS, drop_result_updates
 from .split_elementwise_results import split_requantization_results
 
 NAME = "torq-lower-requantization"
@@ -67,8 +72,6 @@ NAME = "torq-lower-requantization"
 CONSTANT_ARG = "torq.constant"
 # Function attribute (input): whether the host's llvm-cpu fuses f32 mul + add (absent: unknown).
 HOST_FMA = "torq.host_fma"
-# Function attribute (output): the results whose dequantize tail the host computes.
-HOST_TAIL_RESULTS = "torq.host_tail_results"
 
 
 @dataclass
@@ -76,8 +79,11 @@ class RequantReport:
     """What the pass did to one function."""
     kept_arguments: list[int]  # original index of each argument left
     rescaled: list[RequantSummary] = field(default_factory=list)
-    host_tails: dict[int, HostTail] = field(default_factory=dict)  # function result -> tail
+    host_tails: dict[int, HostTail] = field(default_factory=dict)  # original result index -> tail
     host_heads: dict[int, HostTail] = field(default_factory=dict)  # original argument index -> its quantize
+    # Original index of each result left (a result the host computes from another, a tail
+    # with `source` >= 0, is removed).
+    kept_results: list[int] | None = None
 
 
 class _ConstantArgs:
@@ -125,6 +131,7 @@ def lower_function(func: ir.Operation, mode: RequantMode = RequantMode.NEAREST,
     (requant_summary.Composition) is refused."""
     block = func.regions[0].blocks[0]
     n_args = len(block.arguments)
+    n_results = len(ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).results)
     had_users = set(range(n_args)) - set(unused_arguments(func))
     constants, host = _ConstantArgs(func), _host_float(func)
     for name in ("arg_attrs", HOST_FMA):  # consumed: later passes see a plain function
@@ -157,11 +164,14 @@ def lower_function(func: ir.Operation, mode: RequantMode = RequantMode.NEAREST,
         kind = _float_conversions(func)
         if kind:
             done.rescaled = [RequantSummary.float_island(kind)]
-    report = RequantReport(list(range(n_args)), done.rescaled, dict(done.host_tails), heads)
+    report = RequantReport(list(range(n_args)), done.rescaled, dict(done.host_tails), heads,
+                           [k for k in range(n_results) if k not in done.derived])
     if not done.rescaled and not done.host_tails and not heads:
         return report
+    drop_result_updates(func, report.kept_results)
     if done.host_tails:
-        func.attributes[HOST_TAIL_RESULTS] = ir.DenseI64ArrayAttr.get(sorted(done.host_tails))
+        func.attributes[HOST_TAIL_RESULTS] = ir.DenseI64ArrayAttr.get(
+            [report.kept_results.index(k) for k in sorted(done.host_tails) if k not in done.derived])
     dropped = sorted((k for k in unused_arguments(func) if k in had_users), reverse=True)
     for k in dropped:
         block.erase_argument(k)

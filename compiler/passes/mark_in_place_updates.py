@@ -19,7 +19,6 @@ from iree.compiler import ir
 
 from ..ir_utils import CompileError, functions
 from . import PassOptions
-from .lower_requantization import HOST_TAIL_RESULTS
 
 NAME = "torq-mark-in-place-updates"
 # Function attribute (input): one dict per result that updates a box of a read-write
@@ -35,6 +34,26 @@ RESULT_UPDATES = "torq.result_updates"
 IN_PLACE_RESULTS = "torq.in_place_results"
 INDEX_DIM = "index_dim"
 INDEX_INPUT = "index_input"
+# Function attribute (input, from torq-lower-requantization): the results whose dequantize
+# tail the host computes.
+HOST_TAIL_RESULTS = "torq.host_tail_results"
+
+
+def drop_result_updates(func: ir.Operation, kept: list[int]) -> None:
+    """`RESULT_UPDATES` after the function's results were cut to `kept` (their former
+    indices): a removed result's entry goes (the host writes its box), the others are
+    renumbered."""
+    if RESULT_UPDATES not in func.attributes:
+        return
+    i64 = ir.IntegerType.get_signless(64)
+    entries = []
+    for e in map(ir.DictAttr, ir.ArrayAttr(func.attributes[RESULT_UPDATES])):
+        k = ir.IntegerAttr(e["result"]).value
+        if k in kept:
+            entries.append(ir.DictAttr.get({n.name: n.attr for n in e} | {"result": ir.IntegerAttr.get(i64, kept.index(k))}))
+    del func.attributes[RESULT_UPDATES]
+    if entries:
+        func.attributes[RESULT_UPDATES] = ir.ArrayAttr.get(entries)
 
 
 def mark_function(func: ir.Operation) -> list[int]:
