@@ -175,15 +175,18 @@ def _weight_levels(con: ir.Operation, w: np.ndarray) -> _Weights | None:
 
 def _rows_as_levels(rows: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
     """Per row of f32 values: int8 levels and an f32 scale with fl32(level * scale) == value,
-    trying the scales near max|row| / m (m = 127, 128: symmetric int8) and near the whole
-    tensor's (a per-tensor scale)."""
+    trying the scales near max|row| / m (m = 127, 128: symmetric int8), near the whole
+    tensor's (a per-tensor scale), then near max|row| / m for m from 126 down to 64: a row
+    whose largest level is not the range's end (a row of PT2E RegNet-Y-400MF's grouped convs:
+    at most 123 levels of 2^-12)."""
     top = np.abs(rows).max(1).astype(np.float64)
     levels = np.zeros(rows.shape, np.int64)
     scale = np.ones(len(rows), np.float32)
     for r, row in enumerate(rows):
         if top[r] == 0:
             continue
-        found = _row_levels(row, [top[r] / 127, top[r] / 128, top.max() / 127, top.max() / 128])
+        found = _row_levels(row, [top[r] / 127, top[r] / 128, top.max() / 127, top.max() / 128]) or \
+            _row_levels(row, [top[r] / m for m in range(126, 63, -1)])
         if found is None:
             return None, scale
         levels[r], scale[r] = found

@@ -31,6 +31,19 @@ def test_weight_levels_reproduce_every_element(per_channel):
     assert np.abs(levels).max() <= 127 and np.array_equal(levels[4:], q[4:])
 
 
+def test_weight_levels_of_rows_that_do_not_reach_the_range_end():
+    """Rows whose largest level is below 127 (PT2E RegNet-Y's grouped convs: at most 123 levels
+    of 2^-12) are found too: they sent RegNet's grouped convs to the host."""
+    rng = np.random.default_rng(3)
+    q = rng.integers(-100, 101, (6, 72))
+    q[:, 0] = [123, -118, 97, 64, -90, 127]  # each row's largest level
+    scale = np.float32([2.0 ** -12, 3.1e-3, 7.7e-4, 1.5e-2, 2.0 ** -9, 4.4e-3])
+    w = (q.astype(np.float32) * scale[:, None]).astype(np.float32)
+    levels, found = _rows_as_levels(w)
+    assert levels is not None
+    assert np.array_equal(levels.astype(np.float32) * found[:, None], w)
+
+
 def test_weights_that_are_no_int8_levels_are_refused():
     rng = np.random.default_rng(8)
     w, _, _ = ort_weights(rng, 4, 72)
