@@ -324,10 +324,15 @@ def _plan(op: ir.Operation, known: Known, host, mode: RequantMode) -> _Plan | No
                              res_split, sum_fit)
     try:
         fits = fit_channels(Chain(ops, result, acc_v, host), channels, chan, kind, mode, sum_error, downstream)
-    except NotMonotone:  # PT2E's conv + hardswish: the activation before the only quantize
+    except NotExact as e:  # PT2E's conv + hardswish: the activation before the only quantize
         if residual >= 0 or later.stages or later.table is not None:
             raise
-        fit = fit_fused_activation(ops, result, acc_v, host, channels, kind, mode)
+        try:  # not monotone, or monotone on these accumulators but curved (no rescale within a step)
+            fit = fit_fused_activation(ops, result, acc_v, host, channels, kind, mode)
+        except NotExact:
+            if isinstance(e, NotMonotone):
+                raise
+            raise e from None
         return _Plan(op, acc_index, chan, fit.level_rescales, q_type, tail, result_index, fit.summary(kind),
                      correction=corr, activation_tables=fit.tables, activation_floor=fit.linear_rescales)
     res_fits = _residual_fits(res_split, block.arguments[residual] if residual >= 0 else None, channels, chan,
@@ -495,7 +500,8 @@ def _accumulator_tail_plan(op: ir.Operation, acc_index: int, known: Known, kind:
             from None
     tensors = result_layout_tensors(op, acc_index, known)  # an f32 residual the host adds
     args = list(op.regions[0].blocks[0].arguments)
-    _, per = per_channel_constants(op, known, (acc_index, *(args.index(a) for a in tensors)))
+    unread = [a.arg_number for a in args[:n_inputs(op)] if not list(a.uses)]  # folded zero-point products
+    _, per = per_channel_constants(op, known, (acc_index, *(args.index(a) for a in tensors), *unread))
     tail = accumulator_tail(op, acc_index, per, tensors)
     return _Plan(op, acc_index, (), [], "i32", tail, returned[0], RequantSummary(kind, [], []),
                  accumulator_only=True,
