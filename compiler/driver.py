@@ -30,7 +30,7 @@ from .passes import PassOptions, RequantMode
 from .pipeline import TORQ_PHASES
 from .target import TargetReport, TorqTarget
 from .torch_index_put import rewrite_indexed_rows
-from .torch_linear import may_rewrite, rewrite_batched_linears
+from .torch_linear import may_rewrite, rewrite_batched_linears, rewrite_quantized_linears
 from .torch_qdq import rewrite_uint8_activations
 
 PHASES = ["input", "abi", "preprocessing", "global-optimization", "dispatch-creation", "flow",
@@ -340,7 +340,8 @@ def _rewrite_torch_input(session: Session, inv, data: bytes):
     """A fresh invocation holding the input after the exact torch-level rewrites that apply:
     compiler/torch_qdq.py's (PT2E's uint8 activations as int8), compiler/torch_index_put.py's
     (a row written at a runtime position as a slice update) and compiler/torch_linear.py's (a
-    Linear on rank >= 3 activations on their 2-D view); `inv` itself when none does.
+    Linear on rank >= 3 activations on their 2-D view; a quantized one of rank >= 4 on its
+    3-D view); `inv` itself when none does.
     Exporting the module takes it from `inv`."""
     text = ops_text(data)
     qdq, index_put = b"quantized_decomposed" in text, b"index_put" in text
@@ -351,6 +352,7 @@ def _rewrite_torch_input(session: Session, inv, data: bytes):
     with module_op.context, ir.Location.unknown():
         if qdq:
             rewrite_uint8_activations(module_op)
+            rewrite_quantized_linears(module_op)
         if index_put:
             rewrite_indexed_rows(module_op)
         if linear:

@@ -325,7 +325,8 @@ def _plan(op: ir.Operation, known: Known, host, mode: RequantMode) -> _Plan | No
     try:
         fits = fit_channels(Chain(ops, result, acc_v, host), channels, chan, kind, mode, sum_error, downstream)
     except NotExact as e:  # PT2E's conv + hardswish: the activation before the only quantize
-        if residual >= 0 or later.stages or later.table is not None:
+        if residual >= 0 or later.stages or later.table is not None or \
+                (mode is RequantMode.EXACT and not isinstance(e, NotMonotone)):
             raise
         try:  # not monotone, or monotone on these accumulators but curved (no rescale within a step)
             fit = fit_fused_activation(ops, result, acc_v, host, channels, kind, mode)

@@ -32,7 +32,7 @@ from common import rows_markdown, table_main  # noqa: E402
 from int8_architectures import _model, _size  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODELS = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_large", "efficientnet_b0", "regnet_y_400mf",
+MODELS = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_large", "efficientnet_b0", "regnet_y_400mf", "convnext_tiny",
           "timm/deit_tiny_patch16_224"]
 COLUMNS = ["model", "torq-compile s", "llvm-cpu compile s", "NPU share of MACs", "dispatches torq/host",
            "rel L2 vs llvm-cpu", "rel L2 vs torch", "llvm-cpu vs torch", "per layer vs llvm-cpu, same inputs",

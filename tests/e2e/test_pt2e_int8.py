@@ -394,3 +394,37 @@ def test_pt2e_grouped_conv_f32_output_on_the_npu():
         [(d.executor, d.macs, d.reason) for d in cm.report.dispatches]
     y = cm(x.numpy())
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < 1e-5
+
+
+class ConvNeXtBlock(torch.nn.Module):
+    """ConvNeXt's block: a depthwise 7x7 conv, then LayerNorm and the MLP's Linears on the
+    channels-last (batch, height, width, channels) view, and the residual."""
+
+    def __init__(self, c: int = 16):
+        super().__init__()
+        self.dw = torch.nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.norm = torch.nn.LayerNorm(c)
+        self.fc1 = torch.nn.Linear(c, 4 * c)
+        self.fc2 = torch.nn.Linear(4 * c, c)
+
+    def forward(self, x):
+        y = self.dw(x).permute(0, 2, 3, 1)
+        y = self.fc2(torch.nn.functional.gelu(self.fc1(self.norm(y))))
+        return x + y.permute(0, 3, 1, 2)
+
+
+def test_pt2e_linear_on_4d_activations_runs_on_the_npu():
+    """A quantized Linear of a 4-D input becomes one on its 3-D view, the view on the int8
+    tensor (compiler/torch_linear.rewrite_quantized_linears), so IREE makes an int8 matmul of
+    it: fc1 stayed a float matmul on host (ConvNeXt-Tiny: 17% of its MACs on the NPU). Both
+    Linears on the NPU, the model close to llvm-cpu."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 16, 8, 8)
+    text = pt2e_export(ConvNeXtBlock().eval(), x)
+    ref = llvm_cpu(text, x.numpy())
+    cm = torq.compile(text, remarks=io.StringIO(), flags=("--torq-no-cache",))
+    linears = [d for d in cm.report.dispatches if d.macs == 64 * 16 * 64]
+    assert len(linears) == 2 and all(d.executor == "torq" for d in linears), \
+        [(d.executor, d.macs, d.reason) for d in cm.report.dispatches]
+    y = cm(x.numpy())
+    assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < REL_L2_LIMIT
