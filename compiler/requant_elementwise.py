@@ -12,7 +12,10 @@ elementwise fusion (run here), such a dispatch is
   E. one elementwise generic from integer tensors (and constants) to int8,
      split into integer stages (compiler/requant_stages.py), or
   R. a sum reduction of a term per element, then an elementwise generic that
-     quantizes the f32 sum (compiler/requant_pooling.py).
+     quantizes the f32 sum (compiler/requant_pooling.py), or
+  M. a max pooling of dequantized values quantized back at the same scale
+     (PT2E's, where torch-mlir made no integer pool of it): an int8 max
+     pooling (compiler/requant_max_pool.py).
 
 Anything else with int8 on both sides and f32 between (a softmax, a
 normalization) is a `FloatIsland`.
@@ -28,6 +31,8 @@ from .pass_managers import run_pipeline
 from .passes import RequantMode
 from .requant_channels import RESIDUAL_I32_BOUND
 from .requant_emit import elementwise_function
+from .requant_max_pool import int8_max_pool
+from .requant_max_pool import summary as max_pool_summary
 from .requant_pooling import lower_pooling
 from .requant_stages import Channels, StageSplitter, variable_inputs
 from .requant_summary import RequantSummary
@@ -122,6 +127,14 @@ def lower_int8_arithmetic(func: ir.Operation, known, host, mode: RequantMode) ->
     host = host() if callable(host) else host
     if host is None:
         raise NotExact("the host target's float semantics (FMA contraction) are unknown")
+    max_pool = int8_max_pool(func, host)
+    if max_pool is not None:  # M: dequantize, max pool, the same quantize (requant_max_pool.py)
+        quant, text, x = max_pool
+        quant.results[0].replace_all_uses_with(inline_function_text(text, quant, [x]))
+        quant.erase()
+        erase_unused(lambda: func.regions[0].blocks[0].operations,
+                     ("linalg.generic", "linalg.fill", "tensor.empty", "tensor.pad", "arith.constant"))
+        return [max_pool_summary()]
     _raise_if_float_island(func)
     _fuse_elementwise(func)
     generics, its = _forms(func)

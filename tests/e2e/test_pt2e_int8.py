@@ -428,3 +428,67 @@ def test_pt2e_linear_on_4d_activations_runs_on_the_npu():
         [(d.executor, d.macs, d.reason) for d in cm.report.dispatches]
     y = cm(x.numpy())
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < REL_L2_LIMIT
+
+
+def _max_pool_of_dequantized(channels: int, size: int) -> str:
+    """@main: an int8 tensor dequantized, max pooled 3x3 stride 1 with ceil mode's padding
+    (low 1, high 2, -inf) and quantized back at the same scale: PT2E GoogLeNet's inception
+    pool, which torch-mlir left in f32."""
+    c, n = channels, size
+    x_t, f_t, p_t = (f"tensor<1x{c}x{n}x{n}xi8>", f"tensor<1x{c}x{n}x{n}xf32>",
+                     f"tensor<1x{c}x{n + 3}x{n + 3}xf32>")
+    return f"""
+#id = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+func.func @main(%x: {x_t}) -> {x_t} {{
+  %s = arith.constant 8.87689122e-04 : f32
+  %ninf = arith.constant 0xFF800000 : f32
+  %lo = arith.constant -128.0 : f32
+  %hi = arith.constant 127.0 : f32
+  %z = arith.constant -128 : i16
+  %ef = tensor.empty() : {f_t}
+  %d = linalg.generic {{indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}}
+      ins(%x : {x_t}) outs(%ef : {f_t}) {{
+  ^bb0(%i: i8, %o: f32):
+    %w = arith.extsi %i : i8 to i16
+    %v = arith.subi %w, %z : i16
+    %f = arith.sitofp %v : i16 to f32
+    %m = arith.mulf %f, %s : f32
+    linalg.yield %m : f32
+  }} -> {f_t}
+  %p = tensor.pad %d low[0, 0, 1, 1] high[0, 0, 2, 2] {{
+  ^bb0(%a: index, %b: index, %c: index, %e: index):
+    tensor.yield %ninf : f32
+  }} : {f_t} to {p_t}
+  %win = tensor.empty() : tensor<3x3xf32>
+  %init = linalg.fill ins(%ninf : f32) outs(%ef : {f_t}) -> {f_t}
+  %mp = linalg.pooling_nchw_max {{dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}}
+      ins(%p, %win : {p_t}, tensor<3x3xf32>) outs(%init : {f_t}) -> {f_t}
+  %eq = tensor.empty() : {x_t}
+  %q = linalg.generic {{indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}}
+      ins(%mp : {f_t}) outs(%eq : {x_t}) {{
+  ^bb0(%i: f32, %o: i8):
+    %r = arith.divf %i, %s : f32
+    %rr = math.roundeven %r : f32
+    %t = arith.addf %rr, %lo : f32
+    %c1 = arith.maxnumf %t, %lo : f32
+    %c2 = arith.minnumf %c1, %hi : f32
+    %qq = arith.fptosi %c2 : f32 to i8
+    linalg.yield %qq : i8
+  }} -> {x_t}
+  return %q : {x_t}
+}}
+"""
+
+
+def test_max_pool_of_dequantized_int8_is_an_int8_max_pool():
+    """The dispatch runs on the NPU as an int8 max pool of x padded with -128
+    (compiler/requant_max_pool.py), equal to llvm-cpu's f32 form on every element; it stayed
+    on host ('int8 arithmetic in f32 as 3 linalg ops ...')."""
+    text = _max_pool_of_dequantized(16, 13)
+    x = np.random.default_rng(2).integers(-128, 128, (1, 16, 13, 13)).astype(np.int8)
+    ref = llvm_cpu(text, x)
+    cm = torq.compile(text, remarks=io.StringIO(), flags=("--torq-no-cache",))
+    pools = [d for d in cm.report.dispatches if "reduction" in d.ops or "pool" in d.ops]
+    assert pools and all(d.executor == "torq" for d in pools), \
+        [(d.executor, d.ops, d.reason) for d in cm.report.dispatches]
+    np.testing.assert_array_equal(cm(x), ref)
