@@ -27,6 +27,7 @@ from iree.compiler import ir
 from .f32_chain import Chain
 from .ir_utils import indexing_maps, iterator_types, loop_ranges, n_inputs, region_ops, static_shape
 from .requant_summary import RequantSummary
+from .rescale_fit import NotExact
 
 _MAX = ("arith.maximumf", "arith.maxnumf")
 _TERM = re.compile(r"d(\d+)(?: \* (\d+))?")  # a term of an affine sum: d4, d1 * 2
@@ -45,7 +46,7 @@ def int8_max_pool(func: ir.Operation, host) -> tuple[ir.Operation, str, ir.Value
         return None
     body = region_ops(red)
     block = red.regions[0].blocks[0]
-    if len(body) != 2 or body[0].name not in _MAX or set(body[0].operands) != {block.arguments[0], block.arguments[-1]}:
+    if n_inputs(red) != 2 or len(body) != 2 or body[0].name not in _MAX or set(body[0].operands) != {block.arguments[0], block.arguments[-1]}:
         return None
     src, pad = red.operands[0], None
     if not isinstance(src.owner, ir.Block) and src.owner.name == "tensor.pad":
@@ -60,8 +61,11 @@ def int8_max_pool(func: ir.Operation, host) -> tuple[ir.Operation, str, ir.Value
             _element(quant.results[0]) != "i8":
         return None
     levels = np.arange(-128, 128, dtype=np.int64)
-    values = np.asarray(_chain(deq, host)(levels), np.float32)
-    back = np.asarray(_chain(quant, host)(np.append(values, np.float32(-np.inf))), np.int64)
+    try:
+        values = np.asarray(_chain(deq, host)(levels), np.float32)
+        back = np.asarray(_chain(quant, host)(np.append(values, np.float32(-np.inf))), np.int64)
+    except NotExact:  # a body the chain does not evaluate: not this form
+        return None
     if not (np.all(np.diff(values) > 0) and np.array_equal(back[:-1], levels) and back[-1] == -128) or \
             _extents_read(red) is None:
         return None
