@@ -11,7 +11,8 @@ import numpy as np
 from iree.compiler import ir
 from iree.compiler.dialects import arith, flow, iree_tensor_ext
 
-from .box_reads import Box, argument_index, binding_tensor, static_box
+from .box_reads import Box, argument_index, binding_tensor, dispatch_arguments, is_whole, static_box
+from .dispatch_extraction import STORE
 from .ir_utils import block_ops, int_array, region_ops, static_shape, walk_ops
 from .requant_tail import HostTail
 
@@ -142,6 +143,48 @@ def hoist_input_pads(dispatch: ir.Operation, accept) -> int:
             return moved
         _hoist_pad(dispatch, plan)
         moved += 1
+
+
+def sink_result_pads(dispatch: ir.Operation) -> int:
+    """Each whole result `dispatch` stores as a `tensor.pad` (static amounts, a constant value)
+    of a value it computes is stored unpadded, and padded after the dispatch as IREE pads
+    without the fusion (a splat of the value and a host copy dispatch into it); returns how
+    many. llvm-cpu fails on such a pad in its producer's dispatch, which IREE forms under
+    --iree-dispatch-creation-enable-fuse-padding-into-linalg-consumer-ops (GoogLeNet under
+    PT2E: a dequantize padded with -inf for a ceil-mode max pool, "large vector sizes";
+    stock iree-compile with that flag fails the same way)."""
+    n_args = len(dispatch_arguments(dispatch))
+    if "tied_operands" in dispatch.attributes and \
+            any(ir.IntegerAttr(t).value >= 0 for t in ir.ArrayAttr(dispatch.attributes["tied_operands"])):
+        return 0  # a result binding is then not the result's position past the arguments
+    done = 0
+    for store in [o for o in block_ops(dispatch.regions[0].blocks[0]) if o.name == STORE]:
+        pad, binding = store.operands[0].owner, store.operands[1]
+        if isinstance(pad, ir.Block) or pad.name != "tensor.pad" or len(pad.operands) != 1 or \
+                _pad_value(pad) is None or len(list(pad.results[0].uses)) != 1 or \
+                not isinstance(binding.owner, ir.Block) or ir.BlockArgument(binding).arg_number < n_args or \
+                not is_whole(store, static_shape(pad.results[0].type)):
+            continue
+        src, value, padded_type = pad.operands[0], _pad_value(pad), pad.results[0].type
+        if not isinstance(src.owner, ir.Block) and src.owner.name == LOAD:
+            continue  # a padded copy of an input: llvm-cpu compiles it
+        low = int_array(pad.attributes["static_low"])
+        result = dispatch.results[ir.BlockArgument(binding).arg_number - n_args]
+        uses = [(u.owner, u.operand_number) for u in result.uses]
+        binding.set_type(ir.Type.parse(f"!iree_tensor_ext.dispatch.tensor<writeonly:{src.type}>"))
+        unpadded = store.clone(ip=ir.InsertionPoint(store))
+        unpadded.operands[0] = src
+        unpadded.attributes["static_sizes"] = ir.DenseI64ArrayAttr.get(list(static_shape(src.type)))
+        store.erase()
+        pad.erase()
+        result.set_type(src.type)
+        with ir.InsertionPoint.after(dispatch), dispatch.location:
+            splat = flow.TensorSplatOp(padded_type, arith.ConstantOp(value.type, value).result, []).result
+            padded = box_copy_dispatch(result, splat, low)
+        for owner, k in uses:
+            owner.operands[k] = padded
+        done += 1
+    return done
 
 
 def _next_pad_hoist(dispatch: ir.Operation, accept) -> _PadHoist | None:
