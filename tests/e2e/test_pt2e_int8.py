@@ -278,6 +278,18 @@ def test_pt2e_activation_fused_into_the_conv_runs_on_the_npu(act):
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < REL_L2_LIMIT
 
 
+def _quantize(value: str, scale: str, result: str) -> str:
+    """Body lines quantizing f32 `%value` to int8 `%result` as PT2E's quantize_per_tensor
+    lowers: divide by `%scale`, round to even, add the zero point -128 (`%lo`), clamp to
+    [`%lo`, `%hi`], convert."""
+    return f"""    %{result}_d = arith.divf %{value}, %{scale} : f32
+    %{result}_r = math.roundeven %{result}_d : f32
+    %{result}_z = arith.addf %{result}_r, %lo : f32
+    %{result}_lo = arith.maxnumf %{result}_z, %lo : f32
+    %{result}_hi = arith.minnumf %{result}_lo, %hi : f32
+    %{result} = arith.fptosi %{result}_hi : f32 to i8"""
+
+
 def _depthwise_with_f32_and_int8_results(channels: int, size: int) -> str:
     """@main: an int8 depthwise 3x3 conv whose accumulator is dequantized, ReLU'd and returned
     in f32 and also quantized to int8, both from one generic: the form IREE gives PT2E
@@ -334,12 +346,7 @@ func.func @main(%x: {x_t}) -> ({f_t}, {q_t}) {{
     %y = arith.addf %m2, %bc : f32
     %gt = arith.cmpf ugt, %y, %zero : f32
     %relu = arith.select %gt, %y, %zero : f32
-    %div = arith.divf %relu, %sy : f32
-    %rd = math.roundeven %div : f32
-    %z = arith.addf %rd, %lo : f32
-    %c1 = arith.maxnumf %z, %lo : f32
-    %c2 = arith.minnumf %c1, %hi : f32
-    %q = arith.fptosi %c2 : f32 to i8
+{_quantize("relu", "sy", "q")}
     linalg.yield %relu, %q : f32, i8
   }} -> ({f_t}, {q_t})
   return %r#0, %r#1 : {f_t}, {q_t}
@@ -467,12 +474,7 @@ func.func @main(%x: {x_t}) -> {x_t} {{
   %q = linalg.generic {{indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}}
       ins(%mp : {f_t}) outs(%eq : {x_t}) {{
   ^bb0(%i: f32, %o: i8):
-    %r = arith.divf %i, %s : f32
-    %rr = math.roundeven %r : f32
-    %t = arith.addf %rr, %lo : f32
-    %c1 = arith.maxnumf %t, %lo : f32
-    %c2 = arith.minnumf %c1, %hi : f32
-    %qq = arith.fptosi %c2 : f32 to i8
+{_quantize("i", "s", "qq")}
     linalg.yield %qq : i8
   }} -> {x_t}
   return %q : {x_t}
