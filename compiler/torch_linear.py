@@ -23,14 +23,15 @@ quantized (PT2E) inputs, where IREE forms the integer matmul only from a
 dequantize it reads directly (compiler/onnx_qdq.py, the same effect on
 ONNX); a symbolic dim is left as written.
 
-On quantized inputs (`rewrite_quantized_linears`), a linear of rank >= 4 of
-a dequantized tensor (ConvNeXt's MLP on (batch, height, width, channels)):
-IREE forms no integer matmul from it, and it stayed a float matmul on host
-(83% of ConvNeXt-Tiny's MACs under PT2E). The view goes before the
-dequantize, onto the integer tensor, and to rank 3 (batch, rows, K), the
+On quantized inputs (`rewrite_quantized_linears`), a linear of a dequantized
+tensor of rank >= 4 (ConvNeXt's MLP on (batch, height, width, channels)) or
+of rank 3 with a leading dim above 1 (MobileViT's transformer on (patches,
+tokens, channels)): IREE forms no integer matmul from it, and it stayed a
+float matmul on host (83% of ConvNeXt-Tiny's MACs under PT2E). The view goes
+before the dequantize, onto the integer tensor, and to (1, rows, K), the
 form IREE makes an integer matmul of (a transformer's Linear):
 
-    view(linear(dequantize(view(q, [d0, d1 * ... , K])), w, b), [d0, ..., N])
+    view(linear(dequantize(view(q, [1, d0 * ... , K])), w, b), [d0, ..., N])
 
 Exact for the same reason: the dequantize is elementwise.
 """
@@ -143,13 +144,15 @@ def rewrite_quantized_linears(module_op: ir.Operation) -> int:
     for op in [o for o in walk_ops(module_op) if o.name == LINEAR]:
         found = _rows_view(op)
         dq = op.operands[0].owner
-        if found is None or len(found[0]) < 4 or isinstance(dq, ir.Block) or dq.name != DEQUANTIZE:
+        if found is None or isinstance(dq, ir.Block) or dq.name != DEQUANTIZE:
             continue
         x_shape, y_shape, dtype = found
+        if len(x_shape) == 3 and x_shape[0] == 1:  # already the form IREE makes an int8 matmul of
+            continue
         q = shape_and_dtype(dq.operands[0].type)
         if q is None or q[0] != x_shape:
             continue
-        rows = [x_shape[0], math.prod(x_shape[1:-1])]
+        rows = [1, math.prod(x_shape[:-1])]
         flat_q = _view(dq.operands[0], [*rows, x_shape[-1]], q[1], op)
         b = TorchBuilder(op)
         flat_x = b.op(DEQUANTIZE, [flat_q, *dq.operands[1:]], _vtensor([*rows, x_shape[-1]], dtype))

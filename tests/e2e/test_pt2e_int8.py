@@ -420,14 +420,31 @@ class ConvNeXtBlock(torch.nn.Module):
         return x + y.permute(0, 3, 1, 2)
 
 
-def test_pt2e_linear_on_4d_activations_runs_on_the_npu():
-    """A quantized Linear of a 4-D input becomes one on its 3-D view, the view on the int8
-    tensor (compiler/torch_linear.rewrite_quantized_linears), so IREE makes an int8 matmul of
-    it: fc1 stayed a float matmul on host (ConvNeXt-Tiny: 17% of its MACs on the NPU). Both
-    Linears on the NPU, the model close to llvm-cpu."""
+class PatchMlp(torch.nn.Module):
+    """MobileViT's transformer MLP on (patches, tokens, channels): a 3-D input whose leading
+    dim is 4, not 1."""
+
+    def __init__(self, c: int = 16):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(c, c, 1)
+        self.fc1 = torch.nn.Linear(c, 4 * c)
+        self.fc2 = torch.nn.Linear(4 * c, c)
+
+    def forward(self, x):
+        y = self.conv(x).reshape(4, 16, 16)
+        return self.fc2(torch.nn.functional.gelu(self.fc1(y)))
+
+
+@pytest.mark.parametrize("model", [ConvNeXtBlock, PatchMlp])
+def test_pt2e_linear_on_4d_activations_runs_on_the_npu(model):
+    """A quantized Linear of a 4-D input, or of a 3-D one whose leading dim is not 1, becomes
+    one on its (1, rows, K) view, the view on the int8 tensor (compiler/torch_linear.
+    rewrite_quantized_linears), so IREE makes an int8 matmul of it: fc1 stayed a float matmul
+    on host (ConvNeXt-Tiny: 17% of its MACs on the NPU). Both Linears on the NPU, the model
+    close to llvm-cpu."""
     torch.manual_seed(0)
     x = torch.randn(1, 16, 8, 8)
-    text = pt2e_export(ConvNeXtBlock().eval(), x)
+    text = pt2e_export(model().eval(), x)
     ref = llvm_cpu(text, x.numpy())
     cm = torq.compile(text, remarks=io.StringIO(), flags=("--torq-no-cache",))
     linears = [d for d in cm.report.dispatches if d.macs == 64 * 16 * 64]
