@@ -161,13 +161,12 @@ def sink_result_pads(dispatch: ir.Operation) -> int:
     for store in [o for o in block_ops(dispatch.regions[0].blocks[0]) if o.name == STORE]:
         pad, binding = store.operands[0].owner, store.operands[1]
         if isinstance(pad, ir.Block) or pad.name != "tensor.pad" or len(pad.operands) != 1 or \
-                _pad_value(pad) is None or len(list(pad.results[0].uses)) != 1 or \
-                not isinstance(binding.owner, ir.Block) or ir.BlockArgument(binding).arg_number < n_args or \
-                not is_whole(store, static_shape(pad.results[0].type)):
+                len(list(pad.results[0].uses)) != 1 or not isinstance(binding.owner, ir.Block) or \
+                ir.BlockArgument(binding).arg_number < n_args or not is_whole(store, static_shape(pad.results[0].type)):
             continue
         src, value, padded_type = pad.operands[0], _pad_value(pad), pad.results[0].type
-        if not isinstance(src.owner, ir.Block) and src.owner.name == LOAD:
-            continue  # a padded copy of an input: llvm-cpu compiles it
+        if value is None or (not isinstance(src.owner, ir.Block) and src.owner.name == LOAD):
+            continue  # (a padded copy of an input: llvm-cpu compiles it)
         low = int_array(pad.attributes["static_low"])
         result = dispatch.results[ir.BlockArgument(binding).arg_number - n_args]
         uses = [(u.owner, u.operand_number) for u in result.uses]

@@ -281,7 +281,7 @@ def _plan(op: ir.Operation, known: Known, host, mode: RequantMode) -> _Plan | No
     skip = {acc_index, *(corr.operands if corr else ()), *(a.arg_number for a in block.arguments[:n_inputs(op)]
                                                              if not list(a.uses))}
     if not any(o.name == "arith.fptosi" for o in body):
-        return _accumulator_tail_plan(op, acc_index, known, kind)
+        return _accumulator_tail_plan(op, acc_index, known, kind, skip)
     result, ops, tail, result_index = _quantized_result(op, body)
     if corr is not None:
         ops = [o for o in ops if o not in corr.ops]
@@ -487,7 +487,7 @@ def _residual_fits(res_split, residual_arg: ir.Value | None, channels: list, cha
     return fit_channels(res_chain, res_channels, chan, f"{kind} residual ({res_t})", mode, downstream=downstream)
 
 
-def _accumulator_tail_plan(op: ir.Operation, acc_index: int, known: Known, kind: str) -> _Plan:
+def _accumulator_tail_plan(op: ir.Operation, acc_index: int, known: Known, kind: str, skip: set[int]) -> _Plan:
     """A body that only dequantizes the accumulator to f32 (PT2E's float output after an int8
     contraction): the NPU writes the accumulator, the host computes the body from it."""
     uses = list(op.results[0].uses)
@@ -501,8 +501,8 @@ def _accumulator_tail_plan(op: ir.Operation, acc_index: int, known: Known, kind:
             from None
     tensors = result_layout_tensors(op, acc_index, known)  # an f32 residual the host adds
     args = list(op.regions[0].blocks[0].arguments)
-    unread = [a.arg_number for a in args[:n_inputs(op)] if not list(a.uses)]  # folded zero-point products
-    _, per = per_channel_constants(op, known, (acc_index, *(args.index(a) for a in tensors), *unread))
+    # `skip`: the accumulator, its corrections, inputs nothing reads (a folded zero-point product)
+    _, per = per_channel_constants(op, known, (*skip, *(args.index(a) for a in tensors)))
     tail = accumulator_tail(op, acc_index, per, tensors)
     return _Plan(op, acc_index, (), [], "i32", tail, returned[0], RequantSummary(kind, [], []),
                  accumulator_only=True,

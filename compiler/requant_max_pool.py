@@ -25,7 +25,7 @@ import numpy as np
 from iree.compiler import ir
 
 from .f32_chain import Chain
-from .ir_utils import indexing_maps, iterator_types, loop_ranges, n_inputs, region_ops, static_shape
+from .ir_utils import constant_of, indexing_maps, iterator_types, loop_ranges, n_inputs, region_ops, static_shape
 from .requant_summary import RequantSummary
 from .rescale_fit import NotExact
 
@@ -54,7 +54,7 @@ def int8_max_pool(func: ir.Operation, host) -> tuple[ir.Operation, str, ir.Value
     deq = None if isinstance(src.owner, ir.Block) else src.owner
     users = [u.owner for u in red.results[0].uses]
     if deq not in generics or len(users) != 1 or users[0] not in generics or not _fills_with(red, -np.inf) or \
-            (pad is not None and _pad_value(pad) != -np.inf):
+            (pad is not None and not _pads_with(pad, -np.inf)):
         return None
     quant = users[0]
     if not all(_elementwise_of_one(g) for g in (deq, quant)) or _element(deq.operands[0]) != "i8" or \
@@ -92,13 +92,6 @@ def _elementwise_of_one(op: ir.Operation) -> bool:
         maps[0] == maps[1]
 
 
-def _constant_float(v: ir.Value) -> float | None:
-    op = None if isinstance(v.owner, ir.Block) else v.owner
-    if op is None or op.name != "arith.constant" or not isinstance(op.attributes["value"], ir.FloatAttr):
-        return None
-    return ir.FloatAttr(op.attributes["value"]).value
-
-
 def _fills_with(red: ir.Operation, value: float) -> bool:
     """Whether `red` starts from `value`: a linalg.fill, or the generic it generalizes to."""
     init = None if isinstance(red.operands[n_inputs(red)].owner, ir.Block) else red.operands[n_inputs(red)].owner
@@ -106,12 +99,15 @@ def _fills_with(red: ir.Operation, value: float) -> bool:
         return False
     if init.name == "linalg.generic" and [o.name for o in region_ops(init)] != ["linalg.yield"]:
         return False
-    return _constant_float(init.operands[0]) == value
+    return _is_scalar(constant_of(init.operands[0]), value)
 
 
-def _pad_value(pad: ir.Operation) -> float | None:
-    yielded = region_ops(pad)[-1].operands[0]
-    return _constant_float(yielded)
+def _pads_with(pad: ir.Operation, value: float) -> bool:
+    return _is_scalar(constant_of(region_ops(pad)[-1].operands[0]), value)
+
+
+def _is_scalar(c: np.ndarray | None, value: float) -> bool:
+    return c is not None and c.size == 1 and float(c.reshape(-1)[0]) == value
 
 
 def _extents_read(red: ir.Operation) -> list[int] | None:

@@ -45,9 +45,9 @@ from iree.compiler import ir
 
 from .ir_utils import walk_ops
 from .torch_index_put import TorchBuilder, shape_and_dtype
+from .torch_qdq import DEQUANTIZE
 
 LINEAR = "torch.aten.linear"
-DEQUANTIZE = "torch.quantized_decomposed.dequantize_per_tensor"
 # In MLIR text: a linear whose input (its first type) has rank >= 3, or a product by a
 # transposed matrix; a module with neither does not pay for the rewrite's export.
 _CANDIDATE = re.compile(rb"torch\.aten\.linear [^\n]*?: !torch\.vtensor<\[[^\],]*,[^\],]*,")
@@ -127,15 +127,20 @@ def rewrite_batched_linears(module_op: ir.Operation) -> int:
         found = _rows_view(op)
         if found is None:
             continue
-        x_shape, y_shape, dtype = found
-        rows = math.prod(x_shape[:-1])
-        flat_x = _view(op.operands[0], [rows, x_shape[-1]], dtype, op)
-        flat_y = TorchBuilder(op).op(LINEAR, [flat_x, *op.operands[1:]], _vtensor([rows, y_shape[-1]], dtype))
-        y = _view(flat_y, y_shape, dtype, op)
-        op.results[0].replace_all_uses_with(y)
-        op.erase()
+        x_shape, _, dtype = found
+        rows = [math.prod(x_shape[:-1])]
+        _linear_on_rows(op, _view(op.operands[0], [*rows, x_shape[-1]], dtype, op), rows, found)
         done += 1
     return done
+
+
+def _linear_on_rows(op: ir.Operation, flat_x: ir.Value, rows: list[int], found: tuple) -> None:
+    """Replaces linear `op` by the linear of `flat_x` (its input viewed as `rows` x K), viewed
+    back to its result's shape; `found` is `_rows_view(op)`."""
+    _, y_shape, dtype = found
+    flat_y = TorchBuilder(op).op(LINEAR, [flat_x, *op.operands[1:]], _vtensor([*rows, y_shape[-1]], dtype))
+    op.results[0].replace_all_uses_with(_view(flat_y, y_shape, dtype, op))
+    op.erase()
 
 
 def rewrite_quantized_linears(module_op: ir.Operation) -> int:
@@ -146,7 +151,7 @@ def rewrite_quantized_linears(module_op: ir.Operation) -> int:
         dq = op.operands[0].owner
         if found is None or isinstance(dq, ir.Block) or dq.name != DEQUANTIZE:
             continue
-        x_shape, y_shape, dtype = found
+        x_shape, _, dtype = found
         if len(x_shape) == 3 and x_shape[0] == 1:  # already the form IREE makes an int8 matmul of
             continue
         q = shape_and_dtype(dq.operands[0].type)
@@ -154,11 +159,8 @@ def rewrite_quantized_linears(module_op: ir.Operation) -> int:
             continue
         rows = [1, math.prod(x_shape[:-1])]
         flat_q = _view(dq.operands[0], [*rows, x_shape[-1]], q[1], op)
-        b = TorchBuilder(op)
-        flat_x = b.op(DEQUANTIZE, [flat_q, *dq.operands[1:]], _vtensor([*rows, x_shape[-1]], dtype))
-        flat_y = b.op(LINEAR, [flat_x, *op.operands[1:]], _vtensor([*rows, y_shape[-1]], dtype))
-        op.results[0].replace_all_uses_with(_view(flat_y, y_shape, dtype, op))
-        op.erase()
+        flat_x = TorchBuilder(op).op(DEQUANTIZE, [flat_q, *dq.operands[1:]], _vtensor([*rows, x_shape[-1]], dtype))
+        _linear_on_rows(op, flat_x, rows, found)
         if not list(dq.results[0].uses):
             dq.erase()
         done += 1

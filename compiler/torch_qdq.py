@@ -22,7 +22,7 @@ from iree.compiler import ir
 from .ir_utils import walk_ops
 
 _QUANTIZE = "torch.quantized_decomposed.quantize_per_tensor"
-_DEQUANTIZE = "torch.quantized_decomposed.dequantize_per_tensor"
+DEQUANTIZE = "torch.quantized_decomposed.dequantize_per_tensor"
 # torch ScalarType codes of the `dtype` operand.
 _UINT8, _INT8 = 0, 1
 # Operands (zero point, qmin, qmax, dtype) of both ops.
@@ -55,7 +55,7 @@ def rewrite_uint8_activations(module_op: ir.Operation) -> int:
         if not str(v.type).endswith(",ui8>"):
             continue
         users = [u.owner for u in v.uses]
-        if not users or any(u.name != _DEQUANTIZE or u.operands[0] != v for u in users):
+        if not users or any(u.name != DEQUANTIZE or u.operands[0] != v for u in users):
             continue
         params = [_int_params(op) for op in [q] + users]
         if any(p is None or p[3] != _UINT8 for p in params):
