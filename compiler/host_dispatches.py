@@ -9,11 +9,12 @@ from dataclasses import dataclass
 
 import numpy as np
 from iree.compiler import ir
-from iree.compiler.dialects import arith, flow, iree_tensor_ext
+from iree.compiler.dialects import arith, flow, iree_tensor_ext, linalg, tensor
 
 from .box_reads import Box, argument_index, binding_tensor, dispatch_arguments, is_whole, static_box
 from .dispatch_extraction import STORE
-from .ir_utils import block_ops, int_array, region_ops, static_shape, walk_ops
+from .ir_utils import block_ops, indexing_maps, int_array, iterator_types, region_ops, static_shape, walk_ops
+from .passes.fold_index_constants import with_constant_inputs
 from .requant_tail import HostTail
 
 
@@ -184,6 +185,81 @@ def sink_result_pads(dispatch: ir.Operation) -> int:
             owner.operands[k] = padded
         done += 1
     return done
+
+
+def pad_elementwise_inputs(dispatch: ir.Operation) -> int:
+    """Each `tensor.pad` (static amounts, a constant value v) of the only use of an
+    elementwise `linalg.generic` G in `dispatch` becomes G over its inputs padded, yielding
+    v where the index is in the padding (`linalg.index` compared with the amounts); returns
+    how many. The values are the same; the pad then reads what G read (a load, which
+    `hoist_input_pads` can build before the dispatch). llvm-cpu fails on a pad of a computed
+    value feeding a pool ("large vector sizes"): PT2E GoogLeNet's check copies of its
+    ceil-mode pools (dequantize, pad with -inf, max pool, quantize).
+
+    G: all loops parallel, every indexing map the identity, one result, its init not read."""
+    done = 0
+    for pad in [o for o in walk_ops(dispatch) if o.name == "tensor.pad"]:
+        producer = pad.operands[0].owner if len(pad.operands) == 1 else None
+        value = _pad_value(pad)
+        if value is None or not any(int_array(pad.attributes["static_low"]) + int_array(pad.attributes["static_high"])) \
+                or not _is_padded_elementwise(producer, pad):
+            continue
+        _pad_inputs_of(producer, pad, value)
+        done += 1
+    return done
+
+
+def _is_padded_elementwise(g, pad: ir.Operation) -> bool:
+    """Whether `pad` may move before `g` (`pad_elementwise_inputs`'s G)."""
+    if g is None or isinstance(g, ir.Block) or g.name != "linalg.generic" or len(g.results) != 1:
+        return False
+    if len(list(g.results[0].uses)) != 1 or any(t != "parallel" for t in iterator_types(g)):
+        return False
+    body = g.regions[0].blocks[0]
+    rank = len(static_shape(g.results[0].type) or ())
+    return rank > 0 and all(m == ir.AffineMap.get_identity(rank) for m in indexing_maps(g)) and \
+        not list(body.arguments[len(body.arguments) - 1].uses) and \
+        all(static_shape(v.type) is not None for v in g.operands)
+
+
+def _pad_inputs_of(g: ir.Operation, pad: ir.Operation, value: ir.Attribute) -> None:
+    low, high = int_array(pad.attributes["static_low"]), int_array(pad.attributes["static_high"])
+    shape = static_shape(g.results[0].type)
+    padded_type = pad.results[0].type
+    n_in = len(g.operands) - 1
+    with ir.InsertionPoint(g), g.location:
+        for k in range(n_in):
+            src = g.operands[k]
+            elt = ir.RankedTensorType(src.type).element_type
+            t = ir.RankedTensorType.get(list(static_shape(padded_type)), elt)
+            zero = ir.IntegerAttr.get(elt, 0) if isinstance(elt, ir.IntegerType) else ir.FloatAttr.get(elt, 0.0)
+            zero = arith.ConstantOp(elt, zero).result  # outside the pad's region, as `_pad_value` reads it
+            p = tensor.PadOp(t, src, [], [], low, high)
+            with ir.InsertionPoint(p.regions[0].blocks.append(*[ir.IndexType.get()] * len(shape))):
+                tensor.YieldOp(zero)
+            g.operands[k] = p.result
+        g.operands[n_in] = tensor.EmptyOp(list(static_shape(padded_type)), ir.RankedTensorType(padded_type).element_type).result
+    yield_op = block_ops(g.regions[0].blocks[0])[-1]
+    f32 = ir.F32Type.get()
+    with ir.InsertionPoint(yield_op), g.location:
+        inside = None
+        for d, (lo, hi, n) in enumerate(zip(low, high, shape)):
+            if not (lo or hi):
+                continue
+            i = linalg.IndexOp(d).result
+            bounds = [arith.ConstantOp(ir.IndexType.get(), b).result for b in (lo, lo + n)]
+            both = arith.AndIOp(arith.CmpIOp(arith.CmpIPredicate.sge, i, bounds[0]).result,
+                                arith.CmpIOp(arith.CmpIPredicate.slt, i, bounds[1]).result).result
+            inside = both if inside is None else arith.AndIOp(inside, both).result
+        one, zero = (arith.ConstantOp(f32, ir.FloatAttr.get(f32, c)).result for c in (1.0, 0.0))
+        mask = arith.SelectOp(inside, one, zero).result
+        keep = arith.CmpFOp(arith.CmpFPredicate.ONE, mask, zero).result
+        yield_op.operands[0] = arith.SelectOp(keep, yield_op.operands[0],
+                                              arith.ConstantOp(value.type, value).result).result
+    g.results[0].set_type(padded_type)
+    pad.results[0].replace_all_uses_with(g.results[0])
+    pad.erase()
+    with_constant_inputs(g)  # the mask read from a constant: llvm-cpu miscompiles linalg.index here
 
 
 def _next_pad_hoist(dispatch: ir.Operation, accept) -> _PadHoist | None:

@@ -58,7 +58,13 @@ from .dispatch_compile import (
     compile_in_process,
 )
 from .dispatch_extraction import ExtractedDispatch, FlowModuleFacts, extract_dispatch_function
-from .host_dispatches import box_copy_dispatch, hoist_input_pads, host_tail_dispatch, sink_result_pads
+from .host_dispatches import (
+    box_copy_dispatch,
+    hoist_input_pads,
+    host_tail_dispatch,
+    pad_elementwise_inputs,
+    sink_result_pads,
+)
 from .ir_utils import CompileError, location_str, reshaped, static_shape, walk_ops
 from .load_time_views import LoadTimeViews
 from .macs import count_macs
@@ -293,8 +299,11 @@ def _hoist_pads_for_host(dispatch: ir.Operation) -> None:
     built before the dispatch as IREE builds it without the fusion flag
     (`hoist_input_pads`: a splat of the pad value and a host copy dispatch of the
     input into it) and the dispatch reads the padded tensor. 2-D convs and pools
-    compile with the fused pad, so they keep it (no extra copy). A result stored as a pad of a
-    value the dispatch computes is stored unpadded and padded after it (`sink_result_pads`)."""
+    compile with the fused pad, so they keep it (no extra copy). A pad of an elementwise value
+    the dispatch computes becomes a pad of that value's inputs (`pad_elementwise_inputs`), and
+    a result stored as a pad of a computed value is stored unpadded and padded after it
+    (`sink_result_pads`)."""
+    pad_elementwise_inputs(dispatch)
     hoist_input_pads(dispatch, _needs_hoisting)
     sink_result_pads(dispatch)
 

@@ -177,7 +177,7 @@ def _float_roots(op: ir.Operation, env: dict) -> list[ir.Value]:
     return roots
 
 
-def _with_constant_inputs(op: ir.Operation) -> None:
+def with_constant_inputs(op: ir.Operation) -> None:
     """`op` with each index-only float value of its body read from a constant input (module
     docstring); unchanged when there is none."""
     body = [o.name for o in region_ops(op)]
@@ -244,7 +244,7 @@ def fold_function(func: ir.Operation) -> None:
             continue
         value = evaluate(op)
         if value is None:
-            _with_constant_inputs(op)
+            with_constant_inputs(op)
             continue
         t = ir.RankedTensorType(op.results[0].type)
         dtype = _NP_TYPES.get(str(t.element_type))
