@@ -317,8 +317,8 @@ class Chain:
     def evaluate(self, a: np.ndarray, check: bool = False, extra: tuple = (),
                  constants: list | None = None) -> _Val:
         """The chain's value (and direction) on accumulators `a` (`extra`: the further variable
-        inputs); with `check`, NotExact where llvm-cpu's result would be undefined or
-        non-finite; `constants` collects the factors a direction depends on."""
+        inputs); with `check`, NotExact where llvm-cpu's result would be undefined (a NaN) or
+        non-finite (an infinity in the result); `constants` collects the factors a direction depends on."""
         run = _Evaluation(self, a, check, extra, constants)
         for op in self.ops:
             run.step(op)
@@ -349,22 +349,34 @@ class _Evaluation:
         res = op.results[0]
         t = type_name(res.type)
         if name in ("arith.addf", "arith.subf") and self.chain.host.fma and self._fused(op, t):
+            self._defined(res, t)
             return
         handler = _STEPS.get(name)
         if handler is None:
             raise NotExact(f"'{name}' in the chain")
         handler(self, op, t)
-        val = self.env.get(res)  # (a comparison's outcome is kept apart, in `cmps`)
+        val = self._defined(res, t)
         if val is None:
             return
-        if t == "f32" and self.check and np.any(~np.isfinite(val.v)):
-            raise NotExact("the chain overflows f32 on the accumulator range")
         if val.dir and np.ndim(val.v) and np.all(val.v == np.asarray(val.v).reshape(-1)[0]):
             val.dir = 0  # monotone and equal at the range's ends: one constant on the whole range
         if val.dir is None and self.check:
             operands = op.operands[1:] if name == "arith.select" else op.operands
             val.lo, val.hi = enclose(name, [self.ref(v) for v in operands], _UNARY.get(name),
                                      _ENCLOSURE_ULPS if name in _TRANSCENDENTAL else 0) or (None, None)
+
+    def _defined(self, res: "_ChainValue", t: str) -> "_Val | None":
+        """`res`'s value (None for a comparison's outcome, kept apart in `cmps`); with `check`,
+        NotExact on a NaN, or an infinity in the chain's result. An infinity inside the chain
+        is IEEE's, as llvm-cpu computes it (exp overflowing to +inf, 1 / inf = 0: SiLU of a
+        large negative value; a clamp takes +-inf to the int8 range's ends)."""
+        val = self.env.get(res)
+        if val is not None and t == "f32" and self.check:
+            if np.any(np.isnan(val.v)):
+                raise NotExact("the chain is undefined (NaN) on the accumulator range")
+            if res is self.chain.result and np.any(~np.isfinite(val.v)):
+                raise NotExact("the chain overflows f32 on the accumulator range")
+        return val
 
     def ref(self, v: "_ChainValue") -> _Val:
         if v in self.env:

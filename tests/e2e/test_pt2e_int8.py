@@ -278,6 +278,38 @@ def test_pt2e_activation_fused_into_the_conv_runs_on_the_npu(act):
     assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < REL_L2_LIMIT
 
 
+class WideConvSiLU(torch.nn.Module):
+    """A conv + SiLU whose accumulators reach x < -88.7 (128 input channels, weights x20):
+    SiLU's exp(-x) overflows to +inf there and 1 / (1 + inf) = 0, on llvm-cpu as in IEEE."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(128, 16, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(16, 8, 1)
+        with torch.no_grad():
+            self.c1.weight.mul_(20)
+
+    def forward(self, x):
+        return self.c2(torch.nn.functional.silu(self.c1(x)))
+
+
+def test_pt2e_silu_whose_exp_overflows_runs_on_the_npu():
+    """The chain's exp overflowing to +inf on part of the accumulator range is IEEE's value,
+    as llvm-cpu computes it; the conv stayed on host ("the chain overflows f32 on the
+    accumulator range": MobileViT-XXS's convs, 79M MACs). Within one step of its llvm-cpu copy."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 128, 12, 12)
+    text = pt2e_export(WideConvSiLU().eval(), x)
+    ref = llvm_cpu(text, x.numpy())
+    cm = torq.compile(text, remarks=io.StringIO(), flags=("--torq-check-dispatches",))
+    convs = [d for d in cm.report.dispatches if d.macs]
+    assert len(convs) == 2 and all(d.executor == "torq" for d in convs), [(d.executor, d.reason) for d in convs]
+    y = cm(x.numpy())
+    checks = [c for c in cm.last_checks if c["max_steps"] is not None]
+    assert len(checks) == 1 and checks[0]["max_steps"] <= 1 and checks[0]["differing"] < 0.1 * checks[0]["elements"]
+    assert np.linalg.norm(y - ref) / np.linalg.norm(ref) < REL_L2_LIMIT
+
+
 def _quantize(value: str, scale: str, result: str) -> str:
     """Body lines quantizing f32 `%value` to int8 `%result` as PT2E's quantize_per_tensor
     lowers: divide by `%scale`, round to even, add the zero point -128 (`%lo`), clamp to
