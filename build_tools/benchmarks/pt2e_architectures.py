@@ -33,7 +33,7 @@ from int8_architectures import _model, _size  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_large", "efficientnet_b0", "regnet_y_400mf", "convnext_tiny",
-          "timm/deit_tiny_patch16_224"]
+          "googlenet", "timm/deit_tiny_patch16_224", "timm/mobilevit_xxs"]
 COLUMNS = ["model", "torq-compile s", "llvm-cpu compile s", "NPU share of MACs", "dispatches torq/host",
            "rel L2 vs llvm-cpu", "rel L2 vs torch", "llvm-cpu vs torch", "per layer vs llvm-cpu, same inputs",
            "simulated cycles"]
