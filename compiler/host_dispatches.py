@@ -5,6 +5,7 @@ and the paddings of a host dispatch's inputs hoisted before it
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,7 +15,7 @@ from iree.compiler.dialects import arith, flow, iree_tensor_ext, linalg, tensor
 from .box_reads import Box, argument_index, binding_tensor, dispatch_arguments, is_whole, static_box
 from .dispatch_extraction import STORE
 from .ir_utils import block_ops, indexing_maps, int_array, iterator_types, region_ops, static_shape, walk_ops
-from .passes.fold_index_constants import with_constant_inputs
+from .passes.fold_index_constants import MAX_ELEMENTS, with_constant_inputs
 from .requant_tail import HostTail
 
 
@@ -190,21 +191,25 @@ def sink_result_pads(dispatch: ir.Operation) -> int:
 def pad_elementwise_inputs(dispatch: ir.Operation) -> int:
     """Each `tensor.pad` (static amounts, a constant value v) of the only use of an
     elementwise `linalg.generic` G in `dispatch` becomes G over its inputs padded, yielding
-    v where the index is in the padding (`linalg.index` compared with the amounts); returns
-    how many. The values are the same; the pad then reads what G read (a load, which
-    `hoist_input_pads` can build before the dispatch). llvm-cpu fails on a pad of a computed
-    value feeding a pool ("large vector sizes"): PT2E GoogLeNet's check copies of its
-    ceil-mode pools (dequantize, pad with -inf, max pool, quantize).
+    v in the padding (a select on a constant mask, read along the padded dims); returns how
+    many. The values are the same; the pads then read what G read (padded again if that is
+    an elementwise value too; a load, which `hoist_input_pads` builds before the dispatch).
+    llvm-cpu fails on a pad of a computed value feeding a pool ("large vector sizes"): PT2E
+    GoogLeNet's check copies of its ceil-mode pools (dequantize, pad with -inf, max pool,
+    quantize). The mask is a constant because llvm-cpu miscomputes the same select on
+    `linalg.index` once it fuses G into the pool (1,374 of 2,704 elements wrong).
 
-    G: all loops parallel, every indexing map the identity, one result, its init not read."""
+    G: all loops parallel, every indexing map the identity, one result, its init not read,
+    and a mask of at most `fold_index_constants.MAX_ELEMENTS` elements."""
     done = 0
-    for pad in [o for o in walk_ops(dispatch) if o.name == "tensor.pad"]:
+    work = [o for o in walk_ops(dispatch) if o.name == "tensor.pad"]
+    while work:
+        pad = work.pop()
         producer = pad.operands[0].owner if len(pad.operands) == 1 else None
         value = _pad_value(pad)
-        if value is None or not any(int_array(pad.attributes["static_low"]) + int_array(pad.attributes["static_high"])) \
-                or not _is_padded_elementwise(producer, pad):
+        if value is None or not _is_padded_elementwise(producer, pad):
             continue
-        _pad_inputs_of(producer, pad, value)
+        work += _pad_inputs_of(producer, pad, value)
         done += 1
     return done
 
@@ -216,17 +221,26 @@ def _is_padded_elementwise(g, pad: ir.Operation) -> bool:
     if len(list(g.results[0].uses)) != 1 or any(t != "parallel" for t in iterator_types(g)):
         return False
     body = g.regions[0].blocks[0]
-    rank = len(static_shape(g.results[0].type) or ())
-    return rank > 0 and all(m == ir.AffineMap.get_identity(rank) for m in indexing_maps(g)) and \
+    shape = static_shape(g.results[0].type) or ()
+    padded = [n for n, lo, hi in zip(static_shape(pad.results[0].type) or (), *_amounts(pad)) if lo or hi]
+    return bool(shape) and bool(padded) and math.prod(padded) <= MAX_ELEMENTS and \
+        all(m == ir.AffineMap.get_identity(len(shape)) for m in indexing_maps(g)) and \
         not list(body.arguments[len(body.arguments) - 1].uses) and \
+        "tensor.extract" not in [o.name for o in region_ops(g)] and \
         all(static_shape(v.type) is not None for v in g.operands)
 
 
-def _pad_inputs_of(g: ir.Operation, pad: ir.Operation, value: ir.Attribute) -> None:
-    low, high = int_array(pad.attributes["static_low"]), int_array(pad.attributes["static_high"])
+def _amounts(pad: ir.Operation) -> tuple[list[int], list[int]]:
+    return int_array(pad.attributes["static_low"]), int_array(pad.attributes["static_high"])
+
+
+def _pad_inputs_of(g: ir.Operation, pad: ir.Operation, value: ir.Attribute) -> list[ir.Operation]:
+    """Rewrites `pad` of `g` (see `pad_elementwise_inputs`); returns the pads of g's inputs."""
+    low, high = _amounts(pad)
     shape = static_shape(g.results[0].type)
     padded_type = pad.results[0].type
     n_in = len(g.operands) - 1
+    pads = []
     with ir.InsertionPoint(g), g.location:
         for k in range(n_in):
             src = g.operands[k]
@@ -238,6 +252,7 @@ def _pad_inputs_of(g: ir.Operation, pad: ir.Operation, value: ir.Attribute) -> N
             with ir.InsertionPoint(p.regions[0].blocks.append(*[ir.IndexType.get()] * len(shape))):
                 tensor.YieldOp(zero)
             g.operands[k] = p.result
+            pads.append(p.operation)
         g.operands[n_in] = tensor.EmptyOp(list(static_shape(padded_type)), ir.RankedTensorType(padded_type).element_type).result
     yield_op = block_ops(g.regions[0].blocks[0])[-1]
     f32 = ir.F32Type.get()
@@ -259,7 +274,8 @@ def _pad_inputs_of(g: ir.Operation, pad: ir.Operation, value: ir.Attribute) -> N
     g.results[0].set_type(padded_type)
     pad.results[0].replace_all_uses_with(g.results[0])
     pad.erase()
-    with_constant_inputs(g)  # the mask read from a constant: llvm-cpu miscompiles linalg.index here
+    with_constant_inputs(g)  # the mask read from a constant (see pad_elementwise_inputs)
+    return pads
 
 
 def _next_pad_hoist(dispatch: ir.Operation, accept) -> _PadHoist | None:

@@ -81,12 +81,30 @@ util.func public @main(%x: {X}) -> {X} {{
 """
 
 
-def _rewritten(text: str) -> tuple[str, list[str]]:
+# The dequantize as two elementwise ops (a cast, then the scale): both move after the pad.
+TWO_STEP = POOL.replace(DEQUANTIZE, f"""
+    %c = linalg.generic {{indexing_maps = [{ID}, {ID}], iterator_types = ["parallel", "parallel", "parallel"]}}
+        ins(%v : {X}) outs(%e : {F}) {{
+    ^bb0(%in: i8, %out: f32):
+      %1 = arith.extsi %in : i8 to i16
+      %2 = arith.subi %1, %z : i16
+      %3 = arith.sitofp %2 : i16 to f32
+      linalg.yield %3 : f32
+    }} -> {F}
+    %d = linalg.generic {{indexing_maps = [{ID}, {ID}], iterator_types = ["parallel", "parallel", "parallel"]}}
+        ins(%c : {F}) outs(%e : {F}) {{
+    ^bb0(%in: f32, %out: f32):
+      %1 = arith.mulf %in, %s : f32
+      linalg.yield %1 : f32
+    }} -> {F}""")
+
+
+def _rewritten(text: str, elementwise: int = 1) -> tuple[str, list[str]]:
     with ir.Context() as ctx, ir.Location.unknown():
         ctx.allow_unregistered_dialects = True
         module = ir.Module.parse(text)
         dispatch = next(o for o in walk_ops(module.operation) if o.name == "flow.dispatch.workgroups")
-        assert pad_elementwise_inputs(dispatch) == 1
+        assert pad_elementwise_inputs(dispatch) == elementwise
         assert hoist_input_pads(dispatch, lambda pad: True) == 1
         names = [o.name for o in walk_ops(dispatch)]
         return str(module), names
@@ -96,9 +114,10 @@ def _dequantized(x: np.ndarray) -> np.ndarray:
     return (x.astype(np.int16) + 128).astype(np.float32) * S
 
 
-def test_max_pool_of_a_padded_dequantize_compiles_on_llvm_cpu_and_is_exact():
+@pytest.mark.parametrize("module, elementwise", [(POOL, 1), (TWO_STEP, 2)], ids=["dequantize", "cast_then_scale"])
+def test_max_pool_of_a_padded_dequantize_compiles_on_llvm_cpu_and_is_exact(module, elementwise):
     x = np.random.default_rng(0).integers(-128, 128, (C, N, N)).astype(np.int8)
-    after, names = _rewritten(POOL)
+    after, names = _rewritten(module, elementwise)
     assert "tensor.pad" not in names and "linalg.index" not in names
     padded = np.full((C, N + 3, N + 3), -np.inf, np.float32)
     padded[:, 1:N + 1, 1:N + 1] = _dequantized(x)
