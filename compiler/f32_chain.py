@@ -318,7 +318,8 @@ class Chain:
                  constants: list | None = None) -> _Val:
         """The chain's value (and direction) on accumulators `a` (`extra`: the further variable
         inputs); with `check`, NotExact where llvm-cpu's result would be undefined (a NaN) or
-        non-finite (an infinity in the result); `constants` collects the factors a direction depends on."""
+        non-finite (an infinity in the result); `constants` collects the factors a direction
+        depends on."""
         run = _Evaluation(self, a, check, extra, constants)
         for op in self.ops:
             run.step(op)

@@ -1,7 +1,10 @@
 """Flow-level dispatches the target builds for the host: a requantization's
 dequantize tail (`host_tail_dispatch`), a box copy (`box_copy_dispatch`),
 and the paddings of a host dispatch's inputs hoisted before it
-(`hoist_input_pads`), as IREE builds a padding it does not fuse."""
+(`hoist_input_pads`), as IREE builds a padding it does not fuse; a padding of
+a value the dispatch computes is moved to that value's inputs when it is
+elementwise (`pad_elementwise_inputs`), or after the dispatch when it is stored
+(`sink_result_pads`)."""
 
 from __future__ import annotations
 
@@ -254,6 +257,18 @@ def _pad_inputs_of(g: ir.Operation, pad: ir.Operation, value: ir.Attribute) -> l
             g.operands[k] = p.result
             pads.append(p.operation)
         g.operands[n_in] = tensor.EmptyOp(list(static_shape(padded_type)), ir.RankedTensorType(padded_type).element_type).result
+    _yield_value_in_padding(g, low, high, shape, value)
+    g.results[0].set_type(padded_type)
+    pad.results[0].replace_all_uses_with(g.results[0])
+    pad.erase()
+    with_constant_inputs(g)  # the mask read from a constant (see pad_elementwise_inputs)
+    return pads
+
+
+def _yield_value_in_padding(g: ir.Operation, low: list[int], high: list[int], shape, value: ir.Attribute) -> None:
+    """`g`'s yield made select(mask != 0, yielded, value): mask 1.0 where each padded dim's
+    index is in [low, low + extent), else 0.0 (an f32 of the indices alone, which
+    `with_constant_inputs` turns into a constant input)."""
     yield_op = block_ops(g.regions[0].blocks[0])[-1]
     f32 = ir.F32Type.get()
     with ir.InsertionPoint(yield_op), g.location:
@@ -271,11 +286,6 @@ def _pad_inputs_of(g: ir.Operation, pad: ir.Operation, value: ir.Attribute) -> l
         keep = arith.CmpFOp(arith.CmpFPredicate.ONE, mask, zero).result
         yield_op.operands[0] = arith.SelectOp(keep, yield_op.operands[0],
                                               arith.ConstantOp(value.type, value).result).result
-    g.results[0].set_type(padded_type)
-    pad.results[0].replace_all_uses_with(g.results[0])
-    pad.erase()
-    with_constant_inputs(g)  # the mask read from a constant (see pad_elementwise_inputs)
-    return pads
 
 
 def _next_pad_hoist(dispatch: ir.Operation, accept) -> _PadHoist | None:
