@@ -19,18 +19,16 @@ both chains as llvm-cpu does (compiler/f32_chain.py). Anything else is left as i
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 from iree.compiler import ir
 
 from .f32_chain import Chain
 from .ir_utils import constant_of, indexing_maps, iterator_types, loop_ranges, n_inputs, region_ops, static_shape
+from .patterns.contraction import linear_terms
 from .requant_summary import RequantSummary
 from .rescale_fit import NotExact
 
 _MAX = ("arith.maximumf", "arith.maxnumf")
-_TERM = re.compile(r"d(\d+)(?: \* (\d+))?")  # a term of an affine sum: d4, d1 * 2
 
 
 def int8_max_pool(func: ir.Operation, host) -> tuple[ir.Operation, str, ir.Value] | None:
@@ -66,10 +64,10 @@ def int8_max_pool(func: ir.Operation, host) -> tuple[ir.Operation, str, ir.Value
         back = np.asarray(_chain(quant, host)(np.append(values, np.float32(-np.inf))), np.int64)
     except NotExact:  # a body the chain does not evaluate: not this form
         return None
-    if not (np.all(np.diff(values) > 0) and np.array_equal(back[:-1], levels) and back[-1] == -128) or \
-            _extents_read(red) is None:
+    read = _extents_read(red)
+    if not (np.all(np.diff(values) > 0) and np.array_equal(back[:-1], levels) and back[-1] == -128) or read is None:
         return None
-    return quant, _function_text(red, pad, deq.operands[0].type, quant.results[0].type), deq.operands[0]
+    return quant, _function_text(red, pad, read, deq.operands[0].type, quant.results[0].type), deq.operands[0]
 
 
 def summary() -> RequantSummary:
@@ -116,18 +114,17 @@ def _extents_read(red: ir.Operation) -> list[int] | None:
     ranges = loop_ranges(red)
     out = []
     for e in indexing_maps(red)[0].results:
-        total = 0
-        for term in str(e).split(" + "):
-            m = _TERM.fullmatch(term)
-            if m is None:
-                return None
-            total += (ranges[int(m[1])] - 1) * int(m[2] or 1)
-        out.append(total + 1)
+        terms = linear_terms(e)
+        if terms is None or any(c < 0 for _, c in terms):
+            return None
+        out.append(sum((ranges[d] - 1) * c for d, c in terms) + 1)
     return out
 
 
-def _function_text(red: ir.Operation, pad: ir.Operation | None, x_type: ir.Type, out_type: ir.Type) -> str:
-    """@f(%x) -> the max pooling `red` of `x` (padded as `pad`, with -128) in int8."""
+def _function_text(red: ir.Operation, pad: ir.Operation | None, read: list[int], x_type: ir.Type,
+                   out_type: ir.Type) -> str:
+    """@f(%x) -> the max pooling `red` of `x` (padded as `pad`, with -128, up to the extents
+    `read`) in int8."""
     x, out = str(x_type), str(out_type)
     window = red.operands[1]
     maps = ", ".join(str(ir.AffineMapAttr.get(m)) for m in indexing_maps(red))
@@ -138,7 +135,6 @@ def _function_text(red: ir.Operation, pad: ir.Operation | None, x_type: ir.Type,
         low, high = (list(ir.DenseI64ArrayAttr(pad.attributes[k])) for k in ("static_low", "static_high"))
         # Only the padding the windows read: ceil mode pads the high end by more than that
         # (the NPU's pool takes its output size from its padded input).
-        read = _extents_read(red)
         high = [min(h, max(0, r - d - lo)) for h, r, d, lo in zip(high, read, static_shape(x_type), low)]
         padded = f"tensor<{'x'.join(str(d + lo + h) for d, lo, h in zip(static_shape(x_type), low, high))}xi8>"
         n = len(low)
