@@ -12,6 +12,7 @@ cannot evaluate faithfully.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import re
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from iree.compiler import ir
 from .f32_bounds import Val as _Val
 from .f32_bounds import combine as _combine
 from .f32_bounds import div_dir as _div_dir
-from .f32_bounds import enclose, enclose_fma
+from .f32_bounds import enclose, enclose_fma, equal_ends_constant
 from .f32_bounds import mul_dir as _mul_dir
 from .f32_bounds import neg as _neg
 from .f32_bounds import sign as _sign
@@ -253,6 +254,20 @@ class Chain:
             raise NotMonotone("the chain is not monotone in the accumulator")
         return r.dir
 
+    def directions(self, ends: np.ndarray) -> np.ndarray:
+        """Per row of `ends` ((rows, 2) accumulator ranges, in one evaluation): +1 / -1 / 0
+        when the chain is proven monotone or constant on it (constant also when its enclosure
+        is one value: f32_bounds), 2 when unproven or where `direction` would raise NotExact."""
+        ends = np.asarray(ends)
+        try:
+            run = self._run(ends, check=True, extra=(), constants=None, rows=True)
+        except NotExact:  # the chain's form, not its values: no row is proven
+            return np.full(len(ends), 2, np.int64)
+        r = run.env[self.result]
+        level = np.where(np.isnan(r.dir), np.where(r.lo == r.hi, 0, 2), r.dir) if r.lo is not None else \
+            np.where(np.isnan(r.dir), 2, r.dir)
+        return np.where(run.failed, 2, np.broadcast_to(level, run.failed.shape)).astype(np.int64)
+
     def sign_signatures(self, ends: np.ndarray) -> list[bytes | None]:
         """Per channel of a `for_channels` chain: a key such that channels with equal keys have
         equal `direction`s, or None for a channel to ask `direction` itself.
@@ -316,31 +331,54 @@ class Chain:
 
     def evaluate(self, a: np.ndarray, check: bool = False, extra: tuple = (),
                  constants: list | None = None) -> _Val:
-        """The chain's value (and direction) on accumulators `a` (`extra`: the further variable
-        inputs); with `check`, NotExact where llvm-cpu's result would be undefined (a NaN) or
+        """The chain's value on accumulators `a` (`extra`: the further variable inputs); with
+        `check`, also its direction, and NotExact where llvm-cpu's result would be undefined (a NaN) or
         non-finite (an infinity in the result); `constants` collects the factors a direction
         depends on."""
-        run = _Evaluation(self, a, check, extra, constants)
-        for op in self.ops:
-            run.step(op)
-        return run.env[self.result]
+        r = self._run(a, check, extra, constants, rows=False).env[self.result]
+        if np.ndim(r.dir) or np.ndim(r.lo) or np.ndim(r.hi):
+            return r
+        scalar = lambda b: None if b is None or np.isnan(b) else float(b)  # noqa: E731
+        return _Val(r.v, None if np.isnan(r.dir) else int(r.dir), r.t, scalar(r.lo), scalar(r.hi))
+
+    def _run(self, a: np.ndarray, check: bool, extra: tuple, constants: list | None, rows: bool) -> "_Evaluation":
+        run = _Evaluation(self, a, check, extra, constants, rows)
+        with np.errstate(all="ignore") if rows else contextlib.nullcontext():
+            for op in self.ops:
+                run.step(op)
+        return run
 
 
 class _Evaluation:
     """One evaluation of a `Chain`: the values computed so far, op by op."""
 
-    def __init__(self, chain: Chain, a: np.ndarray, check: bool, extra: tuple, constants: list | None):
+    def __init__(self, chain: Chain, a: np.ndarray, check: bool, extra: tuple, constants: list | None,
+                 rows: bool = False):
         self.chain, self.check, self.constants = chain, check, constants
+        # Per row of `a` (its last axis the points of one range), whether a check failed there:
+        # `refuse` marks the row instead of raising, and the others are still proven.
+        self.failed = np.zeros(np.shape(a)[:-1], bool) if rows else None
+        # Directions are tracked only with `check` (a value evaluation's are unknown: NaN).
+        rising = 1.0 if check else _UNKNOWN
         if chain.acc_scale is None and type_name(chain.acc.type) == "f32":  # an f32 value as it is
-            self.env: dict = {chain.acc: _Val(np.asarray(a, np.float32), 1, "f32")}
+            self.env: dict = {chain.acc: _Val(np.asarray(a, np.float32), rising, "f32")}
         elif chain.acc_scale is None:
-            self.env = {chain.acc: _Val(np.asarray(a, np.int64), 1, type_name(chain.acc.type))}
+            self.env = {chain.acc: _Val(np.asarray(a, np.int64), rising, type_name(chain.acc.type))}
         else:  # S * scale is exact in f64 (|S| < 2^29, a 24-bit scale), then rounded once
             self.env = {chain.acc: _Val((np.asarray(a, np.float64) * chain.acc_scale).astype(np.float32),
-                                        _sign(chain.acc_scale), "f32")}
+                                        rising * _sign(chain.acc_scale), "f32")}
         for v, x in zip(chain.extra, extra):
-            self.env[v] = _Val(np.asarray(x, np.int64), None, type_name(v.type))
+            self.env[v] = _Val(np.asarray(x, np.int64), _UNKNOWN, type_name(v.type))
         self.cmps: dict = {}  # comparison value -> (lhs, rhs, outcome, whether it is constant)
+
+    def refuse(self, where: np.ndarray, message: str) -> None:
+        """NotExact(message) if `where` (per point) holds anywhere; per row when evaluating rows."""
+        if self.failed is None:
+            if np.any(where):
+                raise NotExact(message)
+            return
+        where = np.asarray(where)
+        self.failed |= np.broadcast_to(where.any(-1) if where.ndim else where, self.failed.shape)
 
     def step(self, op: "_ChainOp") -> None:
         """Evaluates `op` into `env` (an FMA when llvm-cpu contracts it)."""
@@ -359,12 +397,11 @@ class _Evaluation:
         val = self._defined(res, t)
         if val is None:
             return
-        if val.dir and np.ndim(val.v) and np.all(val.v == np.asarray(val.v).reshape(-1)[0]):
-            val.dir = 0  # monotone and equal at the range's ends: one constant on the whole range
-        if val.dir is None and self.check:
+        val.dir = equal_ends_constant(val)
+        if self.check and np.any(np.isnan(val.dir)):
             operands = op.operands[1:] if name == "arith.select" else op.operands
             val.lo, val.hi = enclose(name, [self.ref(v) for v in operands], _UNARY.get(name),
-                                     _ENCLOSURE_ULPS if name in _TRANSCENDENTAL else 0) or (None, None)
+                                     _ENCLOSURE_ULPS if name in _TRANSCENDENTAL else 0) or (_UNKNOWN, _UNKNOWN)
 
     def _defined(self, res: "_ChainValue", t: str) -> "_Val | None":
         """`res`'s value (None for a comparison's outcome, kept apart in `cmps`); with `check`,
@@ -373,10 +410,9 @@ class _Evaluation:
         large negative value; a clamp takes +-inf to the int8 range's ends)."""
         val = self.env.get(res)
         if val is not None and t == "f32" and self.check:
-            if np.any(np.isnan(val.v)):
-                raise NotExact("the chain is undefined (NaN) on the accumulator range")
-            if res is self.chain.result and np.any(~np.isfinite(val.v)):
-                raise NotExact("the chain overflows f32 on the accumulator range")
+            self.refuse(np.isnan(val.v), "the chain is undefined (NaN) on the accumulator range")
+            if res is self.chain.result:
+                self.refuse(~np.isfinite(val.v), "the chain overflows f32 on the accumulator range")
         return val
 
     def ref(self, v: "_ChainValue") -> _Val:
@@ -391,9 +427,9 @@ class _Evaluation:
                 raise NotExact(f"value {v.label} of the chain is neither a constant nor per channel")
         c = np.asarray(c)
         if c.size > 1:  # one value per channel (`for_channels`): a column against a row per channel
-            return _Val(c.reshape(-1, 1).astype(np.float32 if t == "f32" else np.int64), 0, t)
+            return _Val(c.reshape(-1, 1).astype(np.float32 if t == "f32" else np.int64), 0.0, t)
         c = c.reshape(())
-        return _Val(np.float32(c) if t == "f32" else np.int64(c), 0, t)
+        return _Val(np.float32(c) if t == "f32" else np.int64(c), 0.0, t)
 
     def factors(self, *vals: _Val) -> None:
         """Records the factors of a product (a division) of the accumulator: the signs of
@@ -403,8 +439,8 @@ class _Evaluation:
 
     def int_result(self, x: np.ndarray, t: str) -> np.ndarray:
         lo, hi = INT_RANGE[t]
-        if self.check and (np.any(x < lo) or np.any(x > hi)):
-            raise NotExact(f"the chain's {t} arithmetic wraps on the accumulator range")
+        if self.check:
+            self.refuse((x < lo) | (x > hi), f"the chain's {t} arithmetic wraps on the accumulator range")
         return x
 
     def _fused(self, op: "_ChainOp", t: str) -> bool:
@@ -432,8 +468,8 @@ class _Evaluation:
             x, y, z = _negated(x), y, z
         d = _combine(_mul_dir(x, y), z.dir)
         env[op.results[0]] = _Val(fma_f32(x.v, y.v, z.v), d, t)
-        if d is None and self.check:
-            env[op.results[0]].lo, env[op.results[0]].hi = enclose_fma(x, y, z, fma_f32) or (None, None)
+        if self.check and np.any(np.isnan(d)):
+            env[op.results[0]].lo, env[op.results[0]].hi = enclose_fma(x, y, z, fma_f32)
         return True
 
     def float_binary(self, op, t):
@@ -480,9 +516,9 @@ class _Evaluation:
     def to_int(self, op, t):
         x = self.ref(op.operands[0])
         lo, hi = INT_RANGE[t]
-        if np.any(~np.isfinite(x.v)) or np.any(x.v <= lo - 1) or np.any(x.v >= hi + 1):
-            raise NotExact(f"arith.fptosi to {t} of a value out of range (undefined)")
-        self.env[op.results[0]] = _Val(np.trunc(x.v).astype(np.int64), x.dir, t)
+        outside = ~np.isfinite(x.v) | (x.v <= lo - 1) | (x.v >= hi + 1)
+        self.refuse(outside, f"arith.fptosi to {t} of a value out of range (undefined)")
+        self.env[op.results[0]] = _Val(np.trunc(np.where(outside, 0, x.v)).astype(np.int64), x.dir, t)
 
     def round_to_integral(self, op, t):
         x = self.ref(op.operands[0])
@@ -496,20 +532,20 @@ class _Evaluation:
         step = np.float32(np.inf if self.chain.ulps > 0 else -np.inf)
         for _ in range(abs(self.chain.ulps)):
             r = np.nextafter(r, step)
-        self.env[op.results[0]] = _Val(r, None if x.dir is None else x.dir * sense, t)
+        self.env[op.results[0]] = _Val(r, x.dir * sense, t)
 
     def power(self, op, t):
         """math.fpowi by a constant exponent of 1 to 3: the products llvm-cpu makes of it
         (LLVM expands a small constant power by squaring: x * x, x * (x * x)), each rounded."""
         x, n = self.ref(op.operands[0]), self.ref(op.operands[1])
-        k = int(np.asarray(n.v).reshape(-1)[0]) if n.dir == 0 else None
+        k = int(np.asarray(n.v).reshape(-1)[0]) if np.all(n.dir == 0) else None
         if k not in (1, 2, 3):
             raise NotExact("math.fpowi in the chain whose exponent is not a constant 1, 2 or 3")
         with np.errstate(all="ignore"):
             r = np.asarray(x.v, np.float32)
             square = r * r
             r = {1: r, 2: square, 3: r * square}[k]
-        self.env[op.results[0]] = _Val(r, x.dir if k == 1 else None, t)
+        self.env[op.results[0]] = _Val(r, x.dir if k == 1 else x.dir * _UNKNOWN, t)
 
     def round_half_away(self, op, t):  # math.round, exactly (f32 -> f64 is exact)
         x = self.ref(op.operands[0])
@@ -528,9 +564,9 @@ class _Evaluation:
         if pred not in ("gt", "ge", "lt", "le"):  # (unsigned integer comparisons included)
             raise NotExact(f"comparison '{pred}' in the chain")
         fn = {"gt": np.greater, "ge": np.greater_equal, "lt": np.less, "le": np.less_equal}[pred]
-        if op.name == "arith.cmpf" and self.check and (np.any(np.isnan(x.v)) or np.any(np.isnan(y.v))):
-            raise NotExact("the chain compares NaN")
-        self.cmps[op.results[0]] = (op.operands[0], op.operands[1], fn(x.v, y.v), x.dir == y.dir == 0)
+        if op.name == "arith.cmpf" and self.check:
+            self.refuse(np.isnan(x.v) | np.isnan(y.v), "the chain compares NaN")
+        self.cmps[op.results[0]] = (op.operands[0], op.operands[1], fn(x.v, y.v), (x.dir == 0) & (y.dir == 0))
 
     def select(self, op, t):
         if op.operands[0] not in self.cmps:
@@ -539,12 +575,15 @@ class _Evaluation:
         tv, fv = self.ref(op.operands[1]), self.ref(op.operands[2])
         # select(x > y, x, y) is max(x, y), select(x > y, y, x) min: monotone.
         maxmin = {op.operands[1], op.operands[2]} == {cx, cy}
-        d = _combine(tv.dir, fv.dir) if maxmin else (0 if tv.dir == fv.dir == 0 and cond_fixed else None)
+        d = _combine(tv.dir, fv.dir) if maxmin else np.where((tv.dir == 0) & (fv.dir == 0) & cond_fixed, 0.0, np.nan)
         self.env[op.results[0]] = _Val(np.where(cond, tv.v, fv.v), d, t)
 
 
 def _negated(x: _Val) -> _Val:
     return _Val(-x.v, _neg(x.dir), x.t, None if x.hi is None else -x.hi, None if x.lo is None else -x.lo)
+
+
+_UNKNOWN = np.float64(np.nan)  # a direction or a bound not known
 
 
 # Unary ops monotone in their argument, for enclosures (f32_bounds.enclose): the function.

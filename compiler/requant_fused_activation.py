@@ -408,36 +408,31 @@ def _pieces(g: Chain, x_min: np.float32, x_max: np.float32, finest: float, seeds
     accumulator units of the steepest channel: narrower, the accumulators are evaluated one by
     one) and the proofs asked stay under `_PROOFS`: what stays unproven holds g's level
     changes where its direction flips (hardswish's minimum) or f32 rounding wiggles. `seeds`:
-    the starts of pieces to begin from (another variant's), each proven again."""
-    keys = [int(k) for k in order_key(seeds)] if seeds is not None else [int(order_key(x_min))]
-    keys.append(int(order_key(x_max)) + 1)
-    out: list[tuple[int, int]] = []
-    stack = [(k1, k2, 0) for k1, k2 in zip(keys[-2::-1], keys[:0:-1])]
+    the starts of pieces to begin from (another variant's), each proven again. The pieces of
+    one depth are proven in one evaluation (`Chain.directions`)."""
+    keys = order_key(seeds) if seeds is not None else order_key(np.array([x_min], np.float32))
+    k1, k2 = keys, np.append(keys[1:], order_key(x_max) + 1)  # each piece is [k1, k2 - 1] in keys
+    starts, dirs = [], []
     asked = 0
-    while stack:
-        k1, k2, depth = stack.pop()  # the piece [k1, k2 - 1] in keys
-        x1, x2 = from_order_key(np.array([k1, k2 - 1]))
-        d = _direction(g, x1, x2)
-        asked += 1
-        if d == 2 and depth < _SPLITS and asked < _PROOFS and k2 - k1 > 1 and float(x2) - float(x1) > finest:
-            mid = int(order_key(np.float32((np.float64(x1) + np.float64(x2)) / 2)))
-            mid = min(max(mid, k1 + 1), k2 - 1)
-            stack += [(mid, k2, depth + 1), (k1, mid, depth + 1)]
-            continue
-        out.append((k1, d))  # (not merged: two monotone pieces may step back where they meet)
-    return from_order_key(np.array([k for k, _ in out])), np.array([d for _, d in out])
-
-
-def _direction(g: Chain, x1: np.float32, x2: np.float32) -> int:
-    """g's direction on [x1, x2] (f32_chain's analysis): +1, -1, 0 (also when its enclosure is
-    one level: f32_bounds), 2 when unproven."""
-    try:
-        r = g.evaluate(np.array([x1, x2], np.float32), check=True)
-    except NotExact:
-        return 2
-    if r.dir is None:
-        return 0 if r.lo is not None and r.lo == r.hi else 2
-    return int(r.dir)
+    for depth in range(_SPLITS + 1):
+        x = from_order_key(np.stack([k1, k2 - 1], 1))
+        d = g.directions(x)
+        asked += len(d)
+        split = (d == 2) & (k2 - k1 > 1) & (x[:, 1].astype(np.float64) - x[:, 0] > finest)
+        if depth == _SPLITS or asked >= _PROOFS:
+            split[:] = False
+        starts.append(k1[~split])
+        dirs.append(d[~split])
+        if not split.any():
+            break
+        lo, hi = k1[split], k2[split]
+        mid = order_key(((x[split, 0].astype(np.float64) + x[split, 1]) / 2).astype(np.float32))
+        mid = np.minimum(np.maximum(mid, lo + 1), hi - 1)
+        k1, k2 = np.concatenate([lo, mid]), np.concatenate([mid, hi])
+    # (not merged: two monotone pieces may step back where they meet)
+    starts, dirs = np.concatenate(starts), np.concatenate(dirs)
+    order = np.argsort(starts, kind="stable")
+    return from_order_key(starts[order]), dirs[order]
 
 
 def _thresholds(g: Chain, starts: np.ndarray, dirs: np.ndarray, x_max: np.float32) -> np.ndarray:

@@ -168,3 +168,57 @@ def test_silu_reported_values_are_those_brute_force_finds(seed):
                 if ulps == 0:
                     assert int(np.count_nonzero(off)) == fit.differing[c]
         del module
+
+
+# An f32 value through sqrt (NaN below 0), scaled, rounded and converted to i8 unclamped
+# (undefined beyond the i8 range): ranges there are refused, their neighbours proven.
+UNDEFINED_BODY = """
+func.func @main(%x: tensor<4xf32>) -> tensor<4xi8> {
+  %e = tensor.empty() : tensor<4xi8>
+  %q = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>],
+                       iterator_types = ["parallel"]} ins(%x : tensor<4xf32>) outs(%e : tensor<4xi8>) {
+  ^bb0(%a: f32, %out: i8):
+    %s = arith.constant 1.300000e+01 : f32
+    %0 = math.sqrt %a : f32
+    %1 = arith.mulf %0, %s : f32
+    %2 = math.roundeven %1 : f32
+    %3 = arith.fptosi %2 : f32 to i8
+    linalg.yield %3 : i8
+  } -> tensor<4xi8>
+  return %q : tensor<4xi8>
+}
+"""
+
+
+def _one_range_direction(g, x1, x2) -> int:
+    """The direction of g on [x1, x2] asked alone, as requant_fused_activation used to."""
+    try:
+        r = g.evaluate(np.array([x1, x2], np.float32), check=True)
+    except NotExact:
+        return 2
+    if r.dir is None:
+        return 0 if r.lo is not None and r.lo == r.hi else 2
+    return r.dir
+
+
+@pytest.mark.parametrize("body", ["hardswish", "silu", "undefined"])
+def test_directions_of_many_ranges_at_once_equal_each_asked_alone(body):
+    """`Chain.directions` proves all ranges in one evaluation, each row with its own direction,
+    enclosure and refusals: it must answer what one evaluation per range answers."""
+    rng = np.random.default_rng(7)
+    with ir.Context() as ctx:
+        module, ops, result, args = _parsed(ctx, {"hardswish": BODY, "silu": SILU_BODY,
+                                                  "undefined": UNDEFINED_BODY}[body])
+        if body == "undefined":
+            g = f32_chain.Chain(ops, result, args[0], f32_chain.HostFloat(True))
+            centres = rng.uniform(-5, 120, 400)
+        else:
+            _, g = split_dequantized(ops, result, args[0], _channels(args, 0, 1000), f32_chain.HostFloat(True))
+            centres = rng.uniform(-120, 30, 400) if body == "silu" else rng.uniform(-6, 4, 400)
+        widths = 10.0 ** rng.uniform(-6, 1.5, 400)
+        ends = np.sort(np.stack([centres, centres + widths], 1).astype(np.float32), 1)
+        alone = np.array([_one_range_direction(g, x1, x2) for x1, x2 in ends])
+        together = g.directions(ends)
+        del module
+    np.testing.assert_array_equal(together, alone)
+    assert {0, 1, 2} <= set(alone.tolist())  # constant, increasing and unproven ranges all asked
