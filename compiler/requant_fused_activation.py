@@ -58,7 +58,15 @@ from .passes import RequantMode
 from .requant_channels import channel_directions, fit_channels
 from .requant_split import TRANSCENDENTAL_ULPS, ActivationTable, backward_slice, dependents
 from .requant_summary import RequantSummary
-from .rescale_fit import NotExact, Rescale, _bisect, first_reaching_near, intercept_rescale, rescale_step_points
+from .rescale_fit import (
+    NotExact,
+    Rescale,
+    _bisect,
+    first_reaching_near,
+    intercept_rescale,
+    rescale_step_points,
+    unique_sorted,
+)
 
 # Points g is sampled on to place the grid.
 _SAMPLES = 1 << 20
@@ -304,7 +312,7 @@ def _measure(chain: Chain, b_chain: Chain, g_chain: Chain, channels: list, rs: l
     ends = bs(np.stack([lo, hi], 1))
     finest = 4 * float(np.min((ends[:, 1].astype(np.float64) - ends[:, 0]) / np.maximum(hi - lo, 1)))
     starts, dirs = _pieces(g_chain, np.float32(ends.min()), np.float32(ends.max()), finest, seeds)
-    breaks = np.unique(np.concatenate([starts, _thresholds(g_chain, starts, dirs, np.float32(ends.max()))]))
+    breaks = unique_sorted(np.concatenate([starts, _thresholds(g_chain, starts, dirs, np.float32(ends.max()))]))
     levels = np.asarray(g_chain(breaks), np.int64)
     reach = _first_reaching(bs, breaks, lo, hi, ends)  # (channels, breaks)
     spans = {p: _piece_ends(reach, starts, breaks, p, hi) for p in np.nonzero(dirs == 2)[0]}
@@ -366,7 +374,7 @@ def _compare(at: np.ndarray, value: np.ndarray, r: Rescale, tables: list[Activat
     at, value = at[keep], value[keep]
     ours = [rescale_step_points(x, np.arange(x.qmin + 1, x.qmax + 1), lo, hi)
             for x in (r, r2) if x is not None and x.multiplier > 0]
-    cuts = np.unique(np.concatenate([at, *ours, [lo]]))
+    cuts = unique_sorted(np.concatenate([at, *ours, [lo]]))
     cuts = cuts[(cuts >= lo) & (cuts <= hi)]
     idx = np.searchsorted(at, cuts, "right") - 1
     q = np.where(idx >= 0, value[np.maximum(idx, 0)], value[0])

@@ -50,6 +50,7 @@ from .rescale_fit import (
     slope_bounds,
     slope_top,
     step_points,
+    unique_sorted,
 )
 from .rescale_nearest import (
     _EXACT_F64,
@@ -283,7 +284,7 @@ def _fewest_steep_off(steps: tuple, lo: int, hi: int, sides: tuple[np.ndarray, n
     ks = np.arange(qlo + 1, qhi + 1, dtype=np.int64) << r.shift
     m = r.multiplier
     c = ks - m * ts
-    totals = np.unique(np.concatenate([[r.offset * m + r.rounding], c[sides[0]], c[sides[1]] + m - 1]))
+    totals = unique_sorted(np.concatenate([[r.offset * m + r.rounding], c[sides[0]], c[sides[1]] + m - 1]))
     d = _intercept_offsets(ks, ts, m, totals, lo, hi)
     # Per intercept: U_k - T_k where the rescale is below the chain (pos), T_k - U_k where above
     # (neg, in place of d: a fresh array of this size costs as much as the arithmetic, in page faults).
@@ -386,7 +387,7 @@ def constrained_many(items: list[tuple[tuple[int, int, np.ndarray], int, int, tu
                                          f"transitions")
                 continue
             spread = np.linspace(lo_m, hi_m, _NEAREST_MULTIPLIERS + 1).round().astype(np.int64)
-            priced.append((idx[row], row, shift, m0, np.unique(np.concatenate([np.clip(mults, lo_m, hi_m), spread]))))
+            priced.append((idx[row], row, shift, m0, unique_sorted(np.concatenate([np.clip(mults, lo_m, hi_m), spread]))))
         width = max((len(p[4]) for p in priced), default=1)
         block = max(1, _BLOCK_ELEMENTS // (n * width * (_NEAREST_ROUNDINGS + 2)))
         for a in range(0, len(priced), block):

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from .rescale_fit import _MAX_MULTIPLIER, _MAX_SHIFT, NotExact, Rescale, _clamp, intercept_rescale
+from .rescale_fit import _MAX_MULTIPLIER, _MAX_SHIFT, NotExact, Rescale, _clamp, intercept_rescale, unique_sorted
 
 # Multipliers tried around the least-squares slope, in both directions.
 _NEAREST_MULTIPLIERS = 32
@@ -222,7 +222,7 @@ def nearest_candidates(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int,
     width = max(1, int(ts[-1] - ts[0]))
     spread = max(1, int(math.ceil(m0 * 2.0 / width)))  # the least-squares slope is this uncertain
     js = np.arange(-_NEAREST_MULTIPLIERS, _NEAREST_MULTIPLIERS + 1)
-    return shift, m0, np.unique(np.clip(m0 + (spread * js) // _NEAREST_MULTIPLIERS, 1, _MAX_MULTIPLIER))
+    return shift, m0, unique_sorted(np.clip(m0 + (spread * js) // _NEAREST_MULTIPLIERS, 1, _MAX_MULTIPLIER))
 
 
 def nearest_result(qlo: int, qhi: int, lo: int, hi: int, shift: int, m: int, total: int) -> Rescale:
