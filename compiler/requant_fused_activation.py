@@ -312,7 +312,8 @@ def _measure(chain: Chain, b_chain: Chain, g_chain: Chain, channels: list, rs: l
     ends = bs(np.stack([lo, hi], 1))
     finest = 4 * float(np.min((ends[:, 1].astype(np.float64) - ends[:, 0]) / np.maximum(hi - lo, 1)))
     starts, dirs = _pieces(g_chain, np.float32(ends.min()), np.float32(ends.max()), finest, seeds)
-    breaks = unique_sorted(np.concatenate([starts, _thresholds(g_chain, starts, dirs, np.float32(ends.max()))]))
+    breaks = unique_sorted(np.concatenate([_level_starts(g_chain, starts, dirs),
+                                           _thresholds(g_chain, starts, dirs, np.float32(ends.max()))]))
     levels = np.asarray(g_chain(breaks), np.int64)
     reach = _first_reaching(bs, breaks, lo, hi, ends)  # (channels, breaks)
     spans = {p: _piece_ends(reach, starts, breaks, p, hi) for p in np.nonzero(dirs == 2)[0]}
@@ -331,6 +332,15 @@ def _measure(chain: Chain, b_chain: Chain, g_chain: Chain, channels: list, rs: l
         differing.append(d)
         step_spans.append(s)
     return differing, step_spans, total, starts
+
+
+def _level_starts(g: Chain, starts: np.ndarray, dirs: np.ndarray) -> np.ndarray:
+    """The pieces' starts but those of a constant piece after a constant piece of the same
+    level: g does not change there (most pieces are the bisection's, constant on either side
+    of a level change), and each start costs an evaluation per channel in `_first_reaching`."""
+    levels = np.asarray(g(starts), np.int64)
+    same = (dirs[1:] == 0) & (dirs[:-1] == 0) & (levels[1:] == levels[:-1])
+    return starts[np.append(True, ~same)]
 
 
 def _one_by_one(chain: Chain, channels: list, spans: dict) -> list[tuple[np.ndarray, np.ndarray]]:
