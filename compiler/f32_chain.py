@@ -92,15 +92,17 @@ def fma_f32(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
     an s in f32's normal range, when the 29 bits f32 drops are 1 followed by
     zeros; elsewhere (f32 subnormals, overflow) compared with both neighbours.
     """
-    x, y, z = (np.asarray(v, np.float64) for v in (x, y, z))
-    p = x * y
-    s = p + z
+    p = np.multiply(x, y, dtype=np.float64)  # exact: 24 + 24 significant bits
+    s = np.add(p, z, dtype=np.float64)
     r = s.astype(np.float32)
-    size = np.abs(s)
+    # s outside f32's normal range has |r| <= the least normal, or >= the largest f32 (f32
+    # rounding is monotone): tested on r, in f32, the cheaper half.
+    size = np.abs(r)
     dropped = np.ascontiguousarray(s).view(np.uint64) & np.uint64((1 << 29) - 1)
-    suspect = (dropped == np.uint64(1 << 28)) | ~((size >= _F32_NORMAL) & (size < _F32_MAX))
+    suspect = (dropped == np.uint64(1 << 28)) | ~((size > _F32_NORMAL32) & (size < _F32_MAX32))
     if not np.any(suspect):
         return r
+    z = np.asarray(z, np.float64)
     # TwoSum's error only where it can matter (a few of millions: several passes saved on the rest).
     r = np.array(r, np.float32, ndmin=1)
     idx = np.nonzero(np.broadcast_to(suspect, r.shape))
@@ -116,6 +118,7 @@ def fma_f32(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
 
 _F32_NORMAL = float(np.finfo(np.float32).tiny)
 _F32_MAX = float(np.finfo(np.float32).max)
+_F32_NORMAL32, _F32_MAX32 = np.float32(_F32_NORMAL), np.float32(_F32_MAX)
 
 
 def _erf(x):
