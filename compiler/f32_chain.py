@@ -4,10 +4,10 @@
 accumulator values: every f32 op correctly rounded, `sitofp` to nearest even,
 `divf` a true division, and a single-use `mulf` feeding an `addf`/`subf`
 fused into one FMA when the host has FMA (`HostFloat`, read from the
-module's llvm-cpu target), as llvm-cpu contracts them. It also tracks
-whether each value is monotone in the accumulator (compiler/requant.py's
-exactness argument, points 1 and 2) and raises NotExact on anything it
-cannot evaluate faithfully.
+module's llvm-cpu target), as llvm-cpu contracts them. With `check` it also
+tracks whether each value is monotone in the accumulator (compiler/requant.py's
+exactness argument, points 1 and 2; per row of ranges, compiler/f32_bounds.py)
+and raises NotExact on anything it cannot evaluate faithfully.
 """
 
 from __future__ import annotations
@@ -335,9 +335,9 @@ class Chain:
     def evaluate(self, a: np.ndarray, check: bool = False, extra: tuple = (),
                  constants: list | None = None) -> _Val:
         """The chain's value on accumulators `a` (`extra`: the further variable inputs); with
-        `check`, also its direction, and NotExact where llvm-cpu's result would be undefined (a NaN) or
-        non-finite (an infinity in the result); `constants` collects the factors a direction
-        depends on."""
+        `check`, also its direction, and NotExact where llvm-cpu's result would be undefined
+        (a NaN) or non-finite (an infinity in the result); `constants` collects the factors a
+        direction depends on."""
         r = self._run(a, check, extra, constants, rows=False).env[self.result]
         if np.ndim(r.dir) or np.ndim(r.lo) or np.ndim(r.hi):
             return r
