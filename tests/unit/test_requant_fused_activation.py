@@ -222,3 +222,17 @@ def test_directions_of_many_ranges_at_once_equal_each_asked_alone(body):
         del module
     np.testing.assert_array_equal(together, alone)
     assert {0, 1, 2} <= set(alone.tolist())  # constant, increasing and unproven ranges all asked
+
+
+def test_summed_levels_are_the_segments_lookups_summed():
+    """`composite` reads one table of the segments' summed lookups: at every grid level, and
+    beyond the grid at both ends, it must equal the sum of each segment's own lookup."""
+    from torq.compiler.requant_fused_activation import segment_index, summed_levels
+    from torq.compiler.requant_split import ActivationTable
+
+    rng = np.random.default_rng(3)
+    tables = [ActivationTable(-127, np.sort(rng.integers(-3, 4, 256)), 0) for _ in range(5)]
+    u = np.arange(-40, 255 * 5 + 40)
+    per_segment = sum(t.entries[segment_index(u, i)] for i, t in enumerate(tables))
+    sums = summed_levels(tables)
+    np.testing.assert_array_equal(sums[np.clip(u + 1, 0, len(sums) - 1)], per_segment)
