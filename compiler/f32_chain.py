@@ -92,21 +92,25 @@ def fma_f32(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
     an s in f32's normal range, when the 29 bits f32 drops are 1 followed by
     zeros; elsewhere (f32 subnormals, overflow) compared with both neighbours.
     """
-    p = np.multiply(x, y, dtype=np.float64)  # exact: 24 + 24 significant bits
-    s = np.add(p, z, dtype=np.float64)
+    s = np.multiply(x, y, dtype=np.float64)  # exact: 24 + 24 significant bits
+    if isinstance(s, np.ndarray) and s.shape == np.broadcast_shapes(s.shape, np.shape(z)):
+        np.add(s, z, out=s)  # (x y is recomputed where it is needed: few values)
+    else:
+        s = np.add(s, z, dtype=np.float64)
     r = s.astype(np.float32)
+    suspect = (np.ascontiguousarray(s).view(np.uint64) & np.uint64((1 << 29) - 1)) == np.uint64(1 << 28)
     # s outside f32's normal range has |r| <= the least normal, or >= the largest f32 (f32
-    # rounding is monotone): tested on r, in f32, the cheaper half.
+    # rounding is monotone): tested on r, in f32, and elementwise only when some r is there.
     size = np.abs(r)
-    dropped = np.ascontiguousarray(s).view(np.uint64) & np.uint64((1 << 29) - 1)
-    suspect = (dropped == np.uint64(1 << 28)) | ~((size > _F32_NORMAL32) & (size < _F32_MAX32))
+    if not (np.size(size) and size.min() > _F32_NORMAL32 and size.max() < _F32_MAX32):
+        suspect = suspect | ~((size > _F32_NORMAL32) & (size < _F32_MAX32))
     if not np.any(suspect):
         return r
-    z = np.asarray(z, np.float64)
     # TwoSum's error only where it can matter (a few of millions: several passes saved on the rest).
-    r = np.array(r, np.float32, ndmin=1)
-    idx = np.nonzero(np.broadcast_to(suspect, r.shape))
-    rc, pc, zc, sc = r[idx], *(np.broadcast_to(v, r.shape)[idx] for v in (p, z, s))
+    r = np.atleast_1d(r)  # (r is this call's own array: corrected in place)
+    idx = np.unravel_index(np.flatnonzero(np.broadcast_to(suspect, r.shape)), r.shape)
+    xc, yc, zc = (np.broadcast_to(np.asarray(v), r.shape)[idx].astype(np.float64) for v in (x, y, z))
+    rc, pc, sc = r[idx], xc * yc, np.broadcast_to(s, r.shape)[idx]
     bb = sc - pc
     ec = (pc - (sc - bb)) + (zc - bb)
     other = np.where(rc.astype(np.float64) < sc, np.nextafter(rc, np.float32(np.inf)),
@@ -482,7 +486,7 @@ class _Evaluation:
             self.factors(x, y)
         with np.errstate(all="ignore"):
             r = _FLOAT_BIN[name](np.float32(x.v) if np.ndim(x.v) == 0 else x.v,
-                                 np.float32(y.v) if np.ndim(y.v) == 0 else y.v).astype(np.float32)
+                                 np.float32(y.v) if np.ndim(y.v) == 0 else y.v).astype(np.float32, copy=False)
         if name == "arith.addf":
             d = _combine(x.dir, y.dir)
         elif name == "arith.subf":
@@ -525,7 +529,7 @@ class _Evaluation:
 
     def round_to_integral(self, op, t):
         x = self.ref(op.operands[0])
-        self.env[op.results[0]] = _Val(_ROUND[op.name](x.v).astype(np.float32), x.dir, t)
+        self.env[op.results[0]] = _Val(_ROUND[op.name](x.v).astype(np.float32, copy=False), x.dir, t)
 
     def transcendental(self, op, t):
         x = self.ref(op.operands[0])
