@@ -20,8 +20,9 @@ import sys
 def main() -> int:
     frames = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints must not corrupt the frames
-    from torq.compiler.dispatch_compile import _compile_bytecode, import_ahead
+    from torq.compiler.dispatch_compile import _compile_bytecode, import_ahead, keep_freed_memory
 
+    keep_freed_memory()
     import_ahead(tuple(sys.argv[1:]))
 
     tasks = sys.stdin.buffer

@@ -18,6 +18,7 @@ import sys
 from _torq_iree_compile_hook import TORQ_TARGETS as _TORQ_TARGETS  # the launcher's
 from _torq_iree_compile_hook import wants_torq
 
+from .dispatch_compile import keep_freed_memory
 from .driver import (
     TORQ_FLAG_HELP,
     InternalCompilerError,
@@ -136,6 +137,7 @@ def _compile_main(tool: str, argv: list[str], torq_default: bool) -> int:
 
 
 def _compile(argv: list[str], torq_default: bool) -> int:
+    keep_freed_memory()  # this process only compiles
     opts, rest, quiet = parse_torq_flags(argv)
     if not torq_default:
         opts.torq = any(a in _TORQ_TARGETS for a in rest)
