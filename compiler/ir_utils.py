@@ -340,32 +340,24 @@ def _attr_capi(attr: ir.Attribute) -> _MlirAttribute:
     return _MlirAttribute(get_ptr(cap, get_name(cap)))
 
 
-def resource_blobs(op: ir.Operation) -> dict[str, bytes]:
-    """The bytes of each dense_resource blob the module holding `op` refers to, by name. MLIR's
-    C API reads a resource one element per call (a ctypes call each: 8 s of PT2E ResNet-50's
-    weights); printing the module writes every blob as hex in one go (the alignment first,
-    four bytes), which bytes.fromhex reads at memory speed."""
-    while op.parent is not None:
-        op = op.parent
+def _resource_bytes(attr: ir.Attribute) -> bytes | None:
+    """The bytes of dense_resource `attr`'s blob, or None. MLIR's C API reads a resource one
+    element per call (a ctypes call each: 8 s of PT2E ResNet-50's weights) and has no raw
+    read; printing a module of one constant holding `attr` writes its blob as hex in one go
+    (the alignment first, four bytes), which bytes.fromhex reads at memory speed."""
+    with attr.context, ir.Location.unknown():
+        module = ir.Module.create()
+        with ir.InsertionPoint(module.body):
+            ir.Operation.create("arith.constant", results=[attr.type], attributes={"value": attr})
     buf = io.StringIO()
-    op.print(file=buf)
+    module.operation.print(file=buf)
     text = buf.getvalue()
-    section = text[text.rfind("{-#"):] if "dialect_resources" in text else ""
-    return {name.strip('"'): bytes.fromhex(hexdigits[8:])
-            for name, hexdigits in re.findall(r'^\s*("[^"]*"|[^\s:"]+): "0x([0-9A-Fa-f]*)"', section, re.M)}
+    m = re.search(r': "0x([0-9A-Fa-f]*)"', text[text.rfind("{-#"):]) if "dialect_resources" in text else None
+    return bytes.fromhex(m[1][8:]) if m else None
 
 
-def resource_name(attr: ir.Attribute) -> str:
-    """The blob name of a dense_resource attribute, as `resource_blobs` keys it (read from its
-    printed form: the C API's mlirDenseResourceElementsAttrGetName gives the attribute kind's
-    name, "builtin.dense_resource_elements", not the blob's)."""
-    m = re.match(r'dense_resource<("[^"]*"|[^>]*)>', str(attr))
-    return m.group(1).strip('"') if m else ""
-
-
-def constant_value(attr: ir.Attribute, blobs: dict[str, bytes] | None = None) -> np.ndarray:
-    """Numpy value of a dense or dense_resource elements attribute (or scalar); `blobs`: the
-    resources' bytes (`resource_blobs`), else a resource is read element by element."""
+def constant_value(attr: ir.Attribute) -> np.ndarray:
+    """Numpy value of a dense or dense_resource elements attribute (or scalar)."""
     if isinstance(attr, ir.FloatAttr):
         return np.array(ir.FloatAttr(attr).value, np.float32)
     if isinstance(attr, ir.IntegerAttr):
@@ -386,8 +378,8 @@ def constant_value(attr: ir.Attribute, blobs: dict[str, bytes] | None = None) ->
     if dtype not in _RESOURCE_GETTERS:
         raise CompileError(f"cannot read constant of type {shaped}")
     n = int(np.prod(shape)) if shape else 1
-    blob = blobs.get(resource_name(attr)) if blobs else None
-    if blob is not None and len(blob) == n * np.dtype(_NP[dtype]).itemsize:
+    blob = _resource_bytes(attr)
+    if blob is not None and len(blob) == n * np.dtype(_NP[dtype]).itemsize:  # else by element, as MLIR reads it
         return np.frombuffer(blob, _NP[dtype]).reshape(shape).copy()
     name, ctype = _RESOURCE_GETTERS[dtype]
     lib = _capi_lib()

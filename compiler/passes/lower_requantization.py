@@ -54,7 +54,7 @@ import numpy as np
 from iree.compiler import ir
 
 from ..f32_chain import HostFloat
-from ..ir_utils import constant_value, functions, resource_blobs, static_shape, sync_function_type, walk_ops
+from ..ir_utils import constant_value, functions, static_shape, sync_function_type, walk_ops
 from ..patterns import Unsupported
 from ..requant import lower_float_requantization, unused_arguments
 from ..requant_channels import Known
@@ -98,15 +98,11 @@ class _ConstantArgs:
                 d = ir.DictAttr(d)
                 self.attrs.append(d[CONSTANT_ARG] if CONSTANT_ARG in d else None)
         self.cache: dict[int, np.ndarray | None] = {}
-        # The bytes of the dense_resource constants, all at once while the function still
-        # carries them (the passes after this may drop its argument attributes).
-        resources = any(a is not None and not isinstance(a, ir.DenseElementsAttr) for a in self.attrs)
-        self.blobs = resource_blobs(func) if resources else None
 
     def get(self, k: int) -> np.ndarray | None:
         if k not in self.cache:
             attr = self.attrs[k] if k < len(self.attrs) else None
-            value = constant_value(attr, self.blobs) if attr is not None else None
+            value = constant_value(attr) if attr is not None else None
             shape = self.shapes[k] if k < len(self.shapes) else None
             self.cache[k] = value.reshape(shape) if value is not None and shape is not None else value
         return self.cache[k]

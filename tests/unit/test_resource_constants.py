@@ -1,11 +1,12 @@
-"""dense_resource constants read all at once from the module's printed resources
-(ir_utils.resource_blobs) must equal MLIR's element-by-element reads, for every element type
-the compiler reads and for blob names that need quoting or carry IREE's `$n` suffix."""
+"""dense_resource constants read in one go from a printed blob (ir_utils._resource_bytes) must
+equal the values written and MLIR's element-by-element reads, for every element type the
+compiler reads and for blob names that need quoting or carry IREE's `$n` suffix."""
 
 import numpy as np
 from iree.compiler import ir
 
-from torq.compiler.ir_utils import constant_value, resource_blobs
+from torq.compiler import ir_utils
+from torq.compiler.ir_utils import constant_value
 
 BLOBS = {
     "__auto.constant_8_3_torch.int8$1": np.arange(-12, 12, dtype=np.int8).reshape(8, 3),
@@ -26,25 +27,22 @@ def _module_text() -> str:
             f"{{-# dialect_resources: {{ builtin: {{ {', '.join(blobs)} }} }} #-}}")
 
 
-def test_resources_read_at_once_equal_those_read_by_element():
+def _attrs(module):
+    func = module.body.operations[0].operation
+    return [ir.DictAttr(d)["torq.constant"] for d in ir.ArrayAttr(func.attributes["arg_attrs"])]
+
+
+def test_resources_read_at_once_equal_the_values_written(monkeypatch):
     with ir.Context():
-        module = ir.Module.parse(_module_text())
-        func = module.body.operations[0].operation
-        blobs = resource_blobs(func)
-        attrs = [ir.DictAttr(d)["torq.constant"] for d in ir.ArrayAttr(func.attributes["arg_attrs"])]
-        for attr, (name, want) in zip(attrs, BLOBS.items()):
-            # the blob's bytes themselves (a wrong length would fall back to the slow read)
-            np.testing.assert_array_equal(np.frombuffer(blobs[name.strip('"')], want.dtype).reshape(want.shape), want)
-            fast, slow = constant_value(attr, blobs), constant_value(attr)
+        attrs = _attrs(ir.Module.parse(_module_text()))
+        for attr, want in zip(attrs, BLOBS.values()):
+            # the blob's own bytes (a wrong length would fall back to the element reads)
+            np.testing.assert_array_equal(np.frombuffer(ir_utils._resource_bytes(attr), want.dtype).reshape(want.shape),
+                                          want)
+            fast = constant_value(attr)
+            with monkeypatch.context() as m:
+                m.setattr(ir_utils, "_resource_bytes", lambda a: None)  # MLIR's element-by-element read
+                slow = constant_value(attr)
             assert fast.dtype == slow.dtype == want.dtype
             np.testing.assert_array_equal(fast, want)
             np.testing.assert_array_equal(slow, want)
-    assert sorted(blobs) == sorted(n.strip('"') for n in BLOBS)  # every blob found, by its name
-
-
-def test_a_blob_not_printed_is_read_by_element():
-    with ir.Context():
-        module = ir.Module.parse(_module_text())
-        func = module.body.operations[0].operation
-        attr = ir.DictAttr(ir.ArrayAttr(func.attributes["arg_attrs"])[1])["torq.constant"]
-        np.testing.assert_array_equal(constant_value(attr, {}), BLOBS["torch_tensor_5_torch.float32"])
