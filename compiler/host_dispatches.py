@@ -224,8 +224,10 @@ def _is_padded_elementwise(g, pad: ir.Operation) -> bool:
     if len(list(g.results[0].uses)) != 1 or any(t != "parallel" for t in iterator_types(g)):
         return False
     body = g.regions[0].blocks[0]
-    shape = static_shape(g.results[0].type) or ()
-    padded = [n for n, lo, hi in zip(static_shape(pad.results[0].type) or (), *_amounts(pad)) if lo or hi]
+    shape, amounts = static_shape(g.results[0].type) or (), _amounts(pad)
+    if amounts is None:
+        return False
+    padded = [n for n, lo, hi in zip(static_shape(pad.results[0].type) or (), *amounts) if lo or hi]
     return bool(shape) and bool(padded) and math.prod(padded) <= MAX_ELEMENTS and \
         all(m == ir.AffineMap.get_identity(len(shape)) for m in indexing_maps(g)) and \
         not list(body.arguments[len(body.arguments) - 1].uses) and \
@@ -233,8 +235,12 @@ def _is_padded_elementwise(g, pad: ir.Operation) -> bool:
         all(static_shape(v.type) is not None for v in g.operands)
 
 
-def _amounts(pad: ir.Operation) -> tuple[list[int], list[int]]:
-    return int_array(pad.attributes["static_low"]), int_array(pad.attributes["static_high"])
+def _amounts(pad: ir.Operation) -> tuple[list[int], list[int]] | None:
+    """(low, high) of a `tensor.pad` of one operand and static amounts, else None."""
+    if len(pad.operands) != 1 or "static_low" not in pad.attributes:
+        return None
+    low, high = int_array(pad.attributes["static_low"]), int_array(pad.attributes["static_high"])
+    return None if any(x < 0 for x in low + high) else (low, high)  # (negative: dynamic)
 
 
 def _pad_inputs_of(g: ir.Operation, pad: ir.Operation, value: ir.Attribute) -> list[ir.Operation]:
@@ -300,12 +306,10 @@ def _next_pad_hoist(dispatch: ir.Operation, accept) -> _PadHoist | None:
 
 def _pad_hoist_plan(pad: ir.Operation, n_workload: int, n_args: int) -> _PadHoist | None:
     """The plan to hoist `pad`, or None if it is not a padding of a loaded input `hoist_input_pads` can move."""
-    try:
-        low, high = int_array(pad.attributes["static_low"]), int_array(pad.attributes["static_high"])
-    except KeyError:
+    amounts = _amounts(pad)
+    if amounts is None:
         return None
-    if len(pad.operands) != 1 or any(x < 0 for x in low + high):
-        return None  # dynamic amounts
+    low, high = amounts
     value = _pad_value(pad)
     load = pad.operands[0].owner
     if value is None or isinstance(load, ir.Block) or load.name != LOAD:
