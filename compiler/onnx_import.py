@@ -25,10 +25,12 @@ Contract:
   node that IREE cannot convert (an op it does not know, or an op at an opset
   version it has no lowering for) is reported here, naming the node, op and
   opset, instead of as a multi-line legalization failure later.
-- torq's own ONNX input (`read_onnx_source`) first applies the exact QDQ
-  rewrites of compiler/onnx_qdq.py (a dequantize / max pool / quantize with
-  one scale becomes an int8 max pool); `import_onnx` alone, as the tests'
-  llvm-cpu references use it, imports the graph as written.
+- torq's own ONNX input (`read_onnx_source`) first applies the exact
+  rewrites of compiler/onnx_dynamic_quant.py (a dynamically quantized
+  MatMulInteger becomes a matmul of int8 dequantizes) and compiler/onnx_qdq.py
+  (a dequantize / max pool / quantize with one scale becomes an int8 max
+  pool); `import_onnx` alone, as the tests' llvm-cpu references use it,
+  imports the graph as written.
 - Every failure raises `OnnxImportError` (a `CompileError`) with one line
   that starts with the input name: an empty, truncated or corrupt file, a
   model the ONNX checker rejects, missing external data, a missing `onnx`
@@ -42,6 +44,7 @@ import os
 import re
 
 from .ir_utils import CompileError
+from .onnx_dynamic_quant import rewrite_dynamic_quant
 from .onnx_fold import fold_shape_computations, has_unranked_values, tensor_types, unranked
 from .onnx_qdq import rewrite_qdq
 
@@ -88,6 +91,7 @@ def import_onnx(data: bytes, name: str, base_dir: str | None = None, qdq_rewrite
         except Exception as e:  # OSError, or onnx's ValidationError for a missing/irregular file
             raise OnnxImportError(f"{name}: cannot load the model's external tensor data: {_one_line(e)}") from None
     if qdq_rewrites and _opsets(model).get("", 0) >= 12:  # MaxPool takes int8 from opset 12
+        rewrite_dynamic_quant(model)
         rewrite_qdq(model)
     model = _check_and_infer_shapes(onnx, model, name)
     if has_unranked_values(model):
