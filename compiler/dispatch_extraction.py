@@ -15,7 +15,12 @@ at one runtime offset (compiler/torch_index_put.py's slice update: IREE passes
 the offset as an index operand) is such a result too: the index operand becomes
 a `tensor<1xi32>` argument (`ExtractedDispatch.index_operands`; the call passes
 the offset in one) named in the result's update entry, whose DMA-out scatters
-the box at that offset (torq-build-nss-program). A load of a static box of an
+the box at that offset (torq-build-nss-program). A scalar operand (a push
+constant: a dynamic quantization's run-time zero point) read only as a generic's
+broadcast input becomes a 0-d tensor argument (`ExtractedDispatch.scalar_operands`);
+only a host tail may read it (torq-lower-requantization hands the epilogue that
+reads it to the host and drops the argument), else the dispatch stays on host. A
+load of a static box of an
 input that is only stored becomes a `tensor.extract_slice` (a DMA box: the
 dispatch is a copy). Any other load
 of a static box of an input (IREE slices the query, key and value of an
@@ -84,7 +89,9 @@ from .f32_chain import host_float_semantics
 from .ir_utils import (
     CompileError,
     block_ops,
+    indexing_maps,
     int_array,
+    n_inputs,
     static_shape,
     static_slice,
     through_reshapes,
@@ -130,6 +137,9 @@ class ExtractedDispatch:
     # Dispatch operands that are an index (the runtime offset of an updated box): the call
     # passes each as a tensor<1xi32>.
     index_operands: list[int] = field(default_factory=list)
+    # Dispatch operands that are a scalar (a push constant): the function reads each as a 0-d
+    # tensor argument; only a host tail may read one (`scalar_read_on_npu`).
+    scalar_operands: list[int] = field(default_factory=list)
 
     def apply_reports(self, reports: dict) -> None:
         """Take over what the dispatch pipeline's passes reported (`pipeline.run_passes`).
@@ -140,7 +150,7 @@ class ExtractedDispatch:
         if lowering is not None:
             inputs = self.input_operands  # per original function argument
             self.input_operands = [inputs[k] for k in lowering.kept_arguments]
-            self.host_tails = {k: dataclasses.replace(t, tensor_operands=[inputs[a] for a, _ in t.tensors])
+            self.host_tails = {k: dataclasses.replace(t, tensor_operands=[inputs[a] for a, _, _ in t.tensors])
                                for k, t in lowering.host_tails.items()}
             self.host_heads = {j: lowering.host_heads[k] for j, k in enumerate(lowering.kept_arguments)
                                if k in lowering.host_heads}
@@ -149,6 +159,13 @@ class ExtractedDispatch:
         results = self.function_results
         self.in_place = [results[k] if results is not None else k
                          for k in _the_function_entry(reports.get(mark_in_place_updates.NAME)) or []]
+
+
+    def scalar_read_on_npu(self) -> str:
+        """Why the dispatch stays on host when its NPU part still reads a scalar operand, else "".
+        The call passes tensors only, and nothing but a host tail reads a scalar here."""
+        kept = [i for i in self.input_operands if i in self.scalar_operands]
+        return f"dispatch takes a non-tensor operand (operand {kept[0]}) its NPU part reads" if kept else ""
 
 
 def _the_function_entry(report: dict | None):
@@ -180,7 +197,7 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
     arguments = dispatch_arguments(dispatch)
     kinds = _binding_kinds(block)
     result_args = _result_arguments(len(arguments), _tied_operands(dispatch))
-    input_args = [i for i in range(len(arguments)) if kinds[i][0] in ("readonly", "index")]
+    input_args = [i for i in range(len(arguments)) if kinds[i][0] in ("readonly", "index", "scalar")]
     out_types = _result_types(dispatch, kinds, result_args)
     in_pos = {a: n for n, a in enumerate(input_args)}
     out_pos = {a: n for n, a in enumerate(result_args)}
@@ -197,9 +214,11 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
     _record_result_updates(func, updates, [kinds[t][1] if t >= 0 else None for t, _ in updates], update_sizes,
                            runtime_offsets)
     if facts is not None:  # a reshaped input's constant value would not have its type
-        _record_flow_facts(func, [arguments[i] if i not in splits else None for i in input_args], facts)
+        _record_flow_facts(func, [arguments[i] if i not in splits and kinds[i][0] != "scalar" else None
+                                 for i in input_args], facts)
     return ExtractedDispatch(func, name, input_args, updates, update_sizes,
-                             index_operands=[i for i in input_args if kinds[i][0] == "index"])
+                             index_operands=[i for i in input_args if kinds[i][0] == "index"],
+                             scalar_operands=[i for i in input_args if kinds[i][0] == "scalar"])
 
 
 def _binding_kinds(block: ir.Block) -> list[tuple[str, ir.Type]]:
@@ -210,6 +229,10 @@ def _binding_kinds(block: ir.Block) -> list[tuple[str, ir.Type]]:
         if str(arg.type) == "index":
             kinds.append(("index", ir.RankedTensorType.get([1], ir.IntegerType.get_signless(32))))
             continue
+        if _is_scalar(arg.type):
+            _check_scalar_readers(arg)
+            kinds.append(("scalar", ir.RankedTensorType.get([], arg.type)))
+            continue
         if not str(arg.type).startswith("!iree_tensor_ext.dispatch.tensor"):
             raise Unsupported(f"dispatch takes a non-tensor operand ({arg.type})")
         access, t = binding_tensor(arg.type)
@@ -217,6 +240,22 @@ def _binding_kinds(block: ir.Block) -> list[tuple[str, ir.Type]]:
             raise Unsupported("dispatch has dynamic shapes")
         kinds.append((access, t))
     return kinds
+
+
+def _is_scalar(t: ir.Type) -> bool:
+    return isinstance(t, (ir.IntegerType, ir.F32Type))
+
+
+def _check_scalar_readers(arg: ir.Value) -> None:
+    """A scalar operand (a push constant: a dynamic quantization's zero point) may only be read
+    by elementwise generics, as an input broadcast to every element: the function reads it as
+    a 0-d tensor argument instead (`_move_body`)."""
+    for use in arg.uses:
+        g = use.owner
+        if isinstance(g, ir.Block) or g.name != "linalg.generic" or use.operand_number >= n_inputs(g) \
+                or len(indexing_maps(g)[use.operand_number].results) != 0:
+            raise Unsupported(f"dispatch takes a non-tensor operand ({arg.type}) that it reads other than as "
+                              f"a generic's broadcast input")
 
 
 def _result_arguments(n_operands: int, tied: list[int]) -> list[int]:
@@ -275,6 +314,10 @@ def _move_body(dispatch: ir.Operation, fblock: ir.Block, in_pos: dict, out_pos: 
     """A clone of `dispatch`'s body into `fblock`: each load becomes its argument or a read
     of a box of it (`_read_load`), the stores' values the function's results."""
     clone = dispatch.clone()
+    for pos, arg in enumerate(clone.regions[0].blocks[0].arguments):
+        if _is_scalar(arg.type) and pos in in_pos:  # read as its 0-d tensor (`_check_scalar_readers`)
+            for use in list(arg.uses):
+                use.owner.operands[use.operand_number] = fblock.arguments[in_pos[pos]]
     results: list[ir.Value | None] = [None] * len(out_pos)
     ordinals = []  # their only users, the stores, go first
     for op in block_ops(clone.regions[0].blocks[0]):

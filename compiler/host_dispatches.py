@@ -24,8 +24,8 @@ from .requant_tail import HostTail
 
 def host_tail_dispatch(value: ir.Value, tail: HostTail, element_type: ir.Type, tensors=()) -> ir.Value:
     """A host dispatch computing `tail` elementwise from `value` (a tensor of `element_type`
-    results, the same shape) and `tensors` (the tail's `%x<j>`, of the result's shape), at the
-    insertion point."""
+    results, the same shape) and `tensors` (the tail's `%x<j>`, each read along the result dims
+    `tail.tensors` gives it; a scalar operand as it is), at the insertion point."""
     src = value.type
     shape = static_shape(src)
     result_type = ir.RankedTensorType.get(list(shape), element_type)
@@ -47,23 +47,24 @@ def host_tail_dispatch(value: ir.Value, tail: HostTail, element_type: ir.Type, t
     maps = "".join(f", affine_map<({dims}) -> ({', '.join(f'd{d}' for d in along)})>"
                    for along, _, _ in tail.channel_values)
     args = "".join(f", %p{k}: {t}" for k, (_, t, _) in enumerate(tail.channel_values))
-    # Tensors of the result's shape, read elementwise (loaded like %x).
+    # Run-time tensors the tail reads along some of the result's dims, and scalar operands.
     x_types = [str(t.type) for t in tensors]
-    x_ro = [f"!iree_tensor_ext.dispatch.tensor<readonly:{t}>" for t in x_types]
+    x_scalar = [not isinstance(t.type, ir.ShapedType) for t in tensors]
+    x_ro = [t if scalar else f"!iree_tensor_ext.dispatch.tensor<readonly:{t}>" for t, scalar in zip(x_types, x_scalar)]
     x_args = "".join(f", %xt{j}: {t}" for j, t in enumerate(x_types))
     x_bind = "".join(f", %a{j}: {t}" for j, t in enumerate(x_ro))
-    x_loads = "".join(f"\n    %v{j} = iree_tensor_ext.dispatch.tensor.load %a{j}, offsets = [{zeros}], sizes = [{sizes}], "
-                      f"strides = [{ones}] : {r} -> {t}" for j, (t, r) in enumerate(zip(x_types, x_ro)))
-    ins += "".join(f", %v{j}" for j in range(len(x_types)))
+    x_loads = "".join(_whole_load(f"%v{j}", f"%a{j}", t, r, static_shape(v.type))
+                      for j, (t, r, v, scalar) in enumerate(zip(x_types, x_ro, tensors, x_scalar)) if not scalar)
+    ins += "".join(f", %a{j}" if scalar else f", %v{j}" for j, scalar in enumerate(x_scalar))
     in_types += "".join(f", {t}" for t in x_types)
-    maps += f", {ident}" * len(x_types)
-    args += "".join(f", %x{j}: {elt}" for j, (_, elt) in enumerate(tail.tensors))
+    maps += "".join(f", affine_map<({dims}) -> ({', '.join(f'd{d}' for d in along)})>" for _, _, along in tail.tensors)
+    args += "".join(f", %x{j}: {elt}" for j, (_, elt, _) in enumerate(tail.tensors))
     operands = ", ".join(["%x"] + [f"%xt{j}" for j in range(len(x_types))])
     text = f"""
 util.func private @torq_host_tail(%x: {src}{x_args}) -> {result_type} {{
   %r = flow.dispatch.workgroups({operands}) : ({", ".join([str(src)] + x_types)}) -> {result_type} =
       (%a: {ro}{x_bind}, %b: {wo}) {{
-    %v = iree_tensor_ext.dispatch.tensor.load %a, offsets = [{zeros}], sizes = [{sizes}], strides = [{ones}] : {ro} -> {src}{x_loads}
+    {_whole_load("%v", "%a", src, ro, shape).strip()}{x_loads}
     %e = tensor.empty() : {result_type}{consts}
     %g = linalg.generic {{indexing_maps = [{ident}{maps}, {ident}], iterator_types = [{parallel}]}}
         ins(%v{ins} : {src}{in_types}) outs(%e : {result_type}) {{
@@ -74,6 +75,13 @@ util.func private @torq_host_tail(%x: {src}{x_args}) -> {result_type} {{
     iree_tensor_ext.dispatch.tensor.store %g, %b, offsets = [{zeros}], sizes = [{sizes}], strides = [{ones}] : {result_type} -> {wo}
 {dispatch_end(result_type)}"""
     return clone_host_dispatch(text, [value, *tensors])
+
+
+def _whole_load(name: str, binding: str, tensor: str, binding_type: str, shape) -> str:
+    """A dispatch body's load of all of `binding` (of tensor type `tensor`) as `name`."""
+    zeros, ones, sizes = (", ".join(str(d) for d in xs) for xs in ([0] * len(shape), [1] * len(shape), shape))
+    return (f"\n    {name} = iree_tensor_ext.dispatch.tensor.load {binding}, offsets = [{zeros}], sizes = [{sizes}], "
+            f"strides = [{ones}] : {binding_type} -> {tensor}")
 
 
 def ints_text(values) -> str:

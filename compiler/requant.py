@@ -148,7 +148,7 @@ from .requant_split import (
 )
 from .requant_stages import Channels, StageSplitter
 from .requant_summary import RequantSummary, plan_summary
-from .requant_tail import HostTail, accumulator_tail, derived_tails, result_layout_tensors, split_tail, tail_text
+from .requant_tail import HostTail, accumulator_tail, derived_tails, runtime_tensors, split_tail, tail_text
 from .requant_zero_point import ZeroPointCorrection, fold_zero_products, zero_point_correction
 from .rescale_fit import NotExact, NotMonotone, Rescale
 from .rescale_pairs import SumRescale
@@ -499,7 +499,7 @@ def _accumulator_tail_plan(op: ir.Operation, acc_index: int, known: Known, kind:
     except NotExact as e:
         raise NotExact(f"the f32 dequantize of the {kind} accumulator is not only the dispatch's result: {e}") \
             from None
-    tensors = result_layout_tensors(op, acc_index, known)  # an f32 residual the host adds
+    tensors = runtime_tensors(op, acc_index, known)  # an f32 residual the host adds, run-time scales
     args = list(op.regions[0].blocks[0].arguments)
     # `skip`: the accumulator, its corrections, inputs nothing reads (a folded zero-point product)
     _, per = per_channel_constants(op, known, (*skip, *(args.index(a) for a in tensors)))

@@ -32,6 +32,7 @@ from .ir_utils import (
     constant_of,
     indexing_maps,
     iterator_types,
+    map_dims,
     n_inputs,
     region_ops,
     static_shape,
@@ -55,10 +56,12 @@ class HostTail:
     # Per-channel constants the tail reads: (result dims they vary along, element type, values:
     # nested lists, one level per dim).
     channel_values: list[tuple[tuple[int, ...], str, list]] = field(default_factory=list)
-    # Tensors of the result's shape the tail reads elementwise as `%x<j>` (an f32 residual
-    # added to a dequantized accumulator): (function argument number, element type), and,
-    # once the target knows them, their dispatch operand indices.
-    tensors: list[tuple[int, str]] = field(default_factory=list)
+    # Tensors the tail reads as `%x<j>`, each along some of the result's dims (an f32 residual
+    # added to a dequantized accumulator, along all of them; a dynamic quantization's runtime
+    # scale and zero point, along none; its zero-point correction's column sums, along the
+    # channels): (function argument number, element type, the result dim of each of the
+    # tensor's dims), and, once the target knows them, their dispatch operand indices.
+    tensors: list[tuple[int, str, tuple[int, ...]]] = field(default_factory=list)
     tensor_operands: list[int] = field(default_factory=list)
     # -1: `%q` is the NPU's result of the same index. k >= 0: a result the NPU does not write,
     # `%q` the finished (tail applied) value of dispatch result k (`derived_tails`).
@@ -87,7 +90,7 @@ def tail_text(q: ir.Value, tail: list[ir.Operation], per_channel: dict | None = 
               tensors: dict | None = None) -> HostTail:
     """The tail ops in generic form, renamed: `%q` is the value `q`, scalar constants are
     re-created, the block arguments in `per_channel` ({arg: (dim, values)}) become `%p<k>`,
-    those in `tensors` ({arg: function argument number}) `%x<j>`."""
+    those in `tensors` ({arg: (function argument number, result dims)}) `%x<j>`."""
     tensors = tensors or {}
     names = {q: "%q"} | {v: f"%x{j}" for j, v in enumerate(tensors)}
     lines = []
@@ -122,7 +125,7 @@ def tail_text(q: ir.Value, tail: list[ir.Operation], per_channel: dict | None = 
                      f'({", ".join(str(v.type) for v in o.operands)}) -> {o.results[0].type}')
         names[o.results[0]] = res
     return HostTail("\n".join(lines), names[tail[-1].results[0]], str(q.type), str(tail[-1].results[0].type),
-                    channel_values, [(n, str(v.type)) for v, n in tensors.items()])
+                    channel_values, [(n, str(v.type), dims) for v, (n, dims) in tensors.items()])
 
 
 def accumulator_tail(op: ir.Operation, acc_index: int, per_channel: dict, tensors: dict | None = None) -> HostTail:
@@ -168,23 +171,29 @@ def derived_tails(op: ir.Operation, readers: list[ir.Operation]) -> list[tuple[i
     return out
 
 
-def result_layout_tensors(op: ir.Operation, acc_index: int, known) -> dict:
-    """{block argument: function argument number} of the tensors a dequantize of the accumulator
-    (`op`) reads besides it and constants: function arguments of the result's shape, read through
-    the result's map (an f32 residual added to it: DeiT's fc2 + x under PT2E), which the host
-    tail reads as they are; NotExact for any other tensor."""
+def runtime_tensors(op: ir.Operation, acc_index: int, known) -> dict:
+    """{block argument: (function argument number, result dims)} of the tensors a dequantize of
+    the accumulator (`op`) reads besides it and constants: function arguments read along some
+    of the result's dims, which the host tail reads as they are. An f32 residual added to it
+    (DeiT's fc2 + x under PT2E) is read along all of them; a dynamic quantization's run-time
+    scale and zero point (0-d) along none, its zero-point correction's column sums (computed
+    at load time) along the channels. NotExact for any other tensor."""
     maps, block = indexing_maps(op), op.regions[0].blocks[0]
-    out = {}
+    out, shape = map_dims(maps[-1]), static_shape(op.results[0].type)
+    found = {}
     for i in range(n_inputs(op)):
         v = op.operands[i]
         if i == acc_index or known(v) is not None or not list(block.arguments[i].uses):
             continue  # (unread: a zero-point correction fold_zero_products folded to 0)
         if not isinstance(v.owner, ir.Block) or v.owner.owner.operation.name != "func.func":
             raise NotExact(f"operand {i} of the dequantize of the accumulator is computed in the dispatch")
-        if maps[i] != maps[-1] or v.type != op.results[0].type:
-            raise NotExact(f"operand {i} of the dequantize of the accumulator is not read as the result is written")
-        out[block.arguments[i]] = ir.BlockArgument(v).arg_number
-    return out
+        dims = map_dims(maps[i])
+        along = tuple(out.index(d) for d in dims) if out is not None and dims is not None and \
+            set(dims) <= set(out) and len(set(dims)) == len(dims) else None
+        if along is None or static_shape(v.type) != tuple(shape[d] for d in along):
+            raise NotExact(f"operand {i} of the dequantize of the accumulator is not read along the result's dims")
+        found[block.arguments[i]] = (ir.BlockArgument(v).arg_number, along)
+    return found
 
 
 def split_input_quantizes(func: ir.Operation, known) -> dict[int, HostTail]:

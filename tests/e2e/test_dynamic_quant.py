@@ -1,0 +1,85 @@
+"""A model quantized by onnxruntime's `quantize_dynamic`, as its documentation advises for
+transformers: each MatMul's activation is quantized when the model runs
+(DynamicQuantizeLinear: its scale and zero point from its min and max), its weight ahead
+(int8), and a MatMulInteger multiplies them.
+
+The integer matmul runs on the NPU and writes its i32 accumulator; the host computes the
+run-time scale and zero point in f32 and the f32 epilogue from the accumulator (the
+zero-point correction with the run-time zero point, the scales, the bias), so the result
+is llvm-cpu's on the original model, bit for bit.
+"""
+
+import io
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort_quant = pytest.importorskip("onnxruntime.quantization")
+torch = pytest.importorskip("torch")
+
+from llvm_cpu import llvm_cpu  # noqa: E402
+
+import torq  # noqa: E402
+from torq.compiler.onnx_import import import_onnx  # noqa: E402
+
+PARAMETERS_ON_HOST = "computes single f32 values in a model that quantizes at run time"
+
+
+class Mlp(torch.nn.Module):
+    """A transformer's feed-forward block on (batch, tokens, features) activations."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(64, 96)
+        self.fc2 = torch.nn.Linear(96, 32)
+
+    def forward(self, x):
+        return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
+
+
+def _quantize_dynamic(model, x, tmp_path):
+    fp32, q = tmp_path / "fp32.onnx", tmp_path / "int8.onnx"
+    torch.manual_seed(0)
+    with torch.no_grad():
+        torch.onnx.export(model, (x,), str(fp32), dynamo=False, input_names=["x"], output_names=["y"],
+                          opset_version=17)
+    ort_quant.quantize_dynamic(str(fp32), str(q), weight_type=ort_quant.QuantType.QInt8)
+    return q
+
+
+def _inputs(shape):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape).astype(np.float32)
+    # A zero point of 0 (all positive), of 255 (all negative), and one in between.
+    return {"mixed": x, "positive": np.abs(x), "negative": -np.abs(x)}
+
+
+def test_dynamically_quantized_matmuls_run_on_the_npu_bit_identical_to_llvm_cpu(tmp_path):
+    torch.manual_seed(0)
+    model = Mlp().eval()
+    x = torch.randn(1, 8, 64)
+    q = _quantize_dynamic(model, x, tmp_path)
+    assert sum(n.op_type == "MatMulInteger" for n in onnx.load(str(q)).graph.node) == 2
+    remarks = io.StringIO()
+    cm = torq.compile(str(q), remarks=remarks, flags=["--torq-no-cache"])
+    assert cm.report.npu_mac_share == 1.0, remarks.getvalue()
+    reference = import_onnx(q.read_bytes(), str(q))  # as written: MatMulInteger, no rewrite
+    for name, v in _inputs((1, 8, 64)).items():
+        y, ref = np.asarray(cm(v)), llvm_cpu(reference, v, function="main_graph")
+        assert np.array_equal(y, ref), f"{name}: {np.count_nonzero(y != ref)} of {y.size} outputs differ"
+    on_host = [d.reason for d in cm.report.dispatches if d.executor != "torq"]
+    assert any(PARAMETERS_ON_HOST in r for r in on_host)
+
+
+def test_a_float_model_computes_its_single_values_on_the_npu():
+    """The rule is for models that quantize: a float model's reduction to one value (a
+    normalisation by the tensor's largest magnitude) runs on the NPU in bf16 as before."""
+
+    class Normalise(torch.nn.Module):
+        def forward(self, x):
+            return x / x.abs().amax()
+
+    cm = torq.compile(Normalise(), torch.randn(4, 64), remarks=io.StringIO(), flags=["--torq-no-cache"])
+    assert not any(PARAMETERS_ON_HOST in d.reason for d in cm.report.dispatches)
+    assert any(d.executor == "torq" and "reduction" in d.ops for d in cm.report.dispatches)
