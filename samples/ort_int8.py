@@ -19,13 +19,9 @@ import numpy as np
 def quantize_with_ort(model, x, directory: Path, calibration: int = 4, seed: int = 1) -> Path:
     """The QDQ int8 ONNX file of `model` (input "x", output "y"), written in `directory`."""
     import onnxruntime.quantization as ort_quant
-    import torch
 
     directory = Path(directory)
-    fp32, q = directory / "model_fp32.onnx", directory / "model_int8.onnx"
-    with torch.no_grad():
-        torch.onnx.export(model, (x,), str(fp32), dynamo=False, input_names=["x"], output_names=["y"],
-                          opset_version=17)
+    fp32, q = _export(model, x, directory), directory / "model_int8.onnx"
     shape = tuple(x.shape)
 
     class Calibration(ort_quant.CalibrationDataReader):
@@ -40,6 +36,28 @@ def quantize_with_ort(model, x, directory: Path, calibration: int = 4, seed: int
                               per_channel=True, activation_type=ort_quant.QuantType.QInt8,
                               weight_type=ort_quant.QuantType.QInt8)
     return q
+
+
+def quantize_dynamic_with_ort(model, x, directory: Path) -> Path:
+    """The model exported as `quantize_with_ort` does, quantized by onnxruntime's
+    `quantize_dynamic` (its recipe for transformers): int8 weights, each MatMul's input
+    quantized when the model runs (DynamicQuantizeLinear, uint8), the output f32."""
+    import onnxruntime.quantization as ort_quant
+
+    directory = Path(directory)
+    fp32, q = _export(model, x, directory), directory / "model_int8_dynamic.onnx"
+    ort_quant.quantize_dynamic(str(fp32), str(q), weight_type=ort_quant.QuantType.QInt8)
+    return q
+
+
+def _export(model, x, directory: Path) -> Path:
+    import torch
+
+    fp32 = directory / "model_fp32.onnx"
+    with torch.no_grad():
+        torch.onnx.export(model, (x,), str(fp32), dynamo=False, input_names=["x"], output_names=["y"],
+                          opset_version=17)
+    return fp32
 
 
 def onnxruntime_output(path: Path, x: np.ndarray) -> np.ndarray:

@@ -48,6 +48,10 @@ MODEL_SIZES = {
     "bert_int8": ({"seq": 128}, {"seq": 32}),
     # ... with softmax and LayerNorm on the NPU in bf16 (--torq-int8-float-ops=bf16).
     "bert_int8_bf16_float_ops": ({"seq": 128}, {"seq": 32}),
+    # ... quantized by onnxruntime quantize_dynamic (its transformer recipe), float ops in bf16
+    # on the NPU, and on the host in f32 (--torq-keep-f32).
+    "bert_int8_dynamic": ({"seq": 128}, {"seq": 32}),
+    "bert_int8_dynamic_keep_f32": ({"seq": 128}, {"seq": 32}),
     # samples/llm.py: SmolLM2-135M's widths and vocabulary, prefill at T = 128 (llm_rows.py).
     # 16 tokens: issue 12's greedy-generation check.
     "llm": ({"layers": 30, "vocab": 49152, "prompt": 128, "tokens": 16, "max_len": 144},

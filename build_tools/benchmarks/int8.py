@@ -19,8 +19,14 @@ import tempfile
 import time
 
 INT8_SUFFIX = "_int8"
-# A variant row: the same int8 model compiled with Torq flags (name suffix -> flags, label).
-FLAG_VARIANTS = {"_bf16_float_ops": (["--torq-int8-float-ops=bf16"], "softmax, LayerNorm in bf16 on the NPU")}
+# A variant row: the same model quantized by `quantize_static`, or by `quantize_dynamic` (its
+# activations quantized when it runs, its output f32), compiled with Torq flags
+# (name suffix -> flags, label, dynamic).
+FLAG_VARIANTS = {
+    "_bf16_float_ops": (["--torq-int8-float-ops=bf16"], "softmax, LayerNorm in bf16 on the NPU", False),
+    "_dynamic": ([], "onnxruntime quantize_dynamic: activations quantized at run time, float ops in bf16", True),
+    "_dynamic_keep_f32": (["--torq-keep-f32"], "onnxruntime quantize_dynamic, float ops on the host in f32", True),
+}
 
 
 def _split_name(name: str) -> tuple[str, str]:
@@ -42,25 +48,32 @@ def measure_int8(spec: dict, build_model, simulated_figures, llvm_cpu_function) 
 
     import numpy as np
     from common import compile_cold_and_warm, composition
-    from ort_int8 import int8_error_figures, one_input_step_moved, onnxruntime_output, quantize_with_ort
+    from ort_int8 import (
+        int8_error_figures,
+        one_input_step_moved,
+        onnxruntime_output,
+        quantize_dynamic_with_ort,
+        quantize_with_ort,
+    )
 
     import torq
     from torq.compiler.onnx_import import import_onnx
 
     base, variant = _split_name(spec["model"])
-    flags, what = FLAG_VARIANTS.get(variant, ([], ""))
+    flags, what, dynamic = FLAG_VARIANTS.get(variant, ([], "", False))
     model, x, label = build_model(base, spec["kwargs"])
-    row: dict = {"label": f"int8 {label}" + (f" ({what}: {' '.join(flags)})" if flags else ""), "model": base,
-                 "int8": True}
+    row: dict = {"label": f"int8 {label}" + (f" ({what}{': ' + ' '.join(flags) if flags else ''})" if what else ""),
+                 "model": base, "int8": True}
     xs = x.numpy()
     with tempfile.TemporaryDirectory(prefix="torq-int8-") as tmp:
         t0 = time.perf_counter()
-        path = quantize_with_ort(model, x, tmp)
+        path = (quantize_dynamic_with_ort if dynamic else quantize_with_ort)(model, x, tmp)
         row["quantize_s"] = time.perf_counter() - t0
         row["iree_compile_s"], cpu_fn = llvm_cpu_function(import_onnx(Path(path).read_bytes(), Path(path).name),
                                                           function="main_graph")
         cpu = np.asarray(cpu_fn(xs))
-        moved = np.asarray(cpu_fn(one_input_step_moved(Path(path), xs)))
+        # A dynamic model's input has no fixed quantization step to move it by.
+        moved = None if dynamic else np.asarray(cpu_fn(one_input_step_moved(Path(path), xs)))
         onnxrt = onnxruntime_output(path, xs)
         cache = Path(tmp) / "cache"
         try:
@@ -80,8 +93,11 @@ def measure_int8(spec: dict, build_model, simulated_figures, llvm_cpu_function) 
     row["sim_run_s"] = time.perf_counter() - t0
     row.update(simulated_figures(cm))
     row.update(int8_error_figures(y, cpu, onnxrt))
-    floor = int8_error_figures(moved, cpu, onnxrt)
-    row["one_step_rel_l2"], row["one_step_histogram"] = floor["rel_l2_cpu"], floor["step_histogram"]
+    if dynamic:  # a float output: no output steps to count
+        del row["step_histogram"]
+    else:
+        floor = int8_error_figures(moved, cpu, onnxrt)
+        row["one_step_rel_l2"], row["one_step_histogram"] = floor["rel_l2_cpu"], floor["step_histogram"]
     summaries = [s for d in cm.report.dispatches if d.executor == "torq" for s in d.requant]
     row["requant_channels"] = sum(s["channels"] for s in summaries)
     row["requant_exact_channels"] = sum(s["exact_channels"] for s in summaries)
@@ -101,7 +117,8 @@ def _row(r: dict, bf16: dict | None) -> list[str]:
     if "cycles" not in r:
         return [r.get("label", "?"), f"**failed**: {' '.join(str(r.get('error')).split())[:160]}"] + \
             [""] * (len(COLUMNS) - 2)
-    hist = r["step_histogram"] + [0, 0]
+    hist = r["step_histogram"] + [0, 0] if "step_histogram" in r else None
+    steps = f"{hist[0]} / {hist[1]} / {sum(hist[2:])}" if hist else "- (f32 output)"
     ratio = f"{r['cycles'] / bf16['cycles']:.3f}" if bf16 and bf16.get("cycles") else "-"
     ch = r["requant_channels"]
     return [r["label"], f"{r['torq_compile_s']:.1f}", f"{r['iree_compile_s']:.1f}",
@@ -109,7 +126,7 @@ def _row(r: dict, bf16: dict | None) -> list[str]:
             f"{100 * r['efficiency']:.1f}%" if r["efficiency"] else "-",
             f"{r['traffic_ratio']:.3f}" if r["traffic_ratio"] else "-", f"{100 * r['mac_share']:.2f}%",
             f"{r['torq_dispatches']}/{r['host_dispatches']}", f"{r['rel_l2_cpu']:.2e}", f"{r['rel_l2_ort']:.2e}",
-            f"{r['cpu_vs_ort']:.2e}", f"{hist[0]} / {hist[1]} / {sum(hist[2:])}", _per_layer(r), _one_step(r),
+            f"{r['cpu_vs_ort']:.2e}", steps, _per_layer(r), _one_step(r),
             f"{r['requant_exact_channels']:,} of {ch:,}" if ch else "-", f"{r.get('wall_s', 0):.0f}"]
 
 
@@ -173,7 +190,11 @@ def markdown(rows: list[dict]) -> list[str]:
               "L2), so a layer's figure does not carry the layers before it. llvm-cpu, one input step moved: llvm-cpu's "
               "own output when one input element (seeded choice) moves by the input's quantization step, vs its "
               "output on the unmoved input: the model's sensitivity, the error any int8 implementation that rounds "
-              "a single value differently from llvm-cpu starts from. onnxruntime's int8 kernels depend on the CPU: "
+              "a single value differently from llvm-cpu starts from. A quantize_dynamic row's model quantizes each "
+              "MatMul's input when it runs (DynamicQuantizeLinear: its scale and zero point from the tensor's min "
+              "and max) and keeps everything else f32, so its output is f32 (no output steps): the int8 matmuls run "
+              "on the NPU, the scales on the host (compiler/onnx_dynamic_quant.py, "
+              "compiler/quantization_parameters.py). onnxruntime's int8 kernels depend on the CPU: "
               "without AVX-512 VNNI / AVX-VNNI (this machine: " + _cpu_int8_isa() + ") its u8 x s8 products go "
               "through 16-bit saturating adds (onnxruntime documents reduce_range for such CPUs), which moves its "
               "output away from llvm-cpu's and ours alike.", ""]
