@@ -173,7 +173,7 @@ def markdown(rows: list[dict]) -> list[str]:
     if not int8:
         return []
     bf16 = {r.get("model"): r for r in rows if not r.get("int8")}
-    lines = ["## int8 (onnxruntime QDQ)", "",
+    lines = ["## int8 (onnxruntime QDQ, and quantize_dynamic)", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(_row(r, bf16.get(r.get("model")))) + " |" for r in int8]
     lines += ["", "Each model is the bf16 row's architecture and weights, exported with `torch.onnx.export` and "
