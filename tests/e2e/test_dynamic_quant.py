@@ -23,7 +23,7 @@ from llvm_cpu import llvm_cpu  # noqa: E402
 import torq  # noqa: E402
 from torq.compiler.onnx_import import import_onnx  # noqa: E402
 
-PARAMETERS_ON_HOST = "computes single f32 values in a model that quantizes at run time"
+PARAMETERS_ON_HOST = "computes single values from f32 tensors in a model that quantizes at run time"
 
 
 class Mlp(torch.nn.Module):
@@ -55,14 +55,17 @@ def _inputs(shape):
     return {"mixed": x, "positive": np.abs(x), "negative": -np.abs(x)}
 
 
-def test_dynamically_quantized_matmuls_run_on_the_npu_bit_identical_to_llvm_cpu(tmp_path):
+@pytest.mark.parametrize("flags", [[], ["--torq-int8-float-ops=bf16"]])
+def test_dynamically_quantized_matmuls_run_on_the_npu_bit_identical_to_llvm_cpu(tmp_path, flags):
+    """Also with an int8 model's float ops in bf16: the scales and zero points stay f32 on the
+    host, and the quantize that reads the run-time zero point (a push constant) with them."""
     torch.manual_seed(0)
     model = Mlp().eval()
     x = torch.randn(1, 8, 64)
     q = _quantize_dynamic(model, x, tmp_path)
     assert sum(n.op_type == "MatMulInteger" for n in onnx.load(str(q)).graph.node) == 2
     remarks = io.StringIO()
-    cm = torq.compile(str(q), remarks=remarks, flags=["--torq-no-cache"])
+    cm = torq.compile(str(q), remarks=remarks, flags=["--torq-no-cache", *flags])
     assert cm.report.npu_mac_share == 1.0, remarks.getvalue()
     reference = import_onnx(q.read_bytes(), str(q))  # as written: MatMulInteger, no rewrite
     for name, v in _inputs((1, 8, 64)).items():
@@ -70,6 +73,32 @@ def test_dynamically_quantized_matmuls_run_on_the_npu_bit_identical_to_llvm_cpu(
         assert np.array_equal(y, ref), f"{name}: {np.count_nonzero(y != ref)} of {y.size} outputs differ"
     on_host = [d.reason for d in cm.report.dispatches if d.executor != "torq"]
     assert any(PARAMETERS_ON_HOST in r for r in on_host)
+    if flags:  # the quantize reads the zero point, a scalar operand the call cannot pass
+        assert any("non-tensor operand (i64) that its NPU part reads" in r for r in on_host), on_host
+
+
+def test_a_dynamically_quantized_gpt2_compiles_and_its_matmuls_run_on_the_npu(tmp_path):
+    """Hugging Face GPT-2 (tiny, random) quantized by quantize_dynamic. IREE's aggressive fusion
+    (which torq runs for statically quantized models) made a dispatch of the embedding's
+    LayerNorm and the first quantization's min reduction that IREE's own llvm-cpu cannot
+    compile (its stack allocation limit); a dynamically quantized model gets the default
+    fusion. With its float ops on the host in f32 the result is llvm-cpu's bit for bit; in
+    bf16 on the NPU (the default) it is within bf16's error."""
+    from test_hf_text_models import LastHidden, transformers  # (transformers needs torchvision's stub)
+
+    torch.manual_seed(0)
+    gpt2 = transformers.GPT2Model(transformers.GPT2Config(vocab_size=500, n_embd=128, n_layer=1, n_head=2)).eval()
+    ids = torch.randint(0, 500, (1, 32))  # 32 x 128 f32 rows: the fused dispatch passed the limit
+    q = _quantize_dynamic(LastHidden(gpt2), ids, tmp_path)
+    reference = llvm_cpu(import_onnx(q.read_bytes(), str(q)), ids.numpy(), function="main_graph")
+    for flags in ([], ["--torq-keep-f32"]):
+        remarks = io.StringIO()
+        cm = torq.compile(str(q), remarks=remarks, flags=["--torq-no-cache", *flags])
+        matmuls = [d for d in cm.report.dispatches if d.ops.startswith("matmul")]
+        assert matmuls and all(d.executor == "torq" for d in matmuls), remarks.getvalue()
+        y = np.asarray(cm(ids.numpy()))
+        error = np.linalg.norm(y - reference) / np.linalg.norm(reference)
+        assert (error == 0.0) if flags else (error < 5e-2), (flags, error)
 
 
 def test_a_float_model_computes_its_single_values_on_the_npu():
