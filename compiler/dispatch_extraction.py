@@ -17,10 +17,10 @@ a `tensor<1xi32>` argument (`ExtractedDispatch.index_operands`; the call passes
 the offset in one) named in the result's update entry, whose DMA-out scatters
 the box at that offset (torq-build-nss-program). A scalar operand (a push
 constant: a dynamic quantization's run-time zero point) read only as a generic's
-broadcast input becomes a 0-d tensor argument (`ExtractedDispatch.scalar_operands`);
-only a host tail may read it (torq-lower-requantization hands the epilogue that
-reads it to the host and drops the argument), else the dispatch stays on host. A
-load of a static box of an
+broadcast input becomes a 0-d tensor argument named in `SCALAR_ARGUMENTS`: only a
+host tail may read it (torq-lower-requantization hands the epilogue that reads it
+to the host and erases the argument, or refuses the dispatch). A load of a static
+box of an
 input that is only stored becomes a `tensor.extract_slice` (a DMA box: the
 dispatch is a copy). Any other load
 of a static box of an input (IREE slices the query, key and value of an
@@ -98,7 +98,7 @@ from .ir_utils import (
     walk_ops,
 )
 from .passes import decompose_attention, lower_requantization, mark_in_place_updates
-from .passes.lower_requantization import CONSTANT_ARG, HOST_FMA
+from .passes.lower_requantization import CONSTANT_ARG, HOST_FMA, SCALAR_ARGUMENTS
 from .passes.mark_in_place_updates import RESULT_UPDATES
 from .patterns import Unsupported
 from .requant_summary import RequantSummary
@@ -137,9 +137,6 @@ class ExtractedDispatch:
     # Dispatch operands that are an index (the runtime offset of an updated box): the call
     # passes each as a tensor<1xi32>.
     index_operands: list[int] = field(default_factory=list)
-    # Dispatch operands that are a scalar (a push constant): the function reads each as a 0-d
-    # tensor argument; only a host tail may read one (`scalar_read_on_npu`).
-    scalar_operands: list[int] = field(default_factory=list)
 
     def apply_reports(self, reports: dict) -> None:
         """Take over what the dispatch pipeline's passes reported (`pipeline.run_passes`).
@@ -160,12 +157,6 @@ class ExtractedDispatch:
         self.in_place = [results[k] if results is not None else k
                          for k in _the_function_entry(reports.get(mark_in_place_updates.NAME)) or []]
 
-
-    def scalar_read_on_npu(self) -> str:
-        """Why the dispatch stays on host when its NPU part still reads a scalar operand, else "".
-        The call passes tensors only, and nothing but a host tail reads a scalar here."""
-        kept = [i for i in self.input_operands if i in self.scalar_operands]
-        return f"dispatch takes a non-tensor operand (operand {kept[0]}) its NPU part reads" if kept else ""
 
 
 def _the_function_entry(report: dict | None):
@@ -211,14 +202,16 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
     # Python handles (a half-moved clone on an error path) corrupts the heap.
     func = _new_function(module, name, dispatch.location, [kinds[i][1] for i in input_args], out_types)
     _move_body(dispatch, func.regions[0].blocks[0], in_pos, out_pos, splits)
+    scalars = [n for n, i in enumerate(input_args) if kinds[i][0] == "scalar"]
+    if scalars:
+        func.attributes[SCALAR_ARGUMENTS] = ir.DenseI64ArrayAttr.get(scalars)
     _record_result_updates(func, updates, [kinds[t][1] if t >= 0 else None for t, _ in updates], update_sizes,
                            runtime_offsets)
     if facts is not None:  # a reshaped input's constant value would not have its type
         _record_flow_facts(func, [arguments[i] if i not in splits and kinds[i][0] != "scalar" else None
                                  for i in input_args], facts)
     return ExtractedDispatch(func, name, input_args, updates, update_sizes,
-                             index_operands=[i for i in input_args if kinds[i][0] == "index"],
-                             scalar_operands=[i for i in input_args if kinds[i][0] == "scalar"])
+                             index_operands=[i for i in input_args if kinds[i][0] == "index"])
 
 
 def _binding_kinds(block: ir.Block) -> list[tuple[str, ir.Type]]:
@@ -248,8 +241,8 @@ def _is_scalar(t: ir.Type) -> bool:
 
 def _check_scalar_readers(arg: ir.Value) -> None:
     """A scalar operand (a push constant: a dynamic quantization's zero point) may only be read
-    by elementwise generics, as an input broadcast to every element: the function reads it as
-    a 0-d tensor argument instead (`_move_body`)."""
+    as a generic's input broadcast to every element: the function reads it as a 0-d tensor
+    argument instead (`_move_body`)."""
     for use in arg.uses:
         g = use.owner
         if isinstance(g, ir.Block) or g.name != "linalg.generic" or use.operand_number >= n_inputs(g) \

@@ -11,8 +11,9 @@ host_dispatches.host_tail_dispatch):
 - `split_tail`: the ops after the last float-to-int conversion, reading only
   that int value and scalar constants;
 - `accumulator_tail`: a body with no conversion at all, reading the
-  contraction's i32 accumulator and per-channel constants (its bias and
-  scales), all of it the tail.
+  contraction's i32 accumulator, per-channel constants (its bias and
+  scales) and run-time tensors (`runtime_tensors`: an f32 residual, a dynamic
+  quantization's scale, zero point and column sums), all of it the tail.
 
 The mirror image, `split_input_quantizes`: a model's input QuantizeLinear that
 IREE fused into its consumer's dispatch (as its aggressive fusion does) is an
@@ -131,7 +132,7 @@ def tail_text(q: ir.Value, tail: list[ir.Operation], per_channel: dict | None = 
 def accumulator_tail(op: ir.Operation, acc_index: int, per_channel: dict, tensors: dict | None = None) -> HostTail:
     """The whole body of `op` (no float-to-int conversion: a dequantize of the accumulator to
     f32) as the host's tail, reading the accumulator, `per_channel` constants and `tensors`
-    (block argument -> function argument number: tensors of the result's layout)."""
+    (block argument -> (function argument number, result dims): `runtime_tensors`)."""
     body = region_ops(op)
     args = op.regions[0].blocks[0].arguments
     tensors = tensors or {}

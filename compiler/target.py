@@ -399,9 +399,6 @@ class TorqTarget:
                 self._refused(job, outcome, report)
                 continue
             job.ex.apply_reports(outcome.reports)
-            if job.ex.scalar_read_on_npu():
-                self._refused(job, Refused(job.ex.scalar_read_on_npu(), unsupported=True), report)
-                continue
             if self.options.record_tiling:
                 records = outcome.reports.get(super_tiling.NAME, [])
                 report.tiling.append(_tiling_record(job.name, outcome.blob, self.options, records))
@@ -428,7 +425,7 @@ class TorqTarget:
         jobs = []
         facts = FlowModuleFacts(module_op)
         dispatches = [op for op in walk_ops(module_op) if op.name == "flow.dispatch.workgroups"]
-        parameters_on_host = self.options.int8_float_ops != "bf16" and module_quantizes(module_op)
+        parameters_on_host = module_quantizes(module_op)
         for i, dispatch in enumerate(dispatches):
             name = f"{_enclosing_function_name(dispatch)}_dispatch_{i}"
             # MACs, source and op kinds before the dispatch is replaced
@@ -437,8 +434,9 @@ class TorqTarget:
             if name.startswith("initializer_"):
                 self._refused(job, Refused(LOAD_TIME_REASON, unsupported=True), report)
                 continue
-            if parameters_on_host and quantization_parameter_reason(dispatch):
-                self._refused(job, Refused(quantization_parameter_reason(dispatch), unsupported=True), report)
+            reason = quantization_parameter_reason(dispatch) if parameters_on_host else ""
+            if reason:
+                self._refused(job, Refused(reason, unsupported=True), report)
                 continue
             try:
                 job.ex = extract_dispatch_function(dispatch, name, job.scratch, facts)

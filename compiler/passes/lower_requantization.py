@@ -70,6 +70,10 @@ from .split_elementwise_results import split_requantization_results
 NAME = "torq-lower-requantization"
 # Argument attribute (input): the argument's known value, dense or dense_resource elements.
 CONSTANT_ARG = "torq.constant"
+# The arguments that are a dispatch's scalar operand read as a 0-d tensor (dispatch_extraction):
+# only a host tail may read one, so the pass erases them once it took their readers, and
+# refuses the dispatch when the NPU part still reads one.
+SCALAR_ARGUMENTS = "torq.scalar_arguments"
 # Function attribute (input): whether the host's llvm-cpu fuses f32 mul + add (absent: unknown).
 HOST_FMA = "torq.host_fma"
 
@@ -193,6 +197,35 @@ def _refuse_composed(summaries: list[RequantSummary]) -> None:
 
 
 def run(module: ir.Module, options: PassOptions) -> dict[str, RequantReport]:
-    return {ir.StringAttr(func.attributes["sym_name"]).value:
-            lower_function(func, RequantMode(options.requant), bf16_islands=options.int8_float_ops == "bf16")
-            for func in functions(module)}
+    reports = {}
+    for func in functions(module):
+        scalars = _take_scalar_arguments(func)
+        report = lower_function(func, RequantMode(options.requant), bf16_islands=options.int8_float_ops == "bf16")
+        _drop_scalar_arguments(func, report, scalars)
+        reports[ir.StringAttr(func.attributes["sym_name"]).value] = report
+    return reports
+
+
+def _take_scalar_arguments(func: ir.Operation) -> set[int]:
+    """The arguments `SCALAR_ARGUMENTS` names (the attribute is consumed)."""
+    if SCALAR_ARGUMENTS not in func.attributes:
+        return set()
+    scalars = set(ir.DenseI64ArrayAttr(func.attributes[SCALAR_ARGUMENTS]))
+    del func.attributes[SCALAR_ARGUMENTS]
+    return scalars
+
+
+def _drop_scalar_arguments(func: ir.Operation, report: RequantReport, scalars: set[int]) -> None:
+    """Erases the scalar arguments nothing reads any more (a host tail took their readers);
+    Unsupported when the NPU part still reads one: the call passes tensors only."""
+    block = func.regions[0].blocks[0]
+    for k in reversed(range(len(report.kept_arguments))):
+        if report.kept_arguments[k] not in scalars:
+            continue
+        arg = block.arguments[k]
+        if list(arg.uses):
+            raise Unsupported(f"dispatch takes a non-tensor operand ({ir.ShapedType(arg.type).element_type}) "
+                              f"that its NPU part reads")
+        block.erase_argument(k)
+        del report.kept_arguments[k]
+    sync_function_type(func)
