@@ -30,7 +30,8 @@ Exact, bit for bit on IREE:
   128 apart, as are the clamp bounds. They differ only on NaN (the clamp of
   DynamicQuantizeLinear propagates it, QuantizeLinear's does not): x / s is
   NaN for an all-zero x (s = 0, 0 / 0), where the result is the accumulator
-  times the scale 0 either way.
+  times the scale 0 either way (a zero, whose sign may differ); a NaN in x
+  makes the min / max, the scale and so every result NaN either way.
 - DequantizeLinear(q, 1.0, zp) = q - zp exactly, so the product is
   sum((xq8 - zp8)(W - W_zp)) = sum((xq - xz)(W - W_zp)): MatMulInteger's
   int32. IREE computes it as an integer matmul whose epilogue converts the
@@ -59,7 +60,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .onnx_qdq import _initializer, _shapes
+from .onnx_qdq import _initializer, _shapes, graph_index
 
 
 def rewrite_dynamic_quant(model) -> int:
@@ -67,13 +68,7 @@ def rewrite_dynamic_quant(model) -> int:
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     if opset < 11:  # DynamicQuantizeLinear exists from opset 11
         return 0
-    nodes = list(model.graph.node)
-    producer = {o: n for n in nodes for o in n.output}
-    users: dict[str, list] = {}
-    for n in nodes:
-        for i in n.input:
-            users.setdefault(i, []).append(n)
-    outputs = {o.name for o in model.graph.output}
+    nodes, producer, users, outputs = graph_index(model)
     taken = {t for n in nodes for t in (*n.input, *n.output, n.name)} | \
         {t.name for t in model.graph.initializer} | {v.name for v in model.graph.input}
     shapes, shifted, gone, orphans = None, {}, set(), set()

@@ -163,6 +163,18 @@ def _value_inputs(n) -> list[int]:
     return list(range(len(n.input))) if n.op_type == "Concat" else [0]
 
 
+def graph_index(model) -> tuple[list, dict, dict, set]:
+    """(the graph's nodes, the node producing each value, the nodes reading each value, the
+    graph's output names) of `model`, as the graph stands now."""
+    nodes = list(model.graph.node)
+    producer = {o: n for n in nodes for o in n.output}
+    users: dict[str, list] = {}
+    for n in nodes:
+        for i in n.input:
+            users.setdefault(i, []).append(n)
+    return nodes, producer, users, {o.name for o in model.graph.output}
+
+
 def _same_params(a, b) -> bool:
     return a[1].dtype == b[1].dtype and bool(np.all(a[0] == b[0])) and bool(np.all(a[1] == b[1]))
 
@@ -174,13 +186,7 @@ def _int8_data_movement(model) -> int:
     needs one quantize per output, all with the same parameters. Returns the number of ops
     rewritten."""
     from onnx import helper
-    nodes = list(model.graph.node)
-    producer = {o: n for n in nodes for o in n.output}
-    users: dict[str, list] = {}
-    for n in nodes:
-        for i in n.input:
-            users.setdefault(i, []).append(n)
-    outputs = {o.name for o in model.graph.output}
+    nodes, producer, users, outputs = graph_index(model)
     done, detached, requantized = 0, [], {}
     for op in nodes:
         if op.op_type not in _INT8_OPS or any(o in outputs for o in op.output):

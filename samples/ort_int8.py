@@ -51,6 +51,7 @@ def quantize_dynamic_with_ort(model, x, directory: Path) -> Path:
 
 
 def _export(model, x, directory: Path) -> Path:
+    """`model` exported on input `x` (named "x", its output "y") as model_fp32.onnx in `directory`."""
     import torch
 
     fp32 = directory / "model_fp32.onnx"
@@ -84,15 +85,17 @@ def one_input_step_moved(path: Path, x: np.ndarray, seed: int = 0) -> np.ndarray
     return moved
 
 
-def int8_error_figures(y: np.ndarray, cpu: np.ndarray, onnxrt: np.ndarray) -> dict:
-    """Relative L2 of `y` vs llvm-cpu and vs onnxruntime (and of llvm-cpu vs onnxruntime), and
-    how many output elements are 0, 1, 2, ... output steps from llvm-cpu's (the step: the
-    distance between the dequantized output's levels)."""
+def int8_error_figures(y: np.ndarray, cpu: np.ndarray, onnxrt: np.ndarray, steps: bool = True) -> dict:
+    """Relative L2 of `y` vs llvm-cpu and vs onnxruntime (and of llvm-cpu vs onnxruntime), and,
+    with `steps` (a quantized output, dequantized), how many output elements are 0, 1, 2, ...
+    output steps from llvm-cpu's (the step: the distance between the output's levels)."""
     from cnn import error_figures
 
+    figures = {"rel_l2_cpu": error_figures(y, cpu)[0], "rel_l2_ort": error_figures(y, onnxrt)[0],
+               "cpu_vs_ort": error_figures(cpu, onnxrt)[0]}
+    if not steps:  # an f32 output has no levels to count steps between
+        return figures
     levels = np.unique(cpu)
     step = float(np.diff(levels).min()) if len(levels) > 1 else 1.0
-    steps = np.rint(np.abs(y - cpu) / step).astype(np.int64)
-    return {"rel_l2_cpu": error_figures(y, cpu)[0], "rel_l2_ort": error_figures(y, onnxrt)[0],
-            "cpu_vs_ort": error_figures(cpu, onnxrt)[0],
-            "step_histogram": np.bincount(steps.ravel()).tolist()}
+    off = np.rint(np.abs(y - cpu) / step).astype(np.int64)
+    return figures | {"step_histogram": np.bincount(off.ravel()).tolist()}
