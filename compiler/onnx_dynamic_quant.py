@@ -51,7 +51,8 @@ output is left without readers and IREE drops it. Rewritten only where the
 pattern is exactly this: W a 2-D int8 initializer, W_zp absent or an int8
 initializer (one value, or one per column: a per-column dequantize, which
 needs opset 13), the accumulator read only by Casts to float and no graph
-output. `rewrite_dynamic_quant(model)` applies it in place and returns how
+output. A uint8 W (quantize_dynamic's QUInt8 weights) and its zero point (0
+when absent) are both stored minus 128 as int8 first: W - W_zp is unchanged. `rewrite_dynamic_quant(model)` applies it in place and returns how
 many MatMulIntegers it rewrote. The llvm-cpu references in the tests import
 the model without it.
 """
@@ -76,19 +77,19 @@ def rewrite_dynamic_quant(model) -> int:
         found = _match(model, mm, producer, users, outputs, opset) if mm.op_type == "MatMulInteger" else None
         if found is None:
             continue
-        dq, weight, weight_zp, casts = found
+        dq, weight, weight_zp, casts, stored = found
         shapes = _shapes(model) if shapes is None else shapes
         new = []
         if dq.output[0] not in shifted:  # the int8 activations once per DynamicQuantizeLinear
             shifted[dq.output[0]], new = _shifted_activations(model, dq, weight.shape[0], shapes, taken)
-        new += _integer_matmul(model, mm, shifted[dq.output[0]], weight, weight_zp, casts, taken)
+        new += _integer_matmul(model, mm, shifted[dq.output[0]], (weight, stored), weight_zp, casts, taken)
         at = list(model.graph.node).index(mm)
         for n in [mm, *casts]:
             model.graph.node.remove(n)
         for k, n in enumerate(new):
             model.graph.node.insert(at + k, n)
         gone.add(mm.output[0])
-        orphans.update(mm.input[3:4])
+        orphans.update(mm.input[1:4:2])  # the weight (when shifted) and its zero point
     for v in [v for v in model.graph.value_info if v.name in gone]:  # the accumulators are gone
         model.graph.value_info.remove(v)
     # The weights' zero points are new initializers (scalars, or per column); the old ones
@@ -100,8 +101,9 @@ def rewrite_dynamic_quant(model) -> int:
 
 
 def _match(model, mm, producer, users, outputs, opset):
-    """(DynamicQuantizeLinear, weight, weight zero point or None, Casts) when MatMulInteger `mm`
-    is the module docstring's pattern, else None."""
+    """(DynamicQuantizeLinear, int8 weight, its int8 zero point (one, or per column), Casts, the
+    weight's initializer name, or None when a uint8 weight was shifted to int8 and needs a new
+    one) when MatMulInteger `mm` is the module docstring's pattern, else None."""
     from onnx import TensorProto, helper
     if len(mm.input) < 3 or not mm.input[2]:
         return None
@@ -110,14 +112,18 @@ def _match(model, mm, producer, users, outputs, opset):
             list(dq.output[0:1]) + list(dq.output[2:3]) != [mm.input[0], mm.input[2]]:
         return None
     weight = _initializer(model, mm.input[1])
-    if weight is None or weight.dtype != np.int8 or weight.ndim != 2:
+    if weight is None or weight.dtype not in (np.int8, np.uint8) or weight.ndim != 2:
         return None
-    weight_zp = None
+    weight_zp = np.zeros((), weight.dtype)  # MatMulInteger's default
     if len(mm.input) > 3 and mm.input[3]:
         weight_zp = _initializer(model, mm.input[3])
-        if weight_zp is None or weight_zp.dtype != np.int8 or weight_zp.size not in (1, weight.shape[1]) or \
+        if weight_zp is None or weight_zp.dtype != weight.dtype or weight_zp.size not in (1, weight.shape[1]) or \
                 weight_zp.ndim > 1:
             return None
+    stored = mm.input[1]
+    if weight.dtype == np.uint8:  # W - z = (W - 128) - (z - 128), both int8
+        weight, weight_zp, stored = _minus_128(weight), _minus_128(weight_zp), None
+    if weight_zp.ndim > 0:
         weight_zp = weight_zp.reshape(-1)
         if np.all(weight_zp == weight_zp[0]):  # one value: a per-tensor dequantize
             weight_zp = weight_zp[:1].reshape(())
@@ -127,7 +133,12 @@ def _match(model, mm, producer, users, outputs, opset):
     if not casts or mm.output[0] in outputs or any(
             c.op_type != "Cast" or helper.get_node_attr_value(c, "to") != TensorProto.FLOAT for c in casts):
         return None
-    return dq, weight, weight_zp, casts
+    return dq, weight, weight_zp, casts, stored
+
+
+def _minus_128(a: np.ndarray) -> np.ndarray:
+    """uint8 values minus 128, as int8 (exactly)."""
+    return (a.astype(np.int16) - 128).astype(np.int8)
 
 
 def _fresh(taken: set[str], name: str) -> str:
@@ -175,25 +186,29 @@ def _shifted_activations(model, dq, k: int, shapes, taken) -> tuple[tuple, list]
     return (rows, zp8, lead), nodes
 
 
-def _integer_matmul(model, mm, shifted: tuple, weight: np.ndarray, weight_zp, casts, taken) -> list:
+def _integer_matmul(model, mm, shifted: tuple, weight: tuple, weight_zp: np.ndarray, casts, taken) -> list:
     """The nodes that compute MatMulInteger `mm`'s accumulator as float into each Cast's output:
     a MatMul of the dequantized `shifted` activations (`_shifted_activations`) by the dequantized
-    weight, reshaped back to the leading dims and the weight's columns when they were flattened."""
+    weight ((int8 values, their initializer or None for a new one)), reshaped back to the leading
+    dims and the weight's columns when they were flattened."""
     from onnx import helper, numpy_helper
     q8, zp8, lead = shifted
     base = mm.name or mm.output[0]
-    n = weight.shape[1]
+    values, stored = weight
+    n = values.shape[1]
     one, act, w_zp, w_deq = (_fresh(taken, f"{base}_{s}") for s in ("one", "input", "weight_zero_point", "weight"))
-    per_column = weight_zp is not None and weight_zp.ndim == 1
-    model.graph.initializer.extend([
-        numpy_helper.from_array(np.array(1.0, np.float32), one),
-        numpy_helper.from_array(weight_zp if weight_zp is not None else np.array(0, np.int8), w_zp)])
+    per_column = weight_zp.ndim == 1
+    model.graph.initializer.extend([numpy_helper.from_array(np.array(1.0, np.float32), one),
+                                    numpy_helper.from_array(weight_zp, w_zp)])
+    if stored is None:
+        stored = _fresh(taken, f"{base}_weight_int8")
+        model.graph.initializer.append(numpy_helper.from_array(values, stored))
     w_scale = one
     if per_column:  # a per-column zero point comes with a per-column scale (of ones)
         w_scale = _fresh(taken, f"{base}_weight_scale")
         model.graph.initializer.append(numpy_helper.from_array(np.ones(n, np.float32), w_scale))
     nodes = [helper.make_node("DequantizeLinear", [q8, one, zp8], [act], name=act),
-             helper.make_node("DequantizeLinear", [mm.input[1], w_scale, w_zp], [w_deq], name=w_deq,
+             helper.make_node("DequantizeLinear", [stored, w_scale, w_zp], [w_deq], name=w_deq,
                               **({"axis": 1} if per_column else {}))]
     out = casts[0].output[0]
     if lead is None:

@@ -38,13 +38,13 @@ class Mlp(torch.nn.Module):
         return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
 
 
-def _quantize_dynamic(model, x, tmp_path):
+def _quantize_dynamic(model, x, tmp_path, **options):
     fp32, q = tmp_path / "fp32.onnx", tmp_path / "int8.onnx"
     torch.manual_seed(0)
     with torch.no_grad():
         torch.onnx.export(model, (x,), str(fp32), dynamo=False, input_names=["x"], output_names=["y"],
                           opset_version=17)
-    ort_quant.quantize_dynamic(str(fp32), str(q), weight_type=ort_quant.QuantType.QInt8)
+    ort_quant.quantize_dynamic(str(fp32), str(q), **({"weight_type": ort_quant.QuantType.QInt8} | options))
     return q
 
 
@@ -55,14 +55,18 @@ def _inputs(shape):
     return {"mixed": x, "positive": np.abs(x), "negative": -np.abs(x)}
 
 
-@pytest.mark.parametrize("flags", [[], ["--torq-int8-float-ops=bf16"]])
-def test_dynamically_quantized_matmuls_run_on_the_npu_bit_identical_to_llvm_cpu(tmp_path, flags):
-    """Also with an int8 model's float ops in bf16: the scales and zero points stay f32 on the
-    host, and the quantize that reads the run-time zero point (a push constant) with them."""
+@pytest.mark.parametrize("flags, options", [([], {}), (["--torq-int8-float-ops=bf16"], {}),
+                                             ([], {"per_channel": True, "weight_type": "QUInt8"})])
+def test_dynamically_quantized_matmuls_run_on_the_npu_bit_identical_to_llvm_cpu(tmp_path, flags, options):
+    """Also with an int8 model's float ops in bf16 (the scales and zero points stay f32 on the
+    host, and the quantize that reads the run-time zero point, a push constant, with them), and
+    with uint8 weights quantized per column."""
     torch.manual_seed(0)
     model = Mlp().eval()
     x = torch.randn(1, 8, 64)
-    q = _quantize_dynamic(model, x, tmp_path)
+    if "weight_type" in options:
+        options = options | {"weight_type": getattr(ort_quant.QuantType, options["weight_type"])}
+    q = _quantize_dynamic(model, x, tmp_path, **options)
     assert sum(n.op_type == "MatMulInteger" for n in onnx.load(str(q)).graph.node) == 2
     remarks = io.StringIO()
     cm = torq.compile(str(q), remarks=remarks, flags=["--torq-no-cache", *flags])

@@ -86,13 +86,16 @@ def _assert_integer_matmuls(model_bytes: bytes, n: int) -> Counter:
 # The pattern as quantize_dynamic writes it, by hand.
 
 
-def _pattern(per_column: bool, opset: int = 17, k: int = 64, n: int = 48, lead: tuple = (16,)):
+def _pattern(per_column: bool, opset: int = 17, k: int = 64, n: int = 48, lead: tuple = (16,), uint8: bool = False):
     """x (*lead, k) -> DynamicQuantizeLinear -> MatMulInteger by an int8 (k, n) weight -> Cast ->
-    times the scales -> plus a bias. Per column: a scale and a nonzero zero point per column."""
+    times the scales -> plus a bias. Per column: a scale and a nonzero zero point per column.
+    `uint8`: a uint8 weight (quantize_dynamic's QUInt8) with zero points near 128."""
     rng = np.random.default_rng(1)
     w = rng.integers(-128, 128, (k, n)).astype(np.int8)
     w_scale = (rng.uniform(0.5, 2.0, n) * 0.01).astype(np.float32) if per_column else np.float32(0.013)
     w_zp = rng.integers(-20, 21, n).astype(np.int8) if per_column else np.int8(0)
+    if uint8:
+        w, w_zp = (w.astype(np.int16) + 128).astype(np.uint8), (w_zp.astype(np.int16) + 131).astype(np.uint8)
     nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"], name="x_quantize"),
              helper.make_node("MatMulInteger", ["xq", "w", "xz", "w_zp"], ["acc"], name="fc_quant"),
              helper.make_node("Cast", ["acc"], ["accf"], name="fc_cast", to=TensorProto.FLOAT),
@@ -122,6 +125,19 @@ def test_per_column_pattern_is_bit_identical():
     _rewritten_bit_identical(model, _inputs((16, 64), seed=2))
     (w_dq,) = [nd for nd in model.graph.node if nd.op_type == "DequantizeLinear" and nd.input[0] == "w"]
     assert helper.get_node_attr_value(w_dq, "axis") == 1
+
+
+@pytest.mark.parametrize("per_column", [False, True])
+def test_uint8_weights_are_shifted_to_int8_bit_identical(per_column):
+    """quantize_dynamic's QUInt8 weights: W - z = (W - 128) - (z - 128), both int8."""
+    model = _pattern(per_column=per_column, uint8=True)
+    assert _rewritten_bit_identical(model, _inputs((16, 64), seed=3)) == 1
+    (w_dq,) = [nd for nd in model.graph.node if nd.op_type == "DequantizeLinear" and nd.input[0] != "xq"
+               and "input" not in nd.output[0]]
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    assert inits[w_dq.input[0]].dtype == np.int8 and "w" not in inits  # the uint8 weight is gone
+    found = _assert_integer_matmuls(model.SerializeToString(), 1)
+    assert set(found) == {"matmul_like_16x48x64_i8xi8xi32"}, found
 
 
 @pytest.mark.parametrize("per_column", [False, True])
