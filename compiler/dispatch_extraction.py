@@ -20,14 +20,12 @@ constant: a dynamic quantization's run-time zero point) read only as a generic's
 broadcast input becomes a 0-d tensor argument named in `SCALAR_ARGUMENTS`: only a
 host tail may read it (torq-lower-requantization hands the epilogue that reads it
 to the host and erases the argument, or refuses the dispatch). A load of a static
-box of an
-input that is only stored becomes a `tensor.extract_slice` (a DMA box: the
-dispatch is a copy). Any other load
-of a static box of an input (IREE slices the query, key and value of an
-attention out of one tensor this way) becomes a *box read* of the whole
-argument: a copy `linalg.generic` whose input map reads the box at constant
-offsets (`box_reads.box_read_generic`, lowered to a DMA box by
-torq-lower-to-torq-hl).
+box of an input that is only stored becomes a `tensor.extract_slice` (a DMA box:
+the dispatch is a copy). Any other load of a static box of an input (IREE
+slices the query, key and value of an attention out of one tensor this way)
+becomes a *box read* of the whole argument: a copy `linalg.generic` whose input
+map reads the box at constant offsets (`box_reads.box_read_generic`, lowered to
+a DMA box by torq-lower-to-torq-hl).
 A load of a static *strided* box (`x[:, :, ::2, ::2]`: IREE slices the input
 of a 1x1 stride-2 convolution this way) is folded into the `linalg.generic`
 ops that read it: each reads the whole argument through its indexing map
@@ -156,7 +154,6 @@ class ExtractedDispatch:
         results = self.function_results
         self.in_place = [results[k] if results is not None else k
                          for k in _the_function_entry(reports.get(mark_in_place_updates.NAME)) or []]
-
 
 
 def _the_function_entry(report: dict | None):

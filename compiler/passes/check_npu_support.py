@@ -200,9 +200,14 @@ def _untiled_fit_reason(func: ir.Operation, group, options: PassOptions) -> str:
             f"accumulate across steps, only a sum does)")
 
 
+def float_conversion_reason(func: ir.Operation, options: PassOptions) -> str:
+    """Why `func` stays on host for converting between integers and f32 ("" when it does not)."""
+    return io_conversion_reason(func) or _int_float_conversion_reason(func, options)
+
+
 def unsupported_reason(func: ir.Operation, options: PassOptions) -> str:
     """Why the NPU cannot run `func` ("" when it can)."""
-    reason = _call_size_reason(func) or io_conversion_reason(func) or _int_float_conversion_reason(func, options)
+    reason = _call_size_reason(func) or float_conversion_reason(func, options)
     if reason:
         return reason
     if options.keep_f32 and _io_of(func, ("f32",)):  # also a copy, which has no op computing in f32

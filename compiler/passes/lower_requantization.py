@@ -64,6 +64,7 @@ from ..requant_summary import RequantSummary
 from ..requant_tail import HostTail, split_input_quantizes
 from ..rescale_fit import NotExact
 from . import PassOptions, RequantMode
+from .check_npu_support import float_conversion_reason
 from .mark_in_place_updates import HOST_TAIL_RESULTS, drop_result_updates
 from .split_elementwise_results import split_requantization_results
 
@@ -201,7 +202,7 @@ def run(module: ir.Module, options: PassOptions) -> dict[str, RequantReport]:
     for func in functions(module):
         scalars = _take_scalar_arguments(func)
         report = lower_function(func, RequantMode(options.requant), bf16_islands=options.int8_float_ops == "bf16")
-        _drop_scalar_arguments(func, report, scalars)
+        _drop_scalar_arguments(func, report, scalars, options)
         reports[ir.StringAttr(func.attributes["sym_name"]).value] = report
     return reports
 
@@ -215,16 +216,20 @@ def _take_scalar_arguments(func: ir.Operation) -> set[int]:
     return scalars
 
 
-def _drop_scalar_arguments(func: ir.Operation, report: RequantReport, scalars: set[int]) -> None:
+def _drop_scalar_arguments(func: ir.Operation, report: RequantReport, scalars: set[int],
+                           options: PassOptions) -> None:
     """Erases the scalar arguments nothing reads any more (a host tail took their readers);
-    Unsupported when the NPU part still reads one: the call passes tensors only."""
+    Unsupported when the NPU part still reads one: the call passes tensors only. The reason
+    is check_npu_support's when it has one (a quantize in f32 that reads a run-time zero
+    point says so), which later passes would not reach with the scalar argument."""
     block = func.regions[0].blocks[0]
     for k in reversed(range(len(report.kept_arguments))):
         if report.kept_arguments[k] not in scalars:
             continue
         arg = block.arguments[k]
         if list(arg.uses):
-            raise Unsupported(f"dispatch takes a non-tensor operand ({ir.ShapedType(arg.type).element_type}) "
+            raise Unsupported(float_conversion_reason(func, options) or
+                              f"dispatch takes a non-tensor operand ({ir.ShapedType(arg.type).element_type}) "
                               f"that its NPU part reads")
         block.erase_argument(k)
         del report.kept_arguments[k]
