@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Hugging Face transformers quantized by onnxruntime's quantize_dynamic (its recipe for
+transformers) on Torq, one table.
+
+    nice -n 10 .venv/bin/python build_tools/benchmarks/dynamic_architectures.py   # -> RESULTS-dynamic-architectures.md
+
+Per model (a transformers config at its published widths, random seeded weights, nothing
+downloaded; input_ids 1 x 128), in its own child process: `torch.onnx.export` of the last
+hidden state, `onnxruntime.quantization.quantize_dynamic` (QInt8 weights; each MatMul's input
+quantized when the model runs), then `torq.compile` of the quantized file (seconds,
+in-process, caches off, one worker per core) beside `iree-compile` llvm-cpu on the same
+imported model, and their ratio; the model compiled again with --torq-keep-f32 (its float
+ops on the host in f32). Columns: the NPU's share of the MACs and the dispatches on the NPU /
+host, for both compiles (each host dispatch's reason below the table); the output's relative
+L2 error vs IREE llvm-cpu on the quantized model as written, for both (0 is bit-identical);
+llvm-cpu vs onnxruntime and vs torch fp32 on the float model (the error of the quantization
+itself); the simulated cycles of the default compile.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import tempfile
+import time
+import types
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import rows_markdown, table_main  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = ["bert-base", "distilbert-base", "gpt2"]
+COLUMNS = ["model", "torq-compile s", "llvm-cpu compile s", "ratio", "NPU share of MACs", "dispatches torq/host",
+           "rel L2 vs llvm-cpu", "--torq-keep-f32: NPU share, torq/host, rel L2 vs llvm-cpu",
+           "llvm-cpu vs onnxruntime", "llvm-cpu vs torch fp32", "simulated cycles"]
+TOKENS = 128
+
+
+def _model(name: str):
+    """(the transformers model returning its last hidden state, input_ids) for `name`."""
+    import torch
+
+    sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+    import transformers as tf
+
+    torch.manual_seed(0)
+    model = {"bert-base": lambda: tf.BertModel(tf.BertConfig()),
+             "distilbert-base": lambda: tf.DistilBertModel(tf.DistilBertConfig()),
+             "gpt2": lambda: tf.GPT2Model(tf.GPT2Config())}[name]().eval()
+
+    class LastHidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, ids):
+            return self.model(input_ids=ids).last_hidden_state
+
+    return LastHidden().eval(), torch.randint(0, 1000, (1, TOKENS))
+
+
+def _quantized(name: str, directory: str):
+    """(the quantize_dynamic ONNX file, input_ids as numpy, torch fp32's output)."""
+    import onnxruntime.quantization as ort_quant
+    import torch
+
+    model, ids = _model(name)
+    fp32, q = os.path.join(directory, "fp32.onnx"), os.path.join(directory, "dynamic.onnx")
+    with torch.no_grad():
+        torch.onnx.export(model, (ids,), fp32, dynamo=False, input_names=["x"], output_names=["y"], opset_version=17)
+        reference = model(ids).numpy()
+    ort_quant.quantize_dynamic(fp32, q, weight_type=ort_quant.QuantType.QInt8)
+    return q, ids.numpy(), reference
+
+
+def measure(spec: dict) -> dict:
+    """One row (in the worker process): spec {"model": a name of MODELS}."""
+    import numpy as np
+    import onnxruntime as ort
+    from run import llvm_cpu_function
+
+    import torq
+    from torq.compiler.onnx_import import import_onnx
+
+    rel = lambda a, b: float(np.linalg.norm(a - b) / np.linalg.norm(b))  # noqa: E731
+    with tempfile.TemporaryDirectory(prefix="torq-dynamic-") as tmp:
+        path, ids, reference = _quantized(spec["model"], tmp)
+        llvm_s, cpu_fn = llvm_cpu_function(import_onnx(open(path, "rb").read(), path), function="main_graph")
+        cpu = np.asarray(cpu_fn(ids))
+        onnxrt = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": ids})[0]
+        row: dict = {"llvm_s": llvm_s, "cpu_vs_ort": rel(cpu, onnxrt), "cpu_vs_torch": rel(cpu, reference)}
+        for key, flags in (("", ()), ("f32_", ("--torq-keep-f32",))):
+            t0 = time.perf_counter()
+            cm = torq.compile(path, remarks=io.StringIO(), flags=("--torq-no-cache", *flags))
+            seconds = time.perf_counter() - t0
+            y = np.asarray(cm(ids))
+            host = [d for d in cm.report.dispatches if d.executor != "torq"]
+            row |= {f"{key}compile_s": seconds, f"{key}share": cm.report.npu_mac_share, f"{key}host": len(host),
+                    f"{key}torq": len(cm.report.dispatches) - len(host), f"{key}rel_cpu": rel(y, cpu)}
+            if not key:
+                row["reasons"] = sorted({" ".join(d.reason.split()) for d in host})
+                row["cycles"] = sum(s["cycles"] for s in cm.last_stats if s["executor"] == "torq")
+    return row
+
+
+def markdown(rows: list[dict]) -> list[str]:
+    return rows_markdown(rows, COLUMNS, lambda r: [
+        f"{r['compile_s']:.1f}", f"{r['llvm_s']:.1f}", f"{r['compile_s'] / r['llvm_s']:.2f}×",
+        f"{100 * r['share']:.2f}%", f"{r['torq']}/{r['host']}", f"{r['rel_cpu']:.2e}",
+        f"{100 * r['f32_share']:.2f}%, {r['f32_torq']}/{r['f32_host']}, {r['f32_rel_cpu']:.2e}",
+        f"{r['cpu_vs_ort']:.2e}", f"{r['cpu_vs_torch']:.2e}", f"{r['cycles']:,}"])
+
+
+def main(argv=None) -> int:
+    return table_main(argv, __file__, measure, markdown, doc=__doc__, models=MODELS, kind="transformers",
+                      timeout=1800, output=os.path.join(HERE, "RESULTS-dynamic-architectures.md"),
+                      title="Hugging Face transformers quantized by onnxruntime quantize_dynamic (random weights) "
+                            "on Torq",
+                      spec=lambda name: (f"{name} 1x{TOKENS}", {"model": name}), needs="transformers")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
