@@ -290,11 +290,13 @@ DISPATCH_FLAGS = ["--iree-dispatch-creation-enable-fuse-padding-into-linalg-cons
 # models: it moves MobileNetV3's activations out of its depthwise convolutions (+5%
 # bf16 cycles). A user's =false after it turns it off.
 QDQ_DISPATCH_FLAGS = ["--iree-dispatch-creation-enable-aggressive-fusion"]
-# ... but not for a model quantized when it runs (onnxruntime's quantize_dynamic): its
-# quantizes read run-time scales, so no chain becomes an int8 dispatch, and on GPT-2 the
-# aggressive fusion made a dispatch of the embedding's LayerNorm and the min reduction of
-# the next quantization that IREE's own llvm-cpu cannot compile (its stack allocation
-# limit: 49,152 > 32,768 bytes).
+# Neither, nor the padding fusion, for a model quantized when it runs (onnxruntime's
+# quantize_dynamic): its quantizes read run-time scales, so no chain becomes an int8
+# dispatch, and on GPT-2 the aggressive fusion made a dispatch of the embedding's LayerNorm
+# and the min reduction of the next quantization that IREE's own llvm-cpu cannot compile
+# (its stack allocation limit: 49,152 > 32,768 bytes). Its ConvIntegers pad with the
+# run-time zero point, which llvm-cpu cannot compile fused into the integer conv ("failed
+# to run translation"); they stay on the host, padded as IREE pads without the fusion.
 _DYNAMIC_QUANTIZATION_MARK = b"DynamicQuantizeLinear"
 # What marks such an input: ONNX's QuantizeLinear / DequantizeLinear, torch's
 # quantize_per_tensor / _per_channel (PT2E) and their dequantizes.
@@ -504,8 +506,8 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
         # With --torq-keep-f32 f32 models stay on the host, where llvm-cpu cannot
         # compile some dispatches with a fused pad (large padded depthwise convs).
         quantized = _is_qdq(data)
-        static_qdq = quantized and _DYNAMIC_QUANTIZATION_MARK not in ops_text(data)
-        npu = [] if options.keep_f32 else DISPATCH_FLAGS + (QDQ_DISPATCH_FLAGS if static_qdq else [])
+        dynamic = _DYNAMIC_QUANTIZATION_MARK in ops_text(data)
+        npu = [] if options.keep_f32 or dynamic else DISPATCH_FLAGS + (QDQ_DISPATCH_FLAGS if quantized else [])
         flags = HOST_FLAGS + npu + flags
     try:
         session.set_flags(*flags)
