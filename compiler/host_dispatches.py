@@ -79,9 +79,13 @@ util.func private @torq_host_tail(%x: {src}{x_args}) -> {result_type} {{
 
 def _whole_load(name: str, binding: str, tensor: str, binding_type: str, shape) -> str:
     """A dispatch body's load of all of `binding` (of tensor type `tensor`) as `name`."""
-    zeros, ones, sizes = (", ".join(str(d) for d in xs) for xs in ([0] * len(shape), [1] * len(shape), shape))
-    return (f"\n    {name} = iree_tensor_ext.dispatch.tensor.load {binding}, offsets = [{zeros}], sizes = [{sizes}], "
-            f"strides = [{ones}] : {binding_type} -> {tensor}")
+    return _load_text(name, binding, binding_type, tensor, Box([0] * len(shape), list(shape), [1] * len(shape)))
+
+
+def _load_text(name: str, binding: str, binding_type: str, result: str, box: Box) -> str:
+    """A dispatch body's load of `box` of `binding` as `name` (of type `result`), on a new line."""
+    return (f"\n    {name} = iree_tensor_ext.dispatch.tensor.load {binding}, offsets = [{ints_text(box.offsets)}], "
+            f"sizes = [{ints_text(box.sizes)}], strides = [{ints_text(box.strides)}] : {binding_type} -> {result}")
 
 
 def ints_text(values) -> str:
@@ -430,8 +434,7 @@ def box_copy_dispatch(source: ir.Value, dest: ir.Value, offsets: list[int], box:
     text = f"""
 util.func private @torq_box_copy(%src: {st}, %dest: {dt}) -> {dt} {{
   %r = flow.dispatch.workgroups(%src, %dest) : ({st}, {dt}) -> %dest =
-      (%a: {ro}, %b: {rw}) {{
-    %v = iree_tensor_ext.dispatch.tensor.load %a, offsets = [{ints_text(box.offsets)}], sizes = [{ints_text(box.sizes)}], strides = [{ints_text(box.strides)}] : {ro} -> {box_type}
+      (%a: {ro}, %b: {rw}) {{{_load_text("%v", "%a", ro, box_type, box)}
     iree_tensor_ext.dispatch.tensor.store %v, %b, offsets = [{ints_text(offsets)}], sizes = [{ints_text(dest_sizes or static_shape(box_type))}], strides = [{ints_text([1] * rank)}] : {box_type} -> {rw}
 {dispatch_end(dt)}"""
     return clone_host_dispatch(text, [source, dest])
