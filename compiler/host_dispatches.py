@@ -44,8 +44,10 @@ def host_tail_dispatch(value: ir.Value, tail: HostTail, element_type: ir.Type, t
                      for k, ((_, _, values), ct) in enumerate(zip(tail.channel_values, channel_types)))
     ins = "".join(f", %p{k}_t" for k in range(len(tail.channel_values)))
     in_types = "".join(f", {ct}" for ct in channel_types)
-    maps = "".join(f", affine_map<({dims}) -> ({', '.join(f'd{d}' for d in along)})>"
-                   for along, _, _ in tail.channel_values)
+    def read_along(along) -> str:  # the map reading a tensor along some of the result's dims
+        return f", affine_map<({dims}) -> ({', '.join(f'd{d}' for d in along)})>"
+
+    maps = "".join(read_along(along) for along, _, _ in tail.channel_values)
     args = "".join(f", %p{k}: {t}" for k, (_, t, _) in enumerate(tail.channel_values))
     # Run-time tensors the tail reads along some of the result's dims, and scalar operands.
     x_types = [str(t.type) for t in tensors]
@@ -57,7 +59,7 @@ def host_tail_dispatch(value: ir.Value, tail: HostTail, element_type: ir.Type, t
                       for j, (t, r, v, scalar) in enumerate(zip(x_types, x_ro, tensors, x_scalar)) if not scalar)
     ins += "".join(f", %a{j}" if scalar else f", %v{j}" for j, scalar in enumerate(x_scalar))
     in_types += "".join(f", {t}" for t in x_types)
-    maps += "".join(f", affine_map<({dims}) -> ({', '.join(f'd{d}' for d in along)})>" for _, _, along in tail.tensors)
+    maps += "".join(read_along(along) for _, _, along in tail.tensors)
     args += "".join(f", %x{j}: {elt}" for j, (_, elt, _) in enumerate(tail.tensors))
     operands = ", ".join(["%x"] + [f"%xt{j}" for j in range(len(x_types))])
     text = f"""

@@ -9,8 +9,10 @@ every value quantized with that scale then moves: one bf16 rounding of the min m
 768 outputs of a 16 x 64 x 48 MatMulInteger (relative L2 6.3e-3 from llvm-cpu), where
 the int8 matmul itself is exact.
 
-`quantization_parameter_reason(dispatch)` refuses, in a module that quantizes (some
-dispatch converts a float to an integer of at most 16 bits), a dispatch whose results are
+`quantization_parameter_reason(dispatch)` refuses, in a module that quantizes
+(`module_quantizes`: some dispatch converts a float to an integer of at most 16 bits; asked
+only when a dispatch computes single values, so other models never walk their ops for
+it), a dispatch whose results are
 all single values (a float scale, an integer zero point) computed from float tensors
 only. A float model has no such conversion and is unaffected; a static int8 model's
 scales are constants and need no such dispatch. --torq-int8-float-ops=bf16 (bf16 for an
@@ -30,12 +32,10 @@ from .ir_utils import walk_ops
 _TO_INTEGER = ("arith.fptosi", "arith.fptoui")
 
 
-def module_quantizes(module_op: ir.Operation) -> bool:
-    """Whether a dispatch of `module_op` converts a float to an integer of at most 16 bits
-    (host code outside dispatches does not count)."""
-    for dispatch in walk_ops(module_op):
-        if dispatch.name != "flow.dispatch.workgroups":
-            continue
+def module_quantizes(dispatches: list[ir.Operation]) -> bool:
+    """Whether one of a module's `dispatches` (its flow.dispatch.workgroups) converts a float to
+    an integer of at most 16 bits (host code outside dispatches does not count)."""
+    for dispatch in dispatches:
         for op in walk_ops(dispatch):
             t = op.results[0].type if op.name in _TO_INTEGER else None
             if isinstance(t, ir.IntegerType) and t.width <= 16:

@@ -425,7 +425,7 @@ class TorqTarget:
         jobs = []
         facts = FlowModuleFacts(module_op)
         dispatches = [op for op in walk_ops(module_op) if op.name == "flow.dispatch.workgroups"]
-        parameters_on_host = module_quantizes(module_op)
+        quantizes = None  # whether the module quantizes: read only for a dispatch that computes single values
         for i, dispatch in enumerate(dispatches):
             name = f"{_enclosing_function_name(dispatch)}_dispatch_{i}"
             # MACs, source and op kinds before the dispatch is replaced
@@ -434,8 +434,10 @@ class TorqTarget:
             if name.startswith("initializer_"):
                 self._refused(job, Refused(LOAD_TIME_REASON, unsupported=True), report)
                 continue
-            reason = quantization_parameter_reason(dispatch) if parameters_on_host else ""
-            if reason:
+            reason = quantization_parameter_reason(dispatch)
+            if reason and quantizes is None:
+                quantizes = module_quantizes(dispatches)
+            if reason and quantizes:
                 self._refused(job, Refused(reason, unsupported=True), report)
                 continue
             try:
