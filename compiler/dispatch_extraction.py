@@ -330,6 +330,24 @@ def _move_body(dispatch: ir.Operation, fblock: ir.Block, in_pos: dict, out_pos: 
     for op in ordinals:
         op.erase()
     clone.erase()
+    _broadcast_0d_reads(fblock)
+
+
+def _broadcast_0d_reads(fblock: ir.Block) -> None:
+    """A generic's broadcast input that is the one value of a 0-d tensor (`tensor.extract %t[]`:
+    torch's dynamic quantization scale, which the epilogue reads as a scalar) reads `%t`
+    itself, through the same map: the form the requantization passes read (a 0-d
+    argument read along none of the result's dims). The same value, so exact."""
+    for op in block_ops(fblock):
+        if op.name != "tensor.extract" or len(op.operands) != 1:
+            continue
+        for use in list(op.results[0].uses):
+            g = use.owner
+            if not isinstance(g, ir.Block) and g.name == "linalg.generic" and use.operand_number < n_inputs(g) \
+                    and len(indexing_maps(g)[use.operand_number].results) == 0:
+                g.operands[use.operand_number] = op.operands[0]
+        if not list(op.results[0].uses):
+            op.erase()
 
 
 def _read_load(load: ir.Operation, arg: ir.Value, split: StrideSplit | None, fblock: ir.Block) -> None:

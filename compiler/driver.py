@@ -29,6 +29,7 @@ from .ir_utils import CompileError
 from .passes import PassOptions, RequantMode
 from .pipeline import TORQ_PHASES
 from .target import TargetReport, TorqTarget
+from .torch_dynamic_quant import rewrite_dynamic_quantization
 from .torch_index_put import rewrite_indexed_rows
 from .torch_linear import may_rewrite, rewrite_batched_linears, rewrite_quantized_linears
 from .torch_qdq import rewrite_uint8_activations
@@ -291,13 +292,13 @@ DISPATCH_FLAGS = ["--iree-dispatch-creation-enable-fuse-padding-into-linalg-cons
 # bf16 cycles). A user's =false after it turns it off.
 QDQ_DISPATCH_FLAGS = ["--iree-dispatch-creation-enable-aggressive-fusion"]
 # Neither, nor the padding fusion, for a model quantized when it runs (onnxruntime's
-# quantize_dynamic): its quantizes read run-time scales, so no chain becomes an int8
+# quantize_dynamic, torch's PT2E dynamic configs): its quantizes read run-time scales, so no chain becomes an int8
 # dispatch, and on GPT-2 the aggressive fusion made a dispatch of the embedding's LayerNorm
 # and the min reduction of the next quantization that IREE's own llvm-cpu cannot compile
 # (its stack allocation limit: 49,152 > 32,768 bytes). Its ConvIntegers pad with the
 # run-time zero point, which llvm-cpu cannot compile fused into the integer conv ("failed
 # to run translation"); they stay on the host, padded as IREE pads without the fusion.
-_DYNAMIC_QUANTIZATION_MARK = b"DynamicQuantizeLinear"
+_DYNAMIC_QUANTIZATION_MARKS = (b"DynamicQuantizeLinear", b"quantized_decomposed.choose_qparams")
 # What marks such an input: ONNX's QuantizeLinear / DequantizeLinear, torch's
 # quantize_per_tensor / _per_channel (PT2E) and their dequantizes.
 _QDQ_MARKS = (b"QuantizeLinear", b"quantize_per_")
@@ -346,6 +347,7 @@ def compile_source(source: str | bytes, options: CompileOptions, source_name: st
 
 def _rewrite_torch_input(session: Session, inv, data: bytes):
     """A fresh invocation holding the input after the exact torch-level rewrites that apply:
+    compiler/torch_dynamic_quant.py's (PT2E's dynamic quantization in ops IREE imports),
     compiler/torch_qdq.py's (PT2E's uint8 activations as int8), compiler/torch_index_put.py's
     (a row written at a runtime position as a slice update) and compiler/torch_linear.py's (a
     Linear on rank >= 3 activations on their 2-D view; a quantized one of rank >= 4 on its
@@ -359,6 +361,7 @@ def _rewrite_torch_input(session: Session, inv, data: bytes):
     module_op = inv.export_module()
     with module_op.context, ir.Location.unknown():
         if qdq:
+            rewrite_dynamic_quantization(module_op)
             rewrite_uint8_activations(module_op)
             rewrite_quantized_linears(module_op)
         if index_put:
@@ -507,7 +510,7 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
         # With --torq-keep-f32 f32 models stay on the host, where llvm-cpu cannot
         # compile some dispatches with a fused pad (large padded depthwise convs).
         text = ops_text(data)  # (a copy of the input's ops: scanned once here)
-        quantized, dynamic = _is_qdq(data, text), _DYNAMIC_QUANTIZATION_MARK in text
+        quantized, dynamic = _is_qdq(data, text), any(mark in text for mark in _DYNAMIC_QUANTIZATION_MARKS)
         npu = [] if options.keep_f32 or dynamic else DISPATCH_FLAGS + (QDQ_DISPATCH_FLAGS if quantized else [])
         flags = HOST_FLAGS + npu + flags
     try:

@@ -24,7 +24,7 @@ from .ir_utils import walk_ops
 _QUANTIZE = "torch.quantized_decomposed.quantize_per_tensor"
 DEQUANTIZE = "torch.quantized_decomposed.dequantize_per_tensor"
 # torch ScalarType codes of the `dtype` operand.
-_UINT8, _INT8 = 0, 1
+UINT8, INT8 = 0, 1
 # Operands (zero point, qmin, qmax, dtype) of both ops.
 _PARAMS = (2, 3, 4, 5)
 
@@ -58,10 +58,10 @@ def rewrite_uint8_activations(module_op: ir.Operation) -> int:
         if not users or any(u.name != DEQUANTIZE or u.operands[0] != v for u in users):
             continue
         params = [_int_params(op) for op in [q] + users]
-        if any(p is None or p[3] != _UINT8 for p in params):
+        if any(p is None or p[3] != UINT8 for p in params):
             continue
         for op, (zp, qmin, qmax, _) in zip([q] + users, params):
-            for k, value in zip(_PARAMS, (zp - 128, qmin - 128, qmax - 128, _INT8)):
+            for k, value in zip(_PARAMS, (zp - 128, qmin - 128, qmax - 128, INT8)):
                 op.operands[k] = _constant_int(value, op)
         v.set_type(ir.Type.parse(str(v.type)[: -len(",ui8>")] + ",si8>"))
         done += 1

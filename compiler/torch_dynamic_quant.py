@@ -1,0 +1,155 @@
+"""torch's dynamic quantization (PT2E, `is_dynamic=True`) in ops IREE imports, before IREE.
+
+torchao's PT2E flow with a dynamic config (X86InductorQuantizer's
+`get_default_x86_inductor_quantization_config(is_dynamic=True)`, XNNPACK's
+dynamic config: torch's recipe for transformers and LSTMs) quantizes each
+Linear's input when the model runs:
+
+    s, z = quantized_decomposed.choose_qparams.tensor(x, qmin, qmax, eps, dtype)
+    q = quantized_decomposed.quantize_per_tensor.tensor(x, s, z, qmin, qmax, dtype)
+    linear(quantized_decomposed.dequantize_per_tensor.tensor(q, s, z, ...), w_dq, b)
+
+iree-turbine exports these as `torch.operator`s, and IREE (3.13) has no
+lowering for choose_qparams: "failed to legalize operation 'torch.operator'",
+for the whole model. Rewritten here, exactly as torch defines them
+(torch/ao/quantization/fx/_decomposed.py, `determine_qparams` per tensor
+affine), in aten ops:
+
+    lo = min(min(x), 0), hi = max(max(x), 0)                  (f32)
+    s = max((hi - lo) / (qmax - qmin), eps)                   (f32, then f64 [1])
+    z = clamp(qmin - round_half_even(lo / s), qmin, qmax)     (then si64 [1])
+
+and each `.tensor` quantize / dequantize becomes the scalar form IREE imports
+(`quantized_decomposed.quantize_per_tensor` with `aten.Float.Tensor(s)`,
+`aten.Int.Tensor(z)`), from which IREE makes an i8 x i8 -> i32 matmul and an f32
+epilogue that reads the run-time scale and zero point: the matmul runs on the
+NPU, the parameters and the epilogue on the host in f32
+(compiler/quantization_parameters.py, compiler/requant_tail.py). The quantize
+is then IREE's, round(x / s) + z, as for a static PT2E model; torch's
+reference multiplies by 1 / s, which can round a value at a tie the other way.
+
+As compiler/torch_qdq.py does for static activations, a uint8 quantize read
+only by dequantizes with the same parameters holds its value minus 128, with
+zero point z - 128 and range [qmin - 128, qmax - 128], as int8: exact.
+
+Only per-tensor affine choose_qparams of an f32 tensor with constant range,
+eps and dtype is rewritten (choose_qparams_symmetric and per-token variants
+are left as written, and IREE's own error names them).
+"""
+
+from __future__ import annotations
+
+from iree.compiler import ir
+
+from .ir_utils import walk_ops
+from .torch_index_put import TorchBuilder
+from .torch_qdq import DEQUANTIZE, INT8, UINT8
+
+_CHOOSE = "torch.quantized_decomposed.choose_qparams.tensor"
+_QUANTIZE_T = "torch.quantized_decomposed.quantize_per_tensor.tensor"
+_DEQUANTIZE_T = "torch.quantized_decomposed.dequantize_per_tensor.tensor"
+_QUANTIZE = "torch.quantized_decomposed.quantize_per_tensor"
+# torch ScalarType codes: aten.to.dtype's operand.
+_INT64, _FLOAT64 = 4, 7
+_F32_0D = "!torch.vtensor<[],f32>"
+
+
+def _operator_name(op: ir.Operation) -> str:
+    return ir.StringAttr(op.attributes["name"]).value if op.name == "torch.operator" else op.name
+
+
+def _constant(v: ir.Value, kind: str):
+    """The value of a `torch.constant.<kind>` (int or float), else None."""
+    op = v.owner
+    if isinstance(op, ir.Block) or op.name != f"torch.constant.{kind}":
+        return None
+    attr = op.attributes["value"]
+    return ir.IntegerAttr(attr).value if kind == "int" else ir.FloatAttr(attr).value
+
+
+class _Builder(TorchBuilder):
+    def float(self, value: float) -> ir.Value:
+        return self.op("torch.constant.float", [], ir.Type.parse("!torch.float"),
+                       {"value": ir.FloatAttr.get(ir.F64Type.get(), value)})
+
+    def f32(self, name: str, *operands) -> ir.Value:
+        """A 0-d f32 result of aten op `name`."""
+        return self.op(name, list(operands), ir.Type.parse(_F32_0D))
+
+    def as_tensor_1(self, value: ir.Value, dtype_code: int, dtype: str) -> ir.Value:
+        """The 0-d f32 `value` converted to `dtype`, of shape [1] (choose_qparams' results)."""
+        false = self.op("torch.constant.bool", [], self.bool_t, {"value": ir.BoolAttr.get(False)})
+        none = self.op("torch.constant.none", [], ir.Type.parse("!torch.none"))
+        converted = self.op("torch.aten.to.dtype", [value, self.int(dtype_code), false, false, none],
+                            ir.Type.parse(f"!torch.vtensor<[],{dtype}>"))
+        return self.op("torch.aten.unsqueeze", [converted, self.int(0)], ir.Type.parse(f"!torch.vtensor<[1],{dtype}>"))
+
+
+def _decompose_choose_qparams(op: ir.Operation) -> bool:
+    """Replaces choose_qparams `op` by the module docstring's aten ops; False if it is not
+    the form rewritten here."""
+    x, qmin, qmax = op.operands[0], _constant(op.operands[1], "int"), _constant(op.operands[2], "int")
+    eps = _constant(op.operands[3], "float")
+    if None in (qmin, qmax, eps) or _constant(op.operands[4], "int") is None or len(op.operands) != 5 \
+            or not str(x.type).endswith(",f32>"):
+        return False
+    b = _Builder(op)
+    lo = b.f32("torch.aten.clamp_max", b.f32("torch.aten.min", x), b.float(0.0))
+    hi = b.f32("torch.aten.clamp_min", b.f32("torch.aten.max", x), b.float(0.0))
+    scale = b.f32("torch.aten.div.Scalar", b.f32("torch.aten.sub.Tensor", hi, lo, b.int(1)), b.float(float(qmax - qmin)))
+    scale = b.f32("torch.aten.clamp_min", scale, b.float(eps))
+    level = b.f32("torch.aten.round", b.f32("torch.aten.div.Tensor", lo, scale))
+    zero_point = b.f32("torch.aten.clamp", b.f32("torch.aten.rsub.Scalar", level, b.int(qmin), b.int(1)),
+                       b.int(qmin), b.int(qmax))
+    op.results[0].replace_all_uses_with(b.as_tensor_1(scale, _FLOAT64, "f64"))
+    op.results[1].replace_all_uses_with(b.as_tensor_1(zero_point, _INT64, "si64"))
+    op.erase()
+    return True
+
+
+def _int8_shift(q: ir.Operation) -> int:
+    """128 when quantize `q` (uint8) is read only by dequantizes of the same parameters (the
+    module docstring's exact int8 form), else 0."""
+    params = [_constant(v, "int") for v in q.operands[3:6]]
+    if params[2] != UINT8 or None in params:
+        return 0
+    for use in q.results[0].uses:
+        d = use.owner
+        if _operator_name(d) != _DEQUANTIZE_T or use.operand_number != 0 \
+                or list(d.operands[1:3]) != list(q.operands[1:3]) \
+                or [_constant(v, "int") for v in d.operands[3:6]] != params:
+            return 0
+    return 128
+
+
+def _scalar_form(op: ir.Operation, name: str, shift: int, result_type: ir.Type) -> None:
+    """Replaces the `.tensor` quantize / dequantize `op` by its scalar form `name` (read
+    through `shift`, the module docstring's int8 form, when nonzero)."""
+    b = _Builder(op)
+    scale = b.op("torch.aten.Float.Tensor", [op.operands[1]], ir.Type.parse("!torch.float"))
+    zero_point = b.op("torch.aten.Int.Tensor", [op.operands[2]], b.int_t)
+    rest = list(op.operands[3:])
+    if shift:
+        zero_point = b.int_op("torch.aten.sub.int", zero_point, b.int(shift))
+        rest[:3] = [b.int(_constant(rest[0], "int") - shift), b.int(_constant(rest[1], "int") - shift), b.int(INT8)]
+    new = b.op(name, [op.operands[0], scale, zero_point, *rest], result_type)
+    op.results[0].replace_all_uses_with(new)
+    op.erase()
+
+
+def rewrite_dynamic_quantization(module_op: ir.Operation) -> int:
+    """Applies the module docstring's rewrites in place; returns how many choose_qparams."""
+    chosen = sum(_decompose_choose_qparams(op) for op in
+                 [o for o in walk_ops(module_op) if _operator_name(o) == _CHOOSE])
+    for q in [o for o in walk_ops(module_op) if _operator_name(o) == _QUANTIZE_T]:
+        if len(q.operands) != 6 or None in [_constant(v, "int") for v in q.operands[3:6]]:
+            continue
+        shift, readers = _int8_shift(q), [u.owner for u in q.results[0].uses]
+        result_type = ir.Type.parse(str(q.results[0].type).replace(",ui8>", ",si8>")) if shift else q.results[0].type
+        _scalar_form(q, _QUANTIZE, shift, result_type)
+        for d in readers if shift else []:
+            _scalar_form(d, DEQUANTIZE, shift, d.results[0].type)
+    for d in [o for o in walk_ops(module_op) if _operator_name(o) == _DEQUANTIZE_T]:
+        if len(d.operands) == 7 and None not in [_constant(v, "int") for v in d.operands[3:6]]:
+            _scalar_form(d, DEQUANTIZE, 0, d.results[0].type)
+    return chosen
