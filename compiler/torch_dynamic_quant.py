@@ -153,3 +153,18 @@ def rewrite_dynamic_quantization(module_op: ir.Operation) -> int:
         if len(d.operands) == 7 and None not in [_constant(v, "int") for v in d.operands[3:6]]:
             _scalar_form(d, DEQUANTIZE, 0, d.results[0].type)
     return chosen
+
+
+def rewritten_text(text: str) -> str:
+    """MLIR text `text` after `rewrite_dynamic_quantization` alone: the module as IREE's own
+    back ends can compile it (the reference the tests and benchmarks run on llvm-cpu)."""
+    from iree.compiler.api import Session, Source
+
+    session = Session()
+    inv = session.invocation()
+    if not inv.parse_source(Source.wrap_buffer(session, text.encode(), buffer_name="input.mlir")):
+        raise ValueError("cannot parse the MLIR text")
+    module = inv.export_module()
+    with module.context, ir.Location.unknown():
+        rewrite_dynamic_quantization(module)
+        return str(module)

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Hugging Face transformers quantized by onnxruntime's quantize_dynamic (its recipe for
-transformers) on Torq, one table.
+"""Transformers quantized dynamically (each Linear's input quantized when the model runs), by
+onnxruntime's quantize_dynamic (its recipe for transformers) and by torch's PT2E flow in its
+dynamic configuration, on Torq, one table.
 
     nice -n 10 .venv/bin/python build_tools/benchmarks/dynamic_architectures.py   # -> RESULTS-dynamic-architectures.md
 
@@ -15,6 +16,15 @@ host, for both compiles (each host dispatch's reason below the table); the outpu
 L2 error vs IREE llvm-cpu on the quantized model as written, for both (0 is bit-identical);
 llvm-cpu vs onnxruntime and vs torch fp32 on the float model (the error of the quantization
 itself); the simulated cycles of the default compile.
+
+A `pt2e/` row is the same model (or timm's DeiT-Tiny, 1 x 3 x 224 x 224) quantized by torchao's
+PT2E flow instead: strict `torch.export`, `prepare_pt2e` with X86InductorQuantizer's dynamic
+config (uint8 activations, per-channel int8 weights), one calibration call, `convert_pt2e`,
+`iree.turbine.aot.export`. IREE cannot import its choose_qparams ops, so its llvm-cpu
+reference (and the iree-compile time) is the module after compiler/torch_dynamic_quant.py's
+rewrite, the one torq-compile makes first; "the quantizer's runtime" is torch's converted
+model run eagerly. (GPT-2's projections are transformers' Conv1D modules, which the quantizer
+leaves float: no pt2e/gpt2 row.)
 """
 
 from __future__ import annotations
@@ -30,10 +40,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import rows_markdown, table_main  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODELS = ["bert-base", "distilbert-base", "gpt2"]
+MODELS = ["bert-base", "distilbert-base", "gpt2", "pt2e/bert-base", "pt2e/distilbert-base",
+          "pt2e/timm/deit_tiny_patch16_224"]
 COLUMNS = ["model", "torq-compile s", "llvm-cpu compile s", "ratio", "NPU share of MACs", "dispatches torq/host",
            "rel L2 vs llvm-cpu", "--torq-keep-f32: NPU share, torq/host, rel L2 vs llvm-cpu",
-           "llvm-cpu vs onnxruntime", "llvm-cpu vs torch fp32", "simulated cycles"]
+           "llvm-cpu vs the quantizer's runtime (onnxruntime / torch)", "llvm-cpu vs torch fp32", "simulated cycles"]
 TOKENS = 128
 
 
@@ -45,7 +56,12 @@ def _model(name: str):
     import transformers as tf
 
     torch.manual_seed(0)
-    model = {"bert-base": lambda: tf.BertModel(tf.BertConfig()),
+    if name.startswith("timm/"):
+        import timm
+
+        return timm.create_model(name[len("timm/"):], pretrained=False).eval(), torch.randn(1, 3, 224, 224)
+    # (BERT's pooler output is unused here, which torchao's PT2E annotator fails on)
+    model = {"bert-base": lambda: tf.BertModel(tf.BertConfig(), add_pooling_layer=False),
              "distilbert-base": lambda: tf.DistilBertModel(tf.DistilBertConfig()),
              "gpt2": lambda: tf.GPT2Model(tf.GPT2Config())}[name]().eval()
 
@@ -74,25 +90,57 @@ def _quantized(name: str, directory: str):
     return q, ids.numpy(), reference
 
 
+def _pt2e_quantized(name: str):
+    """(the PT2E dynamic model as MLIR text, its input as numpy, torch fp32's output, the
+    converted model's output)."""
+    import torch
+    from iree.turbine import aot
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
+
+    model, x = _model(name)
+    quantizer = xiq.X86InductorQuantizer().set_global(xiq.get_default_x86_inductor_quantization_config(is_dynamic=True))
+    prepared = prepare_pt2e(torch.export.export(model, (x,), strict=True).module(), quantizer)
+    prepared(x)
+    converted = convert_pt2e(prepared)
+    with torch.no_grad():
+        reference, quantized = model(x).numpy(), converted(x).numpy()
+    return str(aot.export(converted, x).mlir_module), x.numpy(), reference, quantized
+
+
+def _reference(name: str, tmp: str):
+    """(what torq-compile reads, the input, torch fp32's output, the quantizer's runtime's
+    output, the module llvm-cpu compiles, its function name)."""
+    if name.startswith("pt2e/"):
+        from torq.compiler.torch_dynamic_quant import rewritten_text
+
+        text, x, reference, quantized = _pt2e_quantized(name[len("pt2e/"):])
+        return text, x, reference, quantized, rewritten_text(text), "main"
+    import onnxruntime as ort
+
+    from torq.compiler.onnx_import import import_onnx
+
+    path, ids, reference = _quantized(name, tmp)
+    onnxrt = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": ids})[0]
+    return path, ids, reference, onnxrt, import_onnx(open(path, "rb").read(), path), "main_graph"
+
+
 def measure(spec: dict) -> dict:
     """One row (in the worker process): spec {"model": a name of MODELS}."""
     import numpy as np
-    import onnxruntime as ort
     from run import llvm_cpu_function
 
     import torq
-    from torq.compiler.onnx_import import import_onnx
 
     rel = lambda a, b: float(np.linalg.norm(a - b) / np.linalg.norm(b))  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="torq-dynamic-") as tmp:
-        path, ids, reference = _quantized(spec["model"], tmp)
-        llvm_s, cpu_fn = llvm_cpu_function(import_onnx(open(path, "rb").read(), path), function="main_graph")
+        source, ids, reference, runtime, cpu_module, function = _reference(spec["model"], tmp)
+        llvm_s, cpu_fn = llvm_cpu_function(cpu_module, function=function)
         cpu = np.asarray(cpu_fn(ids))
-        onnxrt = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": ids})[0]
-        row: dict = {"llvm_s": llvm_s, "cpu_vs_ort": rel(cpu, onnxrt), "cpu_vs_torch": rel(cpu, reference)}
+        row: dict = {"llvm_s": llvm_s, "cpu_vs_ort": rel(cpu, runtime), "cpu_vs_torch": rel(cpu, reference)}
         for key, flags in (("", ()), ("f32_", ("--torq-keep-f32",))):
             t0 = time.perf_counter()
-            cm = torq.compile(path, remarks=io.StringIO(), flags=("--torq-no-cache", *flags))
+            cm = torq.compile(source, remarks=io.StringIO(), flags=("--torq-no-cache", *flags))
             seconds = time.perf_counter() - t0
             y = np.asarray(cm(ids))
             host = [d for d in cm.report.dispatches if d.executor != "torq"]
@@ -115,9 +163,10 @@ def markdown(rows: list[dict]) -> list[str]:
 def main(argv=None) -> int:
     return table_main(argv, __file__, measure, markdown, doc=__doc__, models=MODELS, kind="transformers",
                       timeout=1800, output=os.path.join(HERE, "RESULTS-dynamic-architectures.md"),
-                      title="Hugging Face transformers quantized by onnxruntime quantize_dynamic (random weights) "
-                            "on Torq",
-                      spec=lambda name: (f"{name} 1x{TOKENS}", {"model": name}), needs="transformers")
+                      title="Transformers quantized dynamically by onnxruntime quantize_dynamic and torch PT2E "
+                            "(random weights) on Torq",
+                      spec=lambda name: (f"{name} {'1x3x224x224' if 'timm/' in name else f'1x{TOKENS}'}",
+                                         {"model": name}), needs="transformers")
 
 
 if __name__ == "__main__":

@@ -15,27 +15,14 @@ import io
 import numpy as np
 import pytest
 import torch
-from iree.compiler import ir
-from iree.compiler.api import Session, Source
 from llvm_cpu import llvm_cpu
 from torch_reference import REL_L2_LIMIT
 
 import torq
-from torq.compiler.torch_dynamic_quant import rewrite_dynamic_quantization
+from torq.compiler.torch_dynamic_quant import rewritten_text
 
 pytest.importorskip("torchao.quantization.pt2e")  # (also defines torch.ops.quantized_decomposed)
 qd = torch.ops.quantized_decomposed
-
-
-def _rewritten(text: str) -> str:
-    """`text` after rewrite_dynamic_quantization alone (no other torq rewrite)."""
-    session = Session()
-    inv = session.invocation()
-    assert inv.parse_source(Source.wrap_buffer(session, text.encode(), buffer_name="pt2e.mlir"))
-    module = inv.export_module()
-    with module.context, ir.Location.unknown():
-        rewrite_dynamic_quantization(module)
-        return str(module)
 
 
 class QuantizeAtRunTime(torch.nn.Module):
@@ -71,7 +58,7 @@ def test_rewritten_parameters_and_quantize_equal_torch(qmin, qmax, dtype):
     model = QuantizeAtRunTime(qmin, qmax, dtype)
     text = str(aot.export(model, torch.zeros(8, 64)).mlir_module)
     assert "choose_qparams.tensor" in text
-    rewritten = _rewritten(text)
+    rewritten = rewritten_text(text)
     assert "torch.operator" not in rewritten
     for name, x in _inputs((8, 64)).items():
         ours = llvm_cpu(rewritten, x)
@@ -131,7 +118,7 @@ def test_dynamically_quantized_linears_run_on_the_npu(quantizer):
     remarks = io.StringIO()
     cm = torq.compile(text, remarks=remarks)
     assert cm.report.npu_mac_share == 1.0, remarks.getvalue()
-    rewritten = _rewritten(text)
+    rewritten = rewritten_text(text)
     for name, v in _inputs((1, 32, 64)).items():
         y, ref = np.asarray(cm(v)), llvm_cpu(rewritten, v)
         assert np.array_equal(y, ref), f"{name}: {np.count_nonzero(y != ref)} of {y.size} outputs differ"
@@ -153,7 +140,7 @@ def test_a_dynamically_quantized_bert_layer_runs_its_linears_on_the_npu():
     ids = torch.randint(0, 500, (1, 32))
     text, _ = pt2e_dynamic_export(bert, ids, "x86")
     assert text.count("choose_qparams.tensor") == 4
-    reference = llvm_cpu(_rewritten(text), ids.numpy())
+    reference = llvm_cpu(rewritten_text(text), ids.numpy())
     for flags in ([], ["--torq-keep-f32"]):
         remarks = io.StringIO()
         cm = torq.compile(text, remarks=remarks, flags=flags)
