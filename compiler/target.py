@@ -132,8 +132,14 @@ class TargetReport:
         return sum(d.macs or 0 for d in self.dispatches if d.executor == "torq")
 
     @property
+    def uncounted_host_dispatches(self) -> int:
+        """Host dispatches whose MACs are unknown (dynamic shapes): not in `total_macs`."""
+        return sum(d.macs is None and d.executor != "torq" for d in self.dispatches)
+
+    @property
     def npu_mac_share(self) -> float:
-        """MACs of NPU dispatches / MACs of all dispatches (1.0 when there are none)."""
+        """MACs of NPU dispatches / MACs of all dispatches (1.0 when there are none); an upper
+        bound when some host dispatches are uncounted (`uncounted_host_dispatches`)."""
         return self.torq_macs / self.total_macs if self.total_macs else 1.0
 
 

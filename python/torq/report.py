@@ -17,9 +17,15 @@ def _console(console: Console | None) -> Console:
 
 
 def mac_share_line(report) -> str:
-    """'NPU share of MACs: 98.9% (146,987,008 of 148,559,872)' from the compile report."""
-    return (f"NPU share of MACs: {100 * report.npu_mac_share:.1f}% "
+    """'NPU share of MACs: 98.9% (146,987,008 of 148,559,872)' from the compile report, saying
+    how many host dispatches of unknown MACs (dynamic shapes) the count leaves out."""
+    line = (f"NPU share of MACs: {100 * report.npu_mac_share:.1f}% "
             f"({report.torq_macs:,} of {report.total_macs:,})")
+    uncounted = report.uncounted_host_dispatches
+    if uncounted:
+        line += (f", not counting {uncounted} host dispatch{'es' if uncounted > 1 else ''} of unknown MACs "
+                 f"(dynamic shapes)")
+    return line
 
 
 def host_dispatches(report) -> list[tuple[str, int | None, str]]:

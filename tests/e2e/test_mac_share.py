@@ -117,3 +117,16 @@ def test_mac_rule_on_named_and_generic_ops():
         sum_of_squares = 2 * 4 * 8
         assert count_macs(f) == batch_matmul + depthwise + sum_of_squares
         assert count_macs(dyn) is None  # a contraction over a dynamic loop: unknown, not 0
+
+
+def test_share_line_names_host_dispatches_of_unknown_macs():
+    """A matmul with a dynamic dim stays on the host and its MACs are unknown: the share
+    line must not read as if every MAC were on the NPU without saying so."""
+    from iree.turbine import aot
+
+    model = nn.Linear(16, 8).eval()
+    x = torch.randn(4, 16)
+    text = str(aot.export(model, x, dynamic_shapes={"input": {0: torch.export.Dim("rows", max=64)}}).mlir_module)
+    rep = torq.compile(text, remarks=io.StringIO()).report
+    assert rep.uncounted_host_dispatches >= 1
+    assert "not counting" in mac_share_line(rep) and "dynamic shapes" in mac_share_line(rep)
