@@ -59,11 +59,12 @@ def quantization_parameter_reason(dispatch: ir.Operation) -> str:
 
 
 def _single_value(t: ir.Type) -> bool:
-    """A tensor of one float, or of one integer of at most 16 bits (a zero point)."""
+    """A tensor of one float or one integer (a zero point: at most 16 bits from onnxruntime's
+    DynamicQuantizeLinear, i64 from torch's choose_qparams)."""
     if not (isinstance(t, ir.RankedTensorType) and t.has_static_shape and math.prod(t.shape) == 1):
         return False
     e = t.element_type
-    return _is_float(e) or (isinstance(e, ir.IntegerType) and e.width <= 16)
+    return _is_float(e) or isinstance(e, ir.IntegerType)
 
 
 def _is_float(t: ir.Type) -> bool:

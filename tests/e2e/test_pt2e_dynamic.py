@@ -118,6 +118,9 @@ def test_dynamically_quantized_linears_run_on_the_npu(quantizer):
     remarks = io.StringIO()
     cm = torq.compile(text, remarks=remarks)
     assert cm.report.npu_mac_share == 1.0, remarks.getvalue()
+    # The scale and the (i64) zero point are computed on the host as quantization parameters.
+    reasons = [d.reason for d in cm.report.dispatches if d.executor != "torq"]
+    assert sum("computes single values from f32 tensors" in r for r in reasons) == 6, reasons
     rewritten = rewritten_text(text)
     for name, v in _inputs((1, 32, 64)).items():
         y, ref = np.asarray(cm(v)), llvm_cpu(rewritten, v)
