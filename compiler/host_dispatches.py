@@ -25,58 +25,59 @@ from .requant_tail import HostTail
 def host_tail_dispatch(value: ir.Value, tail: HostTail, element_type: ir.Type, tensors=()) -> ir.Value:
     """A host dispatch computing `tail` elementwise from `value` (a tensor of `element_type`
     results, the same shape) and `tensors` (the tail's `%x<j>`, each read along the result dims
-    `tail.tensors` gives it; a scalar operand as it is), at the insertion point."""
+    `tail.tensors` gives it; a scalar operand as it is), at the insertion point. The tail's
+    per-channel constants (`%p<k>`) are made outside the dispatch and passed in like the
+    tensors, so that tails differing only in them (one per layer) are one executable for
+    IREE's llvm-cpu to compile, as IREE itself deduplicates the dispatches they came from."""
     src = value.type
     shape = static_shape(src)
     result_type = ir.RankedTensorType.get(list(shape), element_type)
-    zeros = ", ".join("0" for _ in shape)
-    ones = ", ".join("1" for _ in shape)
-    sizes = ", ".join(str(d) for d in shape)
     dims = ", ".join(f"d{k}" for k in range(len(shape)))
     ident = f"affine_map<({dims}) -> ({dims})>"
-    parallel = ", ".join(['"parallel"'] * len(shape))
     ro = f"!iree_tensor_ext.dispatch.tensor<readonly:{src}>"
     wo = f"!iree_tensor_ext.dispatch.tensor<writeonly:{result_type}>"
     body = "\n        ".join(tail.ops_text.splitlines())
-    # Per-channel constants the tail reads, made inside the dispatch.
-    channel_types = [f"tensor<{'x'.join(map(str, np.shape(values)))}x{t}>" for _, t, values in tail.channel_values]
-    consts = "".join(f"\n    %p{k}_t = arith.constant dense<{values}> : {ct}"
-                     for k, ((_, _, values), ct) in enumerate(zip(tail.channel_values, channel_types)))
-    ins = "".join(f", %p{k}_t" for k in range(len(tail.channel_values)))
-    in_types = "".join(f", {ct}" for ct in channel_types)
-    def read_along(along) -> str:  # the map reading a tensor along some of the result's dims
-        return f", affine_map<({dims}) -> ({', '.join(f'd{d}' for d in along)})>"
-
-    maps = "".join(read_along(along) for along, _, _ in tail.channel_values)
-    args = "".join(f", %p{k}: {t}" for k, (_, t, _) in enumerate(tail.channel_values))
-    # Run-time tensors the tail reads along some of the result's dims, and scalar operands.
-    x_types = [str(t.type) for t in tensors]
-    x_scalar = [not isinstance(t.type, ir.ShapedType) for t in tensors]
-    x_ro = [t if scalar else f"!iree_tensor_ext.dispatch.tensor<readonly:{t}>" for t, scalar in zip(x_types, x_scalar)]
-    x_args = "".join(f", %xt{j}: {t}" for j, t in enumerate(x_types))
-    x_bind = "".join(f", %a{j}: {t}" for j, t in enumerate(x_ro))
-    x_loads = "".join(_whole_load(f"%v{j}", f"%a{j}", t, r, static_shape(v.type))
-                      for j, (t, r, v, scalar) in enumerate(zip(x_types, x_ro, tensors, x_scalar)) if not scalar)
-    ins += "".join(f", %a{j}" if scalar else f", %v{j}" for j, scalar in enumerate(x_scalar))
-    in_types += "".join(f", {t}" for t in x_types)
-    maps += "".join(read_along(along) for _, _, along in tail.tensors)
-    args += "".join(f", %x{j}: {elt}" for j, (_, elt, _) in enumerate(tail.tensors))
-    operands = ", ".join(["%x"] + [f"%xt{j}" for j in range(len(x_types))])
+    # Every input the tail reads besides `value`: (operand, block argument, its type, the
+    # result dims it is read along), the per-channel constants first.
+    reads = [(_constant(values, f"tensor<{'x'.join(map(str, np.shape(values)))}x{t}>"), f"%p{k}", t, along)
+             for k, (along, t, values) in enumerate(tail.channel_values)]
+    reads += [(v, f"%x{j}", elt, along) for j, (v, (_, elt, along)) in enumerate(zip(tensors, tail.tensors))]
+    types = [str(v.type) for v, _, _, _ in reads]
+    scalar = [not isinstance(v.type, ir.ShapedType) for v, _, _, _ in reads]
+    bound = [t if sc else f"!iree_tensor_ext.dispatch.tensor<readonly:{t}>" for t, sc in zip(types, scalar)]
+    loads = "".join(_whole_load(f"%v{j}", f"%a{j}", t, r, static_shape(v.type))
+                    for j, (t, r, (v, _, _, _), sc) in enumerate(zip(types, bound, reads, scalar)) if not sc)
+    ins = "".join(f", %a{j}" if sc else f", %v{j}" for j, sc in enumerate(scalar))
+    maps = "".join(f", affine_map<({dims}) -> ({', '.join(f'd{d}' for d in along)})>" for _, _, _, along in reads)
+    args = "".join(f", {name}: {elt}" for _, name, elt, _ in reads)
+    operands = ", ".join(["%x"] + [f"%xt{j}" for j in range(len(reads))])
     text = f"""
-util.func private @torq_host_tail(%x: {src}{x_args}) -> {result_type} {{
-  %r = flow.dispatch.workgroups({operands}) : ({", ".join([str(src)] + x_types)}) -> {result_type} =
-      (%a: {ro}{x_bind}, %b: {wo}) {{
-    {_whole_load("%v", "%a", src, ro, shape).strip()}{x_loads}
-    %e = tensor.empty() : {result_type}{consts}
-    %g = linalg.generic {{indexing_maps = [{ident}{maps}, {ident}], iterator_types = [{parallel}]}}
-        ins(%v{ins} : {src}{in_types}) outs(%e : {result_type}) {{
+util.func private @torq_host_tail(%x: {src}{"".join(f", %xt{j}: {t}" for j, t in enumerate(types))}) -> {result_type} {{
+  %r = flow.dispatch.workgroups({operands}) : ({", ".join([str(src)] + types)}) -> {result_type} =
+      (%a: {ro}{"".join(f", %a{j}: {t}" for j, t in enumerate(bound))}, %b: {wo}) {{
+    {_whole_load("%v", "%a", src, ro, shape).strip()}{loads}
+    %e = tensor.empty() : {result_type}
+    %g = linalg.generic {{indexing_maps = [{ident}{maps}, {ident}], iterator_types = [{", ".join(['"parallel"'] * len(shape))}]}}
+        ins(%v{ins} : {src}{"".join(f", {t}" for t in types)}) outs(%e : {result_type}) {{
       ^bb0(%q: {tail.in_type}{args}, %out: {tail.result_type}):
         {body}
         linalg.yield {tail.result} : {tail.result_type}
     }} -> {result_type}
-    iree_tensor_ext.dispatch.tensor.store %g, %b, offsets = [{zeros}], sizes = [{sizes}], strides = [{ones}] : {result_type} -> {wo}
+{_whole_store("%g", "%b", result_type, wo, shape)}
 {dispatch_end(result_type)}"""
-    return clone_host_dispatch(text, [value, *tensors])
+    return clone_host_dispatch(text, [value, *(v for v, _, _, _ in reads)])
+
+
+def _constant(values, tensor_type: str) -> ir.Value:
+    """An `arith.constant` of `values` (nested lists) of `tensor_type`, at the insertion point."""
+    attr = ir.Attribute.parse(f"dense<{values}> : {tensor_type}")
+    return ir.Operation.create("arith.constant", results=[attr.type], attributes={"value": attr}).results[0]
+
+
+def _whole_store(value: str, binding: str, tensor: str, binding_type: str, shape) -> str:
+    """A dispatch body's store of `value` (of type `tensor`) into all of `binding`."""
+    return (f"    iree_tensor_ext.dispatch.tensor.store {value}, {binding}, offsets = [{ints_text([0] * len(shape))}], "
+            f"sizes = [{ints_text(shape)}], strides = [{ints_text([1] * len(shape))}] : {tensor} -> {binding_type}")
 
 
 def _whole_load(name: str, binding: str, tensor: str, binding_type: str, shape) -> str:
