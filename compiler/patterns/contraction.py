@@ -36,9 +36,11 @@ def linear_terms(e: ir.AffineExpr) -> list[tuple[int, int]] | None:
 
 
 def is_mul_add_body(op: ir.Operation) -> bool:
-    """Body is `out + a*b`, optionally with casts of a and b first."""
+    """Body is `out + a*b`, optionally with sign-preserving casts of a and b first. Not with a
+    zero extension (`arith.extui`: a uint8 operand, torchao's u8 x s8 `_int_mm`): the NPU's
+    MACs multiply signed integers, so that product would be computed wrongly."""
     names = [o.name for o in region_ops(op)]
-    core = [n for n in names if n not in ("arith.extsi", "arith.extf", "arith.sitofp", "arith.extui")]
+    core = [n for n in names if n not in ("arith.extsi", "arith.extf", "arith.sitofp")]
     return core in (["arith.mulf", "arith.addf", "linalg.yield"], ["arith.muli", "arith.addi", "linalg.yield"])
 
 
