@@ -33,6 +33,7 @@ from .torch_dynamic_quant import rewrite_dynamic_quantization
 from .torch_index_put import rewrite_indexed_rows
 from .torch_linear import may_rewrite, rewrite_batched_linears, rewrite_quantized_linears
 from .torch_qdq import rewrite_uint8_activations
+from .torchao_quant import rewrite_torchao_quantization
 
 PHASES = ["input", "abi", "preprocessing", "global-optimization", "dispatch-creation", "flow",
           "stream", "executable-sources", "executable-configurations", "executable-targets",
@@ -292,16 +293,18 @@ DISPATCH_FLAGS = ["--iree-dispatch-creation-enable-fuse-padding-into-linalg-cons
 # bf16 cycles). A user's =false after it turns it off.
 QDQ_DISPATCH_FLAGS = ["--iree-dispatch-creation-enable-aggressive-fusion"]
 # Neither, nor the padding fusion, for a model quantized when it runs (onnxruntime's
-# quantize_dynamic, torch's PT2E dynamic configs): its quantizes read run-time scales, so no chain becomes an int8
+# quantize_dynamic, torch's PT2E dynamic configs, torchao's quantize_ int8 dynamic): its
+# quantizes read run-time scales, so no chain becomes an int8
 # dispatch, and on GPT-2 the aggressive fusion made a dispatch of the embedding's LayerNorm
 # and the min reduction of the next quantization that IREE's own llvm-cpu cannot compile
 # (its stack allocation limit: 49,152 > 32,768 bytes). Its ConvIntegers pad with the
 # run-time zero point, which llvm-cpu cannot compile fused into the integer conv ("failed
 # to run translation"); they stay on the host, padded as IREE pads without the fusion.
-_DYNAMIC_QUANTIZATION_MARKS = (b"DynamicQuantizeLinear", b"quantized_decomposed.choose_qparams")
+_DYNAMIC_QUANTIZATION_MARKS = (b"DynamicQuantizeLinear", b"quantized_decomposed.choose_qparams",
+                               b"torchao.choose_qparams_affine")
 # What marks such an input: ONNX's QuantizeLinear / DequantizeLinear, torch's
-# quantize_per_tensor / _per_channel (PT2E) and their dequantizes.
-_QDQ_MARKS = (b"QuantizeLinear", b"quantize_per_")
+# quantize_per_tensor / _per_channel (PT2E) and their dequantizes, torchao's quantize_affine.
+_QDQ_MARKS = (b"QuantizeLinear", b"quantize_per_", b"torchao.quantize_affine")
 
 
 @dataclass
@@ -348,6 +351,7 @@ def compile_source(source: str | bytes, options: CompileOptions, source_name: st
 def _rewrite_torch_input(session: Session, inv, data: bytes):
     """A fresh invocation holding the input after the exact torch-level rewrites that apply:
     compiler/torch_dynamic_quant.py's (PT2E's dynamic quantization in ops IREE imports),
+    compiler/torchao_quant.py's (torchao quantize_'s int8 dynamic quantization, likewise),
     compiler/torch_qdq.py's (PT2E's uint8 activations as int8), compiler/torch_index_put.py's
     (a row written at a runtime position as a slice update) and compiler/torch_linear.py's (a
     Linear on rank >= 3 activations on their 2-D view; a quantized one of rank >= 4 on its
@@ -355,11 +359,14 @@ def _rewrite_torch_input(session: Session, inv, data: bytes):
     Exporting the module takes it from `inv`."""
     text = ops_text(data)
     qdq, index_put = b"quantized_decomposed" in text, b"index_put" in text
+    torchao = b"torch.torchao." in text
     linear = not qdq and may_rewrite(text)
-    if not (qdq or index_put or linear):  # no other input pays for an export
+    if not (qdq or index_put or linear or torchao):  # no other input pays for an export
         return inv
     module_op = inv.export_module()
     with module_op.context, ir.Location.unknown():
+        if torchao:
+            rewrite_torchao_quantization(module_op)
         if qdq:
             rewrite_dynamic_quantization(module_op)
             rewrite_uint8_activations(module_op)

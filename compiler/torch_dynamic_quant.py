@@ -50,15 +50,15 @@ _QUANTIZE_T = "torch.quantized_decomposed.quantize_per_tensor.tensor"
 _DEQUANTIZE_T = "torch.quantized_decomposed.dequantize_per_tensor.tensor"
 _QUANTIZE = "torch.quantized_decomposed.quantize_per_tensor"
 # torch ScalarType codes: aten.to.dtype's operand.
-_INT64, _FLOAT64 = 4, 7
+SCALAR_TYPES = {"si8": 1, "si32": 3, "si64": 4, "f32": 6, "f64": 7}
 _F32_0D = "!torch.vtensor<[],f32>"
 
 
-def _operator_name(op: ir.Operation) -> str:
+def operator_name(op: ir.Operation) -> str:
     return ir.StringAttr(op.attributes["name"]).value if op.name == "torch.operator" else op.name
 
 
-def _constant(v: ir.Value, kind: str):
+def constant_value(v: ir.Value, kind: str):
     """The value of a `torch.constant.<kind>` (int or float), else None."""
     op = v.owner
     if isinstance(op, ir.Block) or op.name != f"torch.constant.{kind}":
@@ -67,33 +67,45 @@ def _constant(v: ir.Value, kind: str):
     return ir.IntegerAttr(attr).value if kind == "int" else ir.FloatAttr(attr).value
 
 
-class _Builder(TorchBuilder):
+class QuantBuilder(TorchBuilder):
+    """TorchBuilder with the constants and conversions the quantization rewrites make."""
+
     def float(self, value: float) -> ir.Value:
         return self.op("torch.constant.float", [], ir.Type.parse("!torch.float"),
                        {"value": ir.FloatAttr.get(ir.F64Type.get(), value)})
+
+    def tensor_type(self, shape: list[int], dtype: str) -> ir.Type:
+        return ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],{dtype}>")
+
+    def int_list(self, values: list[int]) -> ir.Value:
+        return self.op("torch.prim.ListConstruct", [self.int(v) for v in values], ir.Type.parse("!torch.list<int>"))
+
+    def to_dtype(self, value: ir.Value, shape: list[int], dtype: str) -> ir.Value:
+        """`value` converted to `dtype` (one of SCALAR_TYPES), of `shape`."""
+        false = self.op("torch.constant.bool", [], self.bool_t, {"value": ir.BoolAttr.get(False)})
+        none = self.op("torch.constant.none", [], ir.Type.parse("!torch.none"))
+        return self.op("torch.aten.to.dtype", [value, self.int(SCALAR_TYPES[dtype]), false, false, none],
+                       self.tensor_type(shape, dtype))
 
     def f32(self, name: str, *operands) -> ir.Value:
         """A 0-d f32 result of aten op `name`."""
         return self.op(name, list(operands), ir.Type.parse(_F32_0D))
 
-    def as_tensor_1(self, value: ir.Value, dtype_code: int, dtype: str) -> ir.Value:
+    def as_tensor_1(self, value: ir.Value, dtype: str) -> ir.Value:
         """The 0-d f32 `value` converted to `dtype`, of shape [1] (choose_qparams' results)."""
-        false = self.op("torch.constant.bool", [], self.bool_t, {"value": ir.BoolAttr.get(False)})
-        none = self.op("torch.constant.none", [], ir.Type.parse("!torch.none"))
-        converted = self.op("torch.aten.to.dtype", [value, self.int(dtype_code), false, false, none],
-                            ir.Type.parse(f"!torch.vtensor<[],{dtype}>"))
-        return self.op("torch.aten.unsqueeze", [converted, self.int(0)], ir.Type.parse(f"!torch.vtensor<[1],{dtype}>"))
+        return self.op("torch.aten.unsqueeze", [self.to_dtype(value, [], dtype), self.int(0)],
+                       self.tensor_type([1], dtype))
 
 
 def _decompose_choose_qparams(op: ir.Operation) -> bool:
     """Replaces choose_qparams `op` by the module docstring's aten ops; False if it is not
     the form rewritten here."""
-    x, qmin, qmax = op.operands[0], _constant(op.operands[1], "int"), _constant(op.operands[2], "int")
-    eps = _constant(op.operands[3], "float")
-    if None in (qmin, qmax, eps) or _constant(op.operands[4], "int") is None or len(op.operands) != 5 \
+    x, qmin, qmax = op.operands[0], constant_value(op.operands[1], "int"), constant_value(op.operands[2], "int")
+    eps = constant_value(op.operands[3], "float")
+    if None in (qmin, qmax, eps) or constant_value(op.operands[4], "int") is None or len(op.operands) != 5 \
             or not str(x.type).endswith(",f32>"):
         return False
-    b = _Builder(op)
+    b = QuantBuilder(op)
     lo = b.f32("torch.aten.clamp_max", b.f32("torch.aten.min", x), b.float(0.0))
     hi = b.f32("torch.aten.clamp_min", b.f32("torch.aten.max", x), b.float(0.0))
     scale = b.f32("torch.aten.div.Scalar", b.f32("torch.aten.sub.Tensor", hi, lo, b.int(1)), b.float(float(qmax - qmin)))
@@ -101,8 +113,8 @@ def _decompose_choose_qparams(op: ir.Operation) -> bool:
     level = b.f32("torch.aten.round", b.f32("torch.aten.div.Tensor", lo, scale))
     zero_point = b.f32("torch.aten.clamp", b.f32("torch.aten.rsub.Scalar", level, b.int(qmin), b.int(1)),
                        b.int(qmin), b.int(qmax))
-    op.results[0].replace_all_uses_with(b.as_tensor_1(scale, _FLOAT64, "f64"))
-    op.results[1].replace_all_uses_with(b.as_tensor_1(zero_point, _INT64, "si64"))
+    op.results[0].replace_all_uses_with(b.as_tensor_1(scale, "f64"))
+    op.results[1].replace_all_uses_with(b.as_tensor_1(zero_point, "si64"))
     op.erase()
     return True
 
@@ -110,14 +122,14 @@ def _decompose_choose_qparams(op: ir.Operation) -> bool:
 def _int8_shift(q: ir.Operation) -> int:
     """128 when quantize `q` (uint8) is read only by dequantizes of the same parameters (the
     module docstring's exact int8 form), else 0."""
-    params = [_constant(v, "int") for v in q.operands[3:6]]
+    params = [constant_value(v, "int") for v in q.operands[3:6]]
     if params[2] != UINT8 or None in params:
         return 0
     for use in q.results[0].uses:
         d = use.owner
-        if _operator_name(d) != _DEQUANTIZE_T or use.operand_number != 0 \
+        if operator_name(d) != _DEQUANTIZE_T or use.operand_number != 0 \
                 or list(d.operands[1:3]) != list(q.operands[1:3]) \
-                or [_constant(v, "int") for v in d.operands[3:6]] != params:
+                or [constant_value(v, "int") for v in d.operands[3:6]] != params:
             return 0
     return 128
 
@@ -125,13 +137,13 @@ def _int8_shift(q: ir.Operation) -> int:
 def _scalar_form(op: ir.Operation, name: str, shift: int, result_type: ir.Type) -> None:
     """Replaces the `.tensor` quantize / dequantize `op` by its scalar form `name` (read
     through `shift`, the module docstring's int8 form, when nonzero)."""
-    b = _Builder(op)
+    b = QuantBuilder(op)
     scale = b.op("torch.aten.Float.Tensor", [op.operands[1]], ir.Type.parse("!torch.float"))
     zero_point = b.op("torch.aten.Int.Tensor", [op.operands[2]], b.int_t)
     rest = list(op.operands[3:])
     if shift:
         zero_point = b.int_op("torch.aten.sub.int", zero_point, b.int(shift))
-        rest[:3] = [b.int(_constant(rest[0], "int") - shift), b.int(_constant(rest[1], "int") - shift), b.int(INT8)]
+        rest[:3] = [b.int(constant_value(rest[0], "int") - shift), b.int(constant_value(rest[1], "int") - shift), b.int(INT8)]
     new = b.op(name, [op.operands[0], scale, zero_point, *rest], result_type)
     op.results[0].replace_all_uses_with(new)
     op.erase()
@@ -140,24 +152,25 @@ def _scalar_form(op: ir.Operation, name: str, shift: int, result_type: ir.Type) 
 def rewrite_dynamic_quantization(module_op: ir.Operation) -> int:
     """Applies the module docstring's rewrites in place; returns how many choose_qparams."""
     chosen = sum(_decompose_choose_qparams(op) for op in
-                 [o for o in walk_ops(module_op) if _operator_name(o) == _CHOOSE])
-    for q in [o for o in walk_ops(module_op) if _operator_name(o) == _QUANTIZE_T]:
-        if len(q.operands) != 6 or None in [_constant(v, "int") for v in q.operands[3:6]]:
+                 [o for o in walk_ops(module_op) if operator_name(o) == _CHOOSE])
+    for q in [o for o in walk_ops(module_op) if operator_name(o) == _QUANTIZE_T]:
+        if len(q.operands) != 6 or None in [constant_value(v, "int") for v in q.operands[3:6]]:
             continue
         shift, readers = _int8_shift(q), [u.owner for u in q.results[0].uses]
         result_type = ir.Type.parse(str(q.results[0].type).replace(",ui8>", ",si8>")) if shift else q.results[0].type
         _scalar_form(q, _QUANTIZE, shift, result_type)
         for d in readers if shift else []:
             _scalar_form(d, DEQUANTIZE, shift, d.results[0].type)
-    for d in [o for o in walk_ops(module_op) if _operator_name(o) == _DEQUANTIZE_T]:
-        if len(d.operands) == 7 and None not in [_constant(v, "int") for v in d.operands[3:6]]:
+    for d in [o for o in walk_ops(module_op) if operator_name(o) == _DEQUANTIZE_T]:
+        if len(d.operands) == 7 and None not in [constant_value(v, "int") for v in d.operands[3:6]]:
             _scalar_form(d, DEQUANTIZE, 0, d.results[0].type)
     return chosen
 
 
-def rewritten_text(text: str) -> str:
-    """MLIR text `text` after `rewrite_dynamic_quantization` alone: the module as IREE's own
-    back ends can compile it (the reference the tests and benchmarks run on llvm-cpu)."""
+def rewritten_text(text: str, rewrite=rewrite_dynamic_quantization) -> str:
+    """MLIR text `text` after `rewrite` alone (this module's, or compiler/torchao_quant.py's):
+    the module as IREE's own back ends can compile it (the reference the tests and
+    benchmarks run on llvm-cpu)."""
     from iree.compiler.api import Session, Source
 
     session = Session()
@@ -166,5 +179,5 @@ def rewritten_text(text: str) -> str:
         raise ValueError("cannot parse the MLIR text")
     module = inv.export_module()
     with module.context, ir.Location.unknown():
-        rewrite_dynamic_quantization(module)
+        rewrite(module)
         return str(module)

@@ -1,0 +1,106 @@
+"""A model quantized with torchao's `quantize_` API in its int8 dynamic configuration
+(`Int8DynamicActivationInt8WeightConfig`: each Linear's input quantized per token when the
+model runs, symmetric; int8 weights per channel), exported by iree-turbine. IREE cannot
+import torchao's choose_qparams_affine / quantize_affine; compiler/torchao_quant.py
+rewrites them in aten ops, and undoes torchao's CPU trick of a uint8 operand (which the
+NPU's signed MACs cannot take), so the integer matmuls run on the NPU.
+
+References: torchao itself (its ops and the quantized model, run eagerly), and llvm-cpu on
+the module after the rewrite (llvm-cpu cannot compile it as written).
+"""
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from llvm_cpu import llvm_cpu
+from torch_reference import REL_L2_LIMIT
+
+import torq
+from torq.compiler.torch_dynamic_quant import rewritten_text
+from torq.compiler.torchao_quant import rewrite_torchao_quantization
+
+pytest.importorskip("torchao.quantization")
+
+
+def _rewritten(text: str) -> str:
+    return rewritten_text(text, rewrite_torchao_quantization)
+
+
+class AffineQuantize(torch.nn.Module):
+    """torchao's two ops on one input, their results returned."""
+
+    def __init__(self, mapping: str, block: list[int]):
+        super().__init__()
+        self.mapping, self.block = mapping, block
+
+    def forward(self, x):
+        scale, zero_point = torch.ops.torchao.choose_qparams_affine(
+            x, self.mapping, self.block, torch.int8, -128, 127, torch.finfo(torch.float32).eps, torch.float32,
+            torch.int8, True)
+        q = torch.ops.torchao.quantize_affine(x, self.block, scale, zero_point, torch.int8, -128, 127)
+        return scale, zero_point, q
+
+
+def _inputs(shape) -> dict[str, np.ndarray]:
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    return {"mixed": x, "positive": np.abs(x) + np.float32(0.5), "negative": -np.abs(x) - np.float32(0.5),
+            "zeros": np.zeros(shape, np.float32), "tiny": x * np.float32(1e-6), "large": x * np.float32(3e4)}
+
+
+@pytest.mark.parametrize("mapping", ["SYMMETRIC", "ASYMMETRIC"])
+@pytest.mark.parametrize("block", [[1, 64], [8, 64]], ids=["per_token", "per_tensor"])
+def test_rewritten_affine_ops_equal_torchao(mapping, block):
+    """Scales, zero points and int8 values bit for bit, on each input."""
+    import torchao.quantization.quant_primitives  # noqa: F401 (defines torch.ops.torchao)
+    from iree.turbine import aot
+
+    model = AffineQuantize(mapping, block)
+    rewritten = _rewritten(str(aot.export(model, torch.zeros(8, 64)).mlir_module))
+    assert "torch.operator" not in rewritten
+    for name, x in _inputs((8, 64)).items():
+        ours, ref = llvm_cpu(rewritten, x), [t.numpy() for t in model(torch.from_numpy(x))]
+        for k, (a, b) in enumerate(zip(ours, ref)):
+            assert a.dtype == b.dtype and np.array_equal(a, b), f"{name}: result {k}"
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(64, 96)
+        self.fc2 = torch.nn.Linear(96, 32)
+
+    def forward(self, x):
+        return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
+
+
+def _rel_l2(a, b) -> float:
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def test_int8_dynamic_linears_run_on_the_npu():
+    """Both matmuls on the NPU, with default flags and --torq-keep-f32; with the float ops on
+    the host in f32 the result is llvm-cpu's on the rewritten module bit for bit (the NPU's
+    i32 accumulator is exact) and within f32 rounding of torchao's."""
+    from iree.turbine import aot
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+
+    torch.manual_seed(0)
+    model, x = Mlp().eval(), torch.randn(1, 32, 64)
+    quantize_(model, Int8DynamicActivationInt8WeightConfig())
+    text = str(aot.export(model, x).mlir_module)
+    assert text.count("torchao.choose_qparams_affine") == 2 and "_int_mm" in text
+    with torch.no_grad():
+        ref_torchao = model(x).numpy()
+    reference = llvm_cpu(_rewritten(text), x.numpy())
+    for flags in ([], ["--torq-keep-f32"]):
+        remarks = io.StringIO()
+        cm = torq.compile(text, remarks=remarks, flags=flags)
+        assert cm.report.npu_mac_share == 1.0, remarks.getvalue()
+        y = np.asarray(cm(x.numpy()))
+        if flags:
+            assert np.array_equal(y, reference)
+            assert _rel_l2(y, ref_torchao) < 1e-5
+        else:
+            assert _rel_l2(y, reference) < REL_L2_LIMIT
