@@ -24,7 +24,10 @@ config (uint8 activations, per-channel int8 weights), one calibration call, `con
 reference (and the iree-compile time) is the module after compiler/torch_dynamic_quant.py's
 rewrite, the one torq-compile makes first; "the quantizer's runtime" is torch's converted
 model run eagerly. (GPT-2's projections are transformers' Conv1D modules, which the quantizer
-leaves float: no pt2e/gpt2 row.)
+leaves float: no pt2e/gpt2 row.) A `torchao/` row is quantized by torchao's `quantize_` with
+`Int8DynamicActivationInt8WeightConfig` (per-token symmetric int8 activations, per-channel
+int8 weights) and exported as is; its reference is the module after
+compiler/torchao_quant.py's rewrite, and its runtime torchao's quantized model run eagerly.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from common import rows_markdown, table_main  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = ["bert-base", "distilbert-base", "gpt2", "pt2e/bert-base", "pt2e/distilbert-base",
-          "pt2e/timm/deit_tiny_patch16_224"]
+          "pt2e/timm/deit_tiny_patch16_224", "torchao/bert-base", "torchao/distilbert-base"]
 COLUMNS = ["model", "torq-compile s", "llvm-cpu compile s", "ratio", "NPU share of MACs", "dispatches torq/host",
            "rel L2 vs llvm-cpu", "--torq-keep-f32: NPU share, torq/host, rel L2 vs llvm-cpu",
            "llvm-cpu vs the quantizer's runtime (onnxruntime / torch)", "llvm-cpu vs torch fp32", "simulated cycles"]
@@ -108,6 +111,20 @@ def _pt2e_quantized(name: str):
     return str(aot.export(converted, x).mlir_module), x.numpy(), reference, quantized
 
 
+def _torchao_quantized(name: str):
+    """As `_pt2e_quantized`, quantized by torchao's quantize_ (int8 dynamic activations)."""
+    import torch
+    from iree.turbine import aot
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+
+    model, x = _model(name)
+    with torch.no_grad():
+        reference = model(x).numpy()
+        quantize_(model, Int8DynamicActivationInt8WeightConfig())
+        quantized = model(x).numpy()
+    return str(aot.export(model, x).mlir_module), x.numpy(), reference, quantized
+
+
 def _reference(name: str, tmp: str):
     """(what torq-compile reads, the input, torch fp32's output, the quantizer's runtime's
     output, the module llvm-cpu compiles, its function name)."""
@@ -116,6 +133,12 @@ def _reference(name: str, tmp: str):
 
         text, x, reference, quantized = _pt2e_quantized(name[len("pt2e/"):])
         return text, x, reference, quantized, rewritten_text(text), "main"
+    if name.startswith("torchao/"):
+        from torq.compiler.torch_dynamic_quant import rewritten_text
+        from torq.compiler.torchao_quant import rewrite_torchao_quantization
+
+        text, x, reference, quantized = _torchao_quantized(name[len("torchao/"):])
+        return text, x, reference, quantized, rewritten_text(text, rewrite_torchao_quantization), "main"
     import onnxruntime as ort
 
     from torq.compiler.onnx_import import import_onnx
