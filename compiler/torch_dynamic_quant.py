@@ -34,7 +34,8 @@ zero point z - 128 and range [qmin - 128, qmax - 128], as int8: exact.
 
 Only per-tensor affine choose_qparams of an f32 tensor with constant range,
 eps and dtype is rewritten (choose_qparams_symmetric and per-token variants
-are left as written, and IREE's own error names them).
+are left as written, and IREE's own error names them). Not faithful to torch on a NaN input:
+torch's scale is then NaN, IREE's lowering of these min / max / clamp ops drops the NaN.
 """
 
 from __future__ import annotations
@@ -100,10 +101,11 @@ class QuantBuilder(TorchBuilder):
 def _decompose_choose_qparams(op: ir.Operation) -> bool:
     """Replaces choose_qparams `op` by the module docstring's aten ops; False if it is not
     the form rewritten here."""
+    if len(op.operands) != 5:
+        return False
     x, qmin, qmax = op.operands[0], constant_value(op.operands[1], "int"), constant_value(op.operands[2], "int")
     eps = constant_value(op.operands[3], "float")
-    if None in (qmin, qmax, eps) or constant_value(op.operands[4], "int") is None or len(op.operands) != 5 \
-            or not str(x.type).endswith(",f32>"):
+    if None in (qmin, qmax, eps) or constant_value(op.operands[4], "int") is None or not str(x.type).endswith(",f32>"):
         return False
     b = QuantBuilder(op)
     lo = b.f32("torch.aten.clamp_max", b.f32("torch.aten.min", x), b.float(0.0))

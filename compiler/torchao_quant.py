@@ -13,7 +13,7 @@ operation 'torch.operator'"), for the whole model. Rewritten here:
   keepdim)` with blocks of whole dims (per tensor, per token), as torchao defines it
   (torchao/quantization/quant_primitives.py `_choose_qparams_affine`), in aten ops:
   lo = min(amin(x), 0), hi = max(amax(x), 0) over the block; SYMMETRIC:
-  s = max(max(-lo, hi) / ((qmax - qmin) / 2), eps), z = (qmax + qmin + 1) // 2;
+  s = max(max(-lo, hi) / ((qmax - qmin) / 2), eps), z = int((qmax + qmin + 1) / 2);
   ASYMMETRIC: s = max((hi - lo) / (qmax - qmin), eps),
   z = clamp(qmin - round_half_even(lo / s), qmin, qmax);
 - `quantize_affine(x, block, s, z, dtype, qmin, qmax)` likewise:
@@ -24,7 +24,8 @@ operation 'torch.operator'"), for the whole model. Rewritten here:
 
 IREE then makes an i8 x i8 -> i32 matmul, which runs on the NPU, and an f32 epilogue
 reading the per-token scales, on the host (compiler/requant_tail.py). Other mapping types
-and sub-dim blocks (per group) are left as written, and IREE's own error names them.
+and sub-dim blocks (per group) are left as written, and IREE's own error names them. As in
+compiler/torch_dynamic_quant.py, a NaN input gives finite parameters where torchao's are NaN.
 """
 
 from __future__ import annotations
@@ -115,8 +116,9 @@ def _decompose_quantize(op: ir.Operation) -> bool:
     reduced = _reduced_shape(x, _int_list(op.operands[1]))
     qmin, qmax = constant_value(op.operands[5], "int"), constant_value(op.operands[6], "int")
     out, zp = shape_and_dtype(op.results[0].type), shape_and_dtype(zero_point.type)
+    scale_type = shape_and_dtype(scale.type)
     if reduced is None or None in (qmin, qmax) or out is None or zp is None or out[1] != "si8" \
-            or shape_and_dtype(scale.type) is None:
+            or scale_type is None or scale_type[1] != "f32":
         return False
     b = QuantBuilder(op)
     shape, t = reduced[1], b.tensor_type(out[0], "f32")
@@ -148,13 +150,14 @@ def _shifted_int8(v: ir.Value) -> ir.Value | None:
 
 
 def _is_shift_correction(v: ir.Value, weight: ir.Value) -> bool:
-    """Whether `v` is 128 * colsum(weight): sum(weight, [0], keepdim) * 128."""
+    """Whether `v` is 128 * colsum(weight) in i32: sum(weight, [0], keepdim, int32) * 128."""
     mul = v.owner
     if isinstance(mul, ir.Block) or mul.name != "torch.aten.mul.Scalar" or constant_value(mul.operands[1], "int") != 128:
         return False
     total = mul.operands[0].owner
     return not isinstance(total, ir.Block) and total.name == "torch.aten.sum.dim_IntList" \
-        and total.operands[0] == weight and _int_list(total.operands[1]) == [0]
+        and total.operands[0] == weight and _int_list(total.operands[1]) == [0] \
+        and constant_value(total.operands[3], "int") == SCALAR_TYPES["si32"] and str(v.type).endswith(",si32>")
 
 
 def _undo_uint8_shift(mm: ir.Operation) -> bool:
@@ -164,7 +167,7 @@ def _undo_uint8_shift(mm: ir.Operation) -> bool:
     if q is None or len(uses) != 1:
         return False
     sub = uses[0].owner
-    if sub.name != "torch.aten.sub.Tensor" or uses[0].operand_number != 0 \
+    if sub.name != "torch.aten.sub.Tensor" or uses[0].operand_number != 0 or sub.results[0].type != mm.results[0].type \
             or constant_value(sub.operands[2], "int") != 1 or not _is_shift_correction(sub.operands[1], mm.operands[1]):
         return False
     signed = QuantBuilder(sub).op("torch.aten._int_mm", [q, mm.operands[1]], mm.results[0].type)

@@ -390,7 +390,8 @@ def _group_without_principal(op: ir.Operation) -> Match | None:
         inputs: list[ir.Value] = []
         epi = epilogue_of(op, None, inputs)
         return Match("elementwise", op, [op] + _box_reads_of(inputs, [op]), op, inputs, {}, epi, 0)
-    if "reduction" in _iterators(op) and any(o.name == "arith.extui" for o in region_ops(op)):
+    body = {o.name for o in region_ops(op)}
+    if "reduction" in _iterators(op) and "arith.extui" in body and "arith.muli" in body:
         raise Unsupported("a contraction of a zero-extended (unsigned) integer operand: the NPU multiplies "
                           "signed integers")
     raise Unsupported(f"'{op.name}' with this structure has no Torq pattern{_structure(op)}")

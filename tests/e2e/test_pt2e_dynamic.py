@@ -26,18 +26,21 @@ qd = torch.ops.quantized_decomposed
 
 
 class QuantizeAtRunTime(torch.nn.Module):
-    """The ops a dynamic PT2E model runs per quantized input, returned one by one."""
+    """The ops a dynamic PT2E model runs per quantized input, returned one by one (`with_q`:
+    the quantize's result too, so a uint8 one stays uint8; without it, the dequantize is its
+    only reader and the rewrite holds it as int8, value - 128)."""
 
-    def __init__(self, qmin: int, qmax: int, dtype: torch.dtype):
+    def __init__(self, qmin: int, qmax: int, dtype: torch.dtype, with_q: bool = True):
         super().__init__()
-        self.qmin, self.qmax, self.dtype = qmin, qmax, dtype
+        self.qmin, self.qmax, self.dtype, self.with_q = qmin, qmax, dtype, with_q
 
     def forward(self, x):
         scale, zero_point = qd.choose_qparams.tensor(x, self.qmin, self.qmax, torch.finfo(torch.float32).eps,
                                                      self.dtype)
         q = qd.quantize_per_tensor.tensor(x, scale, zero_point, self.qmin, self.qmax, self.dtype)
         dq = qd.dequantize_per_tensor.tensor(q, scale, zero_point, self.qmin, self.qmax, self.dtype)
-        return scale.float(), zero_point, q, dq  # (IREE returns no f64: the scale is an f32 value)
+        # (IREE returns no f64: the scale is an f32 value)
+        return (scale.float(), zero_point, q, dq) if self.with_q else (scale.float(), zero_point, dq)
 
 
 def _inputs(shape) -> dict[str, np.ndarray]:
@@ -48,22 +51,24 @@ def _inputs(shape) -> dict[str, np.ndarray]:
             "zeros": np.zeros(shape, np.float32), "tiny": x * np.float32(1e-6), "large": x * np.float32(3e4)}
 
 
+@pytest.mark.parametrize("with_q", [True, False], ids=["q_returned", "q_only_dequantized"])
 @pytest.mark.parametrize("qmin, qmax, dtype", [(0, 255, torch.uint8), (-128, 127, torch.int8)])
-def test_rewritten_parameters_and_quantize_equal_torch(qmin, qmax, dtype):
-    """Scale, zero point, quantized and dequantized values, bit for bit, on each input. The
-    quantize's result is also returned, so a uint8 one stays uint8 (IREE returns its bits
-    as int8)."""
+def test_rewritten_parameters_and_quantize_equal_torch(qmin, qmax, dtype, with_q):
+    """Scale, zero point, quantized and dequantized values, bit for bit, on each input. A
+    returned uint8 quantize stays uint8 (IREE returns its bits as int8)."""
     from iree.turbine import aot
 
-    model = QuantizeAtRunTime(qmin, qmax, dtype)
+    model = QuantizeAtRunTime(qmin, qmax, dtype, with_q)
     text = str(aot.export(model, torch.zeros(8, 64)).mlir_module)
     assert "choose_qparams.tensor" in text
     rewritten = rewritten_text(text)
     assert "torch.operator" not in rewritten
+    assert (",ui8>" in rewritten) == (with_q and dtype == torch.uint8)
     for name, x in _inputs((8, 64)).items():
         ours = llvm_cpu(rewritten, x)
         ref = [t.numpy() for t in model(torch.from_numpy(x))]
-        ours[2] = ours[2].view(ref[2].dtype)
+        if with_q:
+            ours[2] = ours[2].view(ref[2].dtype)
         for k, (a, b) in enumerate(zip(ours, ref)):
             assert a.dtype == b.dtype and np.array_equal(a, b), f"{name}: result {k}: {a.ravel()[:4]} vs {b.ravel()[:4]}"
 

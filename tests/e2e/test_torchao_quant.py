@@ -79,18 +79,24 @@ def _rel_l2(a, b) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def test_int8_dynamic_linears_run_on_the_npu():
+@pytest.mark.parametrize("uint8_trick", [True, False], ids=["u8s8", "s8s8"])
+def test_int8_dynamic_linears_run_on_the_npu(monkeypatch, uint8_trick):
     """Both matmuls on the NPU, with default flags and --torq-keep-f32; with the float ops on
     the host in f32 the result is llvm-cpu's on the rewritten module bit for bit (the NPU's
-    i32 accumulator is exact) and within f32 rounding of torchao's."""
+    i32 accumulator is exact) and within f32 rounding of torchao's. torchao exports its u8 x
+    s8 form on a CPU with VNNI and no AMX, else the s8 x s8 one: both, whatever this CPU."""
+    import torchao.kernel.intmm as intmm
     from iree.turbine import aot
     from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
 
+    monkeypatch.setattr(intmm, "_cpu_is_amx_tile_supported", lambda: False)
+    monkeypatch.setattr(intmm, "_cpu_is_vnni_supported", lambda: uint8_trick)
     torch.manual_seed(0)
     model, x = Mlp().eval(), torch.randn(1, 32, 64)
     quantize_(model, Int8DynamicActivationInt8WeightConfig())
     text = str(aot.export(model, x).mlir_module)
     assert text.count("torchao.choose_qparams_affine") == 2 and "_int_mm" in text
+    assert (",ui8>" in text) == uint8_trick
     with torch.no_grad():
         ref_torchao = model(x).numpy()
     reference = llvm_cpu(_rewritten(text), x.numpy())
