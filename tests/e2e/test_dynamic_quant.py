@@ -18,24 +18,13 @@ onnx = pytest.importorskip("onnx")
 ort_quant = pytest.importorskip("onnxruntime.quantization")
 torch = pytest.importorskip("torch")
 
+from feed_forward import FeedForward  # noqa: E402
 from llvm_cpu import llvm_cpu  # noqa: E402
 
 import torq  # noqa: E402
 from torq.compiler.onnx_import import import_onnx  # noqa: E402
 
 PARAMETERS_ON_HOST = "computes single values from f32 tensors in a model that quantizes at run time"
-
-
-class Mlp(torch.nn.Module):
-    """A transformer's feed-forward block on (batch, tokens, features) activations."""
-
-    def __init__(self):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(64, 96)
-        self.fc2 = torch.nn.Linear(96, 32)
-
-    def forward(self, x):
-        return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
 
 
 def _quantize_dynamic(model, x, tmp_path, **options):
@@ -62,7 +51,7 @@ def test_dynamically_quantized_matmuls_run_on_the_npu_bit_identical_to_llvm_cpu(
     host, and the quantize that reads the run-time zero point, a push constant, with them), and
     with uint8 weights quantized per column."""
     torch.manual_seed(0)
-    model = Mlp().eval()
+    model = FeedForward().eval()
     x = torch.randn(1, 8, 64)
     if "weight_type" in options:
         options = options | {"weight_type": getattr(ort_quant.QuantType, options["weight_type"])}

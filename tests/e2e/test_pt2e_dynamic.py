@@ -15,6 +15,7 @@ import io
 import numpy as np
 import pytest
 import torch
+from feed_forward import FeedForward
 from llvm_cpu import llvm_cpu
 from torch_reference import REL_L2_LIMIT
 
@@ -73,16 +74,6 @@ def test_rewritten_parameters_and_quantize_equal_torch(qmin, qmax, dtype, with_q
             assert a.dtype == b.dtype and np.array_equal(a, b), f"{name}: result {k}: {a.ravel()[:4]} vs {b.ravel()[:4]}"
 
 
-class Mlp(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(64, 96)
-        self.fc2 = torch.nn.Linear(96, 32)
-
-    def forward(self, x):
-        return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
-
-
 def _quantizer(name: str):
     from torchao.quantization.pt2e.quantizer import arm_inductor_quantizer as aiq
     from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as xiq
@@ -116,7 +107,7 @@ def test_dynamically_quantized_linears_run_on_the_npu(quantizer):
     dequantized values in f32)."""
     torch.manual_seed(0)
     x = torch.randn(1, 32, 64)
-    text, converted = pt2e_dynamic_export(Mlp(), x, quantizer)
+    text, converted = pt2e_dynamic_export(FeedForward(), x, quantizer)
     assert text.count("choose_qparams.tensor") == 2
     with torch.no_grad():
         ref_torch = converted(x).numpy()

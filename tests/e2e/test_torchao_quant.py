@@ -14,6 +14,7 @@ import io
 import numpy as np
 import pytest
 import torch
+from feed_forward import FeedForward
 from llvm_cpu import llvm_cpu
 from torch_reference import REL_L2_LIMIT
 
@@ -65,16 +66,6 @@ def test_rewritten_affine_ops_equal_torchao(mapping, block):
             assert a.dtype == b.dtype and np.array_equal(a, b), f"{name}: result {k}"
 
 
-class Mlp(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(64, 96)
-        self.fc2 = torch.nn.Linear(96, 32)
-
-    def forward(self, x):
-        return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
-
-
 def _rel_l2(a, b) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
@@ -92,7 +83,7 @@ def test_int8_dynamic_linears_run_on_the_npu(monkeypatch, uint8_trick):
     monkeypatch.setattr(intmm, "_cpu_is_amx_tile_supported", lambda: False)
     monkeypatch.setattr(intmm, "_cpu_is_vnni_supported", lambda: uint8_trick)
     torch.manual_seed(0)
-    model, x = Mlp().eval(), torch.randn(1, 32, 64)
+    model, x = FeedForward().eval(), torch.randn(1, 32, 64)
     quantize_(model, Int8DynamicActivationInt8WeightConfig())
     text = str(aot.export(model, x).mlir_module)
     assert text.count("torchao.choose_qparams_affine") == 2 and "_int_mm" in text
