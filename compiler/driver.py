@@ -293,13 +293,10 @@ DISPATCH_FLAGS = ["--iree-dispatch-creation-enable-fuse-padding-into-linalg-cons
 # bf16 cycles). A user's =false after it turns it off.
 QDQ_DISPATCH_FLAGS = ["--iree-dispatch-creation-enable-aggressive-fusion"]
 # Neither, nor the padding fusion, for a model quantized when it runs (onnxruntime's
-# quantize_dynamic, torch's PT2E dynamic configs, torchao's quantize_ int8 dynamic): its
-# quantizes read run-time scales, so no chain becomes an int8
-# dispatch, and on GPT-2 the aggressive fusion made a dispatch of the embedding's LayerNorm
-# and the min reduction of the next quantization that IREE's own llvm-cpu cannot compile
-# (its stack allocation limit: 49,152 > 32,768 bytes). Its ConvIntegers pad with the
-# run-time zero point, which llvm-cpu cannot compile fused into the integer conv ("failed
-# to run translation"); they stay on the host, padded as IREE pads without the fusion.
+# quantize_dynamic, torch's PT2E dynamic configs, torchao's quantize_): no chain of it
+# becomes an int8 dispatch, and IREE's own llvm-cpu cannot compile what the fusions make of
+# it (GPT-2: a LayerNorm fused with the next min reduction passed the stack limit; a
+# ConvInteger's pad of the run-time zero point: "failed to run translation").
 _DYNAMIC_QUANTIZATION_MARKS = (b"DynamicQuantizeLinear", b"quantized_decomposed.choose_qparams",
                                b"torchao.choose_qparams_affine")
 # What marks such an input: ONNX's QuantizeLinear / DequantizeLinear, torch's

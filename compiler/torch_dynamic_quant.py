@@ -43,61 +43,13 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from .ir_utils import walk_ops
-from .torch_index_put import TorchBuilder
+from .torch_ir import TorchBuilder, constant_value, operator_name
 from .torch_qdq import DEQUANTIZE, INT8, UINT8
 
 _CHOOSE = "torch.quantized_decomposed.choose_qparams.tensor"
 _QUANTIZE_T = "torch.quantized_decomposed.quantize_per_tensor.tensor"
 _DEQUANTIZE_T = "torch.quantized_decomposed.dequantize_per_tensor.tensor"
 _QUANTIZE = "torch.quantized_decomposed.quantize_per_tensor"
-# torch ScalarType codes: aten.to.dtype's operand.
-SCALAR_TYPES = {"si8": 1, "si32": 3, "si64": 4, "f32": 6, "f64": 7}
-_F32_0D = "!torch.vtensor<[],f32>"
-
-
-def operator_name(op: ir.Operation) -> str:
-    return ir.StringAttr(op.attributes["name"]).value if op.name == "torch.operator" else op.name
-
-
-def constant_value(v: ir.Value, kind: str):
-    """The value of a `torch.constant.<kind>` (int or float), else None."""
-    op = v.owner
-    if isinstance(op, ir.Block) or op.name != f"torch.constant.{kind}":
-        return None
-    attr = op.attributes["value"]
-    return ir.IntegerAttr(attr).value if kind == "int" else ir.FloatAttr(attr).value
-
-
-class QuantBuilder(TorchBuilder):
-    """TorchBuilder with the constants and conversions the quantization rewrites make."""
-
-    def float(self, value: float) -> ir.Value:
-        return self.op("torch.constant.float", [], ir.Type.parse("!torch.float"),
-                       {"value": ir.FloatAttr.get(ir.F64Type.get(), value)})
-
-    def tensor_type(self, shape: list[int], dtype: str) -> ir.Type:
-        return ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],{dtype}>")
-
-    def int_list(self, values: list[int]) -> ir.Value:
-        return self.op("torch.prim.ListConstruct", [self.int(v) for v in values], ir.Type.parse("!torch.list<int>"))
-
-    def to_dtype(self, value: ir.Value, shape: list[int], dtype: str) -> ir.Value:
-        """`value` converted to `dtype` (one of SCALAR_TYPES), of `shape`."""
-        false = self.op("torch.constant.bool", [], self.bool_t, {"value": ir.BoolAttr.get(False)})
-        none = self.op("torch.constant.none", [], ir.Type.parse("!torch.none"))
-        return self.op("torch.aten.to.dtype", [value, self.int(SCALAR_TYPES[dtype]), false, false, none],
-                       self.tensor_type(shape, dtype))
-
-    def f32(self, name: str, *operands) -> ir.Value:
-        """A 0-d f32 result of aten op `name`."""
-        return self.op(name, list(operands), ir.Type.parse(_F32_0D))
-
-    def as_tensor_1(self, value: ir.Value, dtype: str) -> ir.Value:
-        """The 0-d f32 `value` converted to `dtype`, of shape [1] (choose_qparams' results)."""
-        return self.op("torch.aten.unsqueeze", [self.to_dtype(value, [], dtype), self.int(0)],
-                       self.tensor_type([1], dtype))
-
-
 def _decompose_choose_qparams(op: ir.Operation) -> bool:
     """Replaces choose_qparams `op` by the module docstring's aten ops; False if it is not
     the form rewritten here."""
@@ -107,7 +59,7 @@ def _decompose_choose_qparams(op: ir.Operation) -> bool:
     eps = constant_value(op.operands[3], "float")
     if None in (qmin, qmax, eps) or constant_value(op.operands[4], "int") is None or not str(x.type).endswith(",f32>"):
         return False
-    b = QuantBuilder(op)
+    b = TorchBuilder(op)
     lo = b.f32("torch.aten.clamp_max", b.f32("torch.aten.min", x), b.float(0.0))
     hi = b.f32("torch.aten.clamp_min", b.f32("torch.aten.max", x), b.float(0.0))
     scale = b.f32("torch.aten.div.Scalar", b.f32("torch.aten.sub.Tensor", hi, lo, b.int(1)), b.float(float(qmax - qmin)))
@@ -139,7 +91,7 @@ def _int8_shift(q: ir.Operation) -> int:
 def _scalar_form(op: ir.Operation, name: str, shift: int, result_type: ir.Type) -> None:
     """Replaces the `.tensor` quantize / dequantize `op` by its scalar form `name` (read
     through `shift`, the module docstring's int8 form, when nonzero)."""
-    b = QuantBuilder(op)
+    b = TorchBuilder(op)
     scale = b.op("torch.aten.Float.Tensor", [op.operands[1]], ir.Type.parse("!torch.float"))
     zero_point = b.op("torch.aten.Int.Tensor", [op.operands[2]], b.int_t)
     rest = list(op.operands[3:])

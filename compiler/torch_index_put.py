@@ -28,20 +28,9 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from .ir_utils import location_str, walk_ops
+from .torch_ir import TorchBuilder, shape_and_dtype
 
 INDEX_PUT_OPS = ("torch.aten.index_put", "torch.aten.index_put.hacked_twin", "torch.aten._unsafe_index_put")
-
-
-def shape_and_dtype(t: ir.Type) -> tuple[list[int], str] | None:
-    """([extents], dtype) of a static `!torch.vtensor<[...],dt>`, else None."""
-    s = str(t)
-    if not s.startswith("!torch.vtensor<[") or "?" in s:
-        return None
-    dims, _, dtype = s[len("!torch.vtensor<["):-1].partition("],")
-    try:
-        return [int(d) for d in dims.split(",") if d], dtype
-    except ValueError:
-        return None
 
 
 def _owner_name(v: ir.Value) -> str:
@@ -75,30 +64,6 @@ def indexed_row(op: ir.Operation) -> tuple[int, ir.Value] | None:
             or str(op.results[0].type) != str(x.type):
         return None
     return dim, index
-
-
-class TorchBuilder:
-    """Creates torch ops before one op (also compiler/torch_linear.py)."""
-
-    def __init__(self, before: ir.Operation):
-        self.ip = ir.InsertionPoint(before)
-        self.loc = before.location
-        self.int_t = ir.Type.parse("!torch.int")
-        self.bool_t = ir.Type.parse("!torch.bool")
-
-    def op(self, name: str, operands: list, result: ir.Type, attributes: dict | None = None) -> ir.Value:
-        return ir.Operation.create(name, results=[result], operands=operands, attributes=attributes or {},
-                                   loc=self.loc, ip=self.ip).results[0]
-
-    def int(self, value: int) -> ir.Value:
-        return self.op("torch.constant.int", [], self.int_t,
-                       {"value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)})
-
-    def int_op(self, name: str, a: ir.Value, b: ir.Value) -> ir.Value:
-        return self.op(name, [a, b], self.int_t)
-
-    def bool_op(self, name: str, a: ir.Value, b: ir.Value) -> ir.Value:
-        return self.op(name, [a, b], self.bool_t)
 
 
 def _rewrite(op: ir.Operation, dim: int, index: ir.Value) -> None:

@@ -44,7 +44,7 @@ import re
 from iree.compiler import ir
 
 from .ir_utils import walk_ops
-from .torch_index_put import TorchBuilder, shape_and_dtype
+from .torch_ir import TorchBuilder, constant_value, shape_and_dtype
 from .torch_qdq import DEQUANTIZE
 
 LINEAR = "torch.aten.linear"
@@ -76,11 +76,7 @@ def _rows_view(op: ir.Operation) -> tuple[list[int], list[int], str] | None:
 def _view(value: ir.Value, shape: list[int], dtype: str, before: ir.Operation) -> ir.Value:
     b = TorchBuilder(before)
     sizes = b.op("torch.prim.ListConstruct", [b.int(d) for d in shape], ir.Type.parse("!torch.list<int>"))
-    return b.op("torch.aten.view", [value, sizes], _vtensor(shape, dtype))
-
-
-def _vtensor(shape: list[int], dtype: str) -> ir.Type:
-    return ir.Type.parse(f"!torch.vtensor<[{','.join(map(str, shape))}],{dtype}>")
+    return b.op("torch.aten.view", [value, sizes], TorchBuilder.tensor_type(shape, dtype))
 
 
 def _transposed_matrix(v: ir.Value) -> ir.Value | None:
@@ -94,9 +90,9 @@ def _transposed_matrix(v: ir.Value) -> ir.Value | None:
     if op.name == "torch.aten.transpose.int":
         dims = []
         for d in op.operands[1:]:
-            if isinstance(d.owner, ir.Block) or d.owner.name != "torch.constant.int":
+            if constant_value(d, "int") is None:
                 return None
-            dims.append(ir.IntegerAttr(d.owner.attributes["value"]).value % 2)
+            dims.append(constant_value(d, "int") % 2)
         if sorted(dims) != [0, 1]:
             return None
     return op.operands[0]
@@ -138,7 +134,7 @@ def _linear_on_rows(op: ir.Operation, flat_x: ir.Value, rows: list[int], found: 
     """Replaces linear `op` by the linear of `flat_x` (its input viewed as `rows` x K), viewed
     back to its result's shape; `found` is `_rows_view(op)`."""
     _, y_shape, dtype = found
-    flat_y = TorchBuilder(op).op(LINEAR, [flat_x, *op.operands[1:]], _vtensor([*rows, y_shape[-1]], dtype))
+    flat_y = TorchBuilder(op).op(LINEAR, [flat_x, *op.operands[1:]], TorchBuilder.tensor_type([*rows, y_shape[-1]], dtype))
     op.results[0].replace_all_uses_with(_view(flat_y, y_shape, dtype, op))
     op.erase()
 
@@ -159,7 +155,7 @@ def rewrite_quantized_linears(module_op: ir.Operation) -> int:
             continue
         rows = [1, math.prod(x_shape[:-1])]
         flat_q = _view(dq.operands[0], [*rows, x_shape[-1]], q[1], op)
-        flat_x = TorchBuilder(op).op(DEQUANTIZE, [flat_q, *dq.operands[1:]], _vtensor([*rows, x_shape[-1]], dtype))
+        flat_x = TorchBuilder(op).op(DEQUANTIZE, [flat_q, *dq.operands[1:]], TorchBuilder.tensor_type([*rows, x_shape[-1]], dtype))
         _linear_on_rows(op, flat_x, rows, found)
         if not list(dq.results[0].uses):
             dq.erase()

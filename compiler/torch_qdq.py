@@ -20,31 +20,20 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from .ir_utils import walk_ops
+from .torch_ir import SCALAR_TYPES, TorchBuilder, constant_value
 
 _QUANTIZE = "torch.quantized_decomposed.quantize_per_tensor"
 DEQUANTIZE = "torch.quantized_decomposed.dequantize_per_tensor"
 # torch ScalarType codes of the `dtype` operand.
-UINT8, INT8 = 0, 1
+UINT8, INT8 = SCALAR_TYPES["ui8"], SCALAR_TYPES["si8"]
 # Operands (zero point, qmin, qmax, dtype) of both ops.
 _PARAMS = (2, 3, 4, 5)
 
 
 def _int_params(op: ir.Operation) -> list[int] | None:
     """The constant integer parameters of a quantize / dequantize, or None."""
-    out = []
-    for k in _PARAMS:
-        v = op.operands[k]
-        if isinstance(v.owner, ir.Block) or v.owner.name != "torch.constant.int":
-            return None
-        out.append(ir.IntegerAttr(v.owner.attributes["value"]).value)
-    return out
-
-
-def _constant_int(value: int, before: ir.Operation) -> ir.Value:
-    op = ir.Operation.create("torch.constant.int", results=[ir.Type.parse("!torch.int")],
-                             attributes={"value": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)},
-                             ip=ir.InsertionPoint(before))
-    return op.results[0]
+    values = [constant_value(op.operands[k], "int") for k in _PARAMS]
+    return None if None in values else values
 
 
 def rewrite_uint8_activations(module_op: ir.Operation) -> int:
@@ -62,7 +51,7 @@ def rewrite_uint8_activations(module_op: ir.Operation) -> int:
             continue
         for op, (zp, qmin, qmax, _) in zip([q] + users, params):
             for k, value in zip(_PARAMS, (zp - 128, qmin - 128, qmax - 128, INT8)):
-                op.operands[k] = _constant_int(value, op)
+                op.operands[k] = TorchBuilder(op).int(value)
         v.set_type(ir.Type.parse(str(v.type)[: -len(",ui8>")] + ",si8>"))
         done += 1
     return done

@@ -33,8 +33,7 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from .ir_utils import walk_ops
-from .torch_dynamic_quant import SCALAR_TYPES, QuantBuilder, constant_value, operator_name
-from .torch_index_put import shape_and_dtype
+from .torch_ir import SCALAR_TYPES, TorchBuilder, constant_value, operator_name, shape_and_dtype
 
 _CHOOSE = "torch.torchao.choose_qparams_affine"
 _QUANTIZE = "torch.torchao.quantize_affine"
@@ -78,7 +77,7 @@ def _decompose_choose_qparams(op: ir.Operation) -> bool:
             or out[0][1] != "f32" or out[1][1] not in SCALAR_TYPES:
         return False
     dims, shape = reduced
-    b = QuantBuilder(op)
+    b = TorchBuilder(op)
     t = b.tensor_type(shape, "f32")
     keep = b.op("torch.constant.bool", [], b.bool_t, {"value": ir.BoolAttr.get(True)})
     lo = b.op("torch.aten.amin", [op.operands[0], b.int_list(dims), keep], t)
@@ -120,7 +119,7 @@ def _decompose_quantize(op: ir.Operation) -> bool:
     if reduced is None or None in (qmin, qmax) or out is None or zp is None or out[1] != "si8" \
             or scale_type is None or scale_type[1] != "f32":
         return False
-    b = QuantBuilder(op)
+    b = TorchBuilder(op)
     shape, t = reduced[1], b.tensor_type(out[0], "f32")
     inverse = b.op("torch.aten.reciprocal", [b.op("torch.aten.view", [scale, b.int_list(shape)],
                                                     b.tensor_type(shape, "f32"))], b.tensor_type(shape, "f32"))
@@ -170,7 +169,7 @@ def _undo_uint8_shift(mm: ir.Operation) -> bool:
     if sub.name != "torch.aten.sub.Tensor" or uses[0].operand_number != 0 or sub.results[0].type != mm.results[0].type \
             or constant_value(sub.operands[2], "int") != 1 or not _is_shift_correction(sub.operands[1], mm.operands[1]):
         return False
-    signed = QuantBuilder(sub).op("torch.aten._int_mm", [q, mm.operands[1]], mm.results[0].type)
+    signed = TorchBuilder(sub).op("torch.aten._int_mm", [q, mm.operands[1]], mm.results[0].type)
     sub.results[0].replace_all_uses_with(signed)
     return True
 
