@@ -241,11 +241,17 @@ def _check_scalar_readers(arg: ir.Value) -> None:
     as a generic's input broadcast to every element: the function reads it as a 0-d tensor
     argument instead (`_move_body`)."""
     for use in arg.uses:
-        g = use.owner
-        if isinstance(g, ir.Block) or g.name != "linalg.generic" or use.operand_number >= n_inputs(g) \
-                or len(indexing_maps(g)[use.operand_number].results) != 0:
+        if not _is_broadcast_input(use):
             raise Unsupported(f"dispatch takes a non-tensor operand ({arg.type}) that it reads other than as "
                               f"a generic's broadcast input")
+
+
+def _is_broadcast_input(use) -> bool:
+    """Whether `use` is a linalg.generic's input read through a map of no results (one value
+    broadcast to every element)."""
+    g = use.owner
+    return not isinstance(g, ir.Block) and g.name == "linalg.generic" and use.operand_number < n_inputs(g) \
+        and len(indexing_maps(g)[use.operand_number].results) == 0
 
 
 def _result_arguments(n_operands: int, tied: list[int]) -> list[int]:
@@ -342,10 +348,8 @@ def _broadcast_0d_reads(fblock: ir.Block) -> None:
         if op.name != "tensor.extract" or len(op.operands) != 1:
             continue
         for use in list(op.results[0].uses):
-            g = use.owner
-            if not isinstance(g, ir.Block) and g.name == "linalg.generic" and use.operand_number < n_inputs(g) \
-                    and len(indexing_maps(g)[use.operand_number].results) == 0:
-                g.operands[use.operand_number] = op.operands[0]
+            if _is_broadcast_input(use):
+                use.owner.operands[use.operand_number] = op.operands[0]
         if not list(op.results[0].uses):
             op.erase()
 
