@@ -509,7 +509,7 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
                         source_name: str, remarks) -> CompileResult:
     flags = list(options.iree_flags)
     data = source.encode() if isinstance(source, str) else source
-    quantized = False
+    quantized = dynamic = False
     if options.torq:
         # With --torq-keep-f32 f32 models stay on the host, where llvm-cpu cannot
         # compile some dispatches with a fused pad (large padded depthwise convs).
@@ -534,7 +534,7 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
     try:
         preload = QDQ_PRELOAD if quantized else ()
         return _compile_through_target(session, data, options, source_name, remarks, flags, torq_stop, started,
-                                       frontend, preload)
+                                       frontend, preload, dynamic)
     finally:
         started.close()  # a failed compile's workers too
         if frontend is not None:
@@ -543,7 +543,8 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
 
 def _compile_through_target(session: Session, data: bytes, options: CompileOptions, source_name: str, remarks,
                             flags: list[str], torq_stop: str, started: StartedWorkers,
-                            frontend: FrontendCache | None, preload: tuple[str, ...] = ()) -> CompileResult:
+                            frontend: FrontendCache | None, preload: tuple[str, ...] = (),
+                            dynamic: bool = False) -> CompileResult:
     """IREE to dispatch creation, the Torq target, then IREE to the end. When IREE's front end
     has to run (no front-end cache entry), the dispatch compile workers start beside it, and
     they and this process import `preload` meanwhile."""
@@ -578,7 +579,8 @@ def _compile_through_target(session: Session, data: bytes, options: CompileOptio
                 print(f"// -----// IR Dump After {name} //----- //\n{text}", file=sys.stderr)
         report = TorqTarget(options.pass_options(), remarks=remarks, print_after_all=printer,
                             stop_after_phase=torq_stop, jobs=jobs, cache=options.dispatch_cache(),
-                            check_dispatches=options.check_dispatches, started=started).run(module_op)
+                            check_dispatches=options.check_dispatches, started=started,
+                            run_time_quantization=dynamic).run(module_op)
         if torq_stop:
             return CompileResult(None, report.stopped_ir, report)
     started.close()  # any the target did not take: IREE's back end may use both cores

@@ -71,7 +71,12 @@ from .macs import count_macs
 from .passes import PassOptions, super_tiling
 from .patterns import Unsupported, classify_contraction
 from .pipeline import dispatch_pipeline, run_passes
-from .quantization_parameters import module_quantizes, quantization_parameter_reason
+from .quantization_parameters import (
+    PER_TOKEN_REASON,
+    module_quantizes,
+    per_token_parameter_dispatches,
+    quantization_parameter_reason,
+)
 from .source_locations import dispatch_op_kinds, dispatch_source, first_frame_location
 
 # A dispatch IREE hoisted into a util.initializer runs once, when the module loads: a
@@ -359,8 +364,12 @@ class TorqTarget:
 
     def __init__(self, options: PassOptions, remarks=sys.stderr, print_after_all=None,
                  stop_after_phase: str = "", jobs: int = 1, cache: DispatchCache | None = None,
-                 check_dispatches: bool = False, started: StartedWorkers | None = None):
+                 check_dispatches: bool = False, started: StartedWorkers | None = None,
+                 run_time_quantization: bool = False):
         self.options = options
+        # The model quantizes when it runs (the driver's dynamic-quantization marks): what its
+        # quantizes read per token stays on the host (quantization_parameters.py).
+        self.run_time_quantization = run_time_quantization
         self.check_dispatches = check_dispatches
         self.remarks = remarks
         self.print_after_all = print_after_all
@@ -432,6 +441,7 @@ class TorqTarget:
         facts = FlowModuleFacts(module_op)
         dispatches = [op for op in walk_ops(module_op) if op.name == "flow.dispatch.workgroups"]
         quantizes = None  # whether the module quantizes: read only for a dispatch that computes single values
+        per_token = per_token_parameter_dispatches(dispatches) if self.run_time_quantization else set()
         for i, dispatch in enumerate(dispatches):
             name = f"{_enclosing_function_name(dispatch)}_dispatch_{i}"
             # MACs, source and op kinds before the dispatch is replaced
@@ -440,7 +450,7 @@ class TorqTarget:
             if name.startswith("initializer_"):
                 self._refused(job, Refused(LOAD_TIME_REASON, unsupported=True), report)
                 continue
-            reason = quantization_parameter_reason(dispatch)
+            reason = quantization_parameter_reason(dispatch) or (PER_TOKEN_REASON if dispatch in per_token else "")
             if reason and quantizes is None:
                 quantizes = module_quantizes(dispatches)
             if reason and quantizes:

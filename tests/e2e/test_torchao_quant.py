@@ -16,7 +16,6 @@ import pytest
 import torch
 from feed_forward import FeedForward
 from llvm_cpu import llvm_cpu
-from torch_reference import REL_L2_LIMIT
 
 import torq
 from torq.compiler.torch_dynamic_quant import rewritten_text
@@ -72,9 +71,9 @@ def _rel_l2(a, b) -> float:
 
 @pytest.mark.parametrize("uint8_trick", [True, False], ids=["u8s8", "s8s8"])
 def test_int8_dynamic_linears_run_on_the_npu(monkeypatch, uint8_trick):
-    """Both matmuls on the NPU, with default flags and --torq-keep-f32; with the float ops on
-    the host in f32 the result is llvm-cpu's on the rewritten module bit for bit (the NPU's
-    i32 accumulator is exact) and within f32 rounding of torchao's. torchao exports its u8 x
+    """Both matmuls on the NPU, with default flags and --torq-keep-f32; the result is llvm-cpu's
+    on the rewritten module bit for bit (the NPU's i32 accumulator is exact, the per-token
+    scales and the GELU stay on the host in f32) and within f32 rounding of torchao's. torchao exports its u8 x
     s8 form on a CPU with VNNI and no AMX, else the s8 x s8 one: both, whatever this CPU."""
     import torchao.kernel.intmm as intmm
     from iree.turbine import aot
@@ -96,8 +95,8 @@ def test_int8_dynamic_linears_run_on_the_npu(monkeypatch, uint8_trick):
         cm = torq.compile(text, remarks=remarks, flags=flags)
         assert cm.report.npu_mac_share == 1.0, remarks.getvalue()
         y = np.asarray(cm(x.numpy()))
-        if flags:
-            assert np.array_equal(y, reference)
-            assert _rel_l2(y, ref_torchao) < 1e-5
-        else:
-            assert _rel_l2(y, reference) < REL_L2_LIMIT
+        # The per-token scales stay on the host in f32 with default flags too (in bf16 on
+        # the NPU they moved the result 6.6e-3 from llvm-cpu's).
+        assert sum("per-token scale" in d.reason for d in cm.report.dispatches) >= 2
+        assert np.array_equal(y, reference)
+        assert _rel_l2(y, ref_torchao) < 1e-5
