@@ -100,3 +100,28 @@ def test_int8_dynamic_linears_run_on_the_npu(monkeypatch, uint8_trick):
         assert sum("per-token scale" in d.reason for d in cm.report.dispatches) >= 2
         assert np.array_equal(y, reference)
         assert _rel_l2(y, ref_torchao) < 1e-5
+
+
+def test_an_int8_dynamic_llama_runs_its_linears_on_the_npu():
+    """Hugging Face Llama (2 layers, random weights, grouped-query attention), quantized by
+    quantize_ and exported with the 4-D causal mask (tests/e2e/test_hf_llama.py's recipe):
+    every Linear on the NPU; with --torq-keep-f32 attention's f32 matmuls stay on the host
+    and the logits are llvm-cpu's on the rewritten module bit for bit."""
+    from iree.turbine import aot
+    from test_hf_llama import CausalLM, transformers  # (transformers needs torchvision's stub)
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    model = CausalLM(transformers.LlamaForCausalLM(config).eval(), mask=True)
+    quantize_(model, Int8DynamicActivationInt8WeightConfig())
+    ids = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(1))
+    text = str(aot.export(model, ids).mlir_module)
+    assert text.count("torchao.choose_qparams_affine") == 15  # 7 Linears a layer and the LM head
+    reference = llvm_cpu(_rewritten(text), ids.numpy())
+    remarks = io.StringIO()
+    cm = torq.compile(text, remarks=remarks, flags=["--torq-keep-f32"])
+    assert np.array_equal(np.asarray(cm(ids.numpy())), reference)
+    linears = [d for d in cm.report.dispatches if d.macs and d.executor == "torq"]
+    assert len(linears) >= 15 and cm.report.npu_mac_share > 0.9, remarks.getvalue()
