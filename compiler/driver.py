@@ -486,9 +486,8 @@ def _module_at_dispatch_creation(session: Session, data: bytes, source_name: str
     return module_op, None
 
 
-def _is_qdq(data: bytes, text: bytes | None = None) -> bool:
-    """Whether the input quantizes (`text`: its `ops_text`, when the caller has it)."""
-    text = ops_text(data) if text is None else text
+def _is_qdq(text: bytes) -> bool:
+    """Whether the input (`text`: its `ops_text`) quantizes."""
     return any(mark in text for mark in _QDQ_MARKS)
 
 
@@ -514,7 +513,7 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
         # With --torq-keep-f32 f32 models stay on the host, where llvm-cpu cannot
         # compile some dispatches with a fused pad (large padded depthwise convs).
         text = ops_text(data)  # (a copy of the input's ops: scanned once here)
-        quantized, dynamic = _is_qdq(data, text), any(mark in text for mark in _DYNAMIC_QUANTIZATION_MARKS)
+        quantized, dynamic = _is_qdq(text), any(mark in text for mark in _DYNAMIC_QUANTIZATION_MARKS)
         npu = [] if options.keep_f32 or dynamic else DISPATCH_FLAGS + (QDQ_DISPATCH_FLAGS if quantized else [])
         flags = HOST_FLAGS + npu + flags
     try:

@@ -46,8 +46,7 @@ def quantization_parameter_reason(dispatch: ir.Operation) -> str:
     results = [r.type for r in dispatch.results]
     if not results or not all(_single_value(t) for t in results):
         return ""
-    tensors = [v.type for v in dispatch.operands if isinstance(v.type, ir.RankedTensorType)]
-    if not tensors or not all(_is_float(t.element_type) for t in tensors):
+    if not _float_tensors_only(dispatch):
         return ""  # (a contraction of int8 tensors with a single dequantized result is not one)
     return ("computes single values from f32 tensors in a model that quantizes at run time (a dynamic "
             "quantization's scale or zero point, or the min / max they are computed from): on host in f32, as "

@@ -28,9 +28,9 @@ NPU, the parameters and the epilogue on the host in f32
 is then IREE's, round(x / s) + z, as for a static PT2E model; torch's
 reference multiplies by 1 / s, which can round a value at a tie the other way.
 
-As compiler/torch_qdq.py does for static activations, a uint8 quantize read
-only by dequantizes with the same parameters holds its value minus 128, with
-zero point z - 128 and range [qmin - 128, qmax - 128], as int8: exact.
+compiler/torch_qdq.py's rewrite, which runs next, then holds a uint8 activation that
+only dequantizes read as int8 (its value, zero point and range minus 128: exact), as
+for a static model.
 
 Only per-tensor affine choose_qparams of an f32 tensor with constant range,
 eps and dtype is rewritten (choose_qparams_symmetric and per-token variants
@@ -44,12 +44,13 @@ from iree.compiler import ir
 
 from .ir_utils import walk_ops
 from .torch_ir import TorchBuilder, constant_value, operator_name
-from .torch_qdq import DEQUANTIZE, INT8, UINT8
+from .torch_qdq import DEQUANTIZE
 
 _CHOOSE = "torch.quantized_decomposed.choose_qparams.tensor"
 _QUANTIZE_T = "torch.quantized_decomposed.quantize_per_tensor.tensor"
 _DEQUANTIZE_T = "torch.quantized_decomposed.dequantize_per_tensor.tensor"
 _QUANTIZE = "torch.quantized_decomposed.quantize_per_tensor"
+_SCALAR_FORMS = {_QUANTIZE_T: _QUANTIZE, _DEQUANTIZE_T: DEQUANTIZE}
 def _decompose_choose_qparams(op: ir.Operation) -> bool:
     """Replaces choose_qparams `op` by the module docstring's aten ops; False if it is not
     the form rewritten here."""
@@ -73,32 +74,12 @@ def _decompose_choose_qparams(op: ir.Operation) -> bool:
     return True
 
 
-def _int8_shift(q: ir.Operation) -> int:
-    """128 when quantize `q` (uint8) is read only by dequantizes of the same parameters (the
-    module docstring's exact int8 form), else 0."""
-    params = [constant_value(v, "int") for v in q.operands[3:6]]
-    if params[2] != UINT8 or None in params:
-        return 0
-    for use in q.results[0].uses:
-        d = use.owner
-        if operator_name(d) != _DEQUANTIZE_T or use.operand_number != 0 \
-                or list(d.operands[1:3]) != list(q.operands[1:3]) \
-                or [constant_value(v, "int") for v in d.operands[3:6]] != params:
-            return 0
-    return 128
-
-
-def _scalar_form(op: ir.Operation, name: str, shift: int, result_type: ir.Type) -> None:
-    """Replaces the `.tensor` quantize / dequantize `op` by its scalar form `name` (read
-    through `shift`, the module docstring's int8 form, when nonzero)."""
+def _scalar_form(op: ir.Operation, name: str) -> None:
+    """Replaces the `.tensor` quantize / dequantize `op` by its scalar form `name`."""
     b = TorchBuilder(op)
     scale = b.op("torch.aten.Float.Tensor", [op.operands[1]], ir.Type.parse("!torch.float"))
     zero_point = b.op("torch.aten.Int.Tensor", [op.operands[2]], b.int_t)
-    rest = list(op.operands[3:])
-    if shift:
-        zero_point = b.int_op("torch.aten.sub.int", zero_point, b.int(shift))
-        rest[:3] = [b.int(constant_value(rest[0], "int") - shift), b.int(constant_value(rest[1], "int") - shift), b.int(INT8)]
-    new = b.op(name, [op.operands[0], scale, zero_point, *rest], result_type)
+    new = b.op(name, [op.operands[0], scale, zero_point, *op.operands[3:]], op.results[0].type)
     op.results[0].replace_all_uses_with(new)
     op.erase()
 
@@ -107,31 +88,9 @@ def rewrite_dynamic_quantization(module_op: ir.Operation) -> int:
     """Applies the module docstring's rewrites in place; returns how many choose_qparams."""
     chosen = sum(_decompose_choose_qparams(op) for op in
                  [o for o in walk_ops(module_op) if operator_name(o) == _CHOOSE])
-    for q in [o for o in walk_ops(module_op) if operator_name(o) == _QUANTIZE_T]:
-        if len(q.operands) != 6 or None in [constant_value(v, "int") for v in q.operands[3:6]]:
-            continue
-        shift, readers = _int8_shift(q), [u.owner for u in q.results[0].uses]
-        result_type = ir.Type.parse(str(q.results[0].type).replace(",ui8>", ",si8>")) if shift else q.results[0].type
-        _scalar_form(q, _QUANTIZE, shift, result_type)
-        for d in readers if shift else []:
-            _scalar_form(d, DEQUANTIZE, shift, d.results[0].type)
-    for d in [o for o in walk_ops(module_op) if operator_name(o) == _DEQUANTIZE_T]:
-        if len(d.operands) == 7 and None not in [constant_value(v, "int") for v in d.operands[3:6]]:
-            _scalar_form(d, DEQUANTIZE, 0, d.results[0].type)
+    for op in [o for o in walk_ops(module_op) if operator_name(o) in _SCALAR_FORMS]:
+        name = _SCALAR_FORMS[operator_name(op)]
+        if len(op.operands) == (6 if name == _QUANTIZE else 7) \
+                and None not in [constant_value(v, "int") for v in op.operands[3:6]]:
+            _scalar_form(op, name)
     return chosen
-
-
-def rewritten_text(text: str, rewrite=rewrite_dynamic_quantization) -> str:
-    """MLIR text `text` after `rewrite` alone (this module's, or compiler/torchao_quant.py's):
-    the module as IREE's own back ends can compile it (the reference the tests and
-    benchmarks run on llvm-cpu)."""
-    from iree.compiler.api import Session, Source
-
-    session = Session()
-    inv = session.invocation()
-    if not inv.parse_source(Source.wrap_buffer(session, text.encode(), buffer_name="input.mlir")):
-        raise ValueError("cannot parse the MLIR text")
-    module = inv.export_module()
-    with module.context, ir.Location.unknown():
-        rewrite(module)
-        return str(module)

@@ -84,3 +84,19 @@ class TorchBuilder:
         """The 0-d f32 `value` converted to `dtype`, of shape [1] (choose_qparams' results)."""
         return self.op("torch.aten.unsqueeze", [self.to_dtype(value, [], dtype), self.int(0)],
                        self.tensor_type([1], dtype))
+
+
+def rewritten_text(text: str, rewrite) -> str:
+    """MLIR text `text` after `rewrite` (a function of the module operation) alone: a
+    torch-level rewrite's module as IREE's own back ends compile it (the llvm-cpu reference
+    the tests and benchmarks run where IREE cannot compile the input as written)."""
+    from iree.compiler.api import Session, Source
+
+    session = Session()
+    inv = session.invocation()
+    if not inv.parse_source(Source.wrap_buffer(session, text.encode(), buffer_name="input.mlir")):
+        raise ValueError("cannot parse the MLIR text")
+    module = inv.export_module()
+    with module.context, ir.Location.unknown():
+        rewrite(module)
+        return str(module)

@@ -75,8 +75,7 @@ def _rows_view(op: ir.Operation) -> tuple[list[int], list[int], str] | None:
 
 def _view(value: ir.Value, shape: list[int], dtype: str, before: ir.Operation) -> ir.Value:
     b = TorchBuilder(before)
-    sizes = b.op("torch.prim.ListConstruct", [b.int(d) for d in shape], ir.Type.parse("!torch.list<int>"))
-    return b.op("torch.aten.view", [value, sizes], TorchBuilder.tensor_type(shape, dtype))
+    return b.op("torch.aten.view", [value, b.int_list(shape)], b.tensor_type(shape, dtype))
 
 
 def _transposed_matrix(v: ir.Value) -> ir.Value | None:

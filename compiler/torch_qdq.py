@@ -11,8 +11,10 @@ Q_i8(x; s, z - 128, qmin - 128, qmax - 128) and DQ_u8(q; s, z) =
 DQ_i8(q - 128; s, z - 128), so the quantize and its dequantizes are rewritten
 together, and the model computes the same numbers with int8 activations.
 Done for a uint8 value only when every user is a dequantize of it and every
-parameter is a constant; the model's interface is untouched (a quantize's
-result is never a function argument; one returned is left alone).
+range and dtype parameter is a constant; a zero point computed when the model
+runs (compiler/torch_dynamic_quant.py's) is read minus 128 (`aten.sub.int`).
+The model's interface is untouched (a quantize's result is never a function
+argument; one returned is left alone).
 """
 
 from __future__ import annotations
@@ -27,13 +29,20 @@ DEQUANTIZE = "torch.quantized_decomposed.dequantize_per_tensor"
 # torch ScalarType codes of the `dtype` operand.
 UINT8, INT8 = SCALAR_TYPES["ui8"], SCALAR_TYPES["si8"]
 # Operands (zero point, qmin, qmax, dtype) of both ops.
-_PARAMS = (2, 3, 4, 5)
+_ZERO_POINT, _PARAMS = 2, (3, 4, 5)
 
 
 def _int_params(op: ir.Operation) -> list[int] | None:
-    """The constant integer parameters of a quantize / dequantize, or None."""
+    """The constant (qmin, qmax, dtype) of a quantize / dequantize, or None."""
     values = [constant_value(op.operands[k], "int") for k in _PARAMS]
     return None if None in values else values
+
+
+def _shifted_zero_point(op: ir.Operation) -> ir.Value:
+    """`op`'s zero point minus 128: a constant, or `aten.sub.int` of a run-time one."""
+    b, zp = TorchBuilder(op), op.operands[_ZERO_POINT]
+    value = constant_value(zp, "int")
+    return b.int(value - 128) if value is not None else b.int_op("torch.aten.sub.int", zp, b.int(128))
 
 
 def rewrite_uint8_activations(module_op: ir.Operation) -> int:
@@ -47,10 +56,11 @@ def rewrite_uint8_activations(module_op: ir.Operation) -> int:
         if not users or any(u.name != DEQUANTIZE or u.operands[0] != v for u in users):
             continue
         params = [_int_params(op) for op in [q] + users]
-        if any(p is None or p[3] != UINT8 for p in params):
+        if any(p is None or p[2] != UINT8 for p in params):
             continue
-        for op, (zp, qmin, qmax, _) in zip([q] + users, params):
-            for k, value in zip(_PARAMS, (zp - 128, qmin - 128, qmax - 128, INT8)):
+        for op, (qmin, qmax, _) in zip([q] + users, params):
+            op.operands[_ZERO_POINT] = _shifted_zero_point(op)
+            for k, value in zip(_PARAMS, (qmin - 128, qmax - 128, INT8)):
                 op.operands[k] = TorchBuilder(op).int(value)
         v.set_type(ir.Type.parse(str(v.type)[: -len(",ui8>")] + ",si8>"))
         done += 1

@@ -130,12 +130,15 @@ def _reference(name: str, tmp: str):
     """(what torq-compile reads, the input, torch fp32's output, the quantizer's runtime's
     output, the module llvm-cpu compiles, its function name)."""
     if name.startswith("pt2e/"):
-        from torq.compiler.torch_dynamic_quant import rewritten_text
+        from torq.compiler.torch_dynamic_quant import rewrite_dynamic_quantization
+        from torq.compiler.torch_ir import rewritten_text
+        from torq.compiler.torch_qdq import rewrite_uint8_activations
 
         text, x, reference, quantized = _pt2e_quantized(name[len("pt2e/"):])
-        return text, x, reference, quantized, rewritten_text(text), "main"
+        both = lambda m: (rewrite_dynamic_quantization(m), rewrite_uint8_activations(m))  # noqa: E731
+        return text, x, reference, quantized, rewritten_text(text, both), "main"
     if name.startswith("torchao/"):
-        from torq.compiler.torch_dynamic_quant import rewritten_text
+        from torq.compiler.torch_ir import rewritten_text
         from torq.compiler.torchao_quant import rewrite_torchao_quantization
 
         text, x, reference, quantized = _torchao_quantized(name[len("torchao/"):])

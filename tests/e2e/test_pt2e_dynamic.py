@@ -20,10 +20,18 @@ from llvm_cpu import llvm_cpu
 from torch_reference import REL_L2_LIMIT
 
 import torq
-from torq.compiler.torch_dynamic_quant import rewritten_text
+from torq.compiler.torch_dynamic_quant import rewrite_dynamic_quantization
+from torq.compiler.torch_ir import rewritten_text
+from torq.compiler.torch_qdq import rewrite_uint8_activations
 
 pytest.importorskip("torchao.quantization.pt2e")  # (also defines torch.ops.quantized_decomposed)
 qd = torch.ops.quantized_decomposed
+
+
+def _rewritten(text: str) -> str:
+    """`text` after the two torch-level rewrites torq-compile makes of it first: the dynamic
+    quantization in ops IREE imports, then uint8 activations as int8."""
+    return rewritten_text(text, lambda m: (rewrite_dynamic_quantization(m), rewrite_uint8_activations(m)))
 
 
 class QuantizeAtRunTime(torch.nn.Module):
@@ -62,7 +70,7 @@ def test_rewritten_parameters_and_quantize_equal_torch(qmin, qmax, dtype, with_q
     model = QuantizeAtRunTime(qmin, qmax, dtype, with_q)
     text = str(aot.export(model, torch.zeros(8, 64)).mlir_module)
     assert "choose_qparams.tensor" in text
-    rewritten = rewritten_text(text)
+    rewritten = _rewritten(text)
     assert "torch.operator" not in rewritten
     assert (",ui8>" in rewritten) == (with_q and dtype == torch.uint8)
     for name, x in _inputs((8, 64)).items():
@@ -117,7 +125,7 @@ def test_dynamically_quantized_linears_run_on_the_npu(quantizer):
     # The scale and the (i64) zero point are computed on the host as quantization parameters.
     reasons = [d.reason for d in cm.report.dispatches if d.executor != "torq"]
     assert sum("computes single values from f32 tensors" in r for r in reasons) == 6, reasons
-    rewritten = rewritten_text(text)
+    rewritten = _rewritten(text)
     for name, v in _inputs((1, 32, 64)).items():
         y, ref = np.asarray(cm(v)), llvm_cpu(rewritten, v)
         assert np.array_equal(y, ref), f"{name}: {np.count_nonzero(y != ref)} of {y.size} outputs differ"
@@ -139,7 +147,7 @@ def test_a_dynamically_quantized_bert_layer_runs_its_linears_on_the_npu():
     ids = torch.randint(0, 500, (1, 32))
     text, _ = pt2e_dynamic_export(bert, ids, "x86")
     assert text.count("choose_qparams.tensor") == 4
-    reference = llvm_cpu(rewritten_text(text), ids.numpy())
+    reference = llvm_cpu(_rewritten(text), ids.numpy())
     for flags in ([], ["--torq-keep-f32"]):
         remarks = io.StringIO()
         cm = torq.compile(text, remarks=remarks, flags=flags)

@@ -18,7 +18,7 @@ from feed_forward import FeedForward
 from llvm_cpu import llvm_cpu
 
 import torq
-from torq.compiler.torch_dynamic_quant import rewritten_text
+from torq.compiler.torch_ir import rewritten_text
 from torq.compiler.torchao_quant import rewrite_torchao_quantization
 
 pytest.importorskip("torchao.quantization")

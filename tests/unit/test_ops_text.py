@@ -10,7 +10,7 @@ RESOURCES = b'\n{-#\n  dialect_resources: {\n    builtin: {\n      w: "0x0400000
 
 def test_text_before_the_resources():
     assert driver.ops_text(OPS + RESOURCES) == OPS
-    assert not driver._is_qdq(OPS + RESOURCES)  # a mark inside a weight's hex is no op
+    assert not driver._is_qdq(driver.ops_text(OPS + RESOURCES))  # a mark inside a weight's hex is no op
 
 
 def test_text_without_resources_and_bytecode_whole():
