@@ -83,6 +83,7 @@ from .box_reads import (
     static_box,
     stride_split,
 )
+from .constant_args import CONSTANT_ARG
 from .f32_chain import host_float_semantics
 from .ir_utils import (
     CompileError,
@@ -96,7 +97,7 @@ from .ir_utils import (
     walk_ops,
 )
 from .passes import decompose_attention, lower_requantization, mark_in_place_updates
-from .passes.lower_requantization import CONSTANT_ARG, HOST_FMA, SCALAR_ARGUMENTS
+from .passes.lower_requantization import HOST_FMA, SCALAR_ARGUMENTS
 from .passes.mark_in_place_updates import RESULT_UPDATES
 from .patterns import Unsupported
 from .requant_summary import RequantSummary

@@ -515,7 +515,7 @@ def _residual_operand(op: ir.Operation, skip: set[int], known: Known) -> int:
     int8 tensor, or an i32 one (another contraction's accumulator) it requantizes first; the
     operands in `skip` (the accumulator, its zero-point corrections) are not candidates."""
     maps = indexing_maps(op)
-    tensors = [i for i in range(n_inputs(op)) if i not in skip and known(op.operands[i]) is None]
+    tensors = [i for i in range(n_inputs(op)) if i not in skip and not known.is_constant(op.operands[i])]
     if not tensors:
         return -1
     i = tensors[0]

@@ -28,12 +28,35 @@ class Known:
         self.args = arg_constants
 
     def __call__(self, v: ir.Value) -> np.ndarray | None:
+        k = self._argument(v)
+        if k is not None:
+            return self.args.get(k)
+        return None if isinstance(v.owner, ir.Block) else constant_of(v)
+
+    def is_constant(self, v: ir.Value) -> bool:
+        """Whether `v` is a constant, without reading its value (a compile that only asks
+        this may share its executable with a layer of other weights: constant_args.py)."""
+        k = self._argument(v)
+        if k is not None:
+            return self.args.has(k)
+        return not isinstance(v.owner, ir.Block) and constant_of(v) is not None
+
+    def all_zeros(self, v: ir.Value) -> bool:
+        """Whether `v` is a constant of zeros (and not empty), reading that fact alone."""
+        k = self._argument(v)
+        if k is not None:
+            return self.args.all_zeros(k)
+        c = None if isinstance(v.owner, ir.Block) else constant_of(v)
+        return c is not None and c.size > 0 and not c.any()
+
+    @staticmethod
+    def _argument(v: ir.Value) -> int | None:
+        """The function argument number of `v`, None for any other value."""
         if isinstance(v.owner, ir.Block):
             owner = v.owner.owner
             if owner is not None and owner.operation.name == "func.func":
-                return self.args.get(ir.BlockArgument(v).arg_number)
-            return None
-        return constant_of(v)
+                return ir.BlockArgument(v).arg_number
+        return None
 
 
 def per_channel_constants(op: ir.Operation, known, skip=()) -> tuple[set[int], dict]:

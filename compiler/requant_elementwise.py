@@ -56,7 +56,7 @@ def is_int8_arithmetic(func: ir.Operation, known) -> bool:
             for v, t in zip(results, elements)):
         return False
     for a in func.regions[0].blocks[0].arguments:
-        if isinstance(a.type, ir.RankedTensorType) and known(a) is None and \
+        if isinstance(a.type, ir.RankedTensorType) and not known.is_constant(a) and \
                 type_name(ir.RankedTensorType(a.type).element_type) not in ("i8", "i16", "i32"):
             return False
     generics = [o for o in region_ops(func) if o.name == "linalg.generic"]
@@ -183,7 +183,7 @@ def _requantizes_integers(op: ir.Operation, known) -> bool:
         return False
     names = {o.name for o in region_ops(op)}
     return "arith.sitofp" in names and "arith.fptosi" in names and all(
-        known(op.operands[i]) is not None or
+        known.is_constant(op.operands[i]) or
         type_name(ir.RankedTensorType(op.operands[i].type).element_type) in ("i8", "i16", "i32")
         for i in range(n_inputs(op)))
 

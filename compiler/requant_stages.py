@@ -192,6 +192,6 @@ def leaf_range(v: ir.Value) -> tuple[int, int]:
 
 def variable_inputs(op: ir.Operation, known) -> tuple[list[int], dict]:
     """(operand indices of the non-constant inputs of `op`, {their block args: range})."""
-    variables = [i for i in range(n_inputs(op)) if known(op.operands[i]) is None]
+    variables = [i for i in range(n_inputs(op)) if not known.is_constant(op.operands[i])]
     args = op.regions[0].blocks[0].arguments
     return variables, {args[i]: leaf_range(op.operands[i]) for i in variables}

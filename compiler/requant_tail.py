@@ -174,24 +174,33 @@ def derived_tails(op: ir.Operation, readers: list[ir.Operation]) -> list[tuple[i
 
 def runtime_tensors(op: ir.Operation, acc_index: int, known) -> dict:
     """{block argument: (function argument number, result dims)} of the tensors a dequantize of
-    the accumulator (`op`) reads besides it and constants: function arguments read along some
-    of the result's dims, which the host tail reads as they are. An f32 residual added to it
-    (DeiT's fc2 + x under PT2E) is read along all of them; a dynamic quantization's run-time
-    scale and zero point (0-d) along none, its zero-point correction's column sums (computed
-    at load time) along the channels. NotExact for any other tensor."""
+    the accumulator (`op`) reads besides it, function arguments read along some of the
+    result's dims, which the host tail reads as they are. An f32 residual added to it (DeiT's
+    fc2 + x under PT2E) is read along all of them; a dynamic quantization's run-time scale and
+    zero point (0-d) along none, its zero-point correction's column sums (computed at load
+    time) along the channels. A constant argument read that way (a per-channel weight scale, a
+    bias) is one too: the host tail reads the flow-level constant the dispatch reads, so the
+    tail is the same executable for every layer and the NPU compile never reads its value
+    (the dispatch cache shares it between layers, compiler/dispatch_cache.py). Any other
+    constant is left to `per_channel_constants`; NotExact for any other tensor."""
     maps, block = indexing_maps(op), op.regions[0].blocks[0]
     out, shape = map_dims(maps[-1]), static_shape(op.results[0].type)
     found = {}
     for i in range(n_inputs(op)):
         v = op.operands[i]
-        if i == acc_index or known(v) is not None or not list(block.arguments[i].uses):
+        if i == acc_index or not list(block.arguments[i].uses):
             continue  # (unread: a zero-point correction fold_zero_products folded to 0)
-        if not isinstance(v.owner, ir.Block) or v.owner.owner.operation.name != "func.func":
+        argument = isinstance(v.owner, ir.Block) and v.owner.owner.operation.name == "func.func"
+        if not argument and constant_of(v) is not None:
+            continue  # an arith.constant: a scalar the tail re-creates
+        if not argument:
             raise NotExact(f"operand {i} of the dequantize of the accumulator is computed in the dispatch")
         dims = map_dims(maps[i])
         along = tuple(out.index(d) for d in dims) if out is not None and dims is not None and \
             set(dims) <= set(out) and len(set(dims)) == len(dims) else None
         if along is None or static_shape(v.type) != tuple(shape[d] for d in along):
+            if known.is_constant(v):
+                continue
             raise NotExact(f"operand {i} of the dequantize of the accumulator is not read along the result's dims")
         found[block.arguments[i]] = (ir.BlockArgument(v).arg_number, along)
     return found
@@ -221,7 +230,7 @@ def split_input_quantizes(func: ir.Operation, known) -> dict[int, HostTail]:
 
 def _input_quantize(arg: ir.Value, known) -> ir.Operation | None:
     """The generic quantizing f32 argument `arg` elementwise (see split_input_quantizes), or None."""
-    if known(arg) is not None or not isinstance(arg.type, ir.RankedTensorType) or \
+    if known.is_constant(arg) or not isinstance(arg.type, ir.RankedTensorType) or \
             str(ir.RankedTensorType(arg.type).element_type) != "f32":
         return None
     uses = list(arg.uses)

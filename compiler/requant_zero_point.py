@@ -67,7 +67,7 @@ def separate_correction(op: ir.Operation, known, bound: int) -> tuple[int, ZeroP
     the matmul's dispatch when it transposes the result), or None. The contraction is out of
     sight: a' is fitted on |a'| <= `bound`, as an i32 residual is."""
     for i in range(n_inputs(op)):
-        if known(op.operands[i]) is None and str(ir.RankedTensorType(op.operands[i].type).element_type) == "i32":
+        if not known.is_constant(op.operands[i]) and str(ir.RankedTensorType(op.operands[i].type).element_type) == "i32":
             corr = _correction(op, i, known, bound)
             if corr is not None:
                 return i, corr
@@ -135,8 +135,7 @@ def fold_zero_products(op: ir.Operation, known) -> int:
             v = v.owner.operands[0]
         if v not in args or args.index(v) >= n_inputs(op):
             return False
-        c = known(op.operands[args.index(v)])
-        return c is not None and c.size > 0 and not c.any()
+        return known.all_zeros(op.operands[args.index(v)])
 
     folded = 0
     for o in [o for o in region_ops(op) if o.name == "arith.muli" and any(zeros(x) for x in o.operands)]:

@@ -36,7 +36,8 @@ leaves unread are removed.
 
 Inputs read from the function: `CONSTANT_ARG` on an argument is its known
 value (dispatch extraction attaches the flow-level constant: weights, biases,
-per-channel scales); `HOST_FMA` says how llvm-cpu evaluates f32 (whether it
+per-channel scales), read only through `constant_args.ConstantArgs`, which
+records what the pass asked of it (`RequantReport.constants_read`); `HOST_FMA` says how llvm-cpu evaluates f32 (whether it
 fuses mul + add), which the fit reproduces. Both are consumed.
 
 Raises Unsupported when a requantization cannot be reproduced: the dispatch
@@ -50,11 +51,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 from iree.compiler import ir
 
+from ..constant_args import ConstantArgs
 from ..f32_chain import HostFloat
-from ..ir_utils import constant_value, functions, static_shape, sync_function_type, walk_ops
+from ..ir_utils import functions, sync_function_type, walk_ops
 from ..patterns import Unsupported
 from ..requant import lower_float_requantization, unused_arguments
 from ..requant_channels import Known
@@ -69,8 +70,6 @@ from .mark_in_place_updates import HOST_TAIL_RESULTS, drop_result_updates
 from .split_elementwise_results import split_requantization_results
 
 NAME = "torq-lower-requantization"
-# Argument attribute (input): the argument's known value, dense or dense_resource elements.
-CONSTANT_ARG = "torq.constant"
 # The arguments that are a dispatch's scalar operand read as a 0-d tensor (dispatch_extraction):
 # only a host tail may read one, so the pass erases them once it took their readers, and
 # refuses the dispatch when the NPU part still reads one.
@@ -89,28 +88,9 @@ class RequantReport:
     # Original index of each result left (a result the host computes from another, a tail
     # with `source` >= 0, is removed).
     kept_results: list[int] | None = None
-
-
-class _ConstantArgs:
-    """Function argument index -> its `CONSTANT_ARG` value (or None), converted on first use,
-    in the argument's shape (the flow-level constant may be read through a reshape)."""
-
-    def __init__(self, func: ir.Operation):
-        self.shapes = [static_shape(a.type) for a in func.regions[0].blocks[0].arguments]
-        self.attrs: list[ir.Attribute | None] = []
-        if "arg_attrs" in func.attributes:
-            for d in ir.ArrayAttr(func.attributes["arg_attrs"]):
-                d = ir.DictAttr(d)
-                self.attrs.append(d[CONSTANT_ARG] if CONSTANT_ARG in d else None)
-        self.cache: dict[int, np.ndarray | None] = {}
-
-    def get(self, k: int) -> np.ndarray | None:
-        if k not in self.cache:
-            attr = self.attrs[k] if k < len(self.attrs) else None
-            value = constant_value(attr) if attr is not None else None
-            shape = self.shapes[k] if k < len(self.shapes) else None
-            self.cache[k] = value.reshape(shape) if value is not None and shape is not None else value
-        return self.cache[k]
+    # What the pass read of the constant arguments (`ConstantArgs.observed`): the compile is the
+    # same for any function of this text whose constants answer these the same.
+    constants_read: list[tuple[int, str]] = field(default_factory=list)
 
 
 def _host_float(func: ir.Operation) -> HostFloat | None:
@@ -138,7 +118,7 @@ def lower_function(func: ir.Operation, mode: RequantMode = RequantMode.NEAREST,
     n_args = len(block.arguments)
     n_results = len(ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).results)
     had_users = set(range(n_args)) - set(unused_arguments(func))
-    constants, host = _ConstantArgs(func), _host_float(func)
+    constants, host = ConstantArgs(func), _host_float(func)
     for name in ("arg_attrs", HOST_FMA):  # consumed: later passes see a plain function
         if name in func.attributes:
             del func.attributes[name]
@@ -170,7 +150,7 @@ def lower_function(func: ir.Operation, mode: RequantMode = RequantMode.NEAREST,
         if kind:
             done.rescaled = [RequantSummary.float_island(kind)]
     report = RequantReport(list(range(n_args)), done.rescaled, dict(done.host_tails), heads,
-                           [k for k in range(n_results) if k not in done.derived])
+                           [k for k in range(n_results) if k not in done.derived], constants.observed)
     if not done.rescaled and not done.host_tails and not heads:
         return report
     drop_result_updates(func, report.kept_results)
