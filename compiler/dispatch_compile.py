@@ -5,18 +5,14 @@ constants it reads ride on its arguments, see dispatch_extraction), so its
 compile is a function of its IR, the pipeline, the pass options and the
 package versions, nothing else. `DispatchCompiler.compile_all` uses that:
 
-- **Identical dispatches compile once.** The key (`cache_key`) hashes the
-  function's bytecode with its name and locations taken out (two layers of
-  one model are the same dispatch at different source lines), the pipeline,
-  the `PassOptions` (hardware model included) and the versions of iree-torq
-  and IREE. A hit is the stored executable itself: an executable names no
-  call site (torq-serialize-executable leaves the program's name and source
-  empty; the runtime names calls from the dispatch records), so it equals a
+- **A dispatch compiles once.** Dispatches whose compile is the same (the
+  same function text, and constants that answer what the compile read of them
+  alike: compiler/dispatch_cache.py) compile once per model, and not again
+  while the on-disk cache holds them. A model's layers are the same text with
+  other weights: one of each compiles first, then only those that read
+  weights of their own (a static int8 model's rescales). A hit equals a
   fresh compile byte for byte (tests/e2e/test_dispatch_cache.py), and
-  identical dispatches embed one constant in the .vmfb. Entries live in memory for one compile
-  and on disk across compiles (`cache_dir`, one file per key, written
-  atomically). Only successes are stored: a refusal is
-  found again, with its remark, on the next compile.
+  identical dispatches embed one constant in the .vmfb.
 - **Distinct dispatches compile in parallel** (`jobs` > 1): the functions go
   as bytecode to `jobs` - 1 worker processes (`dispatch_worker`, each with its own
   MLIR context, started for one compile), which run the same pipeline and send back the same
@@ -34,7 +30,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import importlib
-import io
 import math
 import os
 import pickle
@@ -44,40 +39,23 @@ import threading
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 from iree.compiler import ir
 
-from .files import write_atomically
-from .ir_text import canonical_text, structure_text
+from .constant_args import ConstantArgs
+from .dispatch_cache import Compiled, DispatchCache, bytecode, text_key
+from .ir_text import structure_text
 from .ir_utils import CompileError, static_shape, walk_ops
 from .nss_ir import program_meta
-from .passes import PassOptions
+from .passes import PassOptions, lower_requantization
 from .patterns import Unsupported
 from .pipeline import run_passes
-from .versions import compiler_source_fingerprint, installed_version
 
-CACHE_FORMAT = 1
 # Fewer distinct dispatches than this compile in this process: starting a worker
 # (a Python with IREE's bindings) costs about as much as compiling a few small ones.
 MIN_PARALLEL = 4
-# The name every function has while its key is hashed.
-_KEY_NAME = "torq_dispatch"
-
-
-@dataclass
-class Compiled:
-    """A dispatch compiled to a Torq executable, and what the target needs to call it."""
-    blob: bytes
-    tiles: int
-    lram_peak: int
-    host_result_types: list[str]  # per function result, the type the host passes (MLIR text)
-    # Per function argument, its shape: the call reshapes an operand of another shape (a
-    # dim the pipeline expanded, compiler/index_digits.py).
-    arg_shapes: list[tuple[int, ...]]
-    reports: dict = field(default_factory=dict)  # pipeline.run_passes's, by pass name
-    cached: bool = False
 
 
 @dataclass
@@ -141,33 +119,9 @@ def _compiled(func: ir.Operation, reports: dict) -> Compiled:
     if "torq.host_result_types" in func.attributes:  # f32 where the NPU computes bf16
         results = [str(ir.TypeAttr(t).value) for t in ir.ArrayAttr(func.attributes["torq.host_result_types"])]
     arg_shapes = [static_shape(t) for t in ftype.inputs]
-    return Compiled(blob, meta["tiles"], meta["lram_peak"], results, arg_shapes, reports)
-
-
-def bytecode(module: ir.Module) -> bytes:
-    """The MLIR bytecode of `module`: what the cache key hashes and what a worker parses."""
-    f = io.BytesIO()
-    module.operation.write_bytecode(f)
-    return f.getvalue()
-
-
-def cache_versions() -> str:
-    """This package's version and compiler source fingerprint, and IREE's: part of every cache key."""
-    return (f"iree-torq {installed_version('iree-torq')} ({compiler_source_fingerprint()}), "
-            f"iree-base-compiler {installed_version('iree-base-compiler')}")
-
-
-def cache_key(data: bytes, pipeline: list[str], options: PassOptions) -> str:
-    """The content address of compiling the one-function module of bytecode `data` with
-    `pipeline` and `options`."""
-    canonical = ir.Module.parse(data)  # a copy: its name goes (canonical_text prints no locations)
-    func = canonical.body.operations[0].operation
-    func.attributes["sym_name"] = ir.StringAttr.get(_KEY_NAME)
-    h = hashlib.sha256()
-    for part in (f"torq dispatch cache {CACHE_FORMAT}", cache_versions(), repr(pipeline), repr(options)):
-        h.update(part.encode() + b"\0")
-    h.update(canonical_text(canonical).encode())
-    return h.hexdigest()
+    requant = reports.get(lower_requantization.NAME) or {}
+    read = tuple(q for report in requant.values() for q in report.constants_read)
+    return Compiled(blob, meta["tiles"], meta["lram_peak"], results, arg_shapes, reports, read)
 
 
 def same_structure(modules: list[ir.Module]) -> list[list[int]]:
@@ -178,43 +132,6 @@ def same_structure(modules: list[ir.Module]) -> list[list[int]]:
     for k, m in enumerate(modules):
         groups.setdefault(hashlib.sha256(structure_text(m.operation).encode()).hexdigest(), []).append(k)
     return list(groups.values())
-
-
-class DispatchCache:
-    """Compiled dispatches by key: in memory, and in `directory` when given."""
-
-    def __init__(self, directory: str | None):
-        self.directory = directory
-        self.memory: dict[str, Compiled] = {}
-
-    def _path(self, key: str) -> str:
-        return os.path.join(self.directory, key[:2], key + ".pickle")
-
-    def get(self, key: str) -> Compiled | None:
-        if key in self.memory:
-            return self.memory[key]
-        if not self.directory:
-            return None
-        try:
-            with open(self._path(key), "rb") as f:
-                entry = pickle.load(f)
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-            return None  # absent, or written by another version: compile afresh
-        if not isinstance(entry, Compiled):
-            return None
-        self.memory[key] = entry
-        return entry
-
-    def put(self, key: str, entry: Compiled) -> None:
-        self.memory[key] = entry
-        if not self.directory:
-            return
-        path = self._path(key)
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            write_atomically(path, pickle.dumps(replace(entry, cached=False), protocol=pickle.HIGHEST_PROTOCOL))
-        except OSError:
-            pass  # a read-only or full cache directory costs only the next compile's time
 
 
 # --- worker processes ---------------------------------------------------------------
@@ -418,38 +335,66 @@ class DispatchCompiler:
         self.started = started  # workers started ahead, taken by the parallel compile
 
     def compile_all(self, items: list[tuple[str, ir.Module]]) -> list[Compiled | Refused]:
-        """One outcome per (dispatch name, module), in order; identical dispatches compile once."""
-        # Each function's bytecode once: the key hashes it and a worker parses it.
-        data = [bytecode(m) if self.cache else None for _, m in items]
-        keys = [cache_key(d, self.pipeline, self.options) if d is not None else None for d in data]
+        """One outcome per (dispatch name, module), in order. With a cache, a dispatch whose
+        compile another's would repeat (the same text, its constants answering that compile's
+        questions alike: compiler/dispatch_cache.py) compiles once: first one function per text
+        key, then those whose constants the stored entries do not answer for."""
+        modules = [m for _, m in items]
+        if self.cache is None:
+            with self._runner(len(modules)) as run:
+                return run(modules, list(range(len(modules))), [None] * len(modules))
+        data = [bytecode(m) for m in modules]  # the key hashes it and a worker parses it
+        keys = [text_key(d, self.pipeline, self.options) for d in data]
+        constants = [ConstantArgs(m.body.operations[0].operation) for m in modules]  # before a compile takes them
         outcomes: list[Compiled | Refused | None] = [None] * len(items)
-        first: dict[str, int] = {}  # key -> the item that compiles it
-        todo = []
-        for i, key in enumerate(keys):
-            hit = self.cache.get(key) if key else None
-            if hit is not None:
-                outcomes[i] = replace(hit, cached=True)
-            elif key is None or key not in first:
-                first[key] = i
-                todo.append(i)
-        for i, outcome in zip(todo, self._compile([items[i][1] for i in todo], [data[i] for i in todo])):
-            outcomes[i] = outcome
-            if keys[i] and isinstance(outcome, Compiled):
-                self.cache.put(keys[i], outcome)
-        for i, key in enumerate(keys):
-            if outcomes[i] is None:  # a duplicate of an item compiled just now
-                done = outcomes[first[key]]
-                outcomes[i] = replace(done, cached=True) if isinstance(done, Compiled) else done
+
+        def look_up(i: int) -> bool:
+            hit = self.cache.get(keys[i], constants[i].answers)
+            outcomes[i] = replace(hit, cached=True) if hit is not None else None
+            return hit is None
+
+        def compile_each(todo: list[int]) -> None:
+            for i, outcome in zip(todo, run(modules, todo, data)):
+                outcomes[i] = outcome
+                if isinstance(outcome, Compiled):
+                    self.cache.put(keys[i], constants[i].answers(outcome.constants_read), outcome)
+
+        missed = [i for i in range(len(items)) if look_up(i)]
+        with self._runner(len(missed)) as run:
+            first: dict[str, int] = {}
+            compile_each([i for i in missed if first.setdefault(keys[i], i) == i])
+            rest = [i for i in missed if outcomes[i] is None and look_up(i)]
+            # The rest read constants of their own: once per text and all constants' values
+            # (a refusal is shared that way too).
+            by_values = {(keys[i], constants[i].all_values()): i for i in first.values()}
+            compile_each([i for i in rest if by_values.setdefault((keys[i], constants[i].all_values()), i) == i])
+            for i in rest:
+                if outcomes[i] is None:
+                    done = outcomes[by_values[(keys[i], constants[i].all_values())]]
+                    outcomes[i] = replace(done, cached=True) if isinstance(done, Compiled) else done
         return outcomes
 
-    def _compile(self, modules: list[ir.Module], data: list[bytes | None]) -> list[Compiled | Refused]:
-        if self.jobs <= 1 or len(modules) < MIN_PARALLEL:
-            return [compile_in_process(m, self.pipeline, self.options) for m in modules]
-        workers = (self.started or StartedWorkers()).take(min(self.jobs, len(modules)) - 1)
-        pool = _WorkerPool(workers)  # and this process
+    @contextmanager
+    def _runner(self, n: int):
+        """A function compiling the modules numbered `todo` (their bytecode in `data`, or None),
+        in this process or, from `MIN_PARALLEL` on, with worker processes too (at most `n`
+        processes in all, started on first use and kept for the compile's later calls)."""
+        pool: _WorkerPool | None = None
+
+        def run(modules: list[ir.Module], todo: list[int], data: list[bytes | None]) -> list[Compiled | Refused]:
+            nonlocal pool
+            if self.jobs <= 1 or len(todo) < MIN_PARALLEL:
+                return [compile_in_process(modules[k], self.pipeline, self.options) for k in todo]
+            if pool is None:
+                pool = _WorkerPool((self.started or StartedWorkers()).take(min(self.jobs, n) - 1))  # and this process
+            chosen = [modules[k] for k in todo]
+            tasks = [(data[k] if data[k] is not None else bytecode(modules[k]), self.pipeline, self.options)
+                     for k in todo]
+            return pool.run(tasks, lambda j: compile_in_process(chosen[j], self.pipeline, self.options),
+                            same_structure(chosen), [estimated_seconds(m, t[0]) for m, t in zip(chosen, tasks)])
+
         try:
-            tasks = [(d if d is not None else bytecode(m), self.pipeline, self.options) for m, d in zip(modules, data)]
-            return pool.run(tasks, lambda k: compile_in_process(modules[k], self.pipeline, self.options),
-                            same_structure(modules), [estimated_seconds(m, t[0]) for m, t in zip(modules, tasks)])
+            yield run
         finally:
-            pool.close()
+            if pool is not None:
+                pool.close()

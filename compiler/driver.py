@@ -21,7 +21,8 @@ from iree.compiler.api import Output, Session, Source, ctypes_dl
 
 from torq.contract.hw import HwSpecError, TorqHw, describe_presets, parse_hw_spec
 
-from .dispatch_compile import QDQ_PRELOAD, DispatchCache, StartedWorkers, WorkerError, bytecode, default_jobs
+from .dispatch_cache import DispatchCache, bytecode
+from .dispatch_compile import QDQ_PRELOAD, StartedWorkers, WorkerError, default_jobs
 from .dispatch_compile import preload as preload_modules
 from .files import write_atomically  # noqa: F401 (the CLI tools and the API import it from here)
 from .frontend_cache import FrontendCache, frontend_key

@@ -26,7 +26,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from .dispatch_compile import cache_versions
+from .dispatch_cache import cache_versions
 from .files import write_atomically
 
 FORMAT = 2

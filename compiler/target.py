@@ -47,16 +47,9 @@ from torq.contract.module_abi import MODULE_NAME, export_name
 from . import dispatch_check
 from .box_reads import dispatch_arguments
 from .dequantize_dispatches import move_dequantizes_into_consumers
+from .dispatch_cache import Compiled, DispatchCache
 from .dispatch_check import export_view, import_view
-from .dispatch_compile import (
-    Compiled,
-    DispatchCache,
-    DispatchCompiler,
-    Refused,
-    StartedWorkers,
-    WorkerError,
-    compile_in_process,
-)
+from .dispatch_compile import DispatchCompiler, Refused, StartedWorkers, WorkerError, compile_in_process
 from .dispatch_extraction import ExtractedDispatch, FlowModuleFacts, extract_dispatch_function
 from .host_dispatches import (
     box_copy_dispatch,

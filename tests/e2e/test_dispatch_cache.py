@@ -1,13 +1,14 @@
 """Identical dispatches compile once, in memory and through the on-disk cache; distinct ones
-compile in worker processes (compiler/dispatch_compile.py).
+compile in worker processes (compiler/dispatch_compile.py, compiler/dispatch_cache.py).
 
-The references are compiles with the cache off (`--torq-no-cache`) and in one
-process (`--torq-jobs=1`): a cached or parallel compile must give the same
-.vmfb byte for byte, and any change of what the compile depends on must miss.
+The references are compiles with the cache off (`--torq-no-cache`: every dispatch
+compiled on its own) and in one process (`--torq-jobs=1`): a cached or parallel compile
+must give the same .vmfb byte for byte, and any change of what the compile depends on
+(its text, options, versions, and the constants it read) must miss.
 """
-
 import hashlib
 import os
+import pickle
 import sys
 
 import numpy as np
@@ -15,7 +16,8 @@ import pytest
 from iree.compiler import ir
 
 import torq
-from torq.compiler.dispatch_compile import DispatchCache, bytecode, cache_key
+from torq.compiler.dispatch_cache import Compiled, DispatchCache, bytecode, text_key
+from torq.compiler.dispatch_compile import DispatchCompiler
 from torq.compiler.passes import PassOptions
 from torq.compiler.pipeline import DISPATCH_PIPELINE
 from torq.contract.executable import parse_executable
@@ -91,7 +93,7 @@ def test_disk_cache_hits_equal_fresh_compiles_and_changes_miss(tmp_path):
     assert [d[3] for d in cold_decisions] == [False] * 5 + [True]
     assert all(d[3] for d in warm_decisions)
     assert cold.vmfb == fresh.vmfb and warm.vmfb == fresh.vmfb
-    assert len(list(tmp_path.rglob("*.pickle"))) == 5
+    assert len(list(tmp_path.rglob("e-*.pickle"))) == 5
     # What the compile depends on is in the key: another hardware model or strategy misses.
     for flags in (["--torq-hw=SL2610:lram_kb=256"], ["--torq-super-tiling-strategy=traffic"]):
         _, decisions = _compile(cache, "--torq-jobs=1", *flags)
@@ -132,38 +134,69 @@ LIT_INPUT = os.path.join(os.path.dirname(__file__), "..", "compiler", "lower_req
 def _key(text: str, options: PassOptions | None = None) -> str:
     with ir.Context() as ctx, ir.Location.unknown():
         ctx.allow_unregistered_dialects = True
-        return cache_key(bytecode(ir.Module.parse(text)), DISPATCH_PIPELINE, options or PassOptions())
+        return text_key(bytecode(ir.Module.parse(text)), DISPATCH_PIPELINE, options or PassOptions())
 
 
-def test_cache_key_reads_constants_not_names_or_locations():
+BIAS = "dense<[-384, -378, 381, -297]>"
+
+
+def test_text_key_reads_the_text_not_names_locations_or_constant_values():
     text = open(LIT_INPUT).read()
     key = _key(text)
     assert _key(text.replace("@qdq_gemm", "@another_name")) == key
     assert _key(text + "\n// a comment\n") == key
     with_loc = text.replace("return %q : tensor<16x4xi8>", 'return %q : tensor<16x4xi8> loc("model.py":7:3)')
     assert with_loc != text and _key(with_loc) == key
-    # A flow-level constant the requantization reads (an argument's torq.constant) is in the key.
-    assert _key(text.replace("dense<[-384, -378, 381, -297]>", "dense<[-384, -378, 381, -296]>")) != key
+    # A flow-level constant's value (an argument's torq.constant) is not: which arguments are
+    # constants, and their types, are.
+    assert BIAS in text
+    assert _key(text.replace(BIAS, "dense<[-384, -378, 381, -296]>")) == key
+    assert _key(text.replace(f"{{torq.constant = {BIAS} : tensor<4xi32>}}", "")) != key
     assert _key(text, PassOptions(requant="exact")) != key
     assert _key(text, PassOptions(hw=parse_hw_spec("SL2610:slices=1"))) != key
+
+
+def _compile_functions(texts: list[str], cache: DispatchCache) -> list:
+    with ir.Context() as ctx, ir.Location.unknown():
+        ctx.allow_unregistered_dialects = True
+        compiler = DispatchCompiler(PassOptions(), DISPATCH_PIPELINE, jobs=1, cache=cache)
+        return compiler.compile_all([(f"d{k}", ir.Module.parse(t)) for k, t in enumerate(texts)])
+
+
+def test_a_constant_the_compile_read_is_asked_of_every_function_of_its_text(tmp_path):
+    """The rescale reads the bias (argument 1): a function with another bias compiles afresh,
+    to another executable; one with the same constants under another name is the entry the
+    first compile stored, in the same compile and, through the disk, in the next."""
+    text = open(LIT_INPUT).read()
+    variants = [text, text.replace(BIAS, "dense<[-384, -378, 381, -296]>"), text.replace("@qdq_gemm", "@renamed")]
+    first, other, renamed = _compile_functions(variants, DispatchCache(str(tmp_path)))
+    assert (1, "value") in first.constants_read and (1, "value") in other.constants_read
+    assert [first.cached, other.cached, renamed.cached] == [False, False, True]
+    assert other.blob != first.blob and renamed.blob == first.blob
+    again = _compile_functions(variants[::-1], DispatchCache(str(tmp_path)))
+    assert all(o.cached for o in again) and [o.blob for o in again] == [first.blob, other.blob, first.blob]
+    assert len(list(tmp_path.rglob("e-*.pickle"))) == 2
 
 
 def test_cache_key_holds_the_compiler_source(monkeypatch):
     """An edited compiler (the package version unchanged, as in a developer's tree) misses:
     an entry written by another compiler could hold a program this one cannot run."""
-    from torq.compiler import dispatch_compile
+    from torq.compiler import dispatch_cache
 
     text = open(LIT_INPUT).read()
     key = _key(text)
-    monkeypatch.setattr(dispatch_compile, "compiler_source_fingerprint", lambda: "0" * 64)
+    monkeypatch.setattr(dispatch_cache, "compiler_source_fingerprint", lambda: "0" * 64)
     assert _key(text) != key
+
+
+def _stored(directory) -> list[Compiled]:
+    return [pickle.loads(entry.read_bytes()) for entry in directory.rglob("e-*.pickle")]
 
 
 def test_cache_entries_hold_the_executables_the_compile_used(tmp_path):
     cm, _ = _compile(f"--torq-cache-dir={tmp_path}", "--torq-jobs=1")
     used = {d.executable_sha256 for d in cm.report.dispatches if not d.cached}
-    cache = DispatchCache(str(tmp_path))
-    stored = {hashlib.sha256(cache.get(entry.stem).blob).hexdigest() for entry in tmp_path.rglob("*.pickle")}
+    stored = {hashlib.sha256(entry.blob).hexdigest() for entry in _stored(tmp_path)}
     assert stored == used and len(stored) == 5
 
 
@@ -174,7 +207,7 @@ def test_identical_dispatches_share_one_executable_named_per_call(tmp_path):
         cm, decisions = _compile("--torq-jobs=1", *flags)
         shas = [d.executable_sha256 for d in cm.report.dispatches]
         assert shas[-1] == shas[-2] and len(set(shas)) == 5, flags
-    blobs = [DispatchCache(str(tmp_path)).get(entry.stem).blob for entry in tmp_path.rglob("*.pickle")]
+    blobs = [entry.blob for entry in _stored(tmp_path)]
     assert all(cm.vmfb.count(blob) == 1 for blob in blobs)
     assert {(p.name, p.source) for p in (parse_executable(b) for b in blobs)} == {("", "")}
     x, ws = _inputs()
@@ -198,3 +231,30 @@ def test_hw_flag_reaches_the_python_api():
     assert cm.hw.lram_kb == 256
     cm = torq.compile(CHAIN, hw="SL2610:lram_kb=128", flags=["--torq-quiet", "--torq-hw=SL2610:lram_kb=256"])
     assert cm.hw.lram_kb == 128  # the keyword wins
+
+
+def test_layers_of_a_dynamically_quantized_model_share_their_compiles(tmp_path):
+    """A dynamically quantized model's NPU dispatches read no weight's value (the scales, bias
+    and column sums go to the host tail as operands; the compile asks only whether a
+    zero-point product is zero): three Linear + ReLU layers of other weights are one compile,
+    and the .vmfb equals a compile with the cache off, which compiles every dispatch on its
+    own. (128 channels: IREE inlines a constant of 256 bytes or fewer into the dispatch
+    body, a per-channel scale of 64 channels among them, and that body is another text.)"""
+    pytest.importorskip("torchao.quantization.pt2e")
+    import torch
+    from test_pt2e_dynamic import pt2e_dynamic_export
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[m for _ in range(3) for m in (torch.nn.Linear(128, 128), torch.nn.ReLU())])
+    x = torch.randn(1, 16, 128)
+    text, _ = pt2e_dynamic_export(model, x, "x86")
+    fresh = torq.compile(text, flags=["--torq-quiet", "--torq-no-cache", "--torq-jobs=1"])
+    cache = f"--torq-cache-dir={tmp_path}"
+    cold = torq.compile(text, flags=["--torq-quiet", cache, "--torq-jobs=1"])
+    npu = [d for d in cold.report.dispatches if d.executor == "torq"]
+    assert cold.report.npu_mac_share == 1.0 and [d.cached for d in npu] == [False, True, True]
+    assert len({d.executable_sha256 for d in npu}) == 1
+    assert cold.vmfb == fresh.vmfb
+    warm = torq.compile(text, flags=["--torq-quiet", cache, "--torq-jobs=1"])
+    assert all(d.cached for d in warm.report.dispatches if d.executor == "torq") and warm.vmfb == fresh.vmfb
+    assert np.array_equal(np.asarray(cold(x.numpy())), np.asarray(fresh(x.numpy())))

@@ -5,7 +5,8 @@ so a dispatch without weights but with a large tensor (attention scores) is not 
 
 from iree.compiler import ir
 
-from torq.compiler.dispatch_compile import bytecode, estimated_seconds
+from torq.compiler.dispatch_cache import bytecode
+from torq.compiler.dispatch_compile import estimated_seconds
 
 
 def _module(ctx: ir.Context, text: str) -> ir.Module:
