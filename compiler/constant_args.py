@@ -12,7 +12,7 @@ question `ALL_ZEROS`, a folded zero point). It records the last two in order
 
 So a compile is a function of the function's text with the constants' values
 taken out and of the answers to the questions it asked: another function of
-that text whose constants give the same `answers` compiles to the same
+that text whose constants give the same `digest` compiles to the same
 executable and reports. The layers of a dynamically quantized transformer
 differ only in weights their NPU dispatches never read (the scales and
 column sums go to the host tail as operands), so they share one compile
@@ -23,11 +23,12 @@ so each layer still compiles its own.
 from __future__ import annotations
 
 import hashlib
+import uuid
 
 import numpy as np
 from iree.compiler import ir
 
-from .ir_utils import constant_value, static_shape
+from .ir_utils import CompileError, constant_value, static_shape
 
 # Argument attribute (input): the argument's known value, dense or dense_resource elements.
 CONSTANT_ARG = "torq.constant"
@@ -45,6 +46,25 @@ def constant_attrs(func: ir.Operation) -> list[ir.Attribute | None]:
             for d in ir.ArrayAttr(func.attributes["arg_attrs"])]
 
 
+def mask_constant_values(func: ir.Operation) -> None:
+    """Replaces each `CONSTANT_ARG` value of `func` by a string naming its type, leaving every
+    other argument attribute as it is: the text the dispatch cache hashes."""
+    if "arg_attrs" not in func.attributes:
+        return
+    masked = []
+    for d in map(ir.DictAttr, ir.ArrayAttr(func.attributes["arg_attrs"])):
+        entries = {named.name: named.attr for named in d}
+        if CONSTANT_ARG in entries:
+            entries[CONSTANT_ARG] = ir.StringAttr.get(f"constant {entries[CONSTANT_ARG].type}")
+        masked.append(ir.DictAttr.get(entries))
+    func.attributes["arg_attrs"] = ir.ArrayAttr.get(masked)
+
+
+def is_all_zeros(value: np.ndarray | None) -> bool:
+    """Whether `value` is a non-empty array of zeros (the answer to `ALL_ZEROS`)."""
+    return value is not None and value.size > 0 and not value.any()
+
+
 class ConstantArgs:
     """Function argument index -> its `CONSTANT_ARG` value (or None), converted on first use,
     in the argument's shape (the flow-level constant may be read through a reshape); every
@@ -55,6 +75,7 @@ class ConstantArgs:
         self.attrs = constant_attrs(func)
         self.cache: dict[int, np.ndarray | None] = {}
         self.observed: list[tuple[int, str]] = []
+        self._values_digest: str | None = None
 
     def has(self, k: int) -> bool:
         return k < len(self.attrs) and self.attrs[k] is not None
@@ -67,26 +88,33 @@ class ConstantArgs:
     def all_zeros(self, k: int) -> bool:
         if self.has(k) and (k, ALL_ZEROS) not in self.observed:
             self.observed.append((k, ALL_ZEROS))
-        return _all_zeros(self._value(k))
+        return is_all_zeros(self._value(k))
 
-    def answers(self, questions: Questions) -> str:
+    def digest(self, questions: Questions) -> str:
         """A digest of what these constants answer to `questions` (`observed` of a compile of a
-        function of the same text), recording nothing: equal digests, equal answers."""
+        function of the same text), recording nothing: equal digests, equal answers. A value
+        numpy cannot hold (a bf16 blob) answers with a digest of its own, equal to nothing."""
         h = hashlib.sha256()
         for k, question in questions:
-            if not self.has(k):
+            try:
+                value = self._value(k)
+            except CompileError:
+                h.update(f"{k} unreadable {uuid.uuid4()}\0".encode())
+                continue
+            if value is None:
                 h.update(f"{k} absent\0".encode())
             elif question == ALL_ZEROS:
-                h.update(f"{k} {_all_zeros(self._value(k))}\0".encode())
+                h.update(f"{k} {is_all_zeros(value)}\0".encode())
             else:
-                v = self._value(k)
-                h.update(f"{k} {v.dtype} {v.shape}\0".encode())
-                h.update(np.ascontiguousarray(v).tobytes())
+                h.update(f"{k} {value.dtype} {value.shape}\0".encode())
+                h.update(np.ascontiguousarray(value).tobytes())
         return h.hexdigest()
 
-    def all_values(self) -> str:
-        """The answers digest of every constant's value."""
-        return self.answers(tuple((k, VALUE) for k in range(len(self.attrs)) if self.has(k)))
+    def values_digest(self) -> str:
+        """The digest of every constant's value (computed once)."""
+        if self._values_digest is None:
+            self._values_digest = self.digest(tuple((k, VALUE) for k in range(len(self.attrs)) if self.has(k)))
+        return self._values_digest
 
     def _value(self, k: int) -> np.ndarray | None:
         if k not in self.cache:
@@ -94,7 +122,3 @@ class ConstantArgs:
             shape = self.shapes[k] if k < len(self.shapes) else None
             self.cache[k] = value.reshape(shape) if value is not None and shape is not None else value
         return self.cache[k]
-
-
-def _all_zeros(value: np.ndarray | None) -> bool:
-    return value is not None and value.size > 0 and not value.any()

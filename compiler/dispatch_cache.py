@@ -12,7 +12,7 @@ records each question it asked). So an entry is found in two steps:
   Two layers of one model have the same text key.
 - Under a text key, each entry is stored with the questions its compile asked
   (`Compiled.constants_read`) and a digest of the answers
-  (`ConstantArgs.answers`). A function is a hit when its own constants give the
+  (`ConstantArgs.digest`). A function is a hit when its own constants give the
   same answers to an entry's questions: the compile would have asked the same
   questions, got the same answers and done the same.
 
@@ -41,7 +41,7 @@ from typing import Callable
 
 from iree.compiler import ir
 
-from .constant_args import CONSTANT_ARG, Questions, constant_attrs
+from .constant_args import Questions, mask_constant_values
 from .files import write_atomically
 from .ir_text import canonical_text
 from .passes import PassOptions
@@ -64,7 +64,7 @@ class Compiled:
     arg_shapes: list[tuple[int, ...]]
     reports: dict = field(default_factory=dict)  # pipeline.run_passes's, by pass name
     # The questions the compile asked of the function's constants (constant_args.py), in order.
-    constants_read: tuple[tuple[int, str], ...] = ()
+    constants_read: Questions = ()
     cached: bool = False
 
 
@@ -87,11 +87,7 @@ def text_key(data: bytes, pipeline: list[str], options: PassOptions) -> str:
     canonical = ir.Module.parse(data)  # a copy: its name and constants go
     func = canonical.body.operations[0].operation
     func.attributes["sym_name"] = ir.StringAttr.get(_KEY_NAME)
-    attrs = constant_attrs(func)
-    if any(a is not None for a in attrs):
-        func.attributes["arg_attrs"] = ir.ArrayAttr.get(
-            [ir.DictAttr.get({CONSTANT_ARG: ir.StringAttr.get(f"constant {a.type}")} if a is not None else {})
-             for a in attrs])
+    mask_constant_values(func)
     h = hashlib.sha256()
     for part in (f"torq dispatch cache {CACHE_FORMAT}", cache_versions(), repr(pipeline), repr(options)):
         h.update(part.encode() + b"\0")
@@ -116,24 +112,25 @@ class DispatchCache:
     def _dir(self, key: str) -> str:
         return os.path.join(self.directory, key[:2], key)
 
-    def get(self, key: str, answers: Callable[[Questions], str]):
-        """The entry under `key` whose questions the function answers as its compile did, or None."""
+    def get(self, key: str, digest: Callable[[Questions], str]):
+        """The entry under `key` whose questions the function answers as its compile did
+        (`digest(questions)`: the function's answers, `ConstantArgs.digest`), or None."""
         entries = self._entries(key)
         for questions in dict.fromkeys([q for q, _ in entries] + self._disk_questions(key)):
-            digest = answers(questions)
-            if (questions, digest) not in entries and self.directory:
-                entry = self._load(os.path.join(self._dir(key), f"e-{_questions_hash(questions)}-{digest}.pickle"))
-                if entry is not None:
-                    entries[(questions, digest)] = entry
-            if (questions, digest) in entries:
-                return entries[(questions, digest)]
+            answers = digest(questions)
+            if (questions, answers) not in entries and self.directory:
+                entry = self._load(os.path.join(self._dir(key), f"e-{_questions_hash(questions)}-{answers}.pickle"))
+                if entry is not None and entry.constants_read == questions:
+                    entries[(questions, answers)] = entry
+            if (questions, answers) in entries:
+                return entries[(questions, answers)]
         return None
 
-    def put(self, key: str, digest: str, entry) -> None:
+    def put(self, key: str, answers: str, entry: Compiled) -> None:
         """Stores `entry` (a `Compiled` whose `constants_read` are its questions) under `key`,
-        with `digest` the answers of its function's constants."""
+        with `answers` its function's (`ConstantArgs.digest` of those questions)."""
         questions = tuple(entry.constants_read)
-        self._entries(key)[(questions, digest)] = entry
+        self._entries(key)[(questions, answers)] = entry
         if not self.directory:
             return
         qhash = _questions_hash(questions)
@@ -142,7 +139,7 @@ class DispatchCache:
             qpath = os.path.join(self._dir(key), f"q-{qhash}.pickle")
             if not os.path.exists(qpath):
                 write_atomically(qpath, pickle.dumps(questions, protocol=pickle.HIGHEST_PROTOCOL))
-            write_atomically(os.path.join(self._dir(key), f"e-{qhash}-{digest}.pickle"),
+            write_atomically(os.path.join(self._dir(key), f"e-{qhash}-{answers}.pickle"),
                              pickle.dumps(replace(entry, cached=False), protocol=pickle.HIGHEST_PROTOCOL))
         except OSError:
             pass  # a read-only or full cache directory costs only the next compile's time

@@ -348,8 +348,9 @@ class DispatchCompiler:
         constants = [ConstantArgs(m.body.operations[0].operation) for m in modules]  # before a compile takes them
         outcomes: list[Compiled | Refused | None] = [None] * len(items)
 
-        def look_up(i: int) -> bool:
-            hit = self.cache.get(keys[i], constants[i].answers)
+        def missing(i: int) -> bool:
+            """Looks item i up; whether the cache has no entry for it."""
+            hit = self.cache.get(keys[i], constants[i].digest)
             outcomes[i] = replace(hit, cached=True) if hit is not None else None
             return hit is None
 
@@ -357,33 +358,37 @@ class DispatchCompiler:
             for i, outcome in zip(todo, run(modules, todo, data)):
                 outcomes[i] = outcome
                 if isinstance(outcome, Compiled):
-                    self.cache.put(keys[i], constants[i].answers(outcome.constants_read), outcome)
+                    self.cache.put(keys[i], constants[i].digest(outcome.constants_read), outcome)
 
-        missed = [i for i in range(len(items)) if look_up(i)]
+        missed = [i for i in range(len(items)) if missing(i)]
         with self._runner(len(missed)) as run:
             first: dict[str, int] = {}
             compile_each([i for i in missed if first.setdefault(keys[i], i) == i])
-            rest = [i for i in missed if outcomes[i] is None and look_up(i)]
+            rest = [i for i in missed if outcomes[i] is None and missing(i)]
+            if not rest:
+                return outcomes
             # The rest read constants of their own: once per text and all constants' values
             # (a refusal is shared that way too).
-            by_values = {(keys[i], constants[i].all_values()): i for i in first.values()}
-            compile_each([i for i in rest if by_values.setdefault((keys[i], constants[i].all_values()), i) == i])
+            rest_keys = {keys[i] for i in rest}
+            by_values = {(keys[i], constants[i].values_digest()): i for i in first.values() if keys[i] in rest_keys}
+            compile_each([i for i in rest if by_values.setdefault((keys[i], constants[i].values_digest()), i) == i])
             for i in rest:
                 if outcomes[i] is None:
-                    done = outcomes[by_values[(keys[i], constants[i].all_values())]]
+                    done = outcomes[by_values[(keys[i], constants[i].values_digest())]]
                     outcomes[i] = replace(done, cached=True) if isinstance(done, Compiled) else done
         return outcomes
 
     @contextmanager
     def _runner(self, n: int):
-        """A function compiling the modules numbered `todo` (their bytecode in `data`, or None),
-        in this process or, from `MIN_PARALLEL` on, with worker processes too (at most `n`
-        processes in all, started on first use and kept for the compile's later calls)."""
+        """A function compiling the modules numbered `todo` (their bytecode in `data`, or None)
+        in this process, or, when the compile has `n` >= `MIN_PARALLEL` to do in all, with
+        worker processes too (at most `n` processes in all, started on first use and kept
+        for the compile's later calls)."""
         pool: _WorkerPool | None = None
 
         def run(modules: list[ir.Module], todo: list[int], data: list[bytes | None]) -> list[Compiled | Refused]:
             nonlocal pool
-            if self.jobs <= 1 or len(todo) < MIN_PARALLEL:
+            if self.jobs <= 1 or n < MIN_PARALLEL or len(todo) < 2:
                 return [compile_in_process(modules[k], self.pipeline, self.options) for k in todo]
             if pool is None:
                 pool = _WorkerPool((self.started or StartedWorkers()).take(min(self.jobs, n) - 1))  # and this process

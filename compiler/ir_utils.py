@@ -391,6 +391,16 @@ def constant_value(attr: ir.Attribute) -> np.ndarray:
     return vals.reshape(shape)
 
 
+def function_argument(v: ir.Value) -> int | None:
+    """The function argument number of `v`, None for any other value (an op's result, a
+    linalg body's block argument)."""
+    if isinstance(v.owner, ir.Block):
+        owner = v.owner.owner
+        if owner is not None and owner.operation.name == "func.func":
+            return ir.BlockArgument(v).arg_number
+    return None
+
+
 def constant_of(v: ir.Value) -> np.ndarray | None:
     """The value of `v` if it is defined by arith.constant, else None."""
     if isinstance(v.owner, ir.Block):

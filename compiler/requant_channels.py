@@ -11,8 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 from iree.compiler import ir
 
+from .constant_args import is_all_zeros
 from .f32_chain import Chain
-from .ir_utils import constant_of, indexing_maps, iterator_types, loop_ranges, map_dims, n_inputs
+from .ir_utils import constant_of, function_argument, indexing_maps, iterator_types, loop_ranges, map_dims, n_inputs
 from .passes import RequantMode
 from .rescale_batch import fit_many
 from .rescale_fit import ChannelFit, NotExact, NotMonotone, channel_step_points
@@ -28,7 +29,7 @@ class Known:
         self.args = arg_constants
 
     def __call__(self, v: ir.Value) -> np.ndarray | None:
-        k = self._argument(v)
+        k = function_argument(v)
         if k is not None:
             return self.args.get(k)
         return None if isinstance(v.owner, ir.Block) else constant_of(v)
@@ -36,27 +37,17 @@ class Known:
     def is_constant(self, v: ir.Value) -> bool:
         """Whether `v` is a constant, without reading its value (a compile that only asks
         this may share its executable with a layer of other weights: constant_args.py)."""
-        k = self._argument(v)
+        k = function_argument(v)
         if k is not None:
             return self.args.has(k)
         return not isinstance(v.owner, ir.Block) and constant_of(v) is not None
 
     def all_zeros(self, v: ir.Value) -> bool:
         """Whether `v` is a constant of zeros (and not empty), reading that fact alone."""
-        k = self._argument(v)
+        k = function_argument(v)
         if k is not None:
             return self.args.all_zeros(k)
-        c = None if isinstance(v.owner, ir.Block) else constant_of(v)
-        return c is not None and c.size > 0 and not c.any()
-
-    @staticmethod
-    def _argument(v: ir.Value) -> int | None:
-        """The function argument number of `v`, None for any other value."""
-        if isinstance(v.owner, ir.Block):
-            owner = v.owner.owner
-            if owner is not None and owner.operation.name == "func.func":
-                return ir.BlockArgument(v).arg_number
-        return None
+        return not isinstance(v.owner, ir.Block) and is_all_zeros(constant_of(v))
 
 
 def per_channel_constants(op: ir.Operation, known, skip=()) -> tuple[set[int], dict]:

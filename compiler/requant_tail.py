@@ -31,6 +31,7 @@ from iree.compiler import ir
 
 from .ir_utils import (
     constant_of,
+    function_argument,
     indexing_maps,
     iterator_types,
     map_dims,
@@ -190,10 +191,10 @@ def runtime_tensors(op: ir.Operation, acc_index: int, known) -> dict:
         v = op.operands[i]
         if i == acc_index or not list(block.arguments[i].uses):
             continue  # (unread: a zero-point correction fold_zero_products folded to 0)
-        argument = isinstance(v.owner, ir.Block) and v.owner.owner.operation.name == "func.func"
-        if not argument and constant_of(v) is not None:
+        argument = function_argument(v)
+        if argument is None and constant_of(v) is not None:
             continue  # an arith.constant: a scalar the tail re-creates
-        if not argument:
+        if argument is None:
             raise NotExact(f"operand {i} of the dequantize of the accumulator is computed in the dispatch")
         dims = map_dims(maps[i])
         along = tuple(out.index(d) for d in dims) if out is not None and dims is not None and \
@@ -202,7 +203,7 @@ def runtime_tensors(op: ir.Operation, acc_index: int, known) -> dict:
             if known.is_constant(v):
                 continue
             raise NotExact(f"operand {i} of the dequantize of the accumulator is not read along the result's dims")
-        found[block.arguments[i]] = (ir.BlockArgument(v).arg_number, along)
+        found[block.arguments[i]] = (argument, along)
     return found
 
 

@@ -258,3 +258,56 @@ def test_layers_of_a_dynamically_quantized_model_share_their_compiles(tmp_path):
     warm = torq.compile(text, flags=["--torq-quiet", cache, "--torq-jobs=1"])
     assert all(d.cached for d in warm.report.dispatches if d.executor == "torq") and warm.vmfb == fresh.vmfb
     assert np.array_equal(np.asarray(cold(x.numpy())), np.asarray(fresh(x.numpy())))
+
+
+def test_both_rounds_of_a_parallel_compile_equal_one_process(monkeypatch):
+    """Two texts (another input scale inlined in the body), three biases each: the first
+    round compiles one function per text, the second the four whose bias (read by the
+    rescale) is their own, in the worker started for the first; every executable equals a
+    one-process compile with the cache off."""
+    from torq.compiler import dispatch_compile
+
+    text = open(LIT_INPUT).read()
+    scale = "%sx = arith.constant 2.130000e-02 : f32"
+    assert scale in text
+    texts = [t.replace(BIAS, bias) for t in (text, text.replace(scale, scale.replace("2.13", "2.14")))
+             for bias in (BIAS, "dense<[-384, -378, 381, -296]>", "dense<[-380, -378, 381, -297]>")]
+    started = []
+    start = dispatch_compile._start_worker
+    monkeypatch.setattr(dispatch_compile, "_start_worker", lambda *a: started.append(1) or start(*a))
+    with ir.Context() as ctx, ir.Location.unknown():
+        ctx.allow_unregistered_dialects = True
+        parallel = DispatchCompiler(PassOptions(), DISPATCH_PIPELINE, jobs=2, cache=DispatchCache(None))
+        two = parallel.compile_all([(f"d{k}", ir.Module.parse(t)) for k, t in enumerate(texts)])
+        one = DispatchCompiler(PassOptions(), DISPATCH_PIPELINE).compile_all(
+            [(f"d{k}", ir.Module.parse(t)) for k, t in enumerate(texts)])
+    assert all(isinstance(o, Compiled) and not o.cached for o in two + one)
+    assert [o.blob for o in two] == [o.blob for o in one] and len({o.blob for o in one}) == 6
+    assert len(started) == 1
+
+
+def test_a_constant_numpy_cannot_hold_answers_with_a_digest_equal_to_nothing():
+    """A bf16 blob (dense_resource) has no numpy value here: a lookup asking its value, or the
+    grouping by all values, misses rather than failing the compile; the mask keeps the
+    argument's other attributes."""
+    from torq.compiler.constant_args import VALUE, ConstantArgs, mask_constant_values
+
+    text = """
+    func.func @f(%a: tensor<2xbf16> {torq.constant = dense_resource<blob> : tensor<2xbf16>, torq.other = 1 : i64})
+        -> tensor<2xbf16> {
+      return %a : tensor<2xbf16>
+    }
+    {-#
+      dialect_resources: { builtin: { blob: "0x020000003F803F80" } }
+    #-}
+    """
+    with ir.Context() as ctx, ir.Location.unknown():
+        ctx.allow_unregistered_dialects = True
+        module = ir.Module.parse(text)
+        func = module.body.operations[0].operation
+        args = ConstantArgs(func)
+        assert args.digest(((0, VALUE),)) != args.digest(((0, VALUE),))
+        assert args.values_digest() == args.values_digest()  # (computed once)
+        mask_constant_values(func)
+        attrs = ir.DictAttr(ir.ArrayAttr(func.attributes["arg_attrs"])[0])
+        assert str(attrs["torq.constant"]) == '"constant tensor<2xbf16>"' and "torq.other" in attrs
