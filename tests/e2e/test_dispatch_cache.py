@@ -178,7 +178,7 @@ def test_a_constant_the_compile_read_is_asked_of_every_function_of_its_text(tmp_
     assert len(list(tmp_path.rglob("e-*.pickle"))) == 2
 
 
-def test_cache_key_holds_the_compiler_source(monkeypatch):
+def test_text_key_holds_the_compiler_source(monkeypatch):
     """An edited compiler (the package version unchanged, as in a developer's tree) misses:
     an entry written by another compiler could hold a program this one cannot run."""
     from torq.compiler import dispatch_cache
