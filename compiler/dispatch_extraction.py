@@ -52,7 +52,11 @@ torq-lower-requantization can read weights, biases and per-channel scales:
 it replaces a float requantization after an integer contraction with an
 integer rescale, drops the arguments this leaves unread, and reports a
 dequantize tail for the host (`host_dispatches.host_tail_dispatch` builds
-it; `ExtractedDispatch.apply_reports` takes the reports over).
+it; `ExtractedDispatch.apply_reports` takes the reports over). In a dispatch
+that reads a run-time quantization's scalar, the f32 scalar constants IREE
+cloned into its dequantize epilogue become such arguments too
+(epilogue_scalars.py: the layers' functions are then one text for the dispatch
+cache), which the call makes (`ExtractedDispatch.hoisted_constants`).
 
 For a dispatch left on the host, `host_dispatches.hoist_input_pads` edits the flow-level
 dispatch itself: a padding of a loaded input is built before the dispatch
@@ -84,6 +88,7 @@ from .box_reads import (
     stride_split,
 )
 from .constant_args import CONSTANT_ARG
+from .epilogue_scalars import hoist_epilogue_scalars
 from .f32_chain import host_float_semantics
 from .ir_utils import (
     CompileError,
@@ -114,7 +119,9 @@ class ExtractedDispatch:
     marked, the dequantize tails left to the host)."""
     func: ir.Operation
     name: str
-    input_operands: list[int]  # dispatch operand index of each function argument
+    # Dispatch operand index of each function argument; index len(operands) + j is
+    # `hoisted_constants[j]`, a constant the call makes (compiler/epilogue_scalars.py).
+    input_operands: list[int]
     # For each dispatch result: (tied operand index, store offsets) when the
     # dispatch writes a box of a read-write operand, else (-1, None).
     result_updates: list[tuple[int, list[int] | None]]
@@ -136,6 +143,7 @@ class ExtractedDispatch:
     # Dispatch operands that are an index (the runtime offset of an updated box): the call
     # passes each as a tensor<1xi32>.
     index_operands: list[int] = field(default_factory=list)
+    hoisted_constants: list[ir.Attribute] = field(default_factory=list)
 
     def apply_reports(self, reports: dict) -> None:
         """Take over what the dispatch pipeline's passes reported (`pipeline.run_passes`).
@@ -205,11 +213,15 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
         func.attributes[SCALAR_ARGUMENTS] = ir.DenseI64ArrayAttr.get(scalars)
     _record_result_updates(func, updates, [kinds[t][1] if t >= 0 else None for t, _ in updates], update_sizes,
                            runtime_offsets)
+    hoisted = []
     if facts is not None:  # a reshaped input's constant value would not have its type
         _record_flow_facts(func, [arguments[i] if i not in splits and kinds[i][0] != "scalar" else None
                                  for i in input_args], facts)
-    return ExtractedDispatch(func, name, input_args, updates, update_sizes,
-                             index_operands=[i for i in input_args if kinds[i][0] == "index"])
+        if scalars and HOST_FMA in func.attributes:  # (a run-time quantization's epilogue)
+            hoisted = hoist_epilogue_scalars(func)
+    return ExtractedDispatch(func, name, input_args + list(range(len(arguments), len(arguments) + len(hoisted))),
+                             updates, update_sizes, index_operands=[i for i in input_args if kinds[i][0] == "index"],
+                             hoisted_constants=hoisted)
 
 
 def _binding_kinds(block: ir.Block) -> list[tuple[str, ir.Type]]:

@@ -171,7 +171,7 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
                 "alignment": ir.IntegerAttr.get(ir.IndexType.get(), 64)})
         # The inputs, then the read-write operands of the results updated in place.
         passed = ex.input_operands + [ex.result_updates[k][0] for k in ex.in_place]
-        arguments = dispatch_arguments(dispatch)
+        arguments = dispatch_arguments(dispatch) + [arith.ConstantOp(a.type, a).result for a in ex.hoisted_constants]
         operands = [arguments[i] for i in ex.input_operands]
         for j, head in ex.host_heads.items():  # the model input's quantize runs on the host
             operands[j] = host_tail_dispatch(operands[j], head, ir.Type.parse(head.result_type))

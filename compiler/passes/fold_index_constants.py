@@ -198,10 +198,10 @@ def with_constant_inputs(op: ir.Operation) -> None:
             consts.append(arith.ConstantOp(ir.RankedTensorType.get(list(value.shape), v.type),
                                            ir.DenseElementsAttr.get(value)).result)
         maps.append(ir.AffineMap.get(len(ranges), 0, [ir.AffineExpr.get_dim(d) for d in ds]))
-    _rebuild(op, len(op.operands) - len(op.results), consts, maps, roots)
+    rebuild_with_inputs(op, len(op.operands) - len(op.results), consts, maps, roots)
 
 
-def _rebuild(op: ir.Operation, n_in: int, consts: list, maps: list, roots: list) -> None:
+def rebuild_with_inputs(op: ir.Operation, n_in: int, consts: list, maps: list, roots: list) -> None:
     """`op` again with `consts` as extra inputs (read by `maps`), its body reading their
     block arguments for `roots` and without the index arithmetic that made them."""
     old_maps = indexing_maps(op)

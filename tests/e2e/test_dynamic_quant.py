@@ -123,3 +123,26 @@ def test_a_float_model_computes_its_single_values_on_the_npu():
     cm = torq.compile(Normalise(), torch.randn(4, 64), remarks=io.StringIO(), flags=["--torq-no-cache"])
     assert not any(PARAMETERS_ON_HOST in d.reason for d in cm.report.dispatches)
     assert any(d.executor == "torq" and "reduction" in d.ops for d in cm.report.dispatches)
+
+
+def test_layers_with_per_tensor_weight_scales_share_their_compiles(tmp_path):
+    """quantize_dynamic's default per-tensor weight scale is a scalar IREE clones into each
+    layer's dispatch, another value per layer; the epilogue that reads it is the host's, and
+    extraction makes it a constant argument (compiler/epilogue_scalars.py), so three Linear +
+    ReLU layers are one NPU compile. The executables equal a compile with the cache off (every
+    dispatch compiled on its own) and the result is llvm-cpu's, bit for bit."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[m for _ in range(3) for m in (torch.nn.Linear(128, 128), torch.nn.ReLU())]).eval()
+    x = torch.randn(1, 16, 128)
+    q = _quantize_dynamic(model, x, tmp_path)
+    fresh = torq.compile(str(q), flags=["--torq-quiet", "--torq-no-cache", "--torq-jobs=1"])
+    cm = torq.compile(str(q), flags=["--torq-quiet", f"--torq-cache-dir={tmp_path / 'cache'}", "--torq-jobs=1"])
+    npu = [d for d in cm.report.dispatches if d.executor == "torq" and d.macs]
+    assert cm.report.npu_mac_share == 1.0 and [d.cached for d in npu] == [False, True, True]
+    # (each executable: two compiles of one ONNX file give .vmfbs whose llvm-cpu ELF differs)
+    executables = lambda c: [(d.name, d.executor, d.executable_sha256) for d in c.report.dispatches]  # noqa: E731
+    assert executables(cm) == executables(fresh)
+    reference = import_onnx(q.read_bytes(), str(q))
+    for name, v in _inputs((1, 16, 128)).items():
+        y, ref = np.asarray(cm(v)), llvm_cpu(reference, v, function="main_graph")
+        assert np.array_equal(y, ref), f"{name}: {np.count_nonzero(y != ref)} of {y.size} outputs differ"
