@@ -3,8 +3,8 @@
 IREE clones a small constant into each dispatch that reads it. onnxruntime's quantize_dynamic
 (per-tensor weights, its default) multiplies each MatMulInteger's run-time input scale by the
 weight's scale, an f32 `arith.constant` in the dequantize epilogue: another value in every
-layer. The epilogue runs on the host (requant_tail's accumulator tail), so the NPU compile never
-reads it, but it makes each layer's function another text, and the dispatch cache
+layer. The epilogue runs on the host (requant_tail's accumulator tail), so the NPU compile does
+not normally read it, but it makes each layer's function another text, and the dispatch cache
 (compiler/dispatch_cache.py) compiled every layer: BERT-base 78 compiles for 219 dispatches.
 As an argument carrying its value (`CONSTANT_ARG`, which the cache's text key leaves out and
 the requantization reads only through constant_args.ConstantArgs) the layers are one text; the
@@ -12,7 +12,9 @@ host tail reads it as an operand, as it reads a per-channel scale, and the targe
 flow-level constant of the value (`ExtractedDispatch.hoisted_constants`).
 
 Only a dispatch that reads a run-time quantization's scalar (`SCALAR_ARGUMENTS`: only a host
-tail may read one) is changed: its float epilogue is the host's, whatever the NPU does.
+tail may read one) is changed, and only constants that its dequantize epilogues multiply by: a
+product is the same IEEE multiply with the value loaded as with it literal, where a clamp bound
+or an exponent (`powf(x, 3.0)`, which LLVM rewrites as products) may not be.
 """
 
 from __future__ import annotations
@@ -20,50 +22,58 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from .constant_args import CONSTANT_ARG
-from .ir_utils import block_ops, region_ops, sync_function_type
+from .ir_utils import block_ops, n_inputs, region_ops, sync_function_type
 from .passes.fold_index_constants import rebuild_with_inputs
 
 
 def hoist_epilogue_scalars(func: ir.Operation) -> list[ir.Attribute]:
-    """Each f32 scalar `arith.constant` that the body of a generic converting an integer to
-    float reads becomes a new `tensor<f32>` argument of `func` (appended, with its value as
-    `CONSTANT_ARG`), read as that generic's broadcast input. Returns the values (tensor<f32>
-    dense attributes), in argument order."""
+    """Each f32 scalar `arith.constant` that only dequantize epilogues multiply by (the
+    bodies of generics with one f32 result that convert an integer to float and nothing back)
+    becomes a new `tensor<f32>` argument of `func` (appended, with its value as
+    `CONSTANT_ARG`), read as those generics' broadcast input. A constant with any other
+    reader (a clamp bound, an exponent: rewrites that need a literal) stays. Returns the values
+    (tensor<f32> dense attributes), in argument order."""
     block = func.regions[0].blocks[0]
-    generics = [op for op in block_ops(block) if op.name == "linalg.generic" and len(op.results) == 1
-                and any(o.name == "arith.sitofp" for o in region_ops(op))]
-    reads: dict = {}  # constant op result -> the generics reading it
-    for g in generics:
+    epilogues = [op for op in block_ops(block) if _is_dequantize_epilogue(op)]
+    reads: dict = {}  # constant -> the epilogues reading it (all its uses a mulf in one of them)
+    for g in epilogues:
         inside = {r for o in region_ops(g) for r in o.results}
         for o in region_ops(g):
             for v in o.operands:
-                owner = v.owner
-                if v in inside or isinstance(owner, ir.Block) or owner.name != "arith.constant" \
-                        or str(v.type) != "f32":
-                    continue
-                reads.setdefault(v, [])
-                if g not in reads[v]:
+                if v not in inside and not isinstance(v.owner, ir.Block) and v.owner.name == "arith.constant" \
+                        and str(v.type) == "f32" and g not in reads.setdefault(v, []):
                     reads[v].append(g)
-    if not reads:
+    hoisted = [v for v in reads if all(_multiplied_in(u.owner, epilogues) for u in v.uses)]
+    if not hoisted:
         return []
-    f32 = ir.F32Type.get()
-    scalar = ir.RankedTensorType.get([], f32)
-    values, args = [], {}
-    for v in reads:
-        values.append(ir.DenseElementsAttr.get_splat(scalar, v.owner.attributes["value"]))
-        args[v] = block.add_argument(scalar, func.location)
-    for g in generics:
-        roots = [v for v in reads if g in reads[v]]
+    scalar = ir.RankedTensorType.get([], ir.F32Type.get())
+    values = [ir.DenseElementsAttr.get_splat(scalar, v.owner.attributes["value"]) for v in hoisted]
+    args = {v: block.add_argument(scalar, func.location) for v in hoisted}
+    # Every generic's roots first: a rebuild erases the generic it replaces.
+    plans = [(g, [v for v in hoisted if g in reads[v]]) for g in epilogues]
+    for g, roots in plans:
         if roots:
             n_loops = len(ir.ArrayAttr(g.attributes["iterator_types"]))
-            rebuild_with_inputs(g, len(g.operands) - len(g.results), [args[v] for v in roots],
+            rebuild_with_inputs(g, n_inputs(g), [args[v] for v in roots],
                                 [ir.AffineMap.get(n_loops, 0, []) for _ in roots], roots)
-    for v in reads:
+    for v in hoisted:
         if not list(v.uses):
             v.owner.erase()
-    n_before = len(block.arguments) - len(values)
     old = list(ir.ArrayAttr(func.attributes["arg_attrs"])) if "arg_attrs" in func.attributes else \
-        [ir.DictAttr.get({})] * n_before
+        [ir.DictAttr.get({})] * (len(block.arguments) - len(values))
     func.attributes["arg_attrs"] = ir.ArrayAttr.get(old + [ir.DictAttr.get({CONSTANT_ARG: a}) for a in values])
     sync_function_type(func)
     return values
+
+
+def _is_dequantize_epilogue(op: ir.Operation) -> bool:
+    if op.name != "linalg.generic" or len(op.results) != 1 or \
+            str(ir.RankedTensorType(op.results[0].type).element_type) != "f32":
+        return False
+    names = {o.name for o in region_ops(op)}
+    return "arith.sitofp" in names and "arith.fptosi" not in names
+
+
+def _multiplied_in(user: ir.Operation, epilogues: list[ir.Operation]) -> bool:
+    """Whether `user` is an `arith.mulf` directly in the body of one of `epilogues`."""
+    return user.name == "arith.mulf" and user.parent is not None and user.parent in epilogues

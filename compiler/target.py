@@ -171,7 +171,10 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
                 "alignment": ir.IntegerAttr.get(ir.IndexType.get(), 64)})
         # The inputs, then the read-write operands of the results updated in place.
         passed = ex.input_operands + [ex.result_updates[k][0] for k in ex.in_place]
-        arguments = dispatch_arguments(dispatch) + [arith.ConstantOp(a.type, a).result for a in ex.hoisted_constants]
+        arguments = dispatch_arguments(dispatch)
+        read = set(ex.input_operands) | {i for t in ex.host_tails.values() for i in t.tensor_operands}
+        arguments += [arith.ConstantOp(a.type, a).result if len(arguments) + j in read else None
+                      for j, a in enumerate(ex.hoisted_constants)]  # (epilogue_scalars.py)
         operands = [arguments[i] for i in ex.input_operands]
         for j, head in ex.host_heads.items():  # the model input's quantize runs on the host
             operands[j] = host_tail_dispatch(operands[j], head, ir.Type.parse(head.result_type))
