@@ -46,6 +46,13 @@ def constant_attrs(func: ir.Operation) -> list[ir.Attribute | None]:
             for d in ir.ArrayAttr(func.attributes["arg_attrs"])]
 
 
+def set_constant_attrs(func: ir.Operation, attrs: list[ir.Attribute | None]) -> None:
+    """Gives argument k of `func` the `CONSTANT_ARG` `attrs[k]` (none where None), replacing
+    any argument attributes (dispatch extraction's, before anything else sets them)."""
+    func.attributes["arg_attrs"] = ir.ArrayAttr.get(
+        [ir.DictAttr.get({CONSTANT_ARG: a} if a is not None else {}) for a in attrs])
+
+
 def mask_constant_values(func: ir.Operation) -> None:
     """Replaces each `CONSTANT_ARG` value of `func` by a string naming its type, leaving every
     other argument attribute as it is: the text the dispatch cache hashes."""

@@ -101,7 +101,7 @@ def _questions_hash(questions: Questions) -> str:
 
 class DispatchCache:
     """Compiled dispatches by text key and constants' answers: in memory, and in `directory`
-    when given. `answers(questions)` gives the looked-up function's answers digest."""
+    when given."""
 
     def __init__(self, directory: str | None):
         self.directory = directory
@@ -129,7 +129,7 @@ class DispatchCache:
     def put(self, key: str, answers: str, entry: Compiled) -> None:
         """Stores `entry` (a `Compiled` whose `constants_read` are its questions) under `key`,
         with `answers` its function's (`ConstantArgs.digest` of those questions)."""
-        questions = tuple(entry.constants_read)
+        questions = entry.constants_read
         self._entries(key)[(questions, answers)] = entry
         if not self.directory:
             return

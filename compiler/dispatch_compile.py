@@ -367,15 +367,16 @@ class DispatchCompiler:
             rest = [i for i in missed if outcomes[i] is None and missing(i)]
             if not rest:
                 return outcomes
-            # The rest read constants of their own: once per text and all constants' values
-            # (a refusal is shared that way too).
+            # The rest read constants of their own: one compile per text and all constants'
+            # values, a first-round function's included (so a refusal is shared that way too).
             rest_keys = {keys[i] for i in rest}
-            by_values = {(keys[i], constants[i].values_digest()): i for i in first.values() if keys[i] in rest_keys}
-            compile_each([i for i in rest if by_values.setdefault((keys[i], constants[i].values_digest()), i) == i])
-            for i in rest:
-                if outcomes[i] is None:
-                    done = outcomes[by_values[(keys[i], constants[i].values_digest())]]
-                    outcomes[i] = replace(done, cached=True) if isinstance(done, Compiled) else done
+            same = lambda i: (keys[i], constants[i].values_digest())  # noqa: E731
+            owner = {same(i): i for i in first.values() if keys[i] in rest_keys}
+            todo = [i for i in rest if owner.setdefault(same(i), i) == i]
+            compile_each(todo)
+            for i in set(rest) - set(todo):
+                done = outcomes[owner[same(i)]]
+                outcomes[i] = replace(done, cached=True) if isinstance(done, Compiled) else done
         return outcomes
 
     @contextmanager

@@ -87,7 +87,7 @@ from .box_reads import (
     static_box,
     stride_split,
 )
-from .constant_args import CONSTANT_ARG
+from .constant_args import set_constant_attrs
 from .epilogue_scalars import hoist_epilogue_scalars
 from .f32_chain import host_float_semantics
 from .ir_utils import (
@@ -412,8 +412,7 @@ def _record_flow_facts(func: ir.Operation, operands: list[ir.Value], facts: "Flo
         return
     attrs = [facts.constant_attr(v) if v is not None else None for v in operands]
     if any(a is not None for a in attrs):
-        func.attributes["arg_attrs"] = ir.ArrayAttr.get(
-            [ir.DictAttr.get({CONSTANT_ARG: a} if a is not None else {}) for a in attrs])
+        set_constant_attrs(func, attrs)
     if facts.host_float is not None:
         func.attributes[HOST_FMA] = ir.BoolAttr.get(facts.host_float.fma)
 

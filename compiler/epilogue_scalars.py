@@ -21,9 +21,8 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from .constant_args import CONSTANT_ARG
-from .ir_utils import block_ops, n_inputs, region_ops, sync_function_type
-from .passes.fold_index_constants import rebuild_with_inputs
+from .constant_args import constant_attrs, set_constant_attrs
+from .ir_utils import block_ops, generic_with_inputs, region_ops, sync_function_type
 
 
 def hoist_epilogue_scalars(func: ir.Operation) -> list[ir.Attribute]:
@@ -54,14 +53,12 @@ def hoist_epilogue_scalars(func: ir.Operation) -> list[ir.Attribute]:
     for g, roots in plans:
         if roots:
             n_loops = len(ir.ArrayAttr(g.attributes["iterator_types"]))
-            rebuild_with_inputs(g, n_inputs(g), [args[v] for v in roots],
-                                [ir.AffineMap.get(n_loops, 0, []) for _ in roots], roots)
+            generic_with_inputs(g, [args[v] for v in roots], [ir.AffineMap.get(n_loops, 0, []) for _ in roots], roots)
     for v in hoisted:
         if not list(v.uses):
             v.owner.erase()
-    old = list(ir.ArrayAttr(func.attributes["arg_attrs"])) if "arg_attrs" in func.attributes else \
-        [ir.DictAttr.get({})] * (len(block.arguments) - len(values))
-    func.attributes["arg_attrs"] = ir.ArrayAttr.get(old + [ir.DictAttr.get({CONSTANT_ARG: a}) for a in values])
+    before = constant_attrs(func) or [None] * (len(block.arguments) - len(values))
+    set_constant_attrs(func, before + values)
     sync_function_type(func)
     return values
 

@@ -3,7 +3,8 @@ names its constants' blobs were given and wherever it came from in the model.
 
 `canonical_text` is what the dispatch cache hashes (every byte of every
 constant in the text counts; compiler/dispatch_cache.py takes the values of a
-function's constant arguments out first, and asks for those the compile read); `structure_text` leaves the blobs' bytes out, for what is a
+function's constant arguments out first, and asks for those the compile
+read); `structure_text` leaves the blobs' bytes out, for what is a
 function of shapes and types alone (super tiling's choices, which dispatches
 one worker should compile one after the other)."""
 

@@ -287,6 +287,36 @@ def n_inputs(op: ir.Operation) -> int:
     return int(list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))[0])
 
 
+def generic_with_inputs(op: ir.Operation, inputs: list[ir.Value], maps: list[ir.AffineMap],
+                        replaced: list[ir.Value]) -> ir.Operation:
+    """linalg.generic `op` rebuilt (and erased) with `inputs` appended to its inputs, read
+    through `maps`: its body reads their block arguments where it read `replaced` (values
+    its body uses, defined in it or above it), and ops left unused are dropped. Returns the
+    new generic."""
+    from iree.compiler.dialects import linalg
+
+    n_in = n_inputs(op)
+    old_maps = indexing_maps(op)
+    ins, outs = list(op.operands[:n_in]) + inputs, list(op.operands[n_in:])
+    with ir.InsertionPoint(op), op.location:
+        new = linalg.GenericOp([r.type for r in op.results], ins, outs,
+                               ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in old_maps[:n_in] + maps + old_maps[n_in:]]),
+                               op.attributes["iterator_types"])
+    old_args = list(op.regions[0].blocks[0].arguments)
+    types = [a.type for a in old_args[:n_in]] + [ir.RankedTensorType(v.type).element_type for v in inputs] + \
+        [a.type for a in old_args[n_in:]]
+    block = new.regions[0].blocks.append(*types)
+    args = list(block.arguments)
+    mapping = dict(zip(old_args[:n_in], args[:n_in])) | dict(zip(old_args[n_in:], args[n_in + len(inputs):]))
+    mapping |= dict(zip(replaced, args[n_in:n_in + len(inputs)]))
+    with ir.InsertionPoint(block):
+        clone_remapped([o for o in region_ops(op) if not (o.results and o.results[0] in replaced)], mapping)
+    erase_unused(lambda: block.operations)
+    op.results[0].replace_all_uses_with(new.results[0])
+    op.erase()
+    return new
+
+
 def int_array(attr: ir.Attribute) -> list[int]:
     if isinstance(attr, ir.DenseI64ArrayAttr):
         return list(ir.DenseI64ArrayAttr(attr))

@@ -32,7 +32,7 @@ class Known:
         k = function_argument(v)
         if k is not None:
             return self.args.get(k)
-        return None if isinstance(v.owner, ir.Block) else constant_of(v)
+        return constant_of(v)
 
     def is_constant(self, v: ir.Value) -> bool:
         """Whether `v` is a constant, without reading its value (a compile that only asks
@@ -40,14 +40,14 @@ class Known:
         k = function_argument(v)
         if k is not None:
             return self.args.has(k)
-        return not isinstance(v.owner, ir.Block) and constant_of(v) is not None
+        return constant_of(v) is not None
 
     def all_zeros(self, v: ir.Value) -> bool:
         """Whether `v` is a constant of zeros (and not empty), reading that fact alone."""
         k = function_argument(v)
         if k is not None:
             return self.args.all_zeros(k)
-        return not isinstance(v.owner, ir.Block) and is_all_zeros(constant_of(v))
+        return is_all_zeros(constant_of(v))
 
 
 def per_channel_constants(op: ir.Operation, known, skip=()) -> tuple[set[int], dict]:

@@ -43,7 +43,7 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from .ir_utils import walk_ops
-from .torch_ir import TorchBuilder, constant_value, operator_name
+from .torch_ir import TorchBuilder, operator_name, torch_constant
 from .torch_qdq import DEQUANTIZE
 
 _CHOOSE = "torch.quantized_decomposed.choose_qparams.tensor"
@@ -56,9 +56,9 @@ def _decompose_choose_qparams(op: ir.Operation) -> bool:
     the form rewritten here."""
     if len(op.operands) != 5:
         return False
-    x, qmin, qmax = op.operands[0], constant_value(op.operands[1], "int"), constant_value(op.operands[2], "int")
-    eps = constant_value(op.operands[3], "float")
-    if None in (qmin, qmax, eps) or constant_value(op.operands[4], "int") is None or not str(x.type).endswith(",f32>"):
+    x, qmin, qmax = op.operands[0], torch_constant(op.operands[1], "int"), torch_constant(op.operands[2], "int")
+    eps = torch_constant(op.operands[3], "float")
+    if None in (qmin, qmax, eps) or torch_constant(op.operands[4], "int") is None or not str(x.type).endswith(",f32>"):
         return False
     b = TorchBuilder(op)
     lo = b.f32("torch.aten.clamp_max", b.f32("torch.aten.min", x), b.float(0.0))
@@ -91,6 +91,6 @@ def rewrite_dynamic_quantization(module_op: ir.Operation) -> int:
     for op in [o for o in walk_ops(module_op) if operator_name(o) in _SCALAR_FORMS]:
         name = _SCALAR_FORMS[operator_name(op)]
         if len(op.operands) == (6 if name == _QUANTIZE else 7) \
-                and None not in [constant_value(v, "int") for v in op.operands[3:6]]:
+                and None not in [torch_constant(v, "int") for v in op.operands[3:6]]:
             _scalar_form(op, name)
     return chosen

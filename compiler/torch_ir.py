@@ -14,7 +14,7 @@ def operator_name(op: ir.Operation) -> str:
     return ir.StringAttr(op.attributes["name"]).value if op.name == "torch.operator" else op.name
 
 
-def constant_value(v: ir.Value, kind: str):
+def torch_constant(v: ir.Value, kind: str):
     """The value of a `torch.constant.<kind>` (int or float), else None."""
     op = v.owner
     if isinstance(op, ir.Block) or op.name != f"torch.constant.{kind}":

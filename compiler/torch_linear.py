@@ -44,7 +44,7 @@ import re
 from iree.compiler import ir
 
 from .ir_utils import walk_ops
-from .torch_ir import TorchBuilder, constant_value, shape_and_dtype
+from .torch_ir import TorchBuilder, shape_and_dtype, torch_constant
 from .torch_qdq import DEQUANTIZE
 
 LINEAR = "torch.aten.linear"
@@ -89,9 +89,9 @@ def _transposed_matrix(v: ir.Value) -> ir.Value | None:
     if op.name == "torch.aten.transpose.int":
         dims = []
         for d in op.operands[1:]:
-            if constant_value(d, "int") is None:
+            if torch_constant(d, "int") is None:
                 return None
-            dims.append(constant_value(d, "int") % 2)
+            dims.append(torch_constant(d, "int") % 2)
         if sorted(dims) != [0, 1]:
             return None
     return op.operands[0]

@@ -22,7 +22,7 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from .ir_utils import walk_ops
-from .torch_ir import SCALAR_TYPES, TorchBuilder, constant_value
+from .torch_ir import SCALAR_TYPES, TorchBuilder, torch_constant
 
 _QUANTIZE = "torch.quantized_decomposed.quantize_per_tensor"
 DEQUANTIZE = "torch.quantized_decomposed.dequantize_per_tensor"
@@ -34,14 +34,14 @@ _ZERO_POINT, _PARAMS = 2, (3, 4, 5)
 
 def _int_params(op: ir.Operation) -> list[int] | None:
     """The constant (qmin, qmax, dtype) of a quantize / dequantize, or None."""
-    values = [constant_value(op.operands[k], "int") for k in _PARAMS]
+    values = [torch_constant(op.operands[k], "int") for k in _PARAMS]
     return None if None in values else values
 
 
 def _shifted_zero_point(op: ir.Operation) -> ir.Value:
     """`op`'s zero point minus 128: a constant, or `aten.sub.int` of a run-time one."""
     b, zp = TorchBuilder(op), op.operands[_ZERO_POINT]
-    value = constant_value(zp, "int")
+    value = torch_constant(zp, "int")
     return b.int(value - 128) if value is not None else b.int_op("torch.aten.sub.int", zp, b.int(128))
 
 

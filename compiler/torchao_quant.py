@@ -33,7 +33,7 @@ from __future__ import annotations
 from iree.compiler import ir
 
 from .ir_utils import walk_ops
-from .torch_ir import SCALAR_TYPES, TorchBuilder, constant_value, operator_name, shape_and_dtype
+from .torch_ir import SCALAR_TYPES, TorchBuilder, operator_name, shape_and_dtype, torch_constant
 
 _CHOOSE = "torch.torchao.choose_qparams_affine"
 _QUANTIZE = "torch.torchao.quantize_affine"
@@ -43,7 +43,7 @@ def _int_list(v: ir.Value) -> list[int] | None:
     op = v.owner
     if isinstance(op, ir.Block) or op.name != "torch.prim.ListConstruct":
         return None
-    values = [constant_value(x, "int") for x in op.operands]
+    values = [torch_constant(x, "int") for x in op.operands]
     return None if None in values else values
 
 
@@ -71,7 +71,7 @@ def _decompose_choose_qparams(op: ir.Operation) -> bool:
     if len(op.operands) != 10:
         return False
     mapping, reduced = _string(op.operands[1]), _reduced_shape(op.operands[0], _int_list(op.operands[2]))
-    qmin, qmax, eps = constant_value(op.operands[4], "int"), constant_value(op.operands[5], "int"), constant_value(op.operands[6], "float")
+    qmin, qmax, eps = torch_constant(op.operands[4], "int"), torch_constant(op.operands[5], "int"), torch_constant(op.operands[6], "float")
     out = [shape_and_dtype(r.type) for r in op.results]
     if mapping not in ("SYMMETRIC", "ASYMMETRIC") or reduced is None or None in (qmin, qmax, eps) or None in out \
             or out[0][1] != "f32" or out[1][1] not in SCALAR_TYPES:
@@ -113,7 +113,7 @@ def _decompose_quantize(op: ir.Operation) -> bool:
         return False
     x, scale, zero_point = op.operands[0], op.operands[2], op.operands[3]
     reduced = _reduced_shape(x, _int_list(op.operands[1]))
-    qmin, qmax = constant_value(op.operands[5], "int"), constant_value(op.operands[6], "int")
+    qmin, qmax = torch_constant(op.operands[5], "int"), torch_constant(op.operands[6], "int")
     out, zp = shape_and_dtype(op.results[0].type), shape_and_dtype(zero_point.type)
     scale_type = shape_and_dtype(scale.type)
     if reduced is None or None in (qmin, qmax) or out is None or zp is None or out[1] != "si8" \
@@ -142,8 +142,8 @@ def _shifted_int8(v: ir.Value) -> ir.Value | None:
         chain.append(op)
         v = op.operands[0]
     to_u8, add, to_i32 = chain
-    if not str(to_u8.results[0].type).endswith(",ui8>") or constant_value(add.operands[1], "int") != 128 \
-            or constant_value(add.operands[2], "int") != 1 or not str(v.type).endswith(",si8>"):
+    if not str(to_u8.results[0].type).endswith(",ui8>") or torch_constant(add.operands[1], "int") != 128 \
+            or torch_constant(add.operands[2], "int") != 1 or not str(v.type).endswith(",si8>"):
         return None
     return v
 
@@ -151,12 +151,12 @@ def _shifted_int8(v: ir.Value) -> ir.Value | None:
 def _is_shift_correction(v: ir.Value, weight: ir.Value) -> bool:
     """Whether `v` is 128 * colsum(weight) in i32: sum(weight, [0], keepdim, int32) * 128."""
     mul = v.owner
-    if isinstance(mul, ir.Block) or mul.name != "torch.aten.mul.Scalar" or constant_value(mul.operands[1], "int") != 128:
+    if isinstance(mul, ir.Block) or mul.name != "torch.aten.mul.Scalar" or torch_constant(mul.operands[1], "int") != 128:
         return False
     total = mul.operands[0].owner
     return not isinstance(total, ir.Block) and total.name == "torch.aten.sum.dim_IntList" \
         and total.operands[0] == weight and _int_list(total.operands[1]) == [0] \
-        and constant_value(total.operands[3], "int") == SCALAR_TYPES["si32"] and str(v.type).endswith(",si32>")
+        and torch_constant(total.operands[3], "int") == SCALAR_TYPES["si32"] and str(v.type).endswith(",si32>")
 
 
 def _undo_uint8_shift(mm: ir.Operation) -> bool:
@@ -167,7 +167,7 @@ def _undo_uint8_shift(mm: ir.Operation) -> bool:
         return False
     sub = uses[0].owner
     if sub.name != "torch.aten.sub.Tensor" or uses[0].operand_number != 0 or sub.results[0].type != mm.results[0].type \
-            or constant_value(sub.operands[2], "int") != 1 or not _is_shift_correction(sub.operands[1], mm.operands[1]):
+            or torch_constant(sub.operands[2], "int") != 1 or not _is_shift_correction(sub.operands[1], mm.operands[1]):
         return False
     signed = TorchBuilder(sub).op("torch.aten._int_mm", [q, mm.operands[1]], mm.results[0].type)
     sub.results[0].replace_all_uses_with(signed)

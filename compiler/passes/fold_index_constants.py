@@ -30,12 +30,11 @@ import math
 
 import numpy as np
 from iree.compiler import ir
-from iree.compiler.dialects import arith, linalg
+from iree.compiler.dialects import arith
 
 from ..ir_utils import (
-    clone_remapped,
-    erase_unused,
     functions,
+    generic_with_inputs,
     indexing_maps,
     iterator_types,
     loop_ranges,
@@ -198,31 +197,7 @@ def with_constant_inputs(op: ir.Operation) -> None:
             consts.append(arith.ConstantOp(ir.RankedTensorType.get(list(value.shape), v.type),
                                            ir.DenseElementsAttr.get(value)).result)
         maps.append(ir.AffineMap.get(len(ranges), 0, [ir.AffineExpr.get_dim(d) for d in ds]))
-    rebuild_with_inputs(op, len(op.operands) - len(op.results), consts, maps, roots)
-
-
-def rebuild_with_inputs(op: ir.Operation, n_in: int, consts: list, maps: list, roots: list) -> None:
-    """`op` again with `consts` as extra inputs (read by `maps`), its body reading their
-    block arguments for `roots` and without the index arithmetic that made them."""
-    old_maps = indexing_maps(op)
-    ins, outs = list(op.operands[:n_in]) + consts, list(op.operands[n_in:])
-    all_maps = old_maps[:n_in] + maps + old_maps[n_in:]
-    with ir.InsertionPoint(op), op.location:
-        new = linalg.GenericOp([r.type for r in op.results], ins, outs,
-                               ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in all_maps]),
-                               op.attributes["iterator_types"])
-    old_args = list(op.regions[0].blocks[0].arguments)
-    types = [a.type for a in old_args[:n_in]] + [ir.RankedTensorType(c.type).element_type for c in consts] + \
-        [a.type for a in old_args[n_in:]]
-    block = new.regions[0].blocks.append(*types)
-    args = list(block.arguments)
-    mapping = dict(zip(old_args[:n_in], args[:n_in])) | dict(zip(old_args[n_in:], args[n_in + len(consts):]))
-    mapping |= dict(zip(roots, args[n_in:n_in + len(consts)]))
-    with ir.InsertionPoint(block):
-        clone_remapped([o for o in region_ops(op) if not (o.results and o.results[0] in roots)], mapping)
-    erase_unused(lambda: block.operations)  # the index arithmetic left behind
-    op.results[0].replace_all_uses_with(new.results[0])
-    op.erase()
+    generic_with_inputs(op, consts, maps, roots)  # (drops the index arithmetic that made them)
 
 
 def _is_init(op: ir.Operation) -> bool:

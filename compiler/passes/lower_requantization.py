@@ -37,8 +37,9 @@ leaves unread are removed.
 Inputs read from the function: `CONSTANT_ARG` on an argument is its known
 value (dispatch extraction attaches the flow-level constant: weights, biases,
 per-channel scales), read only through `constant_args.ConstantArgs`, which
-records what the pass asked of it (`RequantReport.constants_read`); `HOST_FMA` says how llvm-cpu evaluates f32 (whether it
-fuses mul + add), which the fit reproduces. Both are consumed.
+records what the pass asked of it (`RequantReport.constants_read`);
+`HOST_FMA` says how llvm-cpu evaluates f32 (whether it fuses mul + add),
+which the fit reproduces. Both are consumed.
 
 Raises Unsupported when a requantization cannot be reproduced: the dispatch
 stays on host, as IREE formed it (the function, whose input quantizes may
