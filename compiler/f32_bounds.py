@@ -41,6 +41,9 @@ UNKNOWN = np.float64(np.nan)
 
 def combine(d1, d2):
     """Direction of a sum of values of directions d1 and d2 (monotone when they agree)."""
+    if np.ndim(d1) == 0 and np.ndim(d2) == 0:  # (a value evaluation's: no per-row arrays to build)
+        d1, d2 = float(d1), float(d2)
+        return np.float64(d2 if d1 == 0 else d1 if d2 == 0 or d1 == d2 else np.nan)
     return np.where(d1 == 0, d2, np.where(d2 == 0, d1, np.where(d1 == d2, d1, np.nan)))
 
 
@@ -75,6 +78,8 @@ def mul_dir(x: Val, y: Val) -> np.ndarray:
     monotone and each of one sign on the range, |x| |y| is a product of non-negative monotone
     values, monotone when their directions agree (f32 rounding is monotone), and x y is it
     times the two signs (hardswish's x * relu6(x + 3) / 6 on x >= 0)."""
+    if _unknown_times_any(x.dir, y.dir):
+        return UNKNOWN
     by_constant = _by_constant(x, y, True)
     monotone = (x.dir != 0) & (y.dir != 0) & ~np.isnan(x.dir) & ~np.isnan(y.dir)
     if not np.any(monotone):  # (a value evaluation of many points: the range signs not needed)
@@ -86,12 +91,21 @@ def mul_dir(x: Val, y: Val) -> np.ndarray:
 def div_dir(x: Val, y: Val) -> np.ndarray:
     """Direction of x / y: by a constant, x's times its sign; by a monotone y of one strict sign
     on the range, |x| / |y| is monotone when |x| and 1 / |y| agree (SiLU's x / (1 + exp(-x)))."""
+    if _unknown_times_any(x.dir, y.dir):
+        return UNKNOWN
     by_constant = _by_constant(x, y, False)
     monotone = (y.dir != 0) & ~np.isnan(x.dir) & ~np.isnan(y.dir)
     if not np.any(monotone):
         return by_constant
     sx, sy = _range_sign(x), _range_sign(y, strict=True)
     return np.where(monotone, combine(x.dir * sx, -y.dir * sy) * sx * sy, by_constant)
+
+
+def _unknown_times_any(d1, d2) -> bool:
+    """Whether a product (quotient) of values of directions d1, d2 has an unknown direction
+    everywhere: one of them unknown (NaN) and both one direction for all rows (a value
+    evaluation, which tracks no directions, takes this path)."""
+    return np.ndim(d1) == 0 and np.ndim(d2) == 0 and (d1 != d1 or d2 != d2)
 
 
 def _by_constant(x: Val, y: Val, either: bool) -> np.ndarray:
@@ -106,6 +120,8 @@ def _by_constant(x: Val, y: Val, either: bool) -> np.ndarray:
 def equal_ends_constant(x: Val) -> np.ndarray:
     """x's direction with rows monotone and equal at the range's ends made 0: one constant
     on the whole range."""
+    if np.ndim(x.dir) == 0 and (x.dir == 0 or x.dir != x.dir):  # constant, or unknown: nothing to make 0
+        return x.dir
     v = np.asarray(x.v)
     if not v.ndim or not np.any((x.dir != 0) & ~np.isnan(x.dir)):
         return x.dir

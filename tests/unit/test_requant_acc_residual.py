@@ -10,7 +10,7 @@ from requant_body import parsed_body
 
 from torq.compiler import f32_chain
 from torq.compiler.passes import RequantMode
-from torq.compiler.requant_acc_residual import fit_accumulator_residual, has_accumulator_value
+from torq.compiler.requant_acc_residual import _split_at_join, fit_accumulator_residual, has_accumulator_value
 from torq.compiler.rescale_fit import NotExact
 
 # The body IREE forms from X86InductorQuantizer's conv + add + relu (a dispatch of torchvision's
@@ -55,8 +55,17 @@ func.func @main(%acc: tensor<4xi32>, %w: tensor<4xf32>, %b: tensor<4xf32>, %res:
 """
 
 
-def _parsed(ctx):
-    return parsed_body(BODY, ctx)
+# Without the bias, the conv's value is a product llvm-cpu fuses into the residual's add (the
+# residual divided by the reciprocal of its scale, a quotient, so that only one product is in
+# the sum): the chain is not split at the join, and its step points are searched on the whole
+# chain.
+BODY_NO_BIAS = BODY.replace("    %7 = arith.addf %6, %bias : f32\n", "").replace(
+    "%8 = arith.addf %7, %3", "%8 = arith.addf %6, %3").replace(
+    "%3 = arith.mulf %2, %sr", "%3 = arith.divf %2, %sr").replace("0.0304123033 : f32", "32.8814 : f32")
+
+
+def _parsed(ctx, body=BODY):
+    return parsed_body(body, ctx)
 
 
 def _channels(args, seed: int, span: int):
@@ -66,13 +75,15 @@ def _channels(args, seed: int, span: int):
              -span + int(rng.integers(0, 50)), span - int(rng.integers(0, 50))) for _ in range(4)]
 
 
+@pytest.mark.parametrize("body, split", [(BODY, True), (BODY_NO_BIAS, False)], ids=["split", "whole-chain"])
 @pytest.mark.parametrize("seed", range(4))
-def test_reported_pairs_are_those_brute_force_finds(seed):
+def test_reported_pairs_are_those_brute_force_finds(seed, body, split):
     with ir.Context() as ctx:
-        module, ops, result, args = _parsed(ctx)
+        module, ops, result, args = _parsed(ctx, body)
         chain = f32_chain.Chain(ops, result, args[0], f32_chain.HostFloat(True))
         assert not has_accumulator_value(ops, args[0], args[3])
         channels = _channels(args, seed, 6_000)
+        assert (_split_at_join(ops, result, args[0], args[3], f32_chain.HostFloat(True), channels) is not None) == split
         fit = fit_accumulator_residual(ops, result, args[0], args[3], f32_chain.HostFloat(True), channels, (0,),
                                        "conv2d", RequantMode.NEAREST)
         levels = np.arange(-128, 128)
