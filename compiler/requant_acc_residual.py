@@ -312,11 +312,15 @@ def _threshold_step_points(channel: tuple, res: ir.Value, ours: np.ndarray, b_ch
     b = b_chain.for_channel(vals)
     th, u = theta.reshape(-1), ours.reshape(-1)
     n = len(u)
-    ends = b(np.array([lo, hi], np.int64))
-    at = b(np.concatenate([np.maximum(u - 1, lo), np.minimum(u, hi)])) >= np.concatenate([th, th])
+    points = np.empty(2 * n + 2, np.int64)  # one evaluation of B: at max(U - 1, lo), min(U, hi), lo, hi
+    np.maximum(np.subtract(u, 1, out=points[:n]), lo, out=points[:n])
+    np.minimum(u, hi, out=points[n:2 * n])
+    points[2 * n:] = lo, hi
+    values = b(points)
+    ends = values[2 * n:]
 
     def reach(pairs, a):
         return b(a) >= th[pairs]
 
-    steps = first_reaching_near(reach, u, np.full(n, lo, np.int64), np.full(n, hi, np.int64), at[:n], at[n:])
+    steps = first_reaching_near(reach, u, lo, hi, values[:n] >= th, values[n:2 * n] >= th)
     return steps.reshape(ours.shape), (ends[0] < theta) & (theta <= ends[1])

@@ -80,12 +80,14 @@ def first_reaching_near(reach, guess: np.ndarray, lo: np.ndarray, hi: np.ndarray
     nowhere), from a `guess` in [lo, hi + 1] and the predicate one unit before it (`before`,
     at max(guess - 1, lo)) and at it (`at`, at min(guess, hi)): the guess where those say it is
     right, else one unit either way (f32 rounding moves a predicted point by about one), else
-    bisected. `reach(pairs, a)` is the predicate of pairs `pairs` (indices) at points `a`."""
+    bisected. `reach(pairs, a)` is the predicate of pairs `pairs` (indices) at points `a`; `lo`
+    and `hi` are per pair, or one number for all."""
     holds = ((guess == lo) | ~before) & ((guess > hi) | at)
     out = guess.copy()
     idx = np.nonzero(~holds)[0]
     if not len(idx):
         return out
+    lo, hi = (np.broadcast_to(np.asarray(v, np.int64), guess.shape) for v in (lo, hi))
     g, p_lo, p_hi = guess[idx], lo[idx], hi[idx]
     up = (g <= p_hi) & ~at[idx]  # the predicate fails at the guess: the point is above it
     near = np.clip(np.where(up, g + 1, g - 2), p_lo, p_hi)
