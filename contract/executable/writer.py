@@ -59,6 +59,7 @@ class _Writer:
         # (audio encoder: 8,356 commands, serialized 1.5x faster in half the bytes).
         # Floats by their bits: -0.0 and 0.0 are different values.
         self.shared: dict[tuple, int] = {}
+        self.epilogues: dict[int, tuple[Epilogue, int]] = {}  # id -> (the object, kept alive; its offset)
 
     def once(self, key: tuple, make) -> int:
         """The offset of the object `key` names, made by `make()` the first time."""
@@ -105,7 +106,10 @@ class _Writer:
         return self.b.EndVector()
 
     def longs(self, values: Any) -> int:
-        ints = tuple(int(v) for v in np.asarray(values).reshape(-1).tolist())
+        if type(values) is tuple and all(type(v) is int for v in values):  # (most are: shapes, axes)
+            ints = values
+        else:
+            ints = tuple(int(v) for v in np.asarray(values).reshape(-1).tolist())
         return self.once(("i64", ints), lambda: self.b.CreateNumpyVector(np.asarray(ints, dtype="<i8")))
 
     def doubles(self, values: Any) -> int:
@@ -202,6 +206,10 @@ class _Writer:
         return fbAttr.End(b)
 
     def ref(self, r: Ref) -> int:
+        # By content: a lookup table's 256 entries are constants, many of them equal.
+        return self.once(("ref", r.kind, r.index, tuple(r.axes), float(r.const).hex()), lambda: self._ref_table(r))
+
+    def _ref_table(self, r: Ref) -> int:
         b = self.b
         axes = self.longs(r.axes)
         fbRef.Start(b)
@@ -212,9 +220,16 @@ class _Writer:
         return fbRef.End(b)
 
     def epilogue(self, e: Epilogue) -> int:
+        # The tiles of one op share its Epilogue object: its content key (thousands of refs for
+        # a lookup table) is made once per object, not once per command.
+        seen = self.epilogues.get(id(e))
+        if seen is not None and seen[0] is e:
+            return seen[1]
         key = (e.result, tuple((s.op, s.to, tuple((r.kind, r.index, r.axes, float(r.const).hex()) for r in s.args))
                                for s in e.steps))
-        return self.once(("epilogue", key), lambda: self._epilogue_table(e))
+        offset = self.once(("epilogue", key), lambda: self._epilogue_table(e))
+        self.epilogues[id(e)] = (e, offset)
+        return offset
 
     def _epilogue_table(self, e: Epilogue) -> int:
         b = self.b

@@ -224,3 +224,25 @@ def test_constant_data_is_carried_bit_exact():
     q = parse_executable(serialize_program(p))
     assert q.tensors[1].data == p.tensors[1].data and len(q.tensors[1].data) == 576
     assert np.frombuffer(q.tensors[2].data, np.uint16).tolist() == np.frombuffer(p.tensors[2].data, np.uint16).tolist()
+
+
+def _with_lut(table: list[float]):
+    p = conv_tiled_program()
+    c: Compute = p.commands[3]
+    c.epilogue.steps.append(step("cast", val(len(c.epilogue.steps) - 1), to="i8"))
+    c.epilogue.steps.append(step("lut", val(len(c.epilogue.steps) - 1), *[const(v) for v in table], to="i8"))
+    c.epilogue.result = len(c.epilogue.steps) - 1
+    return p
+
+
+def test_equal_table_entries_are_written_once():
+    # A lookup table's entries are constants, most of them repeats (an activation saturates):
+    # the writer shares one table per distinct entry, and the program reads back the same.
+    repeats = [-90.0] * 100 + [0.0] * 56 + [float(v) for v in range(100)]
+    distinct = [float(v) for v in range(-128, 128)]
+    for table in (repeats, distinct):
+        p = _with_lut(table)
+        q = parse_executable(serialize_program(p))
+        assert q == p and [r.const for r in q.commands[3].epilogue.steps[-1].args[1:]] == table
+    saved = len(serialize_program(_with_lut(distinct))) - len(serialize_program(_with_lut(repeats)))
+    assert saved >= 150 * 16  # 154 repeated entries, each a table of at least 16 bytes written no more
