@@ -107,6 +107,7 @@ from .passes.mark_in_place_updates import RESULT_UPDATES
 from .patterns import Unsupported
 from .requant_summary import RequantSummary
 from .requant_tail import HostTail
+from .runtime_zero_point import split_runtime_zero_points
 
 
 @dataclass
@@ -218,7 +219,7 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
         _record_flow_facts(func, [arguments[i] if i not in splits and kinds[i][0] != "scalar" else None
                                  for i in input_args], facts)
         if scalars and HOST_FMA in func.attributes:  # (a run-time quantization's epilogue)
-            hoisted = hoist_epilogue_scalars(func)
+            hoisted = split_runtime_zero_points(func) + hoist_epilogue_scalars(func)
     return ExtractedDispatch(func, name, input_args + list(range(len(arguments), len(arguments) + len(hoisted))),
                              updates, update_sizes, index_operands=[i for i in input_args if kinds[i][0] == "index"],
                              hoisted_constants=hoisted)

@@ -190,8 +190,10 @@ def _replace_with_call(dispatch: ir.Operation, ex: ExtractedDispatch, compiled: 
             r = dispatch.results[k]
             # An in-place result is the whole updated operand, of the dispatch result's type.
             t = r.type if k in ex.in_place else ir.Type.parse(t)
-            # The function may have dropped unit dims (torq-fold-unit-dims) or expanded a dim.
-            finished[k] = reshaped(import_view(v, t), static_shape(r.type))
+            # The function may have dropped unit dims (torq-fold-unit-dims) or expanded a dim. A box
+            # the host copies into its operand (after a host tail) is the box's shape, not the operand's.
+            box = ex.result_updates[k][0] >= 0 and k not in ex.in_place
+            finished[k] = reshaped(import_view(v, t), ex.result_update_sizes[k] if box else static_shape(r.type))
         for k in [*returned, *sorted(set(range(len(dispatch.results))) - set(returned))]:
             r, value = dispatch.results[k], finished.get(k)
             if k in ex.host_tails:  # the dequantize after an int8 NPU result runs on the host

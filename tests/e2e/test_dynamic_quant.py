@@ -94,22 +94,24 @@ def test_a_dynamically_quantized_gpt2_compiles_and_its_matmuls_run_on_the_npu(tm
         assert (error == 0.0) if flags else (error < 5e-2), (flags, error)
 
 
-def test_a_dynamically_quantized_cnn_compiles_with_its_conv_integers_on_the_host(tmp_path):
+def test_a_dynamically_quantized_cnn_runs_its_conv_integers_on_the_npu_bit_identical_to_llvm_cpu(tmp_path):
     """quantize_dynamic also quantizes convolutions (ConvInteger), padded with the run-time zero
-    point. Fused into the integer conv (the padding fusion torq runs for the NPU), that pad
-    fails in IREE's own llvm-cpu; a dynamically quantized model compiles without it, its
-    ConvIntegers on the host (no rewrite makes them NPU convs yet), llvm-cpu's bits."""
+    point z, which IREE subtracts inside the conv. Without the padding fusion (which makes a pad
+    of z that IREE's own llvm-cpu fails on), sum (x - z) w = sum x w - z W
+    (compiler/runtime_zero_point.py): the int8 conv runs on the NPU and the dequantize on the
+    host, llvm-cpu's bits."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
-                                torch.nn.Conv2d(16, 8, 3, padding=1)).eval()
+                                torch.nn.Conv2d(16, 8, 3, padding=1, stride=2)).eval()
     x = torch.randn(1, 3, 32, 32)
     q = _quantize_dynamic(model, x, tmp_path)
     assert sum(n.op_type == "ConvInteger" for n in onnx.load(str(q)).graph.node) == 2
-    cm = torq.compile(str(q), remarks=io.StringIO(), flags=["--torq-no-cache"])
+    remarks = io.StringIO()
+    cm = torq.compile(str(q), remarks=remarks, flags=["--torq-no-cache"])
     reference = llvm_cpu(import_onnx(q.read_bytes(), str(q)), x.numpy(), function="main_graph")
     assert np.array_equal(np.asarray(cm(x.numpy())), reference)
     convs = [d for d in cm.report.dispatches if d.macs]
-    assert len(convs) == 2 and all(d.executor == "host" and d.reason for d in convs)
+    assert len(convs) == 2 and all(d.executor == "torq" for d in convs), remarks.getvalue()
 
 
 def test_a_float_model_computes_its_single_values_on_the_npu():

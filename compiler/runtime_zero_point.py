@@ -1,0 +1,166 @@
+"""A run-time zero point inside an integer contraction, taken out of it (onnxruntime's ConvInteger).
+
+onnxruntime's quantize_dynamic quantizes a conv's input when the model runs
+(DynamicQuantizeLinear) and IREE lowers the ConvInteger to a contraction whose body subtracts
+that zero point z, a scalar operand of the dispatch, from every input element:
+sum_k (x_k - z) w_k. The NPU's conv reads the int8 values themselves, and a run-time scalar
+may only be read by a host tail (`SCALAR_ARGUMENTS`), so the dispatch stayed on the host.
+In i32 arithmetic (wrapping, as llvm-cpu computes it)
+
+    sum_k (x_k - z) w_k = sum_k x_k w_k - z * W,    W = sum_k w_k,
+
+for every input, padding included (IREE pads with z, which both sides count). With constant
+weights W is a constant per weight slice (an output channel). The contraction becomes the
+plain one and its one consumer, the dequantize epilogue, reads `acc - z * W` instead of the
+accumulator: the form IREE gives a MatMulInteger (`acc - z * colsum`), whose contraction runs
+on the NPU and whose epilogue runs on the host (requant_tail). W is a new constant argument
+(`CONSTANT_ARG`), which the call makes as it makes epilogue_scalars' constants
+(`ExtractedDispatch.hoisted_constants`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from iree.compiler import ir
+from iree.compiler.dialects import arith, linalg
+
+from .constant_args import ConstantArgs, constant_attrs, set_constant_attrs
+from .ir_utils import (
+    block_ops,
+    clone_remapped,
+    generic_with_inputs,
+    indexing_maps,
+    iterator_types,
+    n_inputs,
+    region_ops,
+    sync_function_type,
+)
+
+
+def split_runtime_zero_points(func: ir.Operation) -> list[ir.Attribute]:
+    """Rewrites each contraction of `func` that subtracts a broadcast scalar argument from its
+    int8 input, with constant int8 weights and one generic consuming it, as the module
+    docstring says. Returns the values of the arguments it appends (W, i32), in order."""
+    block = func.regions[0].blocks[0]
+    constants = ConstantArgs(func)
+    values, skipped = [], set()
+    while True:  # (each rewrite replaces two generics: the ops are listed again after it)
+        found = next(((con, f) for con in block_ops(block) if con.name == "linalg.generic" and con not in skipped
+                      and (f := _zero_point_contraction(con, constants)) is not None), None)
+        if found is None:
+            break
+        con, (zp_input, sub, w_input, w_sums) = found
+        positions = _weight_result_dims(con, w_input)
+        if positions is None:
+            skipped.add(con)
+            continue
+        w_arg = block.add_argument(ir.RankedTensorType.get(list(w_sums.shape), ir.IntegerType.get_signless(32)),
+                                   func.location)
+        values.append(ir.DenseElementsAttr.get(w_sums))
+        _correct_consumer(con, zp_input, w_arg, positions)
+        _without_zero_point(con, zp_input, sub)
+    if values:
+        before = constant_attrs(func) or [None] * (len(block.arguments) - len(values))
+        set_constant_attrs(func, before[:len(block.arguments) - len(values)] + values)
+        sync_function_type(func)
+    return values
+
+
+def _zero_point_contraction(con: ir.Operation, constants: ConstantArgs):
+    """(the zero point's input index, the subtraction, the weights' input index, W) when `con`
+    is sum (ext(x) - z) * ext(w) over its reduction loops, z a broadcast scalar argument, w a
+    constant int8 argument, and one linalg.generic reads the result; else None."""
+    if "reduction" not in iterator_types(con) or len(con.results) != 1 or n_inputs(con) != 3:
+        return None
+    users = [u.owner for u in con.results[0].uses]
+    if len(users) != 1 or users[0].name != "linalg.generic":
+        return None
+    maps, body = indexing_maps(con), region_ops(con)
+    args = list(con.regions[0].blocks[0].arguments)
+    names = [o.name for o in body]
+    if names != ["arith.extsi", "arith.subi", "arith.extsi", "arith.muli", "arith.addi", "linalg.yield"]:
+        return None
+    ext_x, sub, ext_w, mul, add = body[:5]
+    zp = sub.operands[1]
+    if sub.operands[0] != ext_x.results[0] or not isinstance(zp.owner, ir.Block) or zp not in args[:3] \
+            or set(mul.operands) != {sub.results[0], ext_w.results[0]} or args[3] not in add.operands:
+        return None
+    zp_input, w_input = args.index(zp), args.index(ext_w.operands[0]) if ext_w.operands[0] in args else -1
+    w_value = con.operands[w_input] if w_input >= 0 else None
+    if maps[zp_input].results or w_value is None or not isinstance(w_value.owner, ir.Block) \
+            or not isinstance(con.operands[zp_input].owner, ir.Block) or str(zp.type) != "i32":
+        return None
+    weights = constants.get(ir.BlockArgument(w_value).arg_number)
+    if weights is None or str(ir.RankedTensorType(w_value.type).element_type) != "i8":
+        return None
+    dims = _dims(maps[w_input])
+    if dims is None:
+        return None
+    loops = iterator_types(con)
+    reduced = tuple(i for i, d in enumerate(dims) if loops[d] == "reduction")
+    return zp_input, sub, w_input, weights.astype(np.int64).sum(axis=reduced).astype(np.int32)
+
+
+def _dims(m: ir.AffineMap) -> list[int] | None:
+    """The loop of each result of `m`, or None unless every result is a loop."""
+    out = []
+    for e in m.results:
+        if not isinstance(e, ir.AffineDimExpr):
+            return None
+        out.append(e.position)
+    return out
+
+
+def _weight_result_dims(con: ir.Operation, w_input: int) -> list[int] | None:
+    """Per parallel loop the weights are indexed by (W's dims, in order): its position among
+    the contraction result's dims."""
+    maps = indexing_maps(con)
+    loops = iterator_types(con)
+    out_dims = _dims(maps[-1])
+    w_dims = [d for d in _dims(maps[w_input]) if loops[d] == "parallel"]
+    return [out_dims.index(d) for d in w_dims] if out_dims and all(d in out_dims for d in w_dims) else None
+
+
+def _correct_consumer(con: ir.Operation, zp_input: int, w_arg: ir.Value, positions: list[int]) -> None:
+    """The one generic reading `con`'s result reads `acc - z * W` in its place (z and W its new
+    broadcast inputs)."""
+    user = next(u.owner for u in con.results[0].uses)
+    acc_input = next(i for i, v in enumerate(user.operands[:n_inputs(user)]) if v == con.results[0])
+    acc_map = indexing_maps(user)[acc_input]
+    n_loops = len(iterator_types(user))
+    w_map = ir.AffineMap.get(n_loops, 0, [acc_map.results[p] for p in positions])
+    new = generic_with_inputs(user, [con.operands[zp_input], w_arg], [ir.AffineMap.get(n_loops, 0, []), w_map], [])
+    args = list(new.regions[0].blocks[0].arguments)
+    acc, z, w = args[acc_input], args[n_inputs(new) - 2], args[n_inputs(new) - 1]
+    readers = [u for u in acc.uses]
+    first = region_ops(new)[0]
+    with ir.InsertionPoint(first), first.location:
+        corrected = arith.SubIOp(acc, arith.MulIOp(z, w).result).result
+    for u in readers:
+        u.owner.operands[u.operand_number] = corrected
+
+
+def _without_zero_point(con: ir.Operation, zp_input: int, sub: ir.Operation) -> None:
+    """`con` rebuilt without its zero-point input, its body reading ext(x) where it read
+    ext(x) - z."""
+    n_in = n_inputs(con)
+    keep = [i for i in range(n_in) if i != zp_input]
+    maps = indexing_maps(con)
+    with ir.InsertionPoint(con), con.location:
+        new = linalg.GenericOp([r.type for r in con.results], [con.operands[i] for i in keep],
+                               list(con.operands[n_in:]),
+                               ir.ArrayAttr.get([ir.AffineMapAttr.get(maps[i]) for i in keep + list(range(n_in, len(maps)))]),
+                               con.attributes["iterator_types"])
+    old_args = list(con.regions[0].blocks[0].arguments)
+    kept_args = [old_args[i] for i in keep] + old_args[n_in:]
+    body = new.regions[0].blocks.append(*[a.type for a in kept_args])
+    mapping = dict(zip(kept_args, body.arguments))
+    mapping[sub.results[0]] = None  # filled when its lhs is cloned
+    with ir.InsertionPoint(body):
+        for o in region_ops(con):
+            if o == sub:
+                mapping[sub.results[0]] = mapping[sub.operands[0]]
+                continue
+            clone_remapped([o], mapping)
+    con.results[0].replace_all_uses_with(new.results[0])
+    con.erase()

@@ -1,0 +1,83 @@
+"""compiler/runtime_zero_point.py: a contraction that subtracts a run-time zero point from its
+input (onnxruntime's ConvInteger after quantize_dynamic) becomes the plain contraction, and its
+dequantize epilogue reads acc - z * W, W the constant weights summed over the reduction.
+(tests/e2e/test_dynamic_quant.py runs such a model, bit-identical to llvm-cpu.)"""
+
+import numpy as np
+from iree.compiler import ir
+
+from torq.compiler.constant_args import constant_attrs
+from torq.compiler.ir_utils import constant_value, region_ops
+from torq.compiler.runtime_zero_point import split_runtime_zero_points
+
+WEIGHTS = np.arange(-9, 9, dtype=np.int8).reshape(3, 2, 3) * 7
+
+# A 1-D conv (3 output channels, 2 input channels, kernel 3) of input x minus the run-time zero
+# point z, then its dequantize.
+TEXT = """
+#x = affine_map<(o, p, c, k) -> (c, p + k)>
+#w = affine_map<(o, p, c, k) -> (o, c, k)>
+#z = affine_map<(o, p, c, k) -> ()>
+#out = affine_map<(o, p, c, k) -> (o, p)>
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#all = affine_map<(d0, d1) -> ()>
+func.func @f(%x: tensor<2x6xi8>, %w: tensor<3x2x3xi8> {torq.constant = WEIGHTS}, %z: tensor<i32>,
+             %s: tensor<f32>) -> tensor<3x4xf32> {
+  %c0 = arith.constant 0 : i32
+  %e = tensor.empty() : tensor<3x4xi32>
+  %zero = linalg.fill ins(%c0 : i32) outs(%e : tensor<3x4xi32>) -> tensor<3x4xi32>
+  %acc = linalg.generic {indexing_maps = [#x, #w, #z, #out], iterator_types = ["parallel", "parallel", "reduction", "reduction"]}
+      ins(%x, %w, %z : tensor<2x6xi8>, tensor<3x2x3xi8>, tensor<i32>) outs(%zero : tensor<3x4xi32>) {
+  ^bb0(%a: i8, %b: i8, %zp: i32, %o: i32):
+    %0 = arith.extsi %a : i8 to i32
+    %1 = arith.subi %0, %zp : i32
+    %2 = arith.extsi %b : i8 to i32
+    %3 = arith.muli %1, %2 : i32
+    %4 = arith.addi %o, %3 : i32
+    linalg.yield %4 : i32
+  } -> tensor<3x4xi32>
+  %f = tensor.empty() : tensor<3x4xf32>
+  %r = linalg.generic {indexing_maps = [#id, #all, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%acc, %s : tensor<3x4xi32>, tensor<f32>) outs(%f : tensor<3x4xf32>) {
+  ^bb0(%a: i32, %sc: f32, %o: f32):
+    %0 = arith.sitofp %a : i32 to f32
+    %1 = arith.mulf %0, %sc : f32
+    linalg.yield %1 : f32
+  } -> tensor<3x4xf32>
+  return %r : tensor<3x4xf32>
+}
+""".replace("WEIGHTS", "dense<[" + ", ".join("[" + ", ".join(str(list(map(int, row))) for row in ch) + "]"
+                                           for ch in WEIGHTS) + "]> : tensor<3x2x3xi8>")
+
+
+def _generics(func):
+    return [op.operation for op in func.regions[0].blocks[0].operations if op.operation.name == "linalg.generic"]
+
+
+def test_the_zero_point_moves_to_the_epilogue_as_a_weight_sum_correction():
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(TEXT)
+        func = module.body.operations[0].operation
+        values = split_runtime_zero_points(func)
+        assert module.operation.verify()
+        sums = WEIGHTS.astype(np.int64).sum(axis=(1, 2))
+        assert len(values) == 1 and constant_value(values[0]).tolist() == sums.tolist()
+        block = func.regions[0].blocks[0]
+        assert len(block.arguments) == 5 and str(block.arguments[4].type) == "tensor<3xi32>"
+        assert constant_attrs(func)[4] == values[0]
+        con, epilogue = _generics(func)
+        assert len(con.operands) == 3 and "arith.subi" not in [o.name for o in region_ops(con)]  # x, w; out
+        assert list(epilogue.operands)[2:4] == [block.arguments[2], block.arguments[4]]
+        names = [o.name for o in region_ops(epilogue)]
+        assert names[:2] == ["arith.muli", "arith.subi"]  # acc - z * W, read where acc was
+        # W along the epilogue's first dim: the output channel.
+        assert str(ir.ArrayAttr(epilogue.attributes["indexing_maps"])[3]) == "affine_map<(d0, d1) -> (d0)>"
+
+
+def test_a_zero_point_that_is_no_scalar_argument_is_left_alone():
+    with ir.Context(), ir.Location.unknown():
+        text = TEXT.replace("%1 = arith.subi %0, %zp : i32", "%1 = arith.subi %0, %c0 : i32")
+        module = ir.Module.parse(text)
+        func = module.body.operations[0].operation
+        before = str(module)
+        assert split_runtime_zero_points(func) == [] and str(module) == before
