@@ -93,8 +93,10 @@ from .f32_chain import host_float_semantics
 from .ir_utils import (
     CompileError,
     block_ops,
+    generic_with_inputs,
     indexing_maps,
     int_array,
+    iterator_types,
     n_inputs,
     static_shape,
     static_slice,
@@ -252,12 +254,20 @@ def _is_scalar(t: ir.Type) -> bool:
 
 def _check_scalar_readers(arg: ir.Value) -> None:
     """A scalar operand (a push constant: a dynamic quantization's zero point) may only be read
-    as a generic's input broadcast to every element: the function reads it as a 0-d tensor
-    argument instead (`_move_body`)."""
+    as a generic's input broadcast to every element, or in a generic's body (IREE's
+    `acc - W * z` epilogue of a ConvInteger reads the zero point it captured): the function
+    reads it as a 0-d tensor argument instead, a captured one as a broadcast input
+    (`_move_body`)."""
     for use in arg.uses:
-        if not _is_broadcast_input(use):
+        if not _is_broadcast_input(use) and _capturing_generic(use) is None:
             raise Unsupported(f"dispatch takes a non-tensor operand ({arg.type}) that it reads other than as "
                               f"a generic's broadcast input")
+
+
+def _capturing_generic(use) -> ir.Operation | None:
+    """The linalg.generic whose body reads `use`'s value, defined above it, directly; or None."""
+    parent = use.owner.parent if not isinstance(use.owner, ir.Block) else None
+    return parent.operation if parent is not None and parent.name == "linalg.generic" else None
 
 
 def _is_broadcast_input(use) -> bool:
@@ -326,8 +336,16 @@ def _move_body(dispatch: ir.Operation, fblock: ir.Block, in_pos: dict, out_pos: 
     clone = dispatch.clone()
     for pos, arg in enumerate(clone.regions[0].blocks[0].arguments):
         if _is_scalar(arg.type) and pos in in_pos:  # read as its 0-d tensor (`_check_scalar_readers`)
+            tensor = fblock.arguments[in_pos[pos]]
+            capturing: list[ir.Operation] = []
+            for use in arg.uses:
+                g = _capturing_generic(use)
+                if g is not None and g not in capturing:
+                    capturing.append(g)
+            for g in capturing:
+                generic_with_inputs(g, [tensor], [ir.AffineMap.get(len(iterator_types(g)), 0, [])], [arg])
             for use in list(arg.uses):
-                use.owner.operands[use.operand_number] = fblock.arguments[in_pos[pos]]
+                use.owner.operands[use.operand_number] = tensor
     results: list[ir.Value | None] = [None] * len(out_pos)
     ordinals = []  # their only users, the stores, go first
     for op in block_ops(clone.regions[0].blocks[0]):

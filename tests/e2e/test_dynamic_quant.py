@@ -99,19 +99,21 @@ def test_a_dynamically_quantized_cnn_runs_its_conv_integers_on_the_npu_bit_ident
     point z, which IREE subtracts inside the conv. Without the padding fusion (which makes a pad
     of z that IREE's own llvm-cpu fails on), sum (x - z) w = sum x w - z W
     (compiler/runtime_zero_point.py): the int8 conv runs on the NPU and the dequantize on the
-    host, llvm-cpu's bits."""
+    host, llvm-cpu's bits. The depthwise conv's dispatch already has that form, its epilogue
+    reading z captured in its body (dispatch_extraction makes it a broadcast input)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(16, 16, 3, padding=1, groups=16), torch.nn.ReLU(),
                                 torch.nn.Conv2d(16, 8, 3, padding=1, stride=2)).eval()
     x = torch.randn(1, 3, 32, 32)
     q = _quantize_dynamic(model, x, tmp_path)
-    assert sum(n.op_type == "ConvInteger" for n in onnx.load(str(q)).graph.node) == 2
+    assert sum(n.op_type == "ConvInteger" for n in onnx.load(str(q)).graph.node) == 3
     remarks = io.StringIO()
     cm = torq.compile(str(q), remarks=remarks, flags=["--torq-no-cache"])
     reference = llvm_cpu(import_onnx(q.read_bytes(), str(q)), x.numpy(), function="main_graph")
     assert np.array_equal(np.asarray(cm(x.numpy())), reference)
     convs = [d for d in cm.report.dispatches if d.macs]
-    assert len(convs) == 2 and all(d.executor == "torq" for d in convs), remarks.getvalue()
+    assert len(convs) == 3 and all(d.executor == "torq" for d in convs), remarks.getvalue()
 
 
 def test_a_float_model_computes_its_single_values_on_the_npu():
