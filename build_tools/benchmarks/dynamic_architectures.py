@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Transformers quantized dynamically (each Linear's input quantized when the model runs), by
+"""Models quantized dynamically (each Linear's or conv's input quantized when the model runs), by
 onnxruntime's quantize_dynamic (its recipe for transformers), torch's PT2E flow in its dynamic
 configuration and torchao's quantize_ (int8 dynamic activations), on Torq, one table.
 
@@ -16,7 +16,8 @@ ops on the host in f32). Columns: the NPU's share of the MACs and the dispatches
 host, for both compiles (each host dispatch's reason below the table); the output's relative
 L2 error vs IREE llvm-cpu on the quantized model as written, for both (0 is bit-identical);
 llvm-cpu vs onnxruntime and vs torch fp32 on the float model (the error of the quantization
-itself); the simulated cycles of the default compile.
+itself); the simulated cycles of the default compile. A `torchvision/` row is a torchvision
+CNN (1 x 3 x 224 x 224) through quantize_dynamic, which makes its convs ConvIntegers.
 
 A `pt2e/` row is the same model (or timm's DeiT-Tiny, 1 x 3 x 224 x 224) quantized by torchao's
 PT2E flow instead: strict `torch.export`, `prepare_pt2e` with X86InductorQuantizer's dynamic
@@ -45,7 +46,8 @@ from common import rows_markdown, table_main  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = ["bert-base", "distilbert-base", "gpt2", "pt2e/bert-base", "pt2e/distilbert-base",
-          "pt2e/timm/deit_tiny_patch16_224", "torchao/bert-base", "torchao/distilbert-base"]
+          "pt2e/timm/deit_tiny_patch16_224", "torchao/bert-base", "torchao/distilbert-base",
+          "torchvision/resnet18", "torchvision/mobilenet_v2"]
 COLUMNS = ["model", "torq-compile s", "llvm-cpu compile s", "ratio", "NPU share of MACs", "dispatches torq/host",
            "rel L2 vs llvm-cpu", "--torq-keep-f32: NPU share, torq/host, rel L2 vs llvm-cpu",
            "llvm-cpu vs the quantizer's runtime (onnxruntime / torch)", "llvm-cpu vs torch fp32", "simulated cycles"]
@@ -53,7 +55,8 @@ TOKENS = 128
 
 
 def _model(name: str):
-    """(the transformers model returning its last hidden state, input_ids) for `name`."""
+    """(the transformers model returning its last hidden state, input_ids) for `name` (a timm or
+    torchvision model and its image)."""
     import torch
 
     sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
@@ -64,6 +67,10 @@ def _model(name: str):
         import timm
 
         return timm.create_model(name[len("timm/"):], pretrained=False).eval(), torch.randn(1, 3, 224, 224)
+    if name.startswith("torchvision/"):
+        import torchvision
+
+        return getattr(torchvision.models, name[len("torchvision/"):])().eval(), torch.randn(1, 3, 224, 224)
     # (BERT's pooler output is unused here, which torchao's PT2E annotator fails on; without
     # the pooler the encoder's random weights differ from the RESULTS run before 1cb1f46)
     model = {"bert-base": lambda: tf.BertModel(tf.BertConfig(), add_pooling_layer=False),
@@ -82,7 +89,7 @@ def _model(name: str):
 
 
 def _quantized(name: str, directory: str):
-    """(the quantize_dynamic ONNX file, input_ids as numpy, torch fp32's output)."""
+    """(the quantize_dynamic ONNX file, the input as numpy, torch fp32's output)."""
     import onnxruntime.quantization as ort_quant
     import torch
 
@@ -190,11 +197,11 @@ def markdown(rows: list[dict]) -> list[str]:
 
 
 def main(argv=None) -> int:
-    return table_main(argv, __file__, measure, markdown, doc=__doc__, models=MODELS, kind="transformers",
+    return table_main(argv, __file__, measure, markdown, doc=__doc__, models=MODELS, kind="model",
                       timeout=1800, output=os.path.join(HERE, "RESULTS-dynamic-architectures.md"),
-                      title="Transformers quantized dynamically by onnxruntime quantize_dynamic, torch PT2E and "
+                      title="Models quantized dynamically by onnxruntime quantize_dynamic, torch PT2E and "
                             "torchao quantize_ (random weights) on Torq",
-                      spec=lambda name: (f"{name} {'1x3x224x224' if 'timm/' in name else f'1x{TOKENS}'}",
+                      spec=lambda name: (f"{name} {'1x3x224x224' if 'timm/' in name or 'torchvision/' in name else f'1x{TOKENS}'}",
                                          {"model": name}), needs="transformers")
 
 
