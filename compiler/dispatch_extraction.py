@@ -56,7 +56,9 @@ it; `ExtractedDispatch.apply_reports` takes the reports over). In a dispatch
 that reads a run-time quantization's scalar, the f32 scalar constants IREE
 cloned into its dequantize epilogue become such arguments too
 (epilogue_scalars.py: the layers' functions are then one text for the dispatch
-cache), which the call makes (`ExtractedDispatch.hoisted_constants`).
+cache), and so do the weight sums a run-time zero point is moved out of a
+contraction with (runtime_zero_point.py: onnxruntime's ConvInteger), which the
+call makes (`ExtractedDispatch.hoisted_constants`).
 
 For a dispatch left on the host, `host_dispatches.hoist_input_pads` edits the flow-level
 dispatch itself: a padding of a loaded input is built before the dispatch
@@ -123,7 +125,8 @@ class ExtractedDispatch:
     func: ir.Operation
     name: str
     # Dispatch operand index of each function argument; index len(operands) + j is
-    # `hoisted_constants[j]`, a constant the call makes (compiler/epilogue_scalars.py).
+    # `hoisted_constants[j]`, a constant the call makes (compiler/runtime_zero_point.py's weight
+    # sums, then compiler/epilogue_scalars.py's scales).
     input_operands: list[int]
     # For each dispatch result: (tied operand index, store offsets) when the
     # dispatch writes a box of a read-write operand, else (-1, None).
@@ -259,13 +262,15 @@ def _check_scalar_readers(arg: ir.Value) -> None:
     reads it as a 0-d tensor argument instead, a captured one as a broadcast input
     (`_move_body`)."""
     for use in arg.uses:
-        if not _is_broadcast_input(use) and _capturing_generic(use) is None:
+        g = _capturing_generic(use)
+        if not _is_broadcast_input(use) and (g is None or len(g.results) != 1):
             raise Unsupported(f"dispatch takes a non-tensor operand ({arg.type}) that it reads other than as "
-                              f"a generic's broadcast input")
+                              f"a generic's broadcast input or in a single-result generic's body")
 
 
 def _capturing_generic(use) -> ir.Operation | None:
-    """The linalg.generic whose body reads `use`'s value, defined above it, directly; or None."""
+    """The linalg.generic an op directly in whose body reads `use`'s value (a value defined
+    outside the generic: captured), or None."""
     parent = use.owner.parent if not isinstance(use.owner, ir.Block) else None
     return parent.operation if parent is not None and parent.name == "linalg.generic" else None
 

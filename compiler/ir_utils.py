@@ -8,6 +8,7 @@ import functools
 import importlib.util
 import io
 import re
+import struct
 import sys
 import types
 from typing import Callable, Container, Iterable, Iterator
@@ -469,14 +470,14 @@ def record_attr(value) -> ir.Attribute:
     (`record_value` reads it back). An attribute in it stays as it is (a record may hold one
     made by its own codec)."""
     i64, f64 = ir.IntegerType.get_signless(64), ir.F64Type.get()  # once: a third of an int's cost
-    floats: dict[str, ir.Attribute] = {}  # by bits: a lookup table's entries repeat (-0.0 is not 0.0)
+    floats: dict[bytes, ir.Attribute] = {}  # by bits: a lookup table's entries repeat (-0.0 is not 0.0)
 
     def attr(v) -> ir.Attribute:
         t = type(v)  # the common exact types first: NSS programs write thousands of records
         if t is int:
             return ir.IntegerAttr.get(i64, v)
         if t is float:
-            key = v.hex()
+            key = struct.pack("<d", v)
             a = floats.get(key)
             if a is None:
                 a = floats[key] = ir.FloatAttr.get(f64, v)

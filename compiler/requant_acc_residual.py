@@ -234,7 +234,6 @@ def _measure(step_points, channels: list, res: ir.Value, gs: list[Rescale], hs: 
     return differing, spans
 
 
-
 def _ours(channel: tuple, g: Rescale, h: Rescale) -> np.ndarray:
     """(256, 255): the step points of G_c(. + h_c(r)) on the channel's range, per residual level r."""
     _, lo, hi = channel

@@ -43,17 +43,13 @@ def split_runtime_zero_points(func: ir.Operation) -> list[ir.Attribute]:
     docstring says. Returns the values of the arguments it appends (W, i32), in order."""
     block = func.regions[0].blocks[0]
     constants = ConstantArgs(func)
-    values, skipped = [], set()
+    values = []
     while True:  # (each rewrite replaces two generics: the ops are listed again after it)
-        found = next(((con, f) for con in block_ops(block) if con.name == "linalg.generic" and con not in skipped
+        found = next(((con, f) for con in block_ops(block) if con.name == "linalg.generic"
                       and (f := _zero_point_contraction(con, constants)) is not None), None)
         if found is None:
             break
-        con, (zp_input, sub, w_input, w_sums) = found
-        positions = _weight_result_dims(con, w_input)
-        if positions is None:
-            skipped.add(con)
-            continue
+        con, (zp_input, sub, w_sums, positions) = found
         w_arg = block.add_argument(ir.RankedTensorType.get(list(w_sums.shape), ir.IntegerType.get_signless(32)),
                                    func.location)
         values.append(ir.DenseElementsAttr.get(w_sums))
@@ -67,38 +63,53 @@ def split_runtime_zero_points(func: ir.Operation) -> list[ir.Attribute]:
 
 
 def _zero_point_contraction(con: ir.Operation, constants: ConstantArgs):
-    """(the zero point's input index, the subtraction, the weights' input index, W) when `con`
-    is sum (ext(x) - z) * ext(w) over its reduction loops, z a broadcast scalar argument, w a
-    constant int8 argument, and one linalg.generic reads the result; else None."""
+    """(the zero point's input index, the subtraction, W, W's dims among the result's) when
+    `con` is sum (ext(x) - z) * ext(w) over its reduction loops, z a broadcast scalar argument,
+    w a constant int8 argument indexed by each reduction loop once, and the result is one
+    input of one single-result linalg.generic; else None."""
     if "reduction" not in iterator_types(con) or len(con.results) != 1 or n_inputs(con) != 3:
         return None
-    users = [u.owner for u in con.results[0].uses]
-    if len(users) != 1 or users[0].name != "linalg.generic":
+    uses = list(con.results[0].uses)
+    if len(uses) != 1 or uses[0].owner.name != "linalg.generic" or len(uses[0].owner.results) != 1 \
+            or uses[0].operand_number >= n_inputs(uses[0].owner):
         return None
-    maps, body = indexing_maps(con), region_ops(con)
     args = list(con.regions[0].blocks[0].arguments)
-    names = [o.name for o in body]
-    if names != ["arith.extsi", "arith.subi", "arith.extsi", "arith.muli", "arith.addi", "linalg.yield"]:
+    body = _body(region_ops(con), args)
+    if body is None:
         return None
-    ext_x, sub, ext_w, mul, add = body[:5]
-    zp = sub.operands[1]
-    if sub.operands[0] != ext_x.results[0] or not isinstance(zp.owner, ir.Block) or zp not in args[:3] \
-            or set(mul.operands) != {sub.results[0], ext_w.results[0]} or args[3] not in add.operands:
+    zp_input, w_input, sub = body
+    maps, zp, w_value = indexing_maps(con), con.operands[zp_input], con.operands[w_input]
+    if maps[zp_input].results or not isinstance(zp.owner, ir.Block) or not isinstance(w_value.owner, ir.Block) \
+            or str(args[zp_input].type) != "i32" or str(ir.RankedTensorType(w_value.type).element_type) != "i8":
         return None
-    zp_input, w_input = args.index(zp), args.index(ext_w.operands[0]) if ext_w.operands[0] in args else -1
-    w_value = con.operands[w_input] if w_input >= 0 else None
-    if maps[zp_input].results or w_value is None or not isinstance(w_value.owner, ir.Block) \
-            or not isinstance(con.operands[zp_input].owner, ir.Block) or str(zp.type) != "i32":
+    loops, dims, out_dims = iterator_types(con), _dims(maps[w_input]), _dims(maps[-1])
+    reduction = [d for d, it in enumerate(loops) if it == "reduction"]
+    if dims is None or out_dims is None or sorted(d for d in dims if loops[d] == "reduction") != reduction:
+        return None  # (W sums each reduction loop once: a loop the weights do not index would count more)
+    parallel = [d for d in dims if loops[d] == "parallel"]
+    if not all(d in out_dims for d in parallel):
         return None
     weights = constants.get(ir.BlockArgument(w_value).arg_number)
-    if weights is None or str(ir.RankedTensorType(w_value.type).element_type) != "i8":
+    if weights is None:
         return None
-    dims = _dims(maps[w_input])
-    if dims is None:
-        return None
-    loops = iterator_types(con)
     reduced = tuple(i for i, d in enumerate(dims) if loops[d] == "reduction")
-    return zp_input, sub, w_input, weights.astype(np.int64).sum(axis=reduced).astype(np.int32)
+    w_sums = weights.astype(np.int64).sum(axis=reduced).astype(np.int32)  # (i32 wraps as llvm-cpu's sum does)
+    return zp_input, sub, w_sums, [out_dims.index(d) for d in parallel]
+
+
+def _body(ops: list[ir.Operation], args: list) -> tuple[int, int, ir.Operation] | None:
+    """(the zero point's input index, the weights', the subtraction) of a body that is exactly
+    out + (ext(x) - z) * ext(w), its block arguments `args` (x, w, z in any order, then out)."""
+    if [o.name for o in ops] != ["arith.extsi", "arith.subi", "arith.extsi", "arith.muli", "arith.addi",
+                                 "linalg.yield"]:
+        return None
+    ext_x, sub, ext_w, mul, add, yield_ = ops
+    x, z, w = ext_x.operands[0], sub.operands[1], ext_w.operands[0]
+    if not all(v in args[:3] for v in (x, z, w)) or len({args.index(v) for v in (x, z, w)}) != 3 \
+            or sub.operands[0] != ext_x.results[0] or set(mul.operands) != {sub.results[0], ext_w.results[0]} \
+            or set(add.operands) != {args[3], mul.results[0]} or yield_.operands[0] != add.results[0]:
+        return None
+    return args.index(z), args.index(w), sub
 
 
 def _dims(m: ir.AffineMap) -> list[int] | None:
@@ -111,21 +122,11 @@ def _dims(m: ir.AffineMap) -> list[int] | None:
     return out
 
 
-def _weight_result_dims(con: ir.Operation, w_input: int) -> list[int] | None:
-    """Per parallel loop the weights are indexed by (W's dims, in order): its position among
-    the contraction result's dims."""
-    maps = indexing_maps(con)
-    loops = iterator_types(con)
-    out_dims = _dims(maps[-1])
-    w_dims = [d for d in _dims(maps[w_input]) if loops[d] == "parallel"]
-    return [out_dims.index(d) for d in w_dims] if out_dims and all(d in out_dims for d in w_dims) else None
-
-
 def _correct_consumer(con: ir.Operation, zp_input: int, w_arg: ir.Value, positions: list[int]) -> None:
     """The one generic reading `con`'s result reads `acc - z * W` in its place (z and W its new
     broadcast inputs)."""
-    user = next(u.owner for u in con.results[0].uses)
-    acc_input = next(i for i, v in enumerate(user.operands[:n_inputs(user)]) if v == con.results[0])
+    use = next(iter(con.results[0].uses))
+    user, acc_input = use.owner, use.operand_number
     acc_map = indexing_maps(user)[acc_input]
     n_loops = len(iterator_types(user))
     w_map = ir.AffineMap.get(n_loops, 0, [acc_map.results[p] for p in positions])

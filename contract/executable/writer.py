@@ -207,7 +207,8 @@ class _Writer:
 
     def ref(self, r: Ref) -> int:
         # By content: a lookup table's 256 entries are constants, many of them equal.
-        return self.once(("ref", r.kind, r.index, tuple(r.axes), float(r.const).hex()), lambda: self._ref_table(r))
+        return self.once(("ref", r.kind, r.index, tuple(r.axes), struct.pack("<d", float(r.const))),
+                         lambda: self._ref_table(r))
 
     def _ref_table(self, r: Ref) -> int:
         b = self.b

@@ -3,7 +3,10 @@ input (onnxruntime's ConvInteger after quantize_dynamic) becomes the plain contr
 dequantize epilogue reads acc - z * W, W the constant weights summed over the reduction.
 (tests/e2e/test_dynamic_quant.py runs such a model, bit-identical to llvm-cpu.)"""
 
+import re
+
 import numpy as np
+import pytest
 from iree.compiler import ir
 
 from torq.compiler.constant_args import constant_attrs
@@ -74,10 +77,25 @@ def test_the_zero_point_moves_to_the_epilogue_as_a_weight_sum_correction():
         assert str(ir.ArrayAttr(epilogue.attributes["indexing_maps"])[3]) == "affine_map<(d0, d1) -> (d0)>"
 
 
-def test_a_zero_point_that_is_no_scalar_argument_is_left_alone():
+TWO_RESULTS = TEXT.replace("-> tensor<3x4xf32> {\n  %c0", "-> (tensor<3x4xf32>, tensor<3x4xf32>) {\n  %c0").replace(
+    "outs(%f : tensor<3x4xf32>) {", "outs(%f, %f : tensor<3x4xf32>, tensor<3x4xf32>) {").replace(
+    "^bb0(%a: i32, %sc: f32, %o: f32):", "^bb0(%a: i32, %sc: f32, %o: f32, %o2: f32):").replace(
+    "linalg.yield %1 : f32\n  } -> tensor<3x4xf32>", "linalg.yield %1, %0 : f32, f32\n  } -> (tensor<3x4xf32>, tensor<3x4xf32>)").replace(
+    "%r = linalg.generic {indexing_maps = [#id, #all, #id]", "%r:2 = linalg.generic {indexing_maps = [#id, #all, #id, #id]").replace(
+    "return %r : tensor<3x4xf32>", "return %r#0, %r#1 : tensor<3x4xf32>, tensor<3x4xf32>")
+
+
+@pytest.mark.parametrize("text", [
+    TEXT.replace("%1 = arith.subi %0, %zp : i32", "%1 = arith.subi %0, %c0 : i32"),  # no scalar argument
+    re.sub(r"dense<\[\[\[.*\]\]\]> : tensor<3x2x3xi8>", "dense<[[1, 2], [3, 4], [5, 6]]> : tensor<3x2xi8>", TEXT)
+    .replace("tensor<3x2x3xi8>", "tensor<3x2xi8>").replace("(o, p, c, k) -> (o, c, k)", "(o, p, c, k) -> (o, c)")
+    .replace("(o, p, c, k) -> (c, p + k)", "(o, p, c, k) -> (c, p, k)").replace("tensor<2x6xi8>", "tensor<2x4x3xi8>"),
+    TWO_RESULTS,  # the epilogue would be rebuilt with one result only
+], ids=["constant zero point", "a reduction loop the weights do not index", "a two-result epilogue"])
+def test_what_the_rewrite_does_not_cover_is_left_alone(text):
     with ir.Context(), ir.Location.unknown():
-        text = TEXT.replace("%1 = arith.subi %0, %zp : i32", "%1 = arith.subi %0, %c0 : i32")
         module = ir.Module.parse(text)
+        assert module.operation.verify()
         func = module.body.operations[0].operation
         before = str(module)
         assert split_runtime_zero_points(func) == [] and str(module) == before
