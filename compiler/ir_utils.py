@@ -289,27 +289,31 @@ def n_inputs(op: ir.Operation) -> int:
 
 
 def generic_with_inputs(op: ir.Operation, inputs: list[ir.Value], maps: list[ir.AffineMap],
-                        replaced: list[ir.Value]) -> ir.Operation:
+                        replaced: list[ir.Value], dropped: Container[int] = ()) -> ir.Operation:
     """linalg.generic `op` rebuilt (and erased) with `inputs` appended to its inputs, read
-    through `maps`: its body reads their block arguments where it read `replaced` (values
-    its body uses, defined in it or above it), and ops left unused are dropped. Returns the
-    new generic."""
+    through `maps`, and its inputs numbered in `dropped` removed (their block arguments must
+    be unread): its body reads the new block arguments where it read `replaced` (values its
+    body uses, defined in it or above it), and ops left unused are dropped. Returns the new
+    generic; `op` must have one result."""
     from iree.compiler.dialects import linalg
 
     n_in = n_inputs(op)
+    kept = [i for i in range(n_in) if i not in dropped]
     old_maps = indexing_maps(op)
-    ins, outs = list(op.operands[:n_in]) + inputs, list(op.operands[n_in:])
+    ins, outs = [op.operands[i] for i in kept] + inputs, list(op.operands[n_in:])
     with ir.InsertionPoint(op), op.location:
         new = linalg.GenericOp([r.type for r in op.results], ins, outs,
-                               ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in old_maps[:n_in] + maps + old_maps[n_in:]]),
+                               ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in [old_maps[i] for i in kept] + maps
+                                                 + old_maps[n_in:]]),
                                op.attributes["iterator_types"])
     old_args = list(op.regions[0].blocks[0].arguments)
-    types = [a.type for a in old_args[:n_in]] + [ir.RankedTensorType(v.type).element_type for v in inputs] + \
+    types = [old_args[i].type for i in kept] + [ir.RankedTensorType(v.type).element_type for v in inputs] + \
         [a.type for a in old_args[n_in:]]
     block = new.regions[0].blocks.append(*types)
     args = list(block.arguments)
-    mapping = dict(zip(old_args[:n_in], args[:n_in])) | dict(zip(old_args[n_in:], args[n_in + len(inputs):]))
-    mapping |= dict(zip(replaced, args[n_in:n_in + len(inputs)]))
+    mapping = dict(zip([old_args[i] for i in kept], args[:len(kept)])) | \
+        dict(zip(old_args[n_in:], args[len(kept) + len(inputs):]))
+    mapping |= dict(zip(replaced, args[len(kept):len(kept) + len(inputs)]))
     with ir.InsertionPoint(block):
         clone_remapped([o for o in region_ops(op) if not (o.results and o.results[0] in replaced)], mapping)
     erase_unused(lambda: block.operations)

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import numpy as np
 from iree.compiler import ir
-from iree.compiler.dialects import arith, linalg
+from iree.compiler.dialects import arith
 
 from .constant_args import ConstantArgs, constant_attrs, set_constant_attrs
 from .ir_utils import (
     block_ops,
-    clone_remapped,
     generic_with_inputs,
     indexing_maps,
     iterator_types,
@@ -144,24 +143,6 @@ def _correct_consumer(con: ir.Operation, zp_input: int, w_arg: ir.Value, positio
 def _without_zero_point(con: ir.Operation, zp_input: int, sub: ir.Operation) -> None:
     """`con` rebuilt without its zero-point input, its body reading ext(x) where it read
     ext(x) - z."""
-    n_in = n_inputs(con)
-    keep = [i for i in range(n_in) if i != zp_input]
-    maps = indexing_maps(con)
-    with ir.InsertionPoint(con), con.location:
-        new = linalg.GenericOp([r.type for r in con.results], [con.operands[i] for i in keep],
-                               list(con.operands[n_in:]),
-                               ir.ArrayAttr.get([ir.AffineMapAttr.get(maps[i]) for i in keep + list(range(n_in, len(maps)))]),
-                               con.attributes["iterator_types"])
-    old_args = list(con.regions[0].blocks[0].arguments)
-    kept_args = [old_args[i] for i in keep] + old_args[n_in:]
-    body = new.regions[0].blocks.append(*[a.type for a in kept_args])
-    mapping = dict(zip(kept_args, body.arguments))
-    mapping[sub.results[0]] = None  # filled when its lhs is cloned
-    with ir.InsertionPoint(body):
-        for o in region_ops(con):
-            if o == sub:
-                mapping[sub.results[0]] = mapping[sub.operands[0]]
-                continue
-            clone_remapped([o], mapping)
-    con.results[0].replace_all_uses_with(new.results[0])
-    con.erase()
+    sub.results[0].replace_all_uses_with(sub.operands[0])
+    sub.erase()
+    generic_with_inputs(con, [], [], [], dropped=[zp_input])
