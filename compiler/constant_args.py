@@ -28,7 +28,7 @@ import uuid
 import numpy as np
 from iree.compiler import ir
 
-from .ir_utils import CompileError, constant_value, static_shape
+from .ir_utils import CompileError, constant_value, static_shape, sync_function_type
 
 # Argument attribute (input): the argument's known value, dense or dense_resource elements.
 CONSTANT_ARG = "torq.constant"
@@ -51,6 +51,19 @@ def set_constant_attrs(func: ir.Operation, attrs: list[ir.Attribute | None]) -> 
     any argument attributes (dispatch extraction's, before anything else sets them)."""
     func.attributes["arg_attrs"] = ir.ArrayAttr.get(
         [ir.DictAttr.get({CONSTANT_ARG: a} if a is not None else {}) for a in attrs])
+
+
+def append_constant_arguments(func: ir.Operation, values: list[ir.DenseElementsAttr]) -> list[ir.Value]:
+    """New arguments of `func`, appended, one per value of `values` (of its type), each
+    carrying it as `CONSTANT_ARG`; the function type follows. The call makes them
+    (`ExtractedDispatch.hoisted_constants`)."""
+    block = func.regions[0].blocks[0]
+    n = len(block.arguments)
+    before = (constant_attrs(func) + [None] * n)[:n]
+    args = [block.add_argument(v.type, func.location) for v in values]
+    set_constant_attrs(func, before + list(values))
+    sync_function_type(func)
+    return args
 
 
 def mask_constant_values(func: ir.Operation) -> None:

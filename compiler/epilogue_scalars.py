@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from iree.compiler import ir
 
-from .constant_args import constant_attrs, set_constant_attrs
-from .ir_utils import block_ops, generic_with_inputs, region_ops, sync_function_type
+from .constant_args import append_constant_arguments
+from .ir_utils import block_ops, generic_with_inputs, iterator_types, region_ops
 
 
 def hoist_epilogue_scalars(func: ir.Operation) -> list[ir.Attribute]:
@@ -47,19 +47,16 @@ def hoist_epilogue_scalars(func: ir.Operation) -> list[ir.Attribute]:
         return []
     scalar = ir.RankedTensorType.get([], ir.F32Type.get())
     values = [ir.DenseElementsAttr.get_splat(scalar, v.owner.attributes["value"]) for v in hoisted]
-    args = {v: block.add_argument(scalar, func.location) for v in hoisted}
+    args = dict(zip(hoisted, append_constant_arguments(func, values)))
     # Every generic's roots first: a rebuild erases the generic it replaces.
     plans = [(g, [v for v in hoisted if g in reads[v]]) for g in epilogues]
     for g, roots in plans:
         if roots:
-            n_loops = len(ir.ArrayAttr(g.attributes["iterator_types"]))
+            n_loops = len(iterator_types(g))
             generic_with_inputs(g, [args[v] for v in roots], [ir.AffineMap.get(n_loops, 0, []) for _ in roots], roots)
     for v in hoisted:
         if not list(v.uses):
             v.owner.erase()
-    before = constant_attrs(func) or [None] * (len(block.arguments) - len(values))
-    set_constant_attrs(func, before + values)
-    sync_function_type(func)
     return values
 
 

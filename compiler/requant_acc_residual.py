@@ -46,7 +46,7 @@ from .rescale_fit import NotExact, Rescale, _bisect, channel_step_points, first_
 _KAPPA_LEVELS = (-128, -64, 0, 64, 127)
 # The residual level G_c is fitted at (h = 0 there).
 _R0 = 0
-# Rows (channel, residual level) measured at once: bounds the (rows, levels) arrays.
+# Rows (channel, residual level) whose step points kappa's fit searches at once.
 _ROWS_PER_BATCH = 4096
 # Residual levels and output levels past the least (the columns of step-point arrays).
 _LEVELS, _KS = np.arange(-128, 128), np.arange(-127, 128)
@@ -153,9 +153,7 @@ def _rows_steps(chain: Chain, channels: list, res: ir.Value, levels, kind: str):
                                                                            rows)):
             if direction < 0:
                 raise NotExact(f"the {kind} requantization decreases in the accumulator")
-            steps[i] = np.where(np.arange(-127, 128) <= qlo, lo, hi + 1)
-            steps[i, qlo + 128:qhi + 128] = ts
-            genuine[i, qlo + 128:qhi + 128] = True
+            steps[i], genuine[i] = _level_row(qlo, qhi, ts, lo, hi)
         shape = (len(batch), len(levels), 255)
         yield from zip(steps.reshape(shape), genuine.reshape(shape))
 
@@ -180,10 +178,19 @@ def _threshold_rows_steps(channels: list, levels, kind: str, b_chain: Chain, the
                 return lambda a: np.searchsorted(row, sub(a), "right") - 128
 
             for i, (qlo, qhi, ts) in enumerate(channel_step_points(level(np.arange(len(batch))), lo, hi, level)):
-                steps[i, j] = np.where(_KS <= qlo, lo[i], hi[i] + 1)
-                steps[i, j, qlo + 128:qhi + 128] = ts
-                genuine[i, j, qlo + 128:qhi + 128] = True
+                steps[i, j], genuine[i, j] = _level_row(qlo, qhi, ts, lo[i], hi[i])
         yield from zip(steps, genuine)
+
+
+def _level_row(qlo: int, qhi: int, ts: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, genuine) of one residual level, columns k = -127..127: the step points `ts` of
+    levels qlo + 1 .. qhi, lo for a level reached at the range's start, hi + 1 for one never
+    reached; and where they are step points inside the range."""
+    steps = np.where(_KS <= qlo, lo, hi + 1)
+    steps[qlo + 128:qhi + 128] = ts
+    genuine = np.zeros(255, bool)
+    genuine[qlo + 128:qhi + 128] = True
+    return steps, genuine
 
 
 def _kappa(steps: np.ndarray, genuine: np.ndarray) -> float:
@@ -255,9 +262,8 @@ def _chain_step_points(channel: tuple, res: ir.Value, ours: np.ndarray, chain: C
     def reach(pairs, a):
         return f.channel_rows(pairs // 255)(a[:, None])[:, 0] >= ks_flat[pairs]
 
-    n = ours.size
-    steps = first_reaching_near(reach, ours.reshape(-1), np.full(n, lo, np.int64), np.full(n, hi, np.int64),
-                                (at[:, :255] >= k).reshape(-1), (at[:, 255:] >= k).reshape(-1))
+    steps = first_reaching_near(reach, ours.reshape(-1), lo, hi, (at[:, :255] >= k).reshape(-1),
+                                (at[:, 255:] >= k).reshape(-1))
     return steps.reshape(ours.shape), (k > ends[:, :1]) & (k <= ends[:, 1:])
 
 

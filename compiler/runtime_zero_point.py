@@ -24,15 +24,15 @@ import numpy as np
 from iree.compiler import ir
 from iree.compiler.dialects import arith
 
-from .constant_args import ConstantArgs, constant_attrs, set_constant_attrs
+from .constant_args import ConstantArgs, append_constant_arguments
 from .ir_utils import (
     block_ops,
     generic_with_inputs,
     indexing_maps,
     iterator_types,
+    map_dims,
     n_inputs,
     region_ops,
-    sync_function_type,
 )
 
 
@@ -49,15 +49,10 @@ def split_runtime_zero_points(func: ir.Operation) -> list[ir.Attribute]:
         if found is None:
             break
         con, (zp_input, sub, w_sums, positions) = found
-        w_arg = block.add_argument(ir.RankedTensorType.get(list(w_sums.shape), ir.IntegerType.get_signless(32)),
-                                   func.location)
         values.append(ir.DenseElementsAttr.get(w_sums))
+        w_arg, = append_constant_arguments(func, values[-1:])
         _correct_consumer(con, zp_input, w_arg, positions)
         _without_zero_point(con, zp_input, sub)
-    if values:
-        before = constant_attrs(func) or [None] * (len(block.arguments) - len(values))
-        set_constant_attrs(func, before[:len(block.arguments) - len(values)] + values)
-        sync_function_type(func)
     return values
 
 
@@ -81,7 +76,7 @@ def _zero_point_contraction(con: ir.Operation, constants: ConstantArgs):
     if maps[zp_input].results or not isinstance(zp.owner, ir.Block) or not isinstance(w_value.owner, ir.Block) \
             or str(args[zp_input].type) != "i32" or str(ir.RankedTensorType(w_value.type).element_type) != "i8":
         return None
-    loops, dims, out_dims = iterator_types(con), _dims(maps[w_input]), _dims(maps[-1])
+    loops, dims, out_dims = iterator_types(con), map_dims(maps[w_input]), map_dims(maps[-1])
     reduction = [d for d, it in enumerate(loops) if it == "reduction"]
     if dims is None or out_dims is None or sorted(d for d in dims if loops[d] == "reduction") != reduction:
         return None  # (W sums each reduction loop once: a loop the weights do not index would count more)
@@ -111,16 +106,6 @@ def _body(ops: list[ir.Operation], args: list) -> tuple[int, int, ir.Operation] 
     return args.index(z), args.index(w), sub
 
 
-def _dims(m: ir.AffineMap) -> list[int] | None:
-    """The loop of each result of `m`, or None unless every result is a loop."""
-    out = []
-    for e in m.results:
-        if not isinstance(e, ir.AffineDimExpr):
-            return None
-        out.append(e.position)
-    return out
-
-
 def _correct_consumer(con: ir.Operation, zp_input: int, w_arg: ir.Value, positions: list[int]) -> None:
     """The one generic reading `con`'s result reads `acc - z * W` in its place (z and W its new
     broadcast inputs)."""
@@ -132,7 +117,7 @@ def _correct_consumer(con: ir.Operation, zp_input: int, w_arg: ir.Value, positio
     new = generic_with_inputs(user, [con.operands[zp_input], w_arg], [ir.AffineMap.get(n_loops, 0, []), w_map], [])
     args = list(new.regions[0].blocks[0].arguments)
     acc, z, w = args[acc_input], args[n_inputs(new) - 2], args[n_inputs(new) - 1]
-    readers = [u for u in acc.uses]
+    readers = list(acc.uses)
     first = region_ops(new)[0]
     with ir.InsertionPoint(first), first.location:
         corrected = arith.SubIOp(acc, arith.MulIOp(z, w).result).result
