@@ -62,6 +62,8 @@ from .rescale_fit import (
     NotExact,
     Rescale,
     _bisect,
+    closed_form_holds,
+    closed_form_step_points,
     first_reaching_near,
     intercept_rescale,
     rescale_step_points,
@@ -79,6 +81,9 @@ _PROOFS = 20_000
 MAX_SEGMENTS = 16
 _CELLS = 255  # grid cells per segment: t = -127..127; t = -128 is "below the segment"
 _TOP = 127  # the level the grid's top cell sums to when a linear rescale decides above it
+# Channels compared at once: their cuts (a few thousand each) stay in the core's cache; all
+# 768 of a DeiT MLP at once take twice as long, one at a time half again as long.
+_CHANNELS_PER_BATCH = 64
 # Grid cells across the narrowest level, the most first: the share of accumulators one step
 # off falls with it (about 1 / (4 cells) at that level).
 _CELLS_PER_LEVEL = (4, 2, 1)
@@ -333,16 +338,15 @@ def _measure(chain: Chain, b_chain: Chain, g_chain: Chain, channels: list, rs: l
                        f"{EXHAUSTIVE_BUDGET} evaluated one by one")
     one_by_one = _one_by_one(chain, channels, spans)
     sums = summed_levels(tables)
-    differing, step_spans = [], []
-    for c in range(len(channels)):
-        at, value = one_by_one[c]  # after the breaks' entries: they win at equal accumulators
-        d, s = _compare(np.concatenate([reach[c], at]), np.concatenate([levels, value]), rs[c], tables, sums,
-                        r2[c] if r2 else None, int(lo[c]), int(hi[c]))
-        if d < 0:
-            raise NotExact(f"{kind} through the activation table, channel {c}: more than one output step off")
-        differing.append(d)
-        step_spans.append(s)
-    return differing, step_spans, total, starts
+    batches = [_compare(reach[k:k + _CHANNELS_PER_BATCH], levels, one_by_one[k:k + _CHANNELS_PER_BATCH],
+                        rs[k:k + _CHANNELS_PER_BATCH], r2[k:k + _CHANNELS_PER_BATCH] if r2 else None, sums,
+                        lo[k:k + _CHANNELS_PER_BATCH], hi[k:k + _CHANNELS_PER_BATCH])
+               for k in range(0, len(channels), _CHANNELS_PER_BATCH)]
+    differing, step_spans = (np.concatenate(x) for x in zip(*batches))
+    bad = np.nonzero(differing < 0)[0]
+    if len(bad):
+        raise NotExact(f"{kind} through the activation table, channel {bad[0]}: more than one output step off")
+    return differing.tolist(), step_spans.tolist(), total, starts
 
 
 def _level_starts(g: Chain, starts: np.ndarray, dirs: np.ndarray) -> np.ndarray:
@@ -384,30 +388,86 @@ def _piece_ends(reach: np.ndarray, starts: np.ndarray, breaks: np.ndarray, p: in
     return first, stop
 
 
-def _compare(at: np.ndarray, value: np.ndarray, r: Rescale, tables: list[ActivationTable], sums: np.ndarray,
-             r2: Rescale | None, lo: int, hi: int) -> tuple[int, int]:
-    """(values of [lo, hi] where the chain, the step function taking `value` from `at` (the
-    later entry of equal ones), differs from `composite`, -1 if two steps or more; the chain's
-    step span)."""
-    order = np.argsort(at, kind="stable")
-    at, value = at[order], value[order]
-    keep = np.append(at[1:] != at[:-1], True) & (at <= hi)
-    at, value = at[keep], value[keep]
-    ours = [rescale_step_points(x, np.arange(x.qmin + 1, x.qmax + 1), lo, hi)
-            for x in (r, r2) if x is not None and x.multiplier > 0]
-    cuts = unique_sorted(np.concatenate([at, *ours, [lo]]))
-    cuts = cuts[(cuts >= lo) & (cuts <= hi)]
-    idx = np.searchsorted(at, cuts, "right") - 1
-    q = np.where(idx >= 0, value[np.maximum(idx, 0)], value[0])
-    if np.any(idx < 0):  # the range starts below B's first break: g's level there is the first's
+def _compare(reach: np.ndarray, levels: np.ndarray, one_by_one: list[tuple[np.ndarray, np.ndarray]],
+             rs: list[Rescale], r2: list[Rescale] | None, sums: np.ndarray, lo: np.ndarray, hi: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Per channel c: (the values of [lo_c, hi_c] where the chain differs from `composite`, -1
+    if two steps or more; the chain's step span). The chain of channel c is the step function
+    taking `levels` from reach[c] and the one-by-one values from their accumulators (the later
+    entry of equal ones).
+
+    All channels at once, in channel-major keys: channel c's accumulator a is key
+    base_c + a - lo_c, its range one block of hi_c - lo_c + 1 keys. Both functions are step
+    functions, constant between the cuts: the chain's entries, R's step points at the grid
+    levels where `sums` changes (most cells repeat their neighbour's level), R2's at each of
+    its levels, and lo_c."""
+    n = len(rs)
+    width = hi - lo + 1
+    base = np.concatenate([[0], np.cumsum(width)[:-1]])
+    counts = np.array([len(a) for a, _ in one_by_one])
+    row = np.concatenate([np.repeat(np.arange(n), reach.shape[1]), np.repeat(np.arange(n), counts)])
+    at = np.concatenate([reach.reshape(-1), *(a for a, _ in one_by_one)])
+    value = np.concatenate([np.tile(levels, n), *(v for _, v in one_by_one)])
+    inside = at <= hi[row]
+    key, value = base[row[inside]] + at[inside] - lo[row[inside]], value[inside]
+    order = np.argsort(key, kind="stable")
+    key, value = key[order], value[order]
+    last = np.append(key[1:] != key[:-1], True)
+    key, value = key[last], value[last]
+    ours = [_step_points(rs, np.nonzero(sums[1:] != sums[:-1])[0], lo, hi)]
+    linear = [x for x in r2 or [] if x.multiplier > 0]
+    if linear:
+        ks = np.arange(min(x.qmin for x in linear) + 1, max(x.qmax for x in linear) + 1)
+        ours.append(_step_points(r2, ks, lo, hi))
+    points = np.concatenate(ours, 1)
+    points_in = points <= hi[:, None]
+    cuts = unique_sorted(np.concatenate([key, base, ((points - lo[:, None]) + base[:, None])[points_in]]))
+    first_entry = np.minimum(np.searchsorted(key, base), len(key) - 1)
+    if np.any(key[first_entry] != base):  # a range starts below B's first break: g's level there is unknown
         raise NotExact("the activation's pieces do not cover the accumulator range")
-    off = np.abs(composite(r, tables, cuts, r2, sums) - q)
-    if np.any(off > 1):
-        return -1, 0
-    length = np.diff(np.append(cuts, hi + 1))
-    changes = cuts[1:][q[1:] != q[:-1]]
-    span = int(changes[-1] - cuts[0] + 1) if len(changes) else 0
-    return int(length[off > 0].sum()), span
+    firsts = np.searchsorted(cuts, base)
+    cut_row = np.repeat(np.arange(n), np.diff(np.append(firsts, len(cuts))))
+    q = value[np.searchsorted(key, cuts, "right") - 1]
+    a = cuts - base[cut_row] + lo[cut_row]
+    off = np.abs(_composite_rows(rs, r2, sums, cut_row, a) - q)
+    length = np.diff(np.append(cuts, base[-1] + width[-1]))
+    differing = np.add.reduceat(np.where(off > 0, length, 0), firsts)
+    differing[np.maximum.reduceat(off, firsts) > 1] = -1
+    changed = np.append(False, (q[1:] != q[:-1]) & (cut_row[1:] == cut_row[:-1]))
+    spans = np.maximum.reduceat(np.where(changed, a - lo[cut_row] + 1, 0), firsts)
+    return differing, spans
+
+
+def _step_points(rs: list[Rescale], ks: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """(channels, len(ks)): `rescale_step_points` of each channel's rescale at levels `ks`
+    (lo below its qmin, hi + 1 above its qmax and where its multiplier is 0: a constant)."""
+    out = np.full((len(rs), len(ks)), hi[:, None] + 1, np.int64)
+    if not len(ks):
+        return out
+    closed = [c for c, x in enumerate(rs) if closed_form_holds(x, int(ks[0]), int(ks[-1]))]
+    p = np.array([[rs[c].multiplier, rs[c].rounding, rs[c].shift, rs[c].offset, rs[c].qmin, rs[c].qmax]
+                  for c in closed], np.int64).reshape(-1, 6)
+    u = closed_form_step_points(ks[None, :].astype(np.int64), *(p[:, i:i + 1] for i in range(4)))
+    u = np.where(ks[None, :] <= p[:, 4:5], lo[closed, None], np.where(ks[None, :] > p[:, 5:6], hi[closed, None] + 1, u))
+    out[closed] = np.clip(u, lo[closed, None], hi[closed, None] + 1)
+    for c in set(range(len(rs))) - set(closed):
+        if rs[c].multiplier > 0:
+            out[c] = rescale_step_points(rs[c], ks, int(lo[c]), int(hi[c]))
+    return out
+
+
+def _composite_rows(rs: list[Rescale], r2: list[Rescale] | None, sums: np.ndarray, row: np.ndarray, a: np.ndarray
+                    ) -> np.ndarray:
+    """`composite` at accumulators `a`, each of channel `row`."""
+    q = sums[np.clip(_rescale_rows(rs, row, a) + 1, 0, len(sums) - 1)]
+    return q if r2 is None else np.minimum(q, _rescale_rows(r2, row, a))
+
+
+def _rescale_rows(rs: list[Rescale], row: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Rescale rs[row[i]] of a[i], for each i (Rescale.__call__ with a rescale per element)."""
+    p = np.array([[x.offset, x.multiplier, x.rounding, x.shift, x.qmin, x.qmax] for x in rs], np.int64).T
+    v = ((a + p[0][row]) * p[1][row] + p[2][row]) >> p[3][row]
+    return np.minimum(np.maximum(v, p[4][row]), p[5][row])
 
 
 def _first_reaching(bs: Chain, xs: np.ndarray, lo: np.ndarray, hi: np.ndarray, ends: np.ndarray) -> np.ndarray:
