@@ -404,6 +404,39 @@ def _compare(reach: np.ndarray, levels: np.ndarray, one_by_one: list[tuple[np.nd
     n = len(rs)
     width = hi - lo + 1
     base = np.concatenate([[0], np.cumsum(width)[:-1]])
+    key, value = _chain_entries(reach, levels, one_by_one, base, lo, hi)
+    ours = [_step_points(rs, np.nonzero(sums[1:] != sums[:-1])[0], lo, hi)]
+    linear = [x for x in r2 or [] if x.multiplier > 0]
+    if linear:
+        ks = np.arange(min(x.qmin for x in linear) + 1, max(x.qmax for x in linear) + 1)
+        ours.append(_step_points(r2, ks, lo, hi))
+    points = np.concatenate(ours, 1)
+    points = ((points - lo[:, None]) + base[:, None])[points <= hi[:, None]]
+    # Cuts tagged in their lowest bit, the chain's entries 0: first among equal keys, they
+    # mark the cuts where the chain takes its next value.
+    tagged = np.sort(np.concatenate([key << 1, (base << 1) | 1, (points << 1) | 1]))
+    tagged = tagged[np.append(True, (tagged[1:] >> 1) != (tagged[:-1] >> 1))]
+    cuts, is_entry = tagged >> 1, (tagged & 1) == 0
+    firsts = np.searchsorted(cuts, base)
+    if not is_entry[firsts].all():  # a range starts below B's first break: g's level there is unknown
+        raise NotExact("the activation's pieces do not cover the accumulator range")
+    cut_row = np.repeat(np.arange(n), np.diff(np.append(firsts, len(cuts))))
+    q = value[np.cumsum(is_entry) - 1]
+    a = cuts - base[cut_row] + lo[cut_row]
+    off = np.abs(_composite_rows(rs, r2, sums, cut_row, a) - q)
+    length = np.diff(np.append(cuts, base[-1] + width[-1]))
+    differing = np.add.reduceat(np.where(off > 0, length, 0), firsts)
+    differing[np.maximum.reduceat(off, firsts) > 1] = -1
+    changed = np.append(False, (q[1:] != q[:-1]) & (cut_row[1:] == cut_row[:-1]))
+    spans = np.maximum.reduceat(np.where(changed, a - lo[cut_row] + 1, 0), firsts)
+    return differing, spans
+
+
+def _chain_entries(reach: np.ndarray, levels: np.ndarray, one_by_one: list[tuple[np.ndarray, np.ndarray]],
+                   base: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, values) of the chains' entries (`_compare`) inside their ranges, sorted, one
+    per key: the later of equal ones."""
+    n = len(one_by_one)
     counts = np.array([len(a) for a, _ in one_by_one])
     row = np.concatenate([np.repeat(np.arange(n), reach.shape[1]), np.repeat(np.arange(n), counts)])
     at = np.concatenate([reach.reshape(-1), *(a for a, _ in one_by_one)])
@@ -413,29 +446,7 @@ def _compare(reach: np.ndarray, levels: np.ndarray, one_by_one: list[tuple[np.nd
     order = np.argsort(key, kind="stable")
     key, value = key[order], value[order]
     last = np.append(key[1:] != key[:-1], True)
-    key, value = key[last], value[last]
-    ours = [_step_points(rs, np.nonzero(sums[1:] != sums[:-1])[0], lo, hi)]
-    linear = [x for x in r2 or [] if x.multiplier > 0]
-    if linear:
-        ks = np.arange(min(x.qmin for x in linear) + 1, max(x.qmax for x in linear) + 1)
-        ours.append(_step_points(r2, ks, lo, hi))
-    points = np.concatenate(ours, 1)
-    points_in = points <= hi[:, None]
-    cuts = unique_sorted(np.concatenate([key, base, ((points - lo[:, None]) + base[:, None])[points_in]]))
-    first_entry = np.minimum(np.searchsorted(key, base), len(key) - 1)
-    if np.any(key[first_entry] != base):  # a range starts below B's first break: g's level there is unknown
-        raise NotExact("the activation's pieces do not cover the accumulator range")
-    firsts = np.searchsorted(cuts, base)
-    cut_row = np.repeat(np.arange(n), np.diff(np.append(firsts, len(cuts))))
-    q = value[np.searchsorted(key, cuts, "right") - 1]
-    a = cuts - base[cut_row] + lo[cut_row]
-    off = np.abs(_composite_rows(rs, r2, sums, cut_row, a) - q)
-    length = np.diff(np.append(cuts, base[-1] + width[-1]))
-    differing = np.add.reduceat(np.where(off > 0, length, 0), firsts)
-    differing[np.maximum.reduceat(off, firsts) > 1] = -1
-    changed = np.append(False, (q[1:] != q[:-1]) & (cut_row[1:] == cut_row[:-1]))
-    spans = np.maximum.reduceat(np.where(changed, a - lo[cut_row] + 1, 0), firsts)
-    return differing, spans
+    return key[last], value[last]
 
 
 def _step_points(rs: list[Rescale], ks: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
