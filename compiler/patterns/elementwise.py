@@ -8,6 +8,7 @@ from iree.compiler import ir
 from torq.contract.program import EPILOGUE_INT_TYPES, LUT, MAX_LUT_ENTRIES, Epilogue, EpilogueStep, Ref
 
 from ..ir_utils import constant_of, mlir_dtype, region_ops
+from ..pass_managers import reused
 from .contraction import dim_of
 from .model import Unsupported
 
@@ -62,8 +63,10 @@ def _lut_step(op: ir.Operation, extract: ir.Operation, ref) -> EpilogueStep:
             or not 1 <= table.size <= MAX_LUT_ENTRIES:
         raise Unsupported(f"tensor.extract in {op.name} body is no lookup in a constant integer table of at "
                           f"most {MAX_LUT_ENTRIES} entries")
-    return EpilogueStep(LUT, [ref(extract.operands[1])] + [Ref("const", const=float(t)) for t in table],
-                        to=width)
+    # The entries' Refs are shared by the candidates super tiling lowers (never mutated).
+    entries = reused(("lut entries", table.dtype.str, table.tobytes()),
+                     lambda: [Ref("const", const=float(t)) for t in table])
+    return EpilogueStep(LUT, [ref(extract.operands[1]), *entries], to=width)
 
 
 def decode_elementwise(op: ir.Operation, arg_refs: dict[int, Ref], value_base: int = 0,

@@ -13,6 +13,7 @@ from torq.contract.ops import OPS
 from torq.contract.program import Epilogue, EpilogueStep, Ref
 
 from ..ir_utils import CompileError, record_attr
+from ..pass_managers import reused
 
 FUSE_GROUP = "torq-fuse-group"
 FUSE_GROUP_ID = "torq-fuse-group-id"
@@ -124,10 +125,18 @@ def _positive_zero(x) -> bool:
 
 
 def epilogue_value(attr: ir.Attribute) -> Epilogue:
-    """The `Epilogue` an `epilogue_attr` attribute holds. Fields are looked up by name:
-    iterating the dictionaries costs 2-4x as much through the bindings."""
+    """The `Epilogue` an `epilogue_attr` attribute holds, shared by its uses within a
+    dispatch's pipeline (`pass_managers.reused`; never mutate it): super tiling lowers the
+    same epilogues for every candidate, and a lookup table's 4,000 entries took 4 ms to
+    decode through the bindings each time."""
     if not isinstance(attr, ir.DictAttr):
         raise CompileError(f"an epilogue is a dictionary {{result, steps}}, not {str(attr)[:80]}")
+    return reused(("epilogue", attr), lambda: _decoded_epilogue(attr))
+
+
+def _decoded_epilogue(attr: ir.DictAttr) -> Epilogue:
+    """`epilogue_value`, decoded. Fields are looked up by name: iterating the dictionaries
+    costs 2-4x as much through the bindings."""
     return Epilogue([EpilogueStep(s["op"].value, [_ref_value(a) for a in s["args"]], s["to"].value if "to" in s else "")
                      for s in attr["steps"]], attr["result"].value)
 
