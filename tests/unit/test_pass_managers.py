@@ -42,3 +42,33 @@ def test_scripts_shared_only_within_a_scope():
             with reuse():  # a nested scope shares the outer one's cache
                 assert parse_script("module {}") is parse_script("module {}")
         assert parse_script("module {}") is not parse_script("module {}")
+
+
+def test_reused_values_made_once_per_scope():
+    made = []
+
+    def make():
+        made.append(1)
+        return [len(made)]
+
+    with reuse():
+        first = pass_managers.reused("k", make)
+        assert pass_managers.reused("k", make) is first and len(made) == 1
+        assert pass_managers.reused("other", make) is not first
+    with reuse():  # a new scope makes it again
+        assert pass_managers.reused("k", make) is not first
+    assert pass_managers.reused("k", make) != pass_managers.reused("k", make)  # outside: each call
+    assert len(made) == 5
+
+
+def test_decoded_epilogue_shared_within_a_scope():
+    from torq.compiler.patterns.model import epilogue_attr, epilogue_value
+    from torq.contract.program import Epilogue, EpilogueStep, Ref
+
+    e = Epilogue([EpilogueStep("lut", [Ref("value", 0)] + [Ref("const", const=float(k)) for k in range(4)], "i8")])
+    with ir.Context(), ir.Location.unknown():
+        attr = epilogue_attr(e)
+        with reuse():
+            a, b = epilogue_value(attr), epilogue_value(epilogue_attr(e))  # the same uniqued attribute
+            assert a is b and a == e
+        assert epilogue_value(attr) is not epilogue_value(attr)
