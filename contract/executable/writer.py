@@ -3,6 +3,7 @@ contract/schemas/torq_fb)."""
 
 from __future__ import annotations
 
+import math
 import struct
 from typing import Any
 
@@ -217,7 +218,12 @@ class _Writer:
         fbRef.AddKind(b, REF_KIND_CODES[r.kind])
         fbRef.AddIndex(b, r.index)
         fbRef.AddAxes(b, axes)
-        fbRef.AddConstValue(b, float(r.const))
+        const = float(r.const)
+        # -0.0 equals the field's default, so FlatBuffers would leave it out and it would read
+        # back as 0.0 (x + -0.0 keeps x = -0.0's sign, x + 0.0 does not): written explicitly.
+        b.ForceDefaults(const == 0.0 and math.copysign(1.0, const) < 0)
+        fbRef.AddConstValue(b, const)
+        b.ForceDefaults(False)
         return fbRef.End(b)
 
     def epilogue(self, e: Epilogue) -> int:
@@ -226,7 +232,7 @@ class _Writer:
         seen = self.epilogues.get(id(e))
         if seen is not None and seen[0] is e:
             return seen[1]
-        key = (e.result, tuple((s.op, s.to, tuple((r.kind, r.index, r.axes, float(r.const).hex()) for r in s.args))
+        key = (e.result, tuple((s.op, s.to, tuple((r.kind, r.index, r.axes, struct.pack("<d", float(r.const))) for r in s.args))
                                for s in e.steps))
         offset = self.once(("epilogue", key), lambda: self._epilogue_table(e))
         self.epilogues[id(e)] = (e, offset)

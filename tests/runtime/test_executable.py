@@ -246,3 +246,10 @@ def test_equal_table_entries_are_written_once():
         assert q == p and [r.const for r in q.commands[3].epilogue.steps[-1].args[1:]] == table
     saved = len(serialize_program(_with_lut(distinct))) - len(serialize_program(_with_lut(repeats)))
     assert saved >= 150 * 16  # 154 repeated entries, each a table of at least 16 bytes written no more
+
+
+def test_negative_zero_constant_keeps_its_sign():
+    # -0.0 equals the const field's default: FlatBuffers left it out and it read back as 0.0.
+    q = parse_executable(serialize_program(_with_lut([-0.0, 0.0, -0.0])))
+    consts = [r.const for r in q.commands[3].epilogue.steps[-1].args[1:]]
+    assert consts == [0.0] * 3 and [np.copysign(1.0, c) for c in consts] == [-1.0, 1.0, -1.0]
