@@ -222,12 +222,22 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
     hoisted = []
     if facts is not None:  # a reshaped input's constant value would not have its type
         _record_flow_facts(func, [arguments[i] if i not in splits and kinds[i][0] != "scalar" else None
-                                 for i in input_args], facts)
+                                 for i in input_args], facts, _contraction_reads_scalar(func, scalars))
         if scalars and HOST_FMA in func.attributes:  # (a run-time quantization's epilogue)
             hoisted = split_runtime_zero_points(func) + hoist_epilogue_scalars(func)
     return ExtractedDispatch(func, name, input_args + list(range(len(arguments), len(arguments) + len(hoisted))),
                              updates, update_sizes, index_operands=[i for i in input_args if kinds[i][0] == "index"],
                              hoisted_constants=hoisted)
+
+
+def _contraction_reads_scalar(func: ir.Operation, scalars: list[int]) -> bool:
+    """Whether a contraction of `func` (a generic with a reduction loop) reads one of the
+    `scalars` arguments as an input."""
+    args = func.regions[0].blocks[0].arguments
+    read = {args[k] for k in scalars}
+    return bool(read) and any(op.name == "linalg.generic" and "reduction" in iterator_types(op)
+                              and any(v in read for v in list(op.operands)[:n_inputs(op)])
+                              for op in block_ops(func.regions[0].blocks[0]))
 
 
 def _binding_kinds(block: ir.Block) -> list[tuple[str, ir.Type]]:
@@ -427,12 +437,15 @@ def _update_entry(k: int, dest: ir.Type, offsets: list[int], sizes: list[int],
     return ir.DictAttr.get(entry)
 
 
-def _record_flow_facts(func: ir.Operation, operands: list[ir.Value], facts: "FlowModuleFacts") -> None:
+def _record_flow_facts(func: ir.Operation, operands: list[ir.Value], facts: "FlowModuleFacts",
+                       reads_zero_point: bool = False) -> None:
     """Only a function that converts an integer to float has them: every float requantization
-    and every int8 arithmetic in f32 does, and nothing else reads them. A bf16 dispatch's
+    and every int8 arithmetic in f32 does, and nothing else reads them; and one whose
+    contraction reads a run-time scalar (`reads_zero_point`: a ConvInteger whose accumulator
+    another dispatch dequantizes), whose weights runtime_zero_point sums. A bf16 dispatch's
     compile never depends on its weights' values, so identical layers with different
     weights stay identical functions (dispatch_compile compiles them once)."""
-    if not any(op.name == "arith.sitofp" for op in walk_ops(func)):
+    if not reads_zero_point and not any(op.name == "arith.sitofp" for op in walk_ops(func)):
         return
     attrs = [facts.constant_attr(v) if v is not None else None for v in operands]
     if any(a is not None for a in attrs):

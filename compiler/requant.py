@@ -173,6 +173,20 @@ def is_float_requant(op: ir.Operation) -> bool:
     return "arith.sitofp" in names and ("arith.fptosi" in names or f32_result)
 
 
+def is_accumulator_correction(op: ir.Operation) -> bool:
+    """Whether `op` is an integer elementwise generic after an integer contraction that reads
+    a 0-d function argument (a run-time zero point): runtime_zero_point's `acc - z * W` on a
+    ConvInteger's accumulator that another dispatch dequantizes. Its i32 result is the
+    dispatch's; the host computes it, as a dequantize of the accumulator."""
+    if op.name != "linalg.generic" or len(op.results) != 1 or set(iterator_types(op)) != {"parallel"} \
+            or str(ir.RankedTensorType(op.results[0].type).element_type) != "i32" \
+            or any(o.name not in ("arith.subi", "arith.muli", "linalg.yield") for o in region_ops(op)):
+        return False
+    maps = indexing_maps(op)
+    return any(not maps[i].results and isinstance(op.operands[i].owner, ir.Block) for i in range(n_inputs(op))) \
+        and integer_contraction_input(op) is not None
+
+
 def _accumulator_range(con: ir.Operation, known: Known) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """(lo, hi, dims): bounds of the contraction's i32 result, as arrays over its
     result dims `dims` (the parallel dims its constant weight varies along; [] if uniform)."""
@@ -556,7 +570,7 @@ def lower_float_requantization(func: ir.Operation, arg_constants, host,
     block = func.regions[0].blocks[0]
     plans = []
     for op in [o.operation for o in block.operations]:
-        if is_float_requant(op):
+        if is_float_requant(op) or is_accumulator_correction(op):
             fold_zero_products(op, known)
             plan = _plan(op, known, host, mode)
             if plan is not None:

@@ -16,6 +16,15 @@ accumulator: the form IREE gives a MatMulInteger (`acc - z * colsum`), whose con
 on the NPU and whose epilogue runs on the host (requant_tail). W is a new constant argument
 (`CONSTANT_ARG`), which the call makes as it makes epilogue_scalars' constants
 (`ExtractedDispatch.hoisted_constants`).
+
+When the accumulator is the dispatch's result (IREE fuses one conv's dequantize into a
+residual add, and the other conv's dispatch returns its i32 accumulator: ResNet's
+downsampling blocks), a copy of it before the return becomes that consumer: it reads
+acc - z * W, an integer epilogue reading a run-time scalar, which torq-lower-requantization
+leaves to the host (`requant.is_accumulator_correction`) as it leaves a dequantize.
+dispatch_extraction attaches the weights' values to such a dispatch too (it has no
+int-to-float conversion); weights IREE inlined into the dispatch as a constant are read
+where they are.
 """
 
 from __future__ import annotations
@@ -24,9 +33,11 @@ import numpy as np
 from iree.compiler import ir
 from iree.compiler.dialects import arith
 
+from .box_reads import copy_generic
 from .constant_args import ConstantArgs, append_constant_arguments
 from .ir_utils import (
     block_ops,
+    constant_of,
     generic_with_inputs,
     indexing_maps,
     iterator_types,
@@ -49,6 +60,12 @@ def split_runtime_zero_points(func: ir.Operation) -> list[ir.Attribute]:
         if found is None:
             break
         con, (zp_input, sub, w_sums, positions) = found
+        use = next(iter(con.results[0].uses))
+        if use.owner.name == "func.return":  # the accumulator is the result: a copy takes the correction
+            with ir.InsertionPoint(use.owner), use.owner.location:
+                rank = len(ir.RankedTensorType(con.results[0].type).shape)
+                use.owner.operands[use.operand_number] = copy_generic(
+                    con.results[0], ir.AffineMap.get_identity(rank), con.results[0].type)
         values.append(ir.DenseElementsAttr.get(w_sums))
         w_arg, = append_constant_arguments(func, values[-1:])
         _correct_consumer(con, zp_input, w_arg, positions)
@@ -59,13 +76,15 @@ def split_runtime_zero_points(func: ir.Operation) -> list[ir.Attribute]:
 def _zero_point_contraction(con: ir.Operation, constants: ConstantArgs):
     """(the zero point's input index, the subtraction, W, W's dims among the result's) when
     `con` is sum (ext(x) - z) * ext(w) over its reduction loops, z a broadcast scalar argument,
-    w a constant int8 argument indexed by each reduction loop once, and the result is one
-    input of one single-result linalg.generic; else None."""
+    w a constant int8 argument (or an inlined constant) indexed by each reduction loop once, and the result is one
+    input of one single-result linalg.generic, or the function's result alone (another
+    dispatch dequantizes it); else None."""
     if "reduction" not in iterator_types(con) or len(con.results) != 1 or n_inputs(con) != 3:
         return None
     uses = list(con.results[0].uses)
-    if len(uses) != 1 or uses[0].owner.name != "linalg.generic" or len(uses[0].owner.results) != 1 \
-            or uses[0].operand_number >= n_inputs(uses[0].owner):
+    returned = len(uses) == 1 and uses[0].owner.name == "func.return"
+    if not returned and (len(uses) != 1 or uses[0].owner.name != "linalg.generic" or len(uses[0].owner.results) != 1
+                         or uses[0].operand_number >= n_inputs(uses[0].owner)):
         return None
     args = list(con.regions[0].blocks[0].arguments)
     body = _body(region_ops(con), args)
@@ -73,7 +92,7 @@ def _zero_point_contraction(con: ir.Operation, constants: ConstantArgs):
         return None
     zp_input, w_input, sub = body
     maps, zp, w_value = indexing_maps(con), con.operands[zp_input], con.operands[w_input]
-    if maps[zp_input].results or not isinstance(zp.owner, ir.Block) or not isinstance(w_value.owner, ir.Block) \
+    if maps[zp_input].results or not isinstance(zp.owner, ir.Block) \
             or str(args[zp_input].type) != "i32" or str(ir.RankedTensorType(w_value.type).element_type) != "i8":
         return None
     loops, dims, out_dims = iterator_types(con), map_dims(maps[w_input]), map_dims(maps[-1])
@@ -83,7 +102,9 @@ def _zero_point_contraction(con: ir.Operation, constants: ConstantArgs):
     parallel = [d for d in dims if loops[d] == "parallel"]
     if not all(d in out_dims for d in parallel):
         return None
-    weights = constants.get(ir.BlockArgument(w_value).arg_number)
+    # A constant argument, or a small constant IREE inlined into the dispatch.
+    weights = constants.get(ir.BlockArgument(w_value).arg_number) if isinstance(w_value.owner, ir.Block) \
+        else constant_of(w_value)
     if weights is None:
         return None
     reduced = tuple(i for i, d in enumerate(dims) if loops[d] == "reduction")

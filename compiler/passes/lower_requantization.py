@@ -212,8 +212,8 @@ def _drop_scalar_arguments(func: ir.Operation, report: RequantReport, scalars: s
             raise Unsupported(float_conversion_reason(func, options) or
                               f"dispatch takes a non-tensor operand ({ir.ShapedType(arg.type).element_type}) "
                               f"that its NPU part reads: a run-time quantization's zero point or scale, which only "
-                              f"the host reads (a quantize with it, or a contraction subtracting it with no epilogue "
-                              f"in its dispatch to take the correction, runs on the host)")
+                              f"the host reads (a quantize with it, or a contraction subtracting it from its input with "
+                              f"weights that are no constant, runs on the host)")
         block.erase_argument(k)
         del report.kept_arguments[k]
     sync_function_type(func)

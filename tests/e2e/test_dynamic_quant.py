@@ -116,6 +116,35 @@ def test_a_dynamically_quantized_cnn_runs_its_conv_integers_on_the_npu_bit_ident
     assert len(convs) == 3 and all(d.executor == "torq" for d in convs), remarks.getvalue()
 
 
+class _TwoBranches(torch.nn.Module):
+    """A residual block's join: two convs of one input, their dequantized sums added."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(8, 16, 3, padding=1)
+        self.b = torch.nn.Conv2d(8, 16, 1)
+
+    def forward(self, x):
+        return torch.relu(self.a(x) + self.b(x))
+
+
+def test_a_conv_integer_whose_accumulator_another_dispatch_dequantizes_runs_on_the_npu(tmp_path):
+    """IREE fuses one conv's dequantize into the add, so the other conv's dispatch returns its
+    i32 accumulator, its zero point still inside (ResNet's downsampling blocks: 4 of
+    ResNet-18's 20 convs). The NPU computes the plain conv and the host acc - z * W
+    (compiler/runtime_zero_point.py), llvm-cpu's bits; the 1x1 conv's weights are a constant
+    IREE inlined into the dispatch."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 8, 16, 16)
+    q = _quantize_dynamic(_TwoBranches().eval(), x, tmp_path)
+    remarks = io.StringIO()
+    cm = torq.compile(str(q), remarks=remarks, flags=["--torq-no-cache"])
+    reference = llvm_cpu(import_onnx(q.read_bytes(), str(q)), x.numpy(), function="main_graph")
+    assert np.array_equal(np.asarray(cm(x.numpy())), reference)
+    convs = [d for d in cm.report.dispatches if d.macs]
+    assert len(convs) == 2 and all(d.executor == "torq" for d in convs), remarks.getvalue()
+
+
 def test_a_float_model_computes_its_single_values_on_the_npu():
     """The rule is for models that quantize: a float model's reduction to one value (a
     normalisation by the tensor's largest magnitude) runs on the NPU in bf16 as before."""

@@ -77,6 +77,30 @@ def test_the_zero_point_moves_to_the_epilogue_as_a_weight_sum_correction():
         assert str(ir.ArrayAttr(epilogue.attributes["indexing_maps"])[3]) == "affine_map<(d0, d1) -> (d0)>"
 
 
+# The accumulator is the function's result (another dispatch dequantizes it: a residual block's
+# second conv), the weights a constant IREE inlined into the dispatch.
+RETURNED = re.sub(r"%w: tensor<3x2x3xi8> \{torq.constant = [^}]*\}, ", "", TEXT.split("  %f = tensor.empty()")[0]) \
+    .replace("-> tensor<3x4xf32> {\n  %c0", "-> tensor<3x4xi32> {\n  %w = arith.constant WEIGHTS\n  %c0") \
+    .replace(",\n             %s: tensor<f32>)", ")").replace("WEIGHTS", TEXT.split("{torq.constant = ")[1].split("}")[0]) \
+    + "  return %acc : tensor<3x4xi32>\n}\n"
+
+
+def test_a_returned_accumulator_gets_a_copy_that_takes_the_correction():
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(RETURNED)
+        func = module.body.operations[0].operation
+        values = split_runtime_zero_points(func)
+        assert module.operation.verify()
+        assert constant_value(values[0]).tolist() == WEIGHTS.astype(np.int64).sum(axis=(1, 2)).tolist()
+        block = func.regions[0].blocks[0]
+        con, copy = _generics(func)
+        assert "arith.subi" not in [o.name for o in region_ops(con)]
+        assert copy.operands[0] == con.results[0] and list(copy.operands)[1:3] == [block.arguments[1], block.arguments[2]]
+        assert [o.name for o in region_ops(copy)] == ["arith.muli", "arith.subi", "linalg.yield"]  # acc - z * W
+        ret = list(block.operations)[-1]
+        assert ret.operands[0] == copy.results[0]
+
+
 TWO_RESULTS = TEXT.replace("-> tensor<3x4xf32> {\n  %c0", "-> (tensor<3x4xf32>, tensor<3x4xf32>) {\n  %c0").replace(
     "outs(%f : tensor<3x4xf32>) {", "outs(%f, %f : tensor<3x4xf32>, tensor<3x4xf32>) {").replace(
     "^bb0(%a: i32, %sc: f32, %o: f32):", "^bb0(%a: i32, %sc: f32, %o: f32, %o2: f32):").replace(
