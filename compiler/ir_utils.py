@@ -209,7 +209,8 @@ def replace_with_op(op: ir.Operation, name: str, attributes: dict, operands: lis
     """Replaces one-result `op` with a new `name` op of its result type, at its place and location."""
     with ir.InsertionPoint(op), op.location:
         new = ir.Operation.create(name, results=[op.results[0].type], operands=operands, attributes=attributes)
-    op.results[0].replace_all_uses_with(new.results[0])
+    for old, result in zip(op.results, new.results):
+        old.replace_all_uses_with(result)
     op.erase()
     return new
 
@@ -294,7 +295,7 @@ def generic_with_inputs(op: ir.Operation, inputs: list[ir.Value], maps: list[ir.
     through `maps`, and its inputs numbered in `dropped` removed (their block arguments must
     be unread): its body reads the new block arguments where it read `replaced` (values its
     body uses, defined in it or above it), and ops left unused are dropped. Returns the new
-    generic; `op` must have one result."""
+    generic, whose results replace `op`'s."""
     from iree.compiler.dialects import linalg
 
     n_in = n_inputs(op)
@@ -317,7 +318,8 @@ def generic_with_inputs(op: ir.Operation, inputs: list[ir.Value], maps: list[ir.
     with ir.InsertionPoint(block):
         clone_remapped([o for o in region_ops(op) if not (o.results and o.results[0] in replaced)], mapping)
     erase_unused(lambda: block.operations)
-    op.results[0].replace_all_uses_with(new.results[0])
+    for old, result in zip(op.results, new.results):
+        old.replace_all_uses_with(result)
     op.erase()
     return new
 

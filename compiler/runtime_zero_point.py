@@ -77,13 +77,13 @@ def _zero_point_contraction(con: ir.Operation, constants: ConstantArgs):
     """(the zero point's input index, the subtraction, W, W's dims among the result's) when
     `con` is sum (ext(x) - z) * ext(w) over its reduction loops, z a broadcast scalar argument,
     w a constant int8 argument (or an inlined constant) indexed by each reduction loop once, and the result is one
-    input of one single-result linalg.generic, or the function's result alone (another
+    input of one linalg.generic, or the function's result alone (another
     dispatch dequantizes it); else None."""
     if "reduction" not in iterator_types(con) or len(con.results) != 1 or n_inputs(con) != 3:
         return None
     uses = list(con.results[0].uses)
     returned = len(uses) == 1 and uses[0].owner.name == "func.return"
-    if not returned and (len(uses) != 1 or uses[0].owner.name != "linalg.generic" or len(uses[0].owner.results) != 1
+    if not returned and (len(uses) != 1 or uses[0].owner.name != "linalg.generic"
                          or uses[0].operand_number >= n_inputs(uses[0].owner)):
         return None
     args = list(con.regions[0].blocks[0].arguments)

@@ -145,6 +145,23 @@ def test_a_conv_integer_whose_accumulator_another_dispatch_dequantizes_runs_on_t
     assert len(convs) == 2 and all(d.executor == "torq" for d in convs), remarks.getvalue()
 
 
+def test_a_conv_integer_with_a_two_result_epilogue_runs_on_the_npu(tmp_path):
+    """A conv whose SiLU is pooled after it: IREE's conv dispatch yields x and sigmoid(x) (the
+    multiply is fused into the pool's dispatch), an epilogue of two results (EfficientNet's last
+    conv). The rewrite keeps both; with --torq-keep-f32 the result is llvm-cpu's bits."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.Conv2d(16, 64, 1), torch.nn.SiLU(),
+                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()).eval()
+    x = torch.randn(1, 8, 16, 16)
+    q = _quantize_dynamic(model, x, tmp_path)
+    remarks = io.StringIO()
+    cm = torq.compile(str(q), remarks=remarks, flags=["--torq-no-cache", "--torq-keep-f32"])
+    reference = llvm_cpu(import_onnx(q.read_bytes(), str(q)), x.numpy(), function="main_graph")
+    assert np.array_equal(np.asarray(cm(x.numpy())), reference)
+    convs = [d for d in cm.report.dispatches if d.macs >= 100_000]  # (the pool counts 16,384)
+    assert len(convs) == 2 and all(d.executor == "torq" for d in convs), remarks.getvalue()
+
+
 def test_a_float_model_computes_its_single_values_on_the_npu():
     """The rule is for models that quantize: a float model's reduction to one value (a
     normalisation by the tensor's largest magnitude) runs on the NPU in bf16 as before."""
