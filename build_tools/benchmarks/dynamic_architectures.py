@@ -17,7 +17,9 @@ host, for both compiles (each host dispatch's reason below the table); the outpu
 L2 error vs IREE llvm-cpu on the quantized model as written, for both (0 is bit-identical);
 llvm-cpu vs onnxruntime and vs torch fp32 on the float model (the error of the quantization
 itself); the simulated cycles of the default compile. A `torchvision/` row is a torchvision
-CNN (1 x 3 x 224 x 224) through quantize_dynamic, which makes its convs ConvIntegers.
+CNN (1 x 3 x 224 x 224) through quantize_dynamic, which makes its convs ConvIntegers
+(EfficientNet-B0: SiLU and squeeze-excite; its dynamic quantization is the least accurate
+here, see its llvm-cpu column).
 
 A `pt2e/` row is the same model (or timm's DeiT-Tiny, 1 x 3 x 224 x 224) quantized by torchao's
 PT2E flow instead: strict `torch.export`, `prepare_pt2e` with X86InductorQuantizer's dynamic
@@ -47,7 +49,7 @@ from common import rows_markdown, table_main  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = ["bert-base", "distilbert-base", "gpt2", "pt2e/bert-base", "pt2e/distilbert-base",
           "pt2e/timm/deit_tiny_patch16_224", "torchao/bert-base", "torchao/distilbert-base",
-          "torchvision/resnet18", "torchvision/mobilenet_v2"]
+          "torchvision/resnet18", "torchvision/mobilenet_v2", "torchvision/efficientnet_b0"]
 COLUMNS = ["model", "torq-compile s", "llvm-cpu compile s", "ratio", "NPU share of MACs", "dispatches torq/host",
            "rel L2 vs llvm-cpu", "--torq-keep-f32: NPU share, torq/host, rel L2 vs llvm-cpu",
            "llvm-cpu vs the quantizer's runtime (onnxruntime / torch)", "llvm-cpu vs torch fp32", "simulated cycles"]
