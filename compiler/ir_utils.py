@@ -209,8 +209,7 @@ def replace_with_op(op: ir.Operation, name: str, attributes: dict, operands: lis
     """Replaces one-result `op` with a new `name` op of its result type, at its place and location."""
     with ir.InsertionPoint(op), op.location:
         new = ir.Operation.create(name, results=[op.results[0].type], operands=operands, attributes=attributes)
-    for old, result in zip(op.results, new.results):
-        old.replace_all_uses_with(result)
+    op.results[0].replace_all_uses_with(new.results[0])
     op.erase()
     return new
 

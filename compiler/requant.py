@@ -173,18 +173,24 @@ def is_float_requant(op: ir.Operation) -> bool:
     return "arith.sitofp" in names and ("arith.fptosi" in names or f32_result)
 
 
-def is_accumulator_correction(op: ir.Operation) -> bool:
-    """Whether `op` is an integer elementwise generic after an integer contraction that reads
-    a 0-d function argument (a run-time zero point): runtime_zero_point's `acc - z * W` on a
-    ConvInteger's accumulator that another dispatch dequantizes. Its i32 result is the
-    dispatch's; the host computes it, as a dequantize of the accumulator."""
+def is_accumulator_correction(op: ir.Operation, known: Known) -> bool:
+    """Whether `op` is runtime_zero_point's `acc - z * W` on the i32 accumulator of an integer
+    contraction (a ConvInteger's, which another dispatch dequantizes): an elementwise generic
+    whose body is exactly that, z a 0-d argument that is no constant (a run-time zero point),
+    W and acc its other inputs. Its i32 result is the dispatch's; the host computes it, as a
+    dequantize of the accumulator."""
     if op.name != "linalg.generic" or len(op.results) != 1 or set(iterator_types(op)) != {"parallel"} \
-            or str(ir.RankedTensorType(op.results[0].type).element_type) != "i32" \
-            or any(o.name not in ("arith.subi", "arith.muli", "linalg.yield") for o in region_ops(op)):
+            or str(ir.RankedTensorType(op.results[0].type).element_type) != "i32":
         return False
-    maps = indexing_maps(op)
-    return any(not maps[i].results and isinstance(op.operands[i].owner, ir.Block) for i in range(n_inputs(op))) \
-        and integer_contraction_input(op) is not None
+    ops, found = region_ops(op), integer_contraction_input(op)
+    if found is None or [o.name for o in ops] != ["arith.muli", "arith.subi", "linalg.yield"]:
+        return False
+    mul, sub, yield_ = ops
+    args, maps = list(op.regions[0].blocks[0].arguments), indexing_maps(op)
+    scalars = [i for i in range(n_inputs(op)) if not maps[i].results and isinstance(op.operands[i].owner, ir.Block)
+               and not known.is_constant(op.operands[i])]
+    return any(args[i] in list(mul.operands) for i in scalars) and sub.operands[0] == args[found[0]] \
+        and sub.operands[1] == mul.results[0] and yield_.operands[0] == sub.results[0]
 
 
 def _accumulator_range(con: ir.Operation, known: Known) -> tuple[np.ndarray, np.ndarray, list[int]]:
@@ -556,7 +562,8 @@ def _reads_along_result_dims(read: ir.AffineMap, result: ir.AffineMap) -> bool:
 def lower_float_requantization(func: ir.Operation, arg_constants, host,
                                mode: RequantMode = RequantMode.NEAREST) -> RequantLowering:
     """Rewrites every float requantization after an integer contraction in `func` (see the
-    module docstring); raises NotExact, leaving `func` untouched, if one cannot be
+    module docstring), and leaves a run-time zero point's integer correction of one to the
+    host (`is_accumulator_correction`); raises NotExact, leaving `func` untouched, if one cannot be
     reproduced: exactly in EXACT `mode` (--torq-requant=exact), else within one output step.
 
     `arg_constants.get(k)` is the known value of function argument k, or None;
@@ -570,7 +577,7 @@ def lower_float_requantization(func: ir.Operation, arg_constants, host,
     block = func.regions[0].blocks[0]
     plans = []
     for op in [o.operation for o in block.operations]:
-        if is_float_requant(op) or is_accumulator_correction(op):
+        if is_float_requant(op) or is_accumulator_correction(op, known):
             fold_zero_products(op, known)
             plan = _plan(op, known, host, mode)
             if plan is not None:

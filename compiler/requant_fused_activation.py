@@ -405,12 +405,12 @@ def _compare(reach: np.ndarray, levels: np.ndarray, one_by_one: list[tuple[np.nd
     width = hi - lo + 1
     base = np.concatenate([[0], np.cumsum(width)[:-1]])
     key, value = _chain_entries(reach, levels, one_by_one, base, lo, hi)
-    ours = [_step_points(rs, np.nonzero(sums[1:] != sums[:-1])[0], lo, hi)]
+    step_points = [_step_points(rs, np.nonzero(sums[1:] != sums[:-1])[0], lo, hi)]
     linear = [x for x in r2 or [] if x.multiplier > 0]
     if linear:
         ks = np.arange(min(x.qmin for x in linear) + 1, max(x.qmax for x in linear) + 1)
-        ours.append(_step_points(r2, ks, lo, hi))
-    points = np.concatenate(ours, 1)
+        step_points.append(_step_points(r2, ks, lo, hi))
+    points = np.concatenate(step_points, 1)
     points = ((points - lo[:, None]) + base[:, None])[points <= hi[:, None]]
     # Cuts tagged in their lowest bit, the chain's entries 0: first among equal keys, they
     # mark the cuts where the chain takes its next value.
@@ -441,7 +441,7 @@ def _chain_entries(reach: np.ndarray, levels: np.ndarray, one_by_one: list[tuple
     row = np.concatenate([np.repeat(np.arange(n), reach.shape[1]), np.repeat(np.arange(n), counts)])
     at = np.concatenate([reach.reshape(-1), *(a for a, _ in one_by_one)])
     value = np.concatenate([np.tile(levels, n), *(v for _, v in one_by_one)])
-    inside = at <= hi[row]
+    inside = (at >= lo[row]) & (at <= hi[row])  # (below lo, a key would fall in the channel before)
     key, value = base[row[inside]] + at[inside] - lo[row[inside]], value[inside]
     order = np.argsort(key, kind="stable")
     key, value = key[order], value[order]

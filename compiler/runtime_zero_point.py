@@ -49,8 +49,8 @@ from .ir_utils import (
 
 def split_runtime_zero_points(func: ir.Operation) -> list[ir.Attribute]:
     """Rewrites each contraction of `func` that subtracts a broadcast scalar argument from its
-    int8 input, with constant int8 weights and one generic consuming it, as the module
-    docstring says. Returns the values of the arguments it appends (W, i32), in order."""
+    int8 input, with constant int8 weights and one generic consuming it (or the function's
+    return alone: then a copy consumes it), as the module docstring says. Returns the values of the arguments it appends (W, i32), in order."""
     block = func.regions[0].blocks[0]
     constants = ConstantArgs(func)
     values = []
@@ -76,9 +76,9 @@ def split_runtime_zero_points(func: ir.Operation) -> list[ir.Attribute]:
 def _zero_point_contraction(con: ir.Operation, constants: ConstantArgs):
     """(the zero point's input index, the subtraction, W, W's dims among the result's) when
     `con` is sum (ext(x) - z) * ext(w) over its reduction loops, z a broadcast scalar argument,
-    w a constant int8 argument (or an inlined constant) indexed by each reduction loop once, and the result is one
-    input of one linalg.generic, or the function's result alone (another
-    dispatch dequantizes it); else None."""
+    w a constant int8 argument (or an inlined constant) indexed by each reduction loop once,
+    and the result is one input of one linalg.generic, or the function's result alone
+    (another dispatch dequantizes it); else None."""
     if "reduction" not in iterator_types(con) or len(con.results) != 1 or n_inputs(con) != 3:
         return None
     uses = list(con.results[0].uses)

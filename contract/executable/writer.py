@@ -232,7 +232,8 @@ class _Writer:
         seen = self.epilogues.get(id(e))
         if seen is not None and seen[0] is e:
             return seen[1]
-        key = (e.result, tuple((s.op, s.to, tuple((r.kind, r.index, r.axes, struct.pack("<d", float(r.const))) for r in s.args))
+        key = (e.result, tuple((s.op, s.to, tuple((r.kind, r.index, r.axes, struct.pack("<d", float(r.const)))
+                                                  for r in s.args))
                                for s in e.steps))
         offset = self.once(("epilogue", key), lambda: self._epilogue_table(e))
         self.epilogues[id(e)] = (e, offset)

@@ -37,6 +37,16 @@ def _quantize_dynamic(model, x, tmp_path, **options):
     return q
 
 
+def _compiled_as_llvm_cpu(q, x, *flags):
+    """(the compiled model, its remarks) of quantized file `q`, whose output on `x` is llvm-cpu's
+    on the same file, bit for bit."""
+    remarks = io.StringIO()
+    cm = torq.compile(str(q), remarks=remarks, flags=["--torq-no-cache", *flags])
+    reference = llvm_cpu(import_onnx(q.read_bytes(), str(q)), x.numpy(), function="main_graph")
+    assert np.array_equal(np.asarray(cm(x.numpy())), reference)
+    return cm, remarks
+
+
 def _inputs(shape):
     rng = np.random.default_rng(3)
     x = rng.standard_normal(shape).astype(np.float32)
@@ -108,10 +118,7 @@ def test_a_dynamically_quantized_cnn_runs_its_conv_integers_on_the_npu_bit_ident
     x = torch.randn(1, 3, 32, 32)
     q = _quantize_dynamic(model, x, tmp_path)
     assert sum(n.op_type == "ConvInteger" for n in onnx.load(str(q)).graph.node) == 3
-    remarks = io.StringIO()
-    cm = torq.compile(str(q), remarks=remarks, flags=["--torq-no-cache"])
-    reference = llvm_cpu(import_onnx(q.read_bytes(), str(q)), x.numpy(), function="main_graph")
-    assert np.array_equal(np.asarray(cm(x.numpy())), reference)
+    cm, remarks = _compiled_as_llvm_cpu(q, x)
     convs = [d for d in cm.report.dispatches if d.macs]
     assert len(convs) == 3 and all(d.executor == "torq" for d in convs), remarks.getvalue()
 
@@ -137,10 +144,7 @@ def test_a_conv_integer_whose_accumulator_another_dispatch_dequantizes_runs_on_t
     torch.manual_seed(0)
     x = torch.randn(1, 8, 16, 16)
     q = _quantize_dynamic(_TwoBranches().eval(), x, tmp_path)
-    remarks = io.StringIO()
-    cm = torq.compile(str(q), remarks=remarks, flags=["--torq-no-cache"])
-    reference = llvm_cpu(import_onnx(q.read_bytes(), str(q)), x.numpy(), function="main_graph")
-    assert np.array_equal(np.asarray(cm(x.numpy())), reference)
+    cm, remarks = _compiled_as_llvm_cpu(q, x)
     convs = [d for d in cm.report.dispatches if d.macs]
     assert len(convs) == 2 and all(d.executor == "torq" for d in convs), remarks.getvalue()
 
@@ -154,10 +158,7 @@ def test_a_conv_integer_with_a_two_result_epilogue_runs_on_the_npu(tmp_path):
                                 torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()).eval()
     x = torch.randn(1, 8, 16, 16)
     q = _quantize_dynamic(model, x, tmp_path)
-    remarks = io.StringIO()
-    cm = torq.compile(str(q), remarks=remarks, flags=["--torq-no-cache", "--torq-keep-f32"])
-    reference = llvm_cpu(import_onnx(q.read_bytes(), str(q)), x.numpy(), function="main_graph")
-    assert np.array_equal(np.asarray(cm(x.numpy())), reference)
+    cm, remarks = _compiled_as_llvm_cpu(q, x, "--torq-keep-f32")
     convs = [d for d in cm.report.dispatches if d.macs >= 100_000]  # (the pool counts 16,384)
     assert len(convs) == 2 and all(d.executor == "torq" for d in convs), remarks.getvalue()
 

@@ -135,3 +135,35 @@ def test_what_the_rewrite_does_not_cover_is_left_alone(text):
         func = module.body.operations[0].operation
         before = str(module)
         assert split_runtime_zero_points(func) == [] and str(module) == before
+
+
+def test_only_the_correction_is_left_to_the_host():
+    # torq-lower-requantization hands `acc - z * W` on the accumulator to the host
+    # (requant.is_accumulator_correction), and no other integer epilogue reading a 0-d argument.
+    from torq.compiler.requant import is_accumulator_correction
+    from torq.compiler.requant_channels import Known
+
+    scaled = RETURNED.replace("  return %acc : tensor<3x4xi32>", """  %e2 = tensor.empty() : tensor<3x4xi32>
+  %r = linalg.generic {indexing_maps = [#id, #all, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%acc, %z : tensor<3x4xi32>, tensor<i32>) outs(%e2 : tensor<3x4xi32>) {
+  ^bb0(%a: i32, %b: i32, %o: i32):
+    %0 = arith.muli %a, %b : i32
+    linalg.yield %0 : i32
+  } -> tensor<3x4xi32>
+  return %r : tensor<3x4xi32>""")
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(RETURNED)
+        func = module.body.operations[0].operation
+        split_runtime_zero_points(func)
+        _, copy = _generics(func)
+        assert is_accumulator_correction(copy, Known(_Args()))
+        assert not is_accumulator_correction(copy, Known(_Args({1: np.array(3, np.int32)})))  # z a constant
+        other = ir.Module.parse(scaled)  # acc * z: no correction
+        assert not is_accumulator_correction(_generics(other.body.operations[0].operation)[1], Known(_Args()))
+
+
+class _Args(dict):
+    """Constant arguments by number (ConstantArgs' interface)."""
+
+    def has(self, k: int) -> bool:
+        return k in self
