@@ -111,7 +111,7 @@ from .passes.mark_in_place_updates import RESULT_UPDATES
 from .patterns import Unsupported
 from .requant_summary import RequantSummary
 from .requant_tail import HostTail
-from .runtime_zero_point import split_runtime_zero_points
+from .runtime_zero_point import reads_runtime_zero_point, split_runtime_zero_points
 
 
 @dataclass
@@ -222,22 +222,12 @@ def extract_dispatch_function(dispatch: ir.Operation, name: str, module: ir.Modu
     hoisted = []
     if facts is not None:  # a reshaped input's constant value would not have its type
         _record_flow_facts(func, [arguments[i] if i not in splits and kinds[i][0] != "scalar" else None
-                                 for i in input_args], facts, _contraction_reads_scalar(func, scalars))
+                                 for i in input_args], facts, reads_runtime_zero_point(func, scalars))
         if scalars and HOST_FMA in func.attributes:  # (a run-time quantization's epilogue)
             hoisted = split_runtime_zero_points(func) + hoist_epilogue_scalars(func)
     return ExtractedDispatch(func, name, input_args + list(range(len(arguments), len(arguments) + len(hoisted))),
                              updates, update_sizes, index_operands=[i for i in input_args if kinds[i][0] == "index"],
                              hoisted_constants=hoisted)
-
-
-def _contraction_reads_scalar(func: ir.Operation, scalars: list[int]) -> bool:
-    """Whether a contraction of `func` (a generic with a reduction loop) reads one of the
-    `scalars` arguments as an input."""
-    args = func.regions[0].blocks[0].arguments
-    read = {args[k] for k in scalars}
-    return bool(read) and any(op.name == "linalg.generic" and "reduction" in iterator_types(op)
-                              and any(v in read for v in list(op.operands)[:n_inputs(op)])
-                              for op in block_ops(func.regions[0].blocks[0]))
 
 
 def _binding_kinds(block: ir.Block) -> list[tuple[str, ir.Type]]:

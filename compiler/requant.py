@@ -148,7 +148,15 @@ from .requant_split import (
 )
 from .requant_stages import Channels, StageSplitter
 from .requant_summary import RequantSummary, plan_summary
-from .requant_tail import HostTail, accumulator_tail, derived_tails, runtime_tensors, split_tail, tail_text
+from .requant_tail import (
+    HostTail,
+    accumulator_tail,
+    derived_tails,
+    is_accumulator_correction,
+    runtime_tensors,
+    split_tail,
+    tail_text,
+)
 from .requant_zero_point import ZeroPointCorrection, fold_zero_products, zero_point_correction
 from .rescale_fit import NotExact, NotMonotone, Rescale
 from .rescale_pairs import SumRescale
@@ -171,26 +179,6 @@ def is_float_requant(op: ir.Operation) -> bool:
     names = {o.name for o in region_ops(op)}
     f32_result = str(ir.RankedTensorType(op.results[0].type).element_type) == "f32"
     return "arith.sitofp" in names and ("arith.fptosi" in names or f32_result)
-
-
-def is_accumulator_correction(op: ir.Operation, known: Known) -> bool:
-    """Whether `op` is runtime_zero_point's `acc - z * W` on the i32 accumulator of an integer
-    contraction (a ConvInteger's, which another dispatch dequantizes): an elementwise generic
-    whose body is exactly that, z a 0-d argument that is no constant (a run-time zero point),
-    W and acc its other inputs. Its i32 result is the dispatch's; the host computes it, as a
-    dequantize of the accumulator."""
-    if op.name != "linalg.generic" or len(op.results) != 1 or set(iterator_types(op)) != {"parallel"} \
-            or str(ir.RankedTensorType(op.results[0].type).element_type) != "i32":
-        return False
-    ops, found = region_ops(op), integer_contraction_input(op)
-    if found is None or [o.name for o in ops] != ["arith.muli", "arith.subi", "linalg.yield"]:
-        return False
-    mul, sub, yield_ = ops
-    args, maps = list(op.regions[0].blocks[0].arguments), indexing_maps(op)
-    scalars = [i for i in range(n_inputs(op)) if not maps[i].results and isinstance(op.operands[i].owner, ir.Block)
-               and not known.is_constant(op.operands[i])]
-    return any(args[i] in list(mul.operands) for i in scalars) and sub.operands[0] == args[found[0]] \
-        and sub.operands[1] == mul.results[0] and yield_.operands[0] == sub.results[0]
 
 
 def _accumulator_range(con: ir.Operation, known: Known) -> tuple[np.ndarray, np.ndarray, list[int]]:

@@ -13,7 +13,8 @@ host_dispatches.host_tail_dispatch):
 - `accumulator_tail`: a body with no conversion at all, reading the
   contraction's i32 accumulator, per-channel constants (its bias and
   scales) and run-time tensors (`runtime_tensors`: an f32 residual, a dynamic
-  quantization's scale, zero point and column sums), all of it the tail.
+  quantization's scale, zero point and column sums), all of it the tail; also
+  runtime_zero_point's integer `acc - z * W` (`is_accumulator_correction`).
 
 The mirror image, `split_input_quantizes`: a model's input QuantizeLinear that
 IREE fused into its consumer's dispatch (as its aggressive fusion does) is an
@@ -145,6 +146,31 @@ def accumulator_tail(op: ir.Operation, acc_index: int, per_channel: dict, tensor
                     and constant_of(v).size != 1:
                 raise NotExact("the dequantize of the accumulator reads a constant tensor")
     return tail_text(args[acc_index], body[:-1], per_channel, tensors)
+
+
+def is_accumulator_correction(op: ir.Operation, known) -> bool:
+    """Whether `op` is runtime_zero_point's `acc - z * W` on the i32 accumulator of an integer
+    contraction (a ConvInteger's, which another dispatch dequantizes): an elementwise generic
+    whose body is exactly that, acc read from a contraction (a generic with a reduction loop),
+    z a 0-d argument that is no constant (`known.is_constant`: a run-time zero point). Its i32
+    result is the dispatch's; the host computes it, as a dequantize of the accumulator."""
+    if op.name != "linalg.generic" or len(op.results) != 1 or set(iterator_types(op)) != {"parallel"} \
+            or str(ir.RankedTensorType(op.results[0].type).element_type) != "i32":
+        return False
+    ops = region_ops(op)
+    if [o.name for o in ops] != ["arith.muli", "arith.subi", "linalg.yield"]:
+        return False
+    mul, sub, yield_ = ops
+    args, maps = list(op.regions[0].blocks[0].arguments), indexing_maps(op)
+    if sub.operands[0] not in args[:n_inputs(op)] or sub.operands[1] != mul.results[0] \
+            or yield_.operands[0] != sub.results[0]:
+        return False
+    acc = op.operands[args.index(sub.operands[0])]
+    contraction = not isinstance(acc.owner, ir.Block) and acc.owner.name == "linalg.generic" \
+        and "reduction" in iterator_types(acc.owner)
+    scalars = [args[i] for i in range(n_inputs(op)) if not maps[i].results
+               and isinstance(op.operands[i].owner, ir.Block) and not known.is_constant(op.operands[i])]
+    return contraction and any(z in list(mul.operands) for z in scalars)
 
 
 def derived_tails(op: ir.Operation, readers: list[ir.Operation]) -> list[tuple[ir.Operation, int, HostTail]]:

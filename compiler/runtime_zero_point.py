@@ -47,6 +47,17 @@ from .ir_utils import (
 )
 
 
+def reads_runtime_zero_point(func: ir.Operation, scalars: list[int]) -> bool:
+    """Whether a contraction of `func` (a generic with a reduction loop) reads one of its
+    `scalars` arguments as an input: then dispatch_extraction attaches the weights' values
+    for `split_runtime_zero_points`."""
+    block = func.regions[0].blocks[0]
+    read = {block.arguments[k] for k in scalars}
+    return bool(read) and any(op.name == "linalg.generic" and "reduction" in iterator_types(op)
+                              and any(v in read for v in list(op.operands)[:n_inputs(op)])
+                              for op in block_ops(block))
+
+
 def split_runtime_zero_points(func: ir.Operation) -> list[ir.Attribute]:
     """Rewrites each contraction of `func` that subtracts a broadcast scalar argument from its
     int8 input, with constant int8 weights and one generic consuming it (or the function's
