@@ -401,7 +401,6 @@ def _compare(reach: np.ndarray, levels: np.ndarray, one_by_one: list[tuple[np.nd
     functions, constant between the cuts: the chain's entries, R's step points at the grid
     levels where `sums` changes (most cells repeat their neighbour's level), R2's at each of
     its levels, and lo_c."""
-    n = len(rs)
     width = hi - lo + 1
     base = np.concatenate([[0], np.cumsum(width)[:-1]])
     key, value = _chain_entries(reach, levels, one_by_one, base, lo, hi)
@@ -420,15 +419,16 @@ def _compare(reach: np.ndarray, levels: np.ndarray, one_by_one: list[tuple[np.nd
     firsts = np.searchsorted(cuts, base)
     if not is_entry[firsts].all():  # a range starts below B's first break: g's level there is unknown
         raise NotExact("the activation's pieces do not cover the accumulator range")
-    cut_row = np.repeat(np.arange(n), np.diff(np.append(firsts, len(cuts))))
+    counts = np.diff(np.append(firsts, len(cuts)))  # cuts per channel (repeat: cheaper than a gather)
     q = value[np.cumsum(is_entry) - 1]
-    a = cuts - base[cut_row] + lo[cut_row]
-    off = np.abs(_composite_rows(rs, r2, sums, cut_row, a) - q)
+    from_lo = cuts - np.repeat(base, counts)  # a - lo
+    off = np.abs(_composite_rows(rs, r2, sums, counts, from_lo + np.repeat(lo, counts)) - q)
     length = np.diff(np.append(cuts, base[-1] + width[-1]))
     differing = np.add.reduceat(np.where(off > 0, length, 0), firsts)
     differing[np.maximum.reduceat(off, firsts) > 1] = -1
-    changed = np.append(False, (q[1:] != q[:-1]) & (cut_row[1:] == cut_row[:-1]))
-    spans = np.maximum.reduceat(np.where(changed, a - lo[cut_row] + 1, 0), firsts)
+    changed = np.append(False, q[1:] != q[:-1])
+    changed[firsts] = False  # (a channel's first cut: no change from the channel before)
+    spans = np.maximum.reduceat(np.where(changed, from_lo + 1, 0), firsts)
     return differing, spans
 
 
@@ -436,13 +436,13 @@ def _chain_entries(reach: np.ndarray, levels: np.ndarray, one_by_one: list[tuple
                    base: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(keys, values) of the chains' entries (`_compare`) inside their ranges, sorted, one
     per key: the later of equal ones."""
-    n = len(one_by_one)
     counts = np.array([len(a) for a, _ in one_by_one])
-    row = np.concatenate([np.repeat(np.arange(n), reach.shape[1]), np.repeat(np.arange(n), counts)])
     at = np.concatenate([reach.reshape(-1), *(a for a, _ in one_by_one)])
-    value = np.concatenate([np.tile(levels, n), *(v for _, v in one_by_one)])
-    inside = (at >= lo[row]) & (at <= hi[row])  # (below lo, a key would fall in the channel before)
-    key, value = base[row[inside]] + at[inside] - lo[row[inside]], value[inside]
+    lows, highs, offsets = (np.concatenate([np.repeat(x, reach.shape[1]), np.repeat(x, counts)])
+                            for x in (lo, hi, base - lo))
+    value = np.concatenate([np.broadcast_to(levels, reach.shape).reshape(-1), *(v for _, v in one_by_one)])
+    inside = (at >= lows) & (at <= highs)  # (below lo, a key would fall in the channel before)
+    key, value = at[inside] + offsets[inside], value[inside]
     order = np.argsort(key, kind="stable")
     key, value = key[order], value[order]
     last = np.append(key[1:] != key[:-1], True)
@@ -467,18 +467,19 @@ def _step_points(rs: list[Rescale], ks: np.ndarray, lo: np.ndarray, hi: np.ndarr
     return out
 
 
-def _composite_rows(rs: list[Rescale], r2: list[Rescale] | None, sums: np.ndarray, row: np.ndarray, a: np.ndarray
-                    ) -> np.ndarray:
-    """`composite` at accumulators `a`, each of channel `row`."""
-    q = sums[np.clip(_rescale_rows(rs, row, a) + 1, 0, len(sums) - 1)]
-    return q if r2 is None else np.minimum(q, _rescale_rows(r2, row, a))
+def _composite_rows(rs: list[Rescale], r2: list[Rescale] | None, sums: np.ndarray, counts: np.ndarray,
+                    a: np.ndarray) -> np.ndarray:
+    """`composite` at accumulators `a`: counts[c] of them (in order) of channel c."""
+    q = sums[np.clip(_rescale_rows(rs, counts, a) + 1, 0, len(sums) - 1)]
+    return q if r2 is None else np.minimum(q, _rescale_rows(r2, counts, a))
 
 
-def _rescale_rows(rs: list[Rescale], row: np.ndarray, a: np.ndarray) -> np.ndarray:
-    """Rescale rs[row[i]] of a[i], for each i (Rescale.__call__ with a rescale per element)."""
-    p = np.array([[x.offset, x.multiplier, x.rounding, x.shift, x.qmin, x.qmax] for x in rs], np.int64).T
-    v = ((a + p[0][row]) * p[1][row] + p[2][row]) >> p[3][row]
-    return np.minimum(np.maximum(v, p[4][row]), p[5][row])
+def _rescale_rows(rs: list[Rescale], counts: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Rescale rs[c] of the counts[c] accumulators of `a` that are channel c's
+    (Rescale.__call__ with a rescale per channel)."""
+    p = np.repeat(np.array([[x.offset, x.multiplier, x.rounding, x.shift, x.qmin, x.qmax] for x in rs], np.int64).T,
+                  counts, axis=1)
+    return np.minimum(np.maximum(((a + p[0]) * p[1] + p[2]) >> p[3], p[4]), p[5])
 
 
 def _first_reaching(bs: Chain, xs: np.ndarray, lo: np.ndarray, hi: np.ndarray, ends: np.ndarray) -> np.ndarray:
