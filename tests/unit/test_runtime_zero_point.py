@@ -139,9 +139,9 @@ def test_what_the_rewrite_does_not_cover_is_left_alone(text):
 
 def test_only_the_correction_is_left_to_the_host():
     # torq-lower-requantization hands `acc - z * W` on the accumulator to the host
-    # (requant.is_accumulator_correction), and no other integer epilogue reading a 0-d argument.
-    from torq.compiler.requant_tail import is_accumulator_correction
+    # (requant_tail.is_accumulator_correction), and no other integer epilogue reading a 0-d argument.
     from torq.compiler.requant_channels import Known
+    from torq.compiler.requant_tail import is_accumulator_correction
 
     scaled = RETURNED.replace("  return %acc : tensor<3x4xi32>", """  %e2 = tensor.empty() : tensor<3x4xi32>
   %r = linalg.generic {indexing_maps = [#id, #all, #id], iterator_types = ["parallel", "parallel"]}
