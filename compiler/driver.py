@@ -313,8 +313,10 @@ class CompileResult:
 
 
 def compile_source(source: str | bytes, options: CompileOptions, source_name: str = "<input>",
-                   remarks=None) -> CompileResult:
-    """Compile MLIR text (or bytecode) to a .vmfb (or IR text with --compile-to).
+                   remarks=None, ops: bytes | None = None) -> CompileResult:
+    """Compile MLIR text (or bytecode) to a .vmfb (or IR text with --compile-to). `ops`: the
+    input's ops as MLIR text (`ops_text`) when the caller has them apart from the weights: the
+    torch rewrites are chosen by marks in that text, which bytecode does not spell out.
 
     Errors are re-raised only after the compiler session is closed, as fresh
     exceptions without the failing frames: those frames hold IR objects that
@@ -324,7 +326,7 @@ def compile_source(source: str | bytes, options: CompileOptions, source_name: st
     session = Session()
     error: Exception | None = None
     try:
-        result = _compile_in_session(session, source, options, source_name, remarks)
+        result = _compile_in_session(session, source, options, source_name, remarks, ops)
         if options.dump_tiling:
             _write_json_dump(options.dump_tiling, "--torq-dump-tiling", {"dispatches": result.report.tiling})
         if options.dump_quant:
@@ -346,7 +348,7 @@ def compile_source(source: str | bytes, options: CompileOptions, source_name: st
     raise error
 
 
-def _rewrite_torch_input(session: Session, inv, data: bytes):
+def _rewrite_torch_input(session: Session, inv, text: bytes):
     """A fresh invocation holding the input after the exact torch-level rewrites that apply:
     compiler/torch_dynamic_quant.py's (PT2E's dynamic quantization in ops IREE imports),
     compiler/torchao_quant.py's (torchao quantize_'s int8 dynamic quantization, likewise),
@@ -354,8 +356,7 @@ def _rewrite_torch_input(session: Session, inv, data: bytes):
     (a row written at a runtime position as a slice update) and compiler/torch_linear.py's (a
     Linear on rank >= 3 activations on their 2-D view; a quantized one of rank >= 4 on its
     3-D view); `inv` itself when none does.
-    Exporting the module takes it from `inv`."""
-    text = ops_text(data)
+    `text`: the input's `ops_text`. Exporting the module takes it from `inv`."""
     qdq, index_put = b"quantized_decomposed" in text, b"index_put" in text
     torchao = b"torch.torchao." in text
     linear = not qdq and may_rewrite(text)
@@ -444,22 +445,22 @@ def _iree_failure(source_name: str, what: str, inv) -> IreeError:
     return IreeError(f"{source_name}: error: {what}" + (f": {first}" if first else ""), list(errors))
 
 
-def _parsed_input(session: Session, data: bytes, source_name: str, options: CompileOptions):
-    """An invocation holding the parsed input (for Torq: PT2E's uint8 activations rewritten,
-    input signatures attached)."""
+def _parsed_input(session: Session, data: bytes, text: bytes, source_name: str, options: CompileOptions):
+    """An invocation holding the parsed input `data` (for Torq: PT2E's uint8 activations
+    rewritten, input signatures attached); `text` its `ops_text`."""
     inv = _invocation(session)
     # The buffer name becomes the file name in locations and diagnostics.
     if not inv.parse_source(Source.wrap_buffer(session, data, buffer_name=source_name)):
         raise _iree_failure(source_name, "failed to parse the input", inv)
     if options.torq:
-        inv = _rewrite_torch_input(session, inv, data)
+        inv = _rewrite_torch_input(session, inv, text)
         # input signatures into iree.reflection, for the runtime's input checks
         from .signature import attach_to_invocation
         inv = attach_to_invocation(inv)
     return inv
 
 
-def _module_at_dispatch_creation(session: Session, data: bytes, source_name: str, flags: list[str],
+def _module_at_dispatch_creation(session: Session, data: bytes, text: bytes, source_name: str, flags: list[str],
                                   options: CompileOptions, cache: FrontendCache | None, on_compile=None):
     """The module IREE makes of the input at dispatch creation: from the front-end `cache`
     (compiler/frontend_cache.py) when it holds a readable entry, else compiled and kept
@@ -476,7 +477,7 @@ def _module_at_dispatch_creation(session: Session, data: bytes, source_name: str
         # not readable (truncated, another IREE's bytecode): compile afresh
     if on_compile is not None:
         on_compile()
-    inv = _parsed_input(session, data, source_name, options)
+    inv = _parsed_input(session, data, text, source_name, options)
     to_phase, _ = _phase_fns()
     to_phase(inv._inv_p, b"dispatch-creation")
     if not inv.execute():
@@ -506,14 +507,14 @@ def ops_text(data: bytes) -> bytes:
 
 
 def _compile_in_session(session: Session, source: str | bytes, options: CompileOptions,
-                        source_name: str, remarks) -> CompileResult:
+                        source_name: str, remarks, ops: bytes | None = None) -> CompileResult:
     flags = list(options.iree_flags)
     data = source.encode() if isinstance(source, str) else source
+    text = ops if ops is not None else ops_text(data)  # (a copy of the input's ops: scanned once here)
     quantized = dynamic = False
     if options.torq:
         # With --torq-keep-f32 f32 models stay on the host, where llvm-cpu cannot
         # compile some dispatches with a fused pad (large padded depthwise convs).
-        text = ops_text(data)  # (a copy of the input's ops: scanned once here)
         quantized, dynamic = _is_qdq(text), any(mark in text for mark in _DYNAMIC_QUANTIZATION_MARKS)
         npu = [] if options.keep_f32 or dynamic else DISPATCH_FLAGS + (QDQ_DISPATCH_FLAGS if quantized else [])
         flags = HOST_FLAGS + npu + flags
@@ -528,26 +529,28 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
     through_target = options.torq and (not stop or torq_stop
                                        or PHASES.index(stop) > PHASES.index("dispatch-creation"))
     if not through_target:
-        return _finish(_parsed_input(session, data, source_name, options), options, source_name, TargetReport())
+        return _finish(_parsed_input(session, data, text, source_name, options), options, source_name,
+                       TargetReport())
     started = StartedWorkers()
     frontend = options.frontend_cache()
     try:
         preload = QDQ_PRELOAD if quantized else ()
-        return _compile_through_target(session, data, options, source_name, remarks, flags, torq_stop, started,
-                                       frontend, preload, dynamic)
+        return _compile_through_target(session, (data, text), options, source_name, remarks, flags, torq_stop,
+                                       started, frontend, preload, dynamic)
     finally:
         started.close()  # a failed compile's workers too
         if frontend is not None:
             frontend.flush()  # its entry is on disk when the compile returns
 
 
-def _compile_through_target(session: Session, data: bytes, options: CompileOptions, source_name: str, remarks,
+def _compile_through_target(session: Session, source: tuple[bytes, bytes], options: CompileOptions, source_name: str,
+                            remarks,
                             flags: list[str], torq_stop: str, started: StartedWorkers,
                             frontend: FrontendCache | None, preload: tuple[str, ...] = (),
                             dynamic: bool = False) -> CompileResult:
     """IREE to dispatch creation, the Torq target, then IREE to the end. When IREE's front end
     has to run (no front-end cache entry), the dispatch compile workers start beside it, and
-    they and this process import `preload` meanwhile."""
+    they and this process import `preload` meanwhile. `source`: the input and its `ops_text`."""
     _, from_phase = _phase_fns()
     jobs = options.jobs or default_jobs()
     parallel = jobs > 1 and not options.print_ir_after_all and not torq_stop
@@ -557,7 +560,7 @@ def _compile_through_target(session: Session, data: bytes, options: CompileOptio
         if parallel:
             started.start(jobs - 1, preload)
 
-    module_op, keep_alive = _module_at_dispatch_creation(session, data, source_name, flags, options, frontend,
+    module_op, keep_alive = _module_at_dispatch_creation(session, *source, source_name, flags, options, frontend,
                                                          beside_front_end)
     ctx = module_op.context
     # IREE's pipeline loads the dialects its passes use, a parse of the cached module only
