@@ -497,13 +497,28 @@ _BYTECODE_MAGIC = b"ML\xefR"
 
 
 def ops_text(data: bytes) -> bytes:
-    """The part of an MLIR input that names its ops: MLIR text before its dialect resources
-    (`{-#`, where an exported model's weights are, as hex: scanning ViT-B/16's 340 MB for a
-    mark took 0.1-0.16 s a time, a few times a compile, warm ones too); all of bytecode."""
+    """The part of an MLIR input that names its ops, as text: MLIR text before its dialect
+    resources (`{-#`, where an exported model's weights are, as hex: scanning ViT-B/16's
+    340 MB for a mark took 0.1-0.16 s a time, a few times a compile, warm ones too); bytecode
+    printed without its resources. Bytecode names ops and types in tables, so the torch
+    rewrites' marks (`torch.aten.linear ... : !torch.vtensor<[...`, `torch.torchao.`) are not
+    in its bytes: a saved .mlirbc missed them."""
     if data.startswith(_BYTECODE_MAGIC):
-        return data
+        return _bytecode_ops_text(data)
     end = data.find(b"\n{-#")
     return data if end < 0 else data[:end]
+
+
+def _bytecode_ops_text(data: bytes) -> bytes:
+    """MLIR bytecode `data` printed without its resources, parsed in a scratch context; its
+    own bytes when it does not parse there (IREE's parse then reports why)."""
+    with ir.Context() as ctx:
+        ctx.allow_unregistered_dialects = True
+        try:
+            module = ir.Module.parse(data)
+        except ir.MLIRError:
+            return data
+        return module.operation.get_asm(large_resource_limit=0).encode()
 
 
 def _compile_in_session(session: Session, source: str | bytes, options: CompileOptions,
