@@ -313,10 +313,8 @@ class CompileResult:
 
 
 def compile_source(source: str | bytes, options: CompileOptions, source_name: str = "<input>",
-                   remarks=None, ops: bytes | None = None) -> CompileResult:
-    """Compile MLIR text (or bytecode) to a .vmfb (or IR text with --compile-to). `ops`: the
-    input's ops as MLIR text (`ops_text`) when the caller has them apart from the weights: the
-    torch rewrites are chosen by marks in that text, which bytecode does not spell out.
+                   remarks=None) -> CompileResult:
+    """Compile MLIR text (or bytecode) to a .vmfb (or IR text with --compile-to).
 
     Errors are re-raised only after the compiler session is closed, as fresh
     exceptions without the failing frames: those frames hold IR objects that
@@ -326,7 +324,7 @@ def compile_source(source: str | bytes, options: CompileOptions, source_name: st
     session = Session()
     error: Exception | None = None
     try:
-        result = _compile_in_session(session, source, options, source_name, remarks, ops)
+        result = _compile_in_session(session, source, options, source_name, remarks)
         if options.dump_tiling:
             _write_json_dump(options.dump_tiling, "--torq-dump-tiling", {"dispatches": result.report.tiling})
         if options.dump_quant:
@@ -522,10 +520,11 @@ def _bytecode_ops_text(data: bytes) -> bytes:
 
 
 def _compile_in_session(session: Session, source: str | bytes, options: CompileOptions,
-                        source_name: str, remarks, ops: bytes | None = None) -> CompileResult:
+                        source_name: str, remarks) -> CompileResult:
     flags = list(options.iree_flags)
     data = source.encode() if isinstance(source, str) else source
-    text = ops if ops is not None else ops_text(data)  # (a copy of the input's ops: scanned once here)
+    # The input's ops as text, made once (bytecode is parsed for it): only Torq reads them.
+    text = ops_text(data) if options.torq else b""
     quantized = dynamic = False
     if options.torq:
         # With --torq-keep-f32 f32 models stay on the host, where llvm-cpu cannot
@@ -550,7 +549,7 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
     frontend = options.frontend_cache()
     try:
         preload = QDQ_PRELOAD if quantized else ()
-        return _compile_through_target(session, (data, text), options, source_name, remarks, flags, torq_stop,
+        return _compile_through_target(session, data, text, options, source_name, remarks, flags, torq_stop,
                                        started, frontend, preload, dynamic)
     finally:
         started.close()  # a failed compile's workers too
@@ -558,14 +557,13 @@ def _compile_in_session(session: Session, source: str | bytes, options: CompileO
             frontend.flush()  # its entry is on disk when the compile returns
 
 
-def _compile_through_target(session: Session, source: tuple[bytes, bytes], options: CompileOptions, source_name: str,
-                            remarks,
-                            flags: list[str], torq_stop: str, started: StartedWorkers,
+def _compile_through_target(session: Session, data: bytes, text: bytes, options: CompileOptions,
+                            source_name: str, remarks, flags: list[str], torq_stop: str, started: StartedWorkers,
                             frontend: FrontendCache | None, preload: tuple[str, ...] = (),
                             dynamic: bool = False) -> CompileResult:
     """IREE to dispatch creation, the Torq target, then IREE to the end. When IREE's front end
     has to run (no front-end cache entry), the dispatch compile workers start beside it, and
-    they and this process import `preload` meanwhile. `source`: the input and its `ops_text`."""
+    they and this process import `preload` meanwhile. `text`: the input's `ops_text`."""
     _, from_phase = _phase_fns()
     jobs = options.jobs or default_jobs()
     parallel = jobs > 1 and not options.print_ir_after_all and not torq_stop
@@ -575,7 +573,7 @@ def _compile_through_target(session: Session, source: tuple[bytes, bytes], optio
         if parallel:
             started.start(jobs - 1, preload)
 
-    module_op, keep_alive = _module_at_dispatch_creation(session, *source, source_name, flags, options, frontend,
+    module_op, keep_alive = _module_at_dispatch_creation(session, data, text, source_name, flags, options, frontend,
                                                          beside_front_end)
     ctx = module_op.context
     # IREE's pipeline loads the dialects its passes use, a parse of the cached module only

@@ -21,7 +21,7 @@ When the accumulator is the dispatch's result (IREE fuses one conv's dequantize 
 residual add, and the other conv's dispatch returns its i32 accumulator: ResNet's
 downsampling blocks), a copy of it before the return becomes that consumer: it reads
 acc - z * W, an integer epilogue reading a run-time scalar, which torq-lower-requantization
-leaves to the host (`requant.is_accumulator_correction`) as it leaves a dequantize.
+leaves to the host (`requant_tail.is_accumulator_correction`) as it leaves a dequantize.
 dispatch_extraction attaches the weights' values to such a dispatch too (it has no
 int-to-float conversion); weights IREE inlined into the dispatch as a constant are read
 where they are.
@@ -61,7 +61,8 @@ def reads_runtime_zero_point(func: ir.Operation, scalars: list[int]) -> bool:
 def split_runtime_zero_points(func: ir.Operation) -> list[ir.Attribute]:
     """Rewrites each contraction of `func` that subtracts a broadcast scalar argument from its
     int8 input, with constant int8 weights and one generic consuming it (or the function's
-    return alone: then a copy consumes it), as the module docstring says. Returns the values of the arguments it appends (W, i32), in order."""
+    return alone: then a copy consumes it), as the module docstring says. Returns the values
+    of the arguments it appends (W, i32), in order."""
     block = func.regions[0].blocks[0]
     constants = ConstantArgs(func)
     values = []

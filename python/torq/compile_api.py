@@ -6,7 +6,7 @@ import io
 import os
 from typing import Any, Sequence
 
-from torq.compiler.driver import UsageError, _ListHw, compile_source, ops_text, parse_torq_flags, write_atomically
+from torq.compiler.driver import UsageError, _ListHw, compile_source, parse_torq_flags, write_atomically
 from torq.compiler.ir_utils import CompileError
 from torq.compiler.onnx_import import read_onnx_source
 from torq.compiler.target import TargetReport
@@ -25,41 +25,38 @@ class TorqCompileError(Exception):
 _FILE_SUFFIXES = (".mlir", ".mlirbc", ".onnx")
 
 
-def _export_source(module: Any) -> tuple[bytes, bytes]:
+def _as_bytecode(module: Any) -> bytes:
     """The export as MLIR bytecode, with its source locations (the model's file:line per op,
-    which remarks and per-layer reports name; plain str() drops them), and its ops as text
-    without the weights (`compile_source`'s `ops`). Bytecode, not text: ViT-B/16's weights
-    printed as text took 2.9 s (660 MB of hex for IREE to parse again), as bytecode 0.14 s
-    (330 MB, the weights' own bytes), its ops alone as text 5 ms; the compile is the same."""
+    which remarks and per-layer reports name; plain str() drops them). Bytecode, not text:
+    ViT-B/16's weights printed as text took 2.9 s (660 MB of hex for IREE to parse again),
+    as bytecode 0.14 s (330 MB, the weights' own bytes); the driver reads its ops as text
+    for the torch rewrites' marks (`driver.ops_text`, 0.12 s); the compile is the same."""
     buffer = io.BytesIO()
     module.operation.write_bytecode(buffer)
-    ops = module.operation.get_asm(enable_debug_info=True, large_resource_limit=0)
-    return buffer.getvalue(), ops_text(ops.encode())
+    return buffer.getvalue()
 
 
-def _to_mlir(model: Any, args: Sequence[Any]) -> tuple[str | bytes, str, bytes | None]:
-    """The model as MLIR text or bytecode, the name diagnostics use for it, and its ops as
-    text when the model is bytecode made here (`_export_source`; else None).
+def _to_mlir(model: Any, args: Sequence[Any]) -> tuple[str | bytes, str]:
+    """The model as MLIR text or bytecode, and the name diagnostics use for it.
 
     Files and bytes holding an ONNX model (`.onnx`, or ModelProto content; see
     `torq.compiler.onnx_import.is_onnx`) are imported with IREE's ONNX importer.
     """
     if isinstance(model, (bytes, bytearray)):
-        return (*_import_if_onnx(bytes(model), "<bytes>", None), None)
+        return _import_if_onnx(bytes(model), "<bytes>", None)
     if isinstance(model, str):
         if "\n" not in model and (model.endswith(_FILE_SUFFIXES) or os.path.exists(model)):
             if not os.path.isfile(model):
                 raise TorqCompileError(f"cannot read '{model}': no such file")
             with open(model, "rb") as f:
-                return (*_import_if_onnx(f.read(), model, model), None)
-        return model, "<string>", None
+                return _import_if_onnx(f.read(), model, model)
+        return model, "<string>"
     if isinstance(model, os.PathLike):
         return _to_mlir(os.fspath(model), args)
     if type(model).__name__ == "ModelProto" and hasattr(model, "SerializeToString"):  # onnx.ModelProto
-        return (*_import_if_onnx(model.SerializeToString(), f"<onnx {model.graph.name or 'model'}>", None), None)
+        return _import_if_onnx(model.SerializeToString(), f"<onnx {model.graph.name or 'model'}>", None)
     if hasattr(model, "mlir_module"):  # an iree.turbine.aot export
-        data, ops = _export_source(model.mlir_module)
-        return data, type(model).__name__, ops
+        return _as_bytecode(model.mlir_module), type(model).__name__
     try:
         import torch
     except ImportError:  # pragma: no cover
@@ -68,8 +65,7 @@ def _to_mlir(model: Any, args: Sequence[Any]) -> tuple[str | bytes, str, bytes |
         import iree.turbine.aot as aot
 
         exported = aot.export(model, args=tuple(args))
-        data, ops = _export_source(exported.mlir_module)
-        return data, type(model).__name__, ops
+        return _as_bytecode(exported.mlir_module), type(model).__name__
     raise TorqCompileError(f"cannot compile an object of type {type(model).__name__}: pass a "
                            "torch.nn.Module, a turbine export, MLIR text or a file path (.mlir, .onnx)")
 
@@ -136,9 +132,9 @@ def compile(model: Any, *args: Any, hw: str | TorqHw | None = None, flags: Seque
     except ValueError as e:
         raise TorqCompileError(str(e)) from None
     opts.iree_flags = rest
-    source, name, ops = _to_mlir(model, args)
+    source, name = _to_mlir(model, args)
     try:
-        result = compile_source(source, opts, name, remarks=remarks, ops=ops)
+        result = compile_source(source, opts, name, remarks=remarks)
     except (CompileError, UsageError) as e:
         raise TorqCompileError(str(e), getattr(e, "diagnostics", ())) from None
     return CompiledModule(result.vmfb, opts.hw, result.report, parameters)
