@@ -338,10 +338,9 @@ def _measure(chain: Chain, b_chain: Chain, g_chain: Chain, channels: list, rs: l
                        f"{EXHAUSTIVE_BUDGET} evaluated one by one")
     one_by_one = _one_by_one(chain, channels, spans)
     sums = summed_levels(tables)
-    batches = [_compare(reach[k:k + _CHANNELS_PER_BATCH], levels, one_by_one[k:k + _CHANNELS_PER_BATCH],
-                        rs[k:k + _CHANNELS_PER_BATCH], r2[k:k + _CHANNELS_PER_BATCH] if r2 else None, sums,
-                        lo[k:k + _CHANNELS_PER_BATCH], hi[k:k + _CHANNELS_PER_BATCH])
-               for k in range(0, len(channels), _CHANNELS_PER_BATCH)]
+    batches = [slice(k, k + _CHANNELS_PER_BATCH) for k in range(0, len(channels), _CHANNELS_PER_BATCH)]
+    batches = [_compare(reach[b], levels, one_by_one[b], rs[b], r2[b] if r2 else None, sums, lo[b], hi[b])
+               for b in batches]
     differing, step_spans = (np.concatenate(x) for x in zip(*batches))
     bad = np.nonzero(differing < 0)[0]
     if len(bad):
